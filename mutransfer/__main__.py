@@ -1,0 +1,3 @@
+from mutransfer.cli import main
+
+raise SystemExit(main())
