@@ -1,0 +1,63 @@
+"""Helpers shared by CLI verbs: typed list flags, progress bars, JSON output."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+
+def int_list(text: str) -> list[int]:
+    """``"64,128,256"`` -> [64, 128, 256]; a bad item is named in the error."""
+    out = []
+    for item in text.split(","):
+        item = item.strip()
+        try:
+            value = int(item)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{item!r} is not an integer (in {text!r})") from None
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{value} must be >= 1 (in {text!r})")
+        out.append(value)
+    return out
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive finite number")
+    return value
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be >= 1")
+    return value
+
+
+def add_output_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print the machine-readable result to stdout")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def progress_bar(total: int, desc: str, quiet: bool) -> tuple[Callable[[], None], Callable[[], None]]:
+    """(tick, close) for a tqdm bar on stderr; a no-op when quiet or stderr is no TTY."""
+    if quiet or not sys.stderr.isatty():
+        return (lambda: None), (lambda: None)
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, desc=desc, leave=False, file=sys.stderr)
+    return (lambda: bar.update(1)), bar.close
+
+
+def print_json(obj: Any) -> None:
+    print(json.dumps(obj, indent=2, default=float))

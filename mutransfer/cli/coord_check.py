@@ -1,0 +1,114 @@
+"""``mutransfer coord-check``: activation size against width (and depth), with a verdict."""
+
+from __future__ import annotations
+
+import argparse
+
+from mutransfer.cli._common import (
+    add_output_flags,
+    int_list,
+    positive_float,
+    positive_int,
+    print_json,
+    progress_bar,
+)
+
+HELP = "coordinate check: is the parametrization right? (csv + png + json verdict)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", choices=("gpt", "mlp"), default="gpt", help="proxy model (default gpt)")
+    p.add_argument("--parametrization", "-p", default="mup",
+                   help="sp | mup | completep | muon (default mup)")
+    p.add_argument("--widths", type=int_list, default=[64, 128, 256, 512],
+                   help="comma-separated widths (default 64,128,256,512)")
+    p.add_argument("--depths", type=int_list, default=None,
+                   help="comma-separated depths: also check depth transfer (for completep)")
+    p.add_argument("--base-width", type=positive_int, default=None, help="default: smallest width")
+    p.add_argument("--depth-alpha", type=float, default=1.0, help="CompleteP alpha, 0.5 or 1")
+    p.add_argument("--steps", type=positive_int, default=5, help="training steps (default 5)")
+    p.add_argument("--seeds", type=positive_int, default=3, help="seeds per width (default 3)")
+    p.add_argument("--optimizer", choices=("adamw", "sgd", "muon"), default=None,
+                   help="default: muon for -p muon, else adamw")
+    p.add_argument("--lr", type=positive_float, default=None,
+                   help="learning rate (default 1e-2 for adamw/muon, 0.1 for sgd)")
+    p.add_argument("--batch-size", type=positive_int, default=8, help="sequences in the batch")
+    p.add_argument("--seq-len", type=positive_int, default=64, help="tokens per sequence")
+    p.add_argument("--data", default="stdlib", help="token source (default: the embedded stdlib corpus)")
+    p.add_argument("--tol", type=positive_float, default=0.25,
+                   help="largest allowed log2 slope of activation size (default 0.25)")
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--strict", action="store_true", help="exit 1 when the check fails")
+    p.add_argument("--no-plot", action="store_true", help="skip coord_check.png")
+    add_output_flags(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from mutransfer.coord_check import coord_check
+    from mutransfer.data import DataConfig, load_dataset
+    from mutransfer.parametrization import KINDS
+
+    if args.parametrization not in KINDS:
+        raise ValueError(f"unknown parametrization {args.parametrization!r}; choose from {', '.join(KINDS)}")
+    optimizer = args.optimizer or ("muon" if args.parametrization == "muon" else "adamw")
+    if (optimizer == "muon") != (args.parametrization == "muon"):
+        raise ValueError(f"optimizer {optimizer!r} does not go with parametrization {args.parametrization!r}")
+    if args.parametrization == "completep" and not args.depths:
+        raise ValueError("--parametrization completep needs --depths (e.g. --depths 2,4,8)")
+    lr = args.lr or (0.1 if optimizer == "sgd" else 1e-2)
+    torch.manual_seed(0)
+    if args.model == "gpt":
+        from mutransfer.models import GPT, gpt_tiny
+
+        base = gpt_tiny().replace(seq_len=args.seq_len)
+        for w in args.widths:
+            base.replace(width=w)  # validates head divisibility with a clear error
+        data = load_dataset(DataConfig(source=args.data))
+        batch = data.get_batch("train", 0, args.batch_size, args.seq_len, seed=0)
+        if args.depths:
+            def builder(width: int, depth: int) -> torch.nn.Module:
+                return GPT(base.replace(width=width, depth=depth))
+        else:
+            def builder(width: int) -> torch.nn.Module:  # type: ignore[misc]
+                return GPT(base.replace(width=width))
+        loss_fn = None
+    else:
+        from mutransfer.models import MLP, mlp_tiny
+
+        base_m = mlp_tiny()
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(args.batch_size * 8, base_m.in_features, generator=g)
+        batch = (x, torch.randint(0, base_m.out_features, (x.shape[0],), generator=g))
+        if args.depths:
+            def builder(width: int, depth: int) -> torch.nn.Module:
+                return MLP(base_m.replace(width=width, depth=depth))
+        else:
+            def builder(width: int) -> torch.nn.Module:  # type: ignore[misc]
+                return MLP(base_m.replace(width=width))
+
+        def loss_fn(model: torch.nn.Module, b: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+            return torch.nn.functional.cross_entropy(model(b[0]), b[1])
+
+    n = len(args.widths) * len(args.depths or [0]) * args.seeds
+    tick, close = progress_bar(n, f"coord-check {args.parametrization}", args.quiet)
+    kwargs = {"loss_fn": loss_fn} if loss_fn is not None else {}
+    try:
+        result = coord_check(
+            builder, batch, kind=args.parametrization, widths=args.widths, base_width=args.base_width,
+            depths=args.depths, depth_alpha=args.depth_alpha, steps=args.steps, seeds=args.seeds,
+            optimizer=optimizer, lr=lr, tol=args.tol, progress=tick, **kwargs)
+    finally:
+        close()
+    paths = result.write(args.out, plot=not args.no_plot)
+    summary = result.to_json_dict()
+    if args.json:
+        print_json(summary)
+    elif not args.quiet:
+        worst = summary["worst"]
+        verdict = "PASSED" if result.passed else "FAILED"
+        print(f"coord-check {args.parametrization}: {verdict} (max slope {worst['slope']:.2f} "
+              f"at {worst['module']}, step {worst['step']}, along {worst['axis']}; tol {args.tol})")
+        print("wrote " + ", ".join(str(p) for p in paths.values()))
+    return 1 if (args.strict and not result.passed) else 0

@@ -1,0 +1,52 @@
+"""``mutransfer explain``: what the parametrization does to every parameter."""
+
+from __future__ import annotations
+
+import argparse
+
+from mutransfer.cli._common import positive_int, print_json
+
+HELP = "print the per-parameter table: role, width dims, init std, LR multiplier, WD"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--preset", default="gpt-tiny", help="model preset (default gpt-tiny)")
+    p.add_argument("--parametrization", "-p", default="mup", help="sp | mup | completep | muon")
+    p.add_argument("--width", type=positive_int, default=None, help="width to build (default: preset's)")
+    p.add_argument("--base-width", type=positive_int, default=None, help="default: the preset's width")
+    p.add_argument("--depth", type=positive_int, default=None, help="depth (completep)")
+    p.add_argument("--base-depth", type=positive_int, default=None, help="base depth (completep)")
+    p.add_argument("--optimizer", choices=("adam", "sgd"), default="adam", help="rule set")
+    p.add_argument("--tie-embeddings", action="store_true", help="tie the GPT's head to its embedding")
+    p.add_argument("--rules", action="store_true", help="also print the ordered role-rule table")
+    p.add_argument("--json", action="store_true", help="print the rows as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    from mutransfer.models import GPT, MLP, GPTConfig, get_preset
+    from mutransfer.parametrization import Parametrization
+
+    cfg = get_preset(args.preset)
+    if isinstance(cfg, GPTConfig) and args.tie_embeddings:
+        cfg = cfg.replace(tie_embeddings=True)
+    width = args.width or cfg.width
+    base_width = args.base_width or min(cfg.width, width)
+    cls = GPT if isinstance(cfg, GPTConfig) else MLP
+    if args.depth is not None:
+        pz = Parametrization(lambda w, d: cls(cfg.replace(width=w, depth=d)), width=width,
+                             base_width=base_width, depth=args.depth,
+                             base_depth=args.base_depth or cfg.depth, kind=args.parametrization,
+                             optimizer=args.optimizer)
+    else:
+        pz = Parametrization(lambda w: cls(cfg.replace(width=w)), width=width, base_width=base_width,
+                             kind=args.parametrization, optimizer=args.optimizer)
+    model = pz.build(seed=0)
+    if args.json:
+        print_json(pz.describe(model))
+        return 0
+    print(pz.table(model))
+    if args.rules:
+        print("\n# role rules, first match wins")
+        for i, r in enumerate(pz.rules_table()):
+            print(f"{i:>3}  {r.role:<7} {r.source:<8} {r.pattern}")
+    return 0

@@ -1,0 +1,267 @@
+"""Coordinate check: do activation sizes stay constant as width (or depth) grows?
+
+Forward hooks record the mean absolute activation (l1) of chosen modules at every step
+of a few training steps, over a ladder of widths (and depths) and several seeds, all fed
+the same batch. Under a correct parametrization no module's l1 grows with width after
+training steps begin; under SP with Adam it grows roughly linearly (Yang et al. 2022,
+TP-V §3 and Fig. 5; Yang & Hu 2021 for the coordinate-check method).
+
+The verdict is a fitted slope: for every (module, step) we fit
+log2(mean l1 over seeds) = a + slope · log2(width) and the check passes when no slope
+exceeds ``tol`` (default 0.25: a quarter-power growth, far below SP's ~1 and above the
+noise of a 3-seed mean). The same is done against depth when depths vary.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn as nn
+
+from mutransfer._io import atomic_path, atomic_write_text
+from mutransfer.optim import build_optimizer
+from mutransfer.parametrization import Multipliers, Parametrization
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+LossFn = Callable[[nn.Module, Batch], torch.Tensor]
+
+
+def gpt_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
+    return model(batch[0], batch[1])[1]
+
+
+def default_modules(model: nn.Module) -> list[str]:
+    """Modules worth watching: every module that owns parameters (embeddings, linears,
+    norms), plus residual branches (``...attn``/``...mlp``) and blocks (the residual
+    stream), which is what the mup coordinate checks plot."""
+    names = []
+    for name, module in model.named_modules():
+        if not name:
+            continue
+        owns = any(True for _ in module.parameters(recurse=False))
+        branch = re.fullmatch(r"(.*\.)?\d+(\.(attn|mlp))?", name) is not None
+        if owns or branch:
+            names.append(name)
+    return names
+
+
+def _depth_alias(model: nn.Module, name: str) -> str:
+    """Name the last item of a ModuleList ``last`` (blocks.7 -> blocks.last), so modules
+    line up across depths: the last block's residual stream is where depth blow-up shows."""
+    parts, module, out = name.split("."), model, []
+    for part in parts:
+        child = module.get_submodule(part)
+        if isinstance(module, nn.ModuleList) and part == str(len(module) - 1):
+            out.append("last")
+        else:
+            out.append(part)
+        module = child
+    return ".".join(out)
+
+
+@dataclass
+class CoordCheckResult:
+    """Tidy records and the verdict of a coordinate check."""
+
+    parametrization: str
+    data: pd.DataFrame
+    """One row per (width, depth, seed, module, step) with the l1 activation size."""
+    slopes: pd.DataFrame
+    """One row per (axis, depth or width held fixed, module, step) with the log2 slope."""
+    tol: float
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return bool((self.slopes["slope"] <= self.tol).all())
+
+    def max_slopes(self, axis: str = "width") -> dict[str, float]:
+        """Largest slope over steps, per module, along ``axis``."""
+        s = self.slopes[self.slopes["axis"] == axis]
+        return {str(k): float(v) for k, v in s.groupby("module")["slope"].max().items()}
+
+    def to_json_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "parametrization": self.parametrization,
+            "passed": self.passed,
+            "tol": self.tol,
+            "slopes": self.max_slopes("width"),
+            "worst": self.worst(),
+            "settings": self.settings,
+        }
+        if (self.slopes["axis"] == "depth").any():
+            out["depth_slopes"] = self.max_slopes("depth")
+        return out
+
+    def worst(self) -> dict[str, Any]:
+        row = self.slopes.loc[self.slopes["slope"].idxmax()]
+        return {k: (v.item() if hasattr(v, "item") else v) for k, v in row.items()}
+
+    def write(self, out_dir: str | Path, plot: bool = True) -> dict[str, Path]:
+        """Write coord_check.csv, coord_check.json and (optionally) coord_check.png."""
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        paths = {"csv": out / "coord_check.csv", "json": out / "coord_check.json"}
+        with atomic_path(paths["csv"]) as tmp:
+            self.data.to_csv(tmp, index=False)
+        atomic_write_text(paths["json"], json.dumps(self.to_json_dict(), indent=2, default=float) + "\n")
+        if plot:
+            paths["png"] = self.plot(out / "coord_check.png")
+        return paths
+
+    def plot(self, path: str | Path, axis: str = "width") -> Path:
+        """One panel per step: mean l1 against width (log-log), a line per module."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        df = self.data
+        fixed = "depth" if axis == "width" else "width"
+        df = df[df[fixed] == df[fixed].max()]
+        mean = df.groupby([axis, "module", "step"], as_index=False)["l1"].mean()
+        steps = sorted(mean["step"].unique())
+        fig, axes = plt.subplots(1, len(steps), figsize=(3.2 * len(steps), 3.4), sharey=True,
+                                 squeeze=False)
+        for ax, step in zip(axes[0], steps):
+            d = mean[mean["step"] == step]
+            for module, g in d.groupby("module"):
+                ax.plot(g[axis], g["l1"], marker="o", ms=3, lw=1, label=str(module))
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_title(f"step {step}")
+            ax.set_xlabel(axis)
+        axes[0][0].set_ylabel("mean |activation|")
+        verdict = "passed" if self.passed else "FAILED"
+        fig.suptitle(f"coord check: {self.parametrization} ({verdict}, max slope "
+                     f"{self.slopes['slope'].max():.2f}, tol {self.tol})")
+        if mean["module"].nunique() <= 24:
+            axes[0][-1].legend(fontsize=5, loc="center left", bbox_to_anchor=(1, 0.5))
+        fig.tight_layout()
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=110, format="png")
+        plt.close(fig)
+        return Path(path)
+
+
+def _slope(x: np.ndarray, y: np.ndarray) -> float:
+    lx, ly = np.log2(x), np.log2(np.maximum(y, 1e-30))
+    return float(np.polyfit(lx, ly, 1)[0])
+
+
+def fit_slopes(data: pd.DataFrame) -> pd.DataFrame:
+    """log2 slope of the seed-mean l1 against width (per depth) and against depth (per
+    width), for each module and step."""
+    mean = data.groupby(["width", "depth", "module", "step"], as_index=False)["l1"].mean()
+    rows = []
+    for axis, fixed in (("width", "depth"), ("depth", "width")):
+        if mean[axis].nunique() < 2:
+            continue
+        for (f, module, step), g in mean.groupby([fixed, "module", "step"]):
+            # Only modules present at every point of the ladder: blocks.6 exists only at
+            # depth >= 7, and a 2-point slope from the deep end is noise, not a trend.
+            if g[axis].nunique() < mean[axis].nunique():
+                continue
+            rows.append({"axis": axis, fixed: f, "module": module, "step": step,
+                         "slope": _slope(g[axis].to_numpy(float), g["l1"].to_numpy(float))})
+    return pd.DataFrame(rows)
+
+
+def coord_check(
+    builder: Callable[..., nn.Module],
+    batch: Batch | Callable[[], Batch],
+    *,
+    kind: str = "mup",
+    widths: Sequence[int] = (64, 128, 256, 512),
+    base_width: int | None = None,
+    depths: Sequence[int] | None = None,
+    base_depth: int | None = None,
+    depth_alpha: float = 1.0,
+    steps: int = 5,
+    seeds: int = 3,
+    optimizer: str = "adamw",
+    lr: float = 1e-2,
+    multipliers: Multipliers | None = None,
+    loss_fn: LossFn = gpt_loss,
+    modules: Callable[[nn.Module], list[str]] = default_modules,
+    tol: float = 0.25,
+    progress: Callable[[], None] | None = None,
+) -> CoordCheckResult:
+    """Run the check. ``builder(width)`` (or ``builder(width, depth)`` when ``depths`` is
+    given) builds a model; ``batch`` is the single (inputs, targets) batch fed at every
+    step and width. Records l1 before each of ``steps`` updates and after the last, so
+    step 0 is the init."""
+    widths = sorted({int(w) for w in widths})
+    if len(widths) < 2 and not (depths and len(set(depths)) >= 2):
+        raise ValueError(f"a coordinate check needs at least 2 widths (or depths), got {widths}")
+    if steps < 1 or seeds < 1:
+        raise ValueError(f"steps and seeds must be >= 1, got steps={steps}, seeds={seeds}")
+    if not (math.isfinite(lr) and lr > 0):
+        raise ValueError(f"learning rate must be a positive finite number, got {lr!r}")
+    base_width = base_width or widths[0]
+    depth_list: list[int | None] = sorted({int(d) for d in depths}) if depths else [None]
+    if depths:
+        base_depth = base_depth or min(d for d in depth_list if d is not None)
+    rule_set = "sgd" if optimizer == "sgd" else "adam"
+    get_batch = batch if callable(batch) else (lambda: batch)
+    records: list[dict[str, Any]] = []
+    for depth in depth_list:
+        for width in widths:
+            pz = Parametrization(
+                builder, width=width, base_width=min(base_width, width), kind=kind,
+                optimizer=rule_set, depth=depth, base_depth=base_depth if depth else None,
+                depth_alpha=depth_alpha, multipliers=multipliers)
+            for seed in range(seeds):
+                model = pz.build(seed=seed)
+                opt = build_optimizer(pz.param_groups(model, lr), optimizer)
+                watched = modules(model)
+                alias = {n: _depth_alias(model, n) if depth else n for n in watched}
+                current: dict[str, float] = {}
+                handles = []
+                for name in watched:
+                    def hook(_m: nn.Module, _a: Any, out: Any, name: str = name,
+                             current: dict[str, float] = current) -> None:
+                        t = out[0] if isinstance(out, tuple) else out
+                        current[name] = float(t.detach().abs().float().mean())
+                    handles.append(model.get_submodule(name).register_forward_hook(hook))
+                xb = get_batch()
+                for step in range(steps + 1):
+                    current.clear()
+                    if step < steps:
+                        loss = loss_fn(model, xb)
+                        loss.backward()
+                        opt.step()
+                        opt.zero_grad()
+                    else:
+                        with torch.no_grad():
+                            loss = loss_fn(model, xb)
+                    for name, l1 in current.items():
+                        records.append({"width": width, "depth": depth or 0, "seed": seed,
+                                        "module": alias[name], "step": step, "l1": l1,
+                                        "loss": float(loss.detach())})
+                for h in handles:
+                    h.remove()
+                if progress is not None:
+                    progress()
+    data = pd.DataFrame(records)
+    bad = data[~np.isfinite(data["l1"])]
+    if len(bad):
+        r = bad.iloc[0]
+        raise ValueError(f"non-finite activation in {r['module']} at width {r['width']}, step "
+                         f"{r['step']}: lower the learning rate (lr={lr})")
+    settings = {"widths": widths, "depths": [d for d in depth_list if d], "steps": steps,
+                "seeds": seeds, "optimizer": optimizer, "lr": lr, "base_width": base_width,
+                "base_depth": base_depth, "depth_alpha": depth_alpha}
+    return CoordCheckResult(kind, data, fit_slopes(data), tol, settings)
+
+
+__all__ = ["CoordCheckResult", "coord_check", "default_modules", "fit_slopes", "gpt_loss"]

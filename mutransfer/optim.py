@@ -1,0 +1,104 @@
+"""Optimizers over a parametrization's param groups: AdamW, SGD, and Muon + AdamW.
+
+Every group carries ``lr`` (= base × multiplier, what torch reads), ``base_lr`` and
+``lr_mult``; :func:`set_lr` applies a schedule value so that the effective per-parameter
+LR is always base × schedule × multiplier.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+OPTIMIZER_NAMES = ("adamw", "sgd", "muon")
+
+
+class OptimizerList:
+    """Several torch optimizers stepped as one (Muon for hidden matrices, AdamW for the
+    rest). Exposes the union of their ``param_groups`` and a joint state dict."""
+
+    def __init__(self, optimizers: list[torch.optim.Optimizer]) -> None:
+        if not optimizers:
+            raise ValueError("OptimizerList needs at least one optimizer")
+        self.optimizers = optimizers
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        return [g for opt in self.optimizers for g in opt.param_groups]
+
+    def step(self) -> None:
+        for opt in self.optimizers:
+            opt.step()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for opt in self.optimizers:
+            opt.zero_grad(set_to_none=set_to_none)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizers": [opt.state_dict() for opt in self.optimizers]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        states = state["optimizers"]
+        if len(states) != len(self.optimizers):
+            raise ValueError(f"state dict holds {len(states)} optimizers, expected {len(self.optimizers)}")
+        for opt, s in zip(self.optimizers, states):
+            opt.load_state_dict(s)
+
+    def __iter__(self) -> Iterator[torch.optim.Optimizer]:
+        return iter(self.optimizers)
+
+
+def build_optimizer(
+    groups: list[dict[str, Any]],
+    name: str = "adamw",
+    *,
+    betas: tuple[float, float] = (0.9, 0.95),
+    momentum: float = 0.0,
+    muon_momentum: float = 0.95,
+    fused: bool | None = None,
+) -> OptimizerList:
+    """Build the optimizer(s) for ``groups`` from ``Parametrization.param_groups``.
+
+    ``name`` is ``adamw``, ``sgd`` or ``muon``. With ``muon``, groups tagged
+    ``optimizer="muon"`` (hidden matrices) go to ``torch.optim.Muon`` with its spectral
+    scaling sqrt(max(1, fan_out/fan_in)) (``adjust_lr_fn="original"``, Jordan et al.
+    2024) and the rest to AdamW. Groups keep their own lr, eps and weight decay.
+    """
+    if name not in OPTIMIZER_NAMES:
+        raise ValueError(f"unknown optimizer {name!r}; choose from {', '.join(OPTIMIZER_NAMES)}")
+    if not groups:
+        raise ValueError("no parameters to optimize")
+    tags = {g.get("optimizer", "adamw") for g in groups}
+    if "muon" in tags and name != "muon":
+        raise ValueError(
+            f"the parametrization puts hidden matrices on Muon; use optimizer 'muon', not {name!r}")
+    if name == "sgd" and tags - {"sgd"}:
+        raise ValueError(
+            f"optimizer 'sgd' needs a parametrization built with optimizer='sgd' (got {sorted(tags)})")
+    if name != "sgd" and "sgd" in tags:
+        raise ValueError(f"the parametrization uses SGD rules; optimizer {name!r} needs Adam rules")
+    opts: list[torch.optim.Optimizer] = []
+    if name == "sgd":
+        opts.append(torch.optim.SGD(groups, lr=groups[0]["lr"], momentum=momentum))
+        return OptimizerList(opts)
+    muon = [g for g in groups if g.get("optimizer") == "muon"]
+    rest = [g for g in groups if g.get("optimizer") != "muon"]
+    if muon:
+        opts.append(torch.optim.Muon(muon, lr=muon[0]["lr"], momentum=muon_momentum,
+                                     adjust_lr_fn="original"))
+    if rest:
+        if fused is None:
+            fused = all(p.is_cuda for g in rest for p in g["params"])
+        opts.append(torch.optim.AdamW(rest, lr=rest[0]["lr"], betas=betas, fused=fused or None))
+    return OptimizerList(opts)
+
+
+def set_lr(optimizer: OptimizerList | torch.optim.Optimizer, schedule_value: float) -> None:
+    """Set every group's lr to base_lr × schedule_value × lr_mult."""
+    for g in optimizer.param_groups:
+        g["lr"] = g.get("base_lr", g["lr"]) * schedule_value * g.get("lr_mult", 1.0)
+
+
+__all__ = ["OPTIMIZER_NAMES", "OptimizerList", "build_optimizer", "set_lr"]

@@ -1,0 +1,707 @@
+"""Parametrizations: per-parameter init, learning-rate multipliers and forward multipliers.
+
+Given a *builder of width* (``builder(width) -> nn.Module``, optionally
+``builder(width, depth)``), a :class:`Parametrization` builds a base and a delta model on
+the meta device, compares shapes to find which dimensions scale with width (as ``mup``
+does), gives every parameter exactly one *role*, and derives from the role:
+
+============  =====================  =========================  ========================
+role          what it is             init (μP, "model" init)    Adam LR multiplier (μP)
+============  =====================  =========================  ========================
+``input``     embeddings, 1st layer  model's own (constant)     1
+``hidden``    width × width          model's own (∝ 1/fan_in)   1 / m_in
+``output``    readout                × sqrt(m_in): constant     1, forward × 1/m_in
+``vector``    biases, norm gains     model's own                1
+``scalar``    0-d                    model's own                1
+============  =====================  =========================  ========================
+
+m_in (m_out) is fan_in (fan_out) divided by its base value. These are Tensor Programs V
+(Yang et al. 2022) Table 8 / Table 3, in the same form as ``mup``'s ``MuReadout`` and
+``MuAdam``/``MuSGD`` (SGD: vector-like × m, hidden × m_out/m_in, output × m_in). The
+attention softmax scale becomes 1/d_head instead of 1/sqrt(d_head) (TP-V §4).
+
+``completep`` adds depth transfer (Dey et al. 2025, "Don't be lazy: CompleteP", Table 1):
+residual branches × m_L^-alpha, Adam LR of parameters inside the branches × m_L^(alpha-1),
+Adam epsilon × 1/m_in × m_L^-alpha for hidden matrices (m_L^-alpha for other branch
+parameters), with m_L = depth / base_depth and alpha in {0.5, 1}.
+
+``muon`` puts hidden 2-D matrices on ``torch.optim.Muon`` with its spectral scaling
+sqrt(max(1, fan_out/fan_in)) (Jordan et al. 2024; ``adjust_lr_fn="original"``) and no
+width LR multiplier; every other parameter follows the μP Adam rules.
+
+Nothing is stored on tensors: per-parameter metadata lives in this object, forward
+multipliers are module hooks and the attention scale is a float attribute of attention
+modules, so deepcopy, ``state_dict`` round trips, ``torch.compile`` and DDP keep working.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+import torch.nn as nn
+
+Role = Literal["input", "hidden", "output", "vector", "scalar"]
+ROLES: tuple[str, ...] = ("input", "hidden", "output", "vector", "scalar")
+KINDS: tuple[str, ...] = ("sp", "mup", "completep", "muon")
+OPTIMIZERS: tuple[str, ...] = ("adam", "sgd")
+WD_MODES: tuple[str, ...] = ("coupled", "independent")
+
+Builder = Callable[..., nn.Module]
+
+
+@dataclass(frozen=True)
+class Multipliers:
+    """Tunable forward multipliers: first-class hyperparameters a sweep can search."""
+
+    input: float = 1.0
+    """Scales the output of input-role modules (embeddings)."""
+    output: float = 1.0
+    """Scales the readout's input; μP further divides by m_in (TP-V's alpha_output)."""
+    attention: float = 1.0
+    """Scales the attention logits: attention/d_head (μP) or attention/sqrt(d_head) (SP)."""
+    residual: float = 1.0
+    """Scales every residual branch (CompleteP multiplies in m_L^-alpha on top)."""
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+                raise ValueError(f"multiplier {f.name} must be a positive finite number, got {v!r}")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One row of the ordered role table: the first rule whose regex matches (re.search)
+    a parameter name gives its role."""
+
+    pattern: str
+    role: str
+    source: str = "user"
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"rule {self.pattern!r} has unknown role {self.role!r}; use one of {ROLES}")
+        try:
+            re.compile(self.pattern)
+        except re.error as exc:
+            raise ValueError(f"rule pattern {self.pattern!r} is not a valid regex: {exc}") from None
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """What the parametrization does to one parameter (a row of ``describe()``)."""
+
+    name: str
+    shape: tuple[int, ...]
+    role: str
+    rule: str
+    """The rule that gave the role (a user regex, or ``inferred:<why>``)."""
+    width_dims: tuple[int, ...]
+    """Indices of the dimensions that scale with width."""
+    fan_in_mult: float
+    fan_out_mult: float
+    init: str
+    """``keep`` (the model's own init), ``scale:<f>`` (multiply by f), ``normal:<std>``
+    or ``zeros``."""
+    init_std: float | None
+    """The std after init when it is known analytically, else None (see describe())."""
+    lr_mult: float
+    wd: bool
+    """Whether weight decay applies."""
+    eps_mult: float
+    optimizer: str
+    """``adamw``, ``sgd`` or ``muon``: which optimizer updates this parameter."""
+    in_residual_branch: bool
+
+
+@dataclass(frozen=True)
+class _Hook:
+    module: str
+    kind: Literal["pre", "post"]
+    scale: float
+
+
+def _scale_output(scale: float) -> Callable[..., Any]:
+    def hook(module: nn.Module, args: Any, output: torch.Tensor) -> torch.Tensor:
+        return output * scale
+
+    return hook
+
+
+def _scale_input(scale: float) -> Callable[..., Any]:
+    def hook(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        return (args[0] * scale, *args[1:])
+
+    return hook
+
+
+def _is_mup_readout(module: nn.Module) -> bool:
+    return any(c.__name__ in ("MuReadout", "MuSharedReadout") for c in type(module).__mro__)
+
+
+def _call_builder(builder: Builder, width: int, depth: int | None) -> nn.Module:
+    if depth is None:
+        return builder(width)
+    return builder(width, depth)
+
+
+def _accepts_depth(builder: Builder) -> bool:
+    try:
+        params = list(inspect.signature(builder).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in params)
+
+
+def load_base_shapes(path: str | Path) -> dict[str, list[int | None]]:
+    """Read a ``mup`` base-shapes (.bsh) file: YAML ``{name: [base_dim | null, ...]}``
+    where ``null`` marks a finite (non-width) dimension. Loaded with ``yaml.safe_load``."""
+    import yaml
+
+    text = Path(path).read_text()
+    data = yaml.safe_load(text)
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} is not a mup base-shapes file: expected a mapping of names")
+    out: dict[str, list[int | None]] = {}
+    for name, dims in data.items():
+        if not isinstance(dims, list):
+            raise ValueError(f"{path}: entry {name!r} is not a list of dimensions")
+        out[str(name)] = [None if d is None else int(d) for d in dims]
+    return out
+
+
+class Parametrization:
+    """Width (and depth) transfer rules for any ``nn.Module`` built by ``builder``.
+
+    Args:
+        builder: ``builder(width)`` (or ``builder(width, depth)``) returning a fresh model.
+        width: the width to build (the target or proxy width).
+        base_width: the width at which the parametrization equals SP (hyperparameters
+            tuned there are the ones that transfer). Must be <= width.
+        kind: ``sp``, ``mup``, ``completep`` or ``muon``.
+        optimizer: ``adam`` (Adam/AdamW rules) or ``sgd`` (SGD rules). ``muon`` kind
+            uses Adam rules for the non-Muon parameters.
+        depth, base_depth: for ``completep`` (and any builder that takes a depth).
+        depth_alpha: CompleteP's alpha, 0.5 or 1.
+        multipliers: tunable forward multipliers.
+        rules: ordered ``(regex, role)`` overrides; the first match wins, before the
+            roles inferred from shapes and module types.
+        infer_roles: if False, every parameter must be matched by a user rule.
+        readout_init: ``constant`` (default: constant variance, non-zero) or ``zero``.
+        init: ``model`` keeps the model's own init (assumed fan-in scaled, as torch's
+            defaults are), ``normal`` re-initializes with ``init_std`` at base width.
+        init_std: the base-width std for ``init="normal"``.
+        residual_branches: regexes (re.fullmatch on module names) of the residual branch
+            modules; default: modules named ``...attn``/``...mlp`` inside a ModuleList.
+        base_shapes: a mup .bsh path or mapping to use instead of building the base model.
+    """
+
+    def __init__(
+        self,
+        builder: Builder,
+        *,
+        width: int,
+        base_width: int,
+        kind: str = "mup",
+        optimizer: str = "adam",
+        depth: int | None = None,
+        base_depth: int | None = None,
+        depth_alpha: float = 1.0,
+        multipliers: Multipliers | None = None,
+        rules: Iterable[tuple[str, str] | Rule] = (),
+        infer_roles: bool = True,
+        readout_init: str = "constant",
+        init: str = "model",
+        init_std: float = 0.02,
+        residual_branches: Sequence[str] | None = None,
+        base_shapes: str | Path | Mapping[str, Sequence[int | None]] | None = None,
+        delta_width: int | None = None,
+    ) -> None:
+        if kind not in KINDS:
+            raise ValueError(f"unknown parametrization {kind!r}; choose from {', '.join(KINDS)}")
+        if optimizer not in OPTIMIZERS:
+            raise ValueError(f"unknown optimizer rule set {optimizer!r}; choose from {OPTIMIZERS}")
+        if kind == "muon" and optimizer != "adam":
+            raise ValueError(f"kind 'muon' pairs Muon with Adam rules, not optimizer {optimizer!r}")
+        for label, w in (("width", width), ("base_width", base_width)):
+            if not isinstance(w, int) or w < 1:
+                raise ValueError(f"{label} must be a positive integer, got {w!r}")
+        if base_width > width:
+            raise ValueError(f"base width {base_width} is larger than the width {width}")
+        if readout_init not in ("constant", "zero"):
+            raise ValueError(f"readout_init must be 'constant' or 'zero', got {readout_init!r}")
+        if init not in ("model", "normal"):
+            raise ValueError(f"init must be 'model' or 'normal', got {init!r}")
+        if kind == "completep" and depth_alpha not in (0.5, 1.0):
+            raise ValueError(f"depth_alpha must be 0.5 or 1, got {depth_alpha!r}")
+        takes_depth = _accepts_depth(builder)
+        if depth is not None and not takes_depth:
+            raise ValueError("depth was given but the builder takes only a width")
+        if kind == "completep" and depth is None:
+            raise ValueError("completep needs depth and base_depth (and a builder(width, depth))")
+        if depth is not None:
+            base_depth = depth if base_depth is None else base_depth
+            if depth < 1 or base_depth < 1:
+                raise ValueError(f"depth and base_depth must be >= 1, got {depth}, {base_depth}")
+
+        self.builder = builder
+        self.kind, self.optimizer = kind, optimizer
+        self.width, self.base_width = width, base_width
+        self.depth, self.base_depth = depth, base_depth
+        self.depth_alpha = float(depth_alpha)
+        self.multipliers = multipliers or Multipliers()
+        self.readout_init, self.init, self.init_std = readout_init, init, float(init_std)
+        self.user_rules = tuple(r if isinstance(r, Rule) else Rule(r[0], r[1]) for r in rules)
+        self.infer_roles = infer_roles
+        self.residual_branch_patterns = tuple(residual_branches) if residual_branches else None
+
+        # Shapes: the target on meta (cheap at any width), the base from a .bsh or a build.
+        with torch.device("meta"):
+            target = _call_builder(builder, width, depth)
+        shapes = {n: tuple(p.shape) for n, p in target.named_parameters()}
+        if not shapes:
+            raise ValueError("the builder's model has no parameters")
+        if base_shapes is not None:
+            bsh = load_base_shapes(base_shapes) if isinstance(base_shapes, (str, Path)) else {
+                k: list(v) for k, v in base_shapes.items()}
+            width_dims = self._width_dims_from_bsh(shapes, bsh)
+            base = {n: tuple(b if b is not None else s for b, s in zip(bsh[n], shapes[n]))
+                    for n in shapes}
+        else:
+            delta_w = delta_width or (base_width * 2 if base_width * 2 != width else base_width * 3)
+            with torch.device("meta"):
+                base_model = _call_builder(builder, base_width, depth)
+                delta_model = _call_builder(builder, delta_w, depth)
+            base = {n: tuple(p.shape) for n, p in base_model.named_parameters()}
+            delta = {n: tuple(p.shape) for n, p in delta_model.named_parameters()}
+            if set(base) != set(shapes) or set(delta) != set(shapes):
+                missing = sorted(set(shapes) ^ set(base) | set(shapes) ^ set(delta))
+                raise ValueError(
+                    f"the builder gives different parameter names at different widths: {missing[:3]}")
+            width_dims = {}
+            for n in shapes:
+                if len(base[n]) != len(delta[n]):
+                    raise ValueError(f"parameter {n} changes rank with width: {base[n]} vs {delta[n]}")
+                width_dims[n] = tuple(i for i, (b, d) in enumerate(zip(base[n], delta[n])) if b != d)
+            if not any(width_dims.values()):
+                raise ValueError(
+                    f"the builder's shapes do not change with width (built at {base_width} and "
+                    f"{delta_w}): no parameter depends on width, so there is nothing to parametrize")
+        self._shapes, self._base_shapes, self._width_dims = shapes, base, width_dims
+        self._modules = dict(target.named_modules())
+        self._module_of = self._owning_modules(target)
+        self._params_of_module: dict[str, list[str]] = {}
+        for pname, owners in self._module_of.items():
+            for mname, _ in owners:
+                self._params_of_module.setdefault(mname, []).append(pname)
+        # mup interop: a MuReadout's own output_mult and zero-init flag carry over.
+        self._readout_mults = {n: float(getattr(m, "output_mult", 1.0))
+                               for n, m in self._modules.items() if _is_mup_readout(m)}
+        self._zero_readouts = {n for n, m in self._modules.items()
+                               if _is_mup_readout(m) and getattr(m, "readout_zero_init", False)}
+        self.branch_modules = self._find_residual_branches(target)
+        self.attention_modules = tuple(
+            n for n, m in target.named_modules()
+            if hasattr(m, "softmax_scale") and hasattr(m, "head_dim"))
+        self.specs: dict[str, ParamSpec] = {n: self._spec(n) for n in shapes}
+
+    # ---- shapes and roles ------------------------------------------------------------
+
+    @staticmethod
+    def _width_dims_from_bsh(shapes: dict[str, tuple[int, ...]],
+                             bsh: Mapping[str, Sequence[int | None]]) -> dict[str, tuple[int, ...]]:
+        out = {}
+        for n, s in shapes.items():
+            if n not in bsh:
+                raise ValueError(f"parameter {n} is missing from the base-shapes file")
+            if len(bsh[n]) != len(s):
+                raise ValueError(f"parameter {n} has rank {len(s)} but the base shape {bsh[n]}")
+            out[n] = tuple(i for i, b in enumerate(bsh[n]) if b is not None)
+        return out
+
+    @staticmethod
+    def _owning_modules(model: nn.Module) -> dict[str, list[tuple[str, nn.Module]]]:
+        """Every module that holds each parameter (several when weights are tied)."""
+        by_id: dict[int, list[tuple[str, nn.Module]]] = {}
+        for mname, module in model.named_modules():
+            for _, p in module.named_parameters(recurse=False):
+                by_id.setdefault(id(p), []).append((mname, module))
+        return {n: by_id[id(p)] for n, p in model.named_parameters()}
+
+    def _find_residual_branches(self, model: nn.Module) -> tuple[str, ...]:
+        names = [n for n, _ in model.named_modules() if n]
+        if self.residual_branch_patterns is not None:
+            pats = [re.compile(p) for p in self.residual_branch_patterns]
+            return tuple(n for n in names if any(p.fullmatch(n) for p in pats))
+        # Default: children called attn/mlp of the items of a ModuleList (blocks.3.attn).
+        pat = re.compile(r"(.*\.)?\d+\.(attn|attention|self_attn|mlp|ffn|feed_forward)")
+        return tuple(n for n in names if pat.fullmatch(n))
+
+    def _fan_dims(self, name: str) -> tuple[int | None, int | None]:
+        """(fan_in dim, fan_out dim). Embedding weights are (num, dim): fan_in is the
+        one-hot side (dim 0). Linear/conv weights are (out, in, ...)."""
+        ndim = len(self._shapes[name])
+        if ndim < 2:
+            return None, None
+        if any(isinstance(m, nn.Embedding) for _, m in self._module_of[name]):
+            return 0, 1
+        return 1, 0
+
+    def _infer_role(self, name: str) -> tuple[str, str]:
+        shape, wd = self._shapes[name], self._width_dims[name]
+        if len(shape) == 0:
+            return "scalar", "inferred:0-d"
+        if len(shape) == 1 or not wd:
+            return "vector", "inferred:1-d" if len(shape) == 1 else "inferred:no width dim"
+        fan_in, fan_out = self._fan_dims(name)
+        owners = [m for _, m in self._module_of[name]]
+        if any(_is_mup_readout(m) for m in owners):
+            return "output", "inferred:MuReadout"
+        in_w, out_w = fan_in in wd, fan_out in wd
+        if len(wd) > 2:
+            raise ValueError(f"parameter {name} has {len(wd)} width dimensions {wd}; add a rule for it")
+        if in_w and out_w:
+            return "hidden", "inferred:fan_in and fan_out scale"
+        if out_w:
+            if any(isinstance(m, nn.Embedding) for m in owners):
+                return "input", "inferred:embedding"
+            return "input", "inferred:fan_out scales"
+        if in_w:
+            return "output", "inferred:fan_in scales"
+        raise ValueError(f"parameter {name} scales along a kernel dimension {wd}; add a rule for it")
+
+    def _role(self, name: str) -> tuple[str, str]:
+        for rule in self.user_rules:
+            if re.search(rule.pattern, name):
+                return rule.role, rule.pattern
+        if not self.infer_roles:
+            raise ValueError(f"parameter {name} is matched by no rule")
+        return self._infer_role(name)
+
+    def _mult(self, name: str, dim: int | None) -> float:
+        if dim is None or dim not in self._width_dims[name]:
+            return 1.0
+        return self._shapes[name][dim] / self._base_shapes[name][dim]
+
+    def _in_branch(self, name: str) -> bool:
+        """Inside a residual block: under the parent of a branch module (``blocks.3.``),
+        so the block's norm gains count too (CompleteP Table 1 scales their LR)."""
+        blocks = {b.rpartition(".")[0] for b in self.branch_modules}
+        return any(name.startswith(b + ".") for b in blocks if b)
+
+    # ---- the rules ---------------------------------------------------------------------
+
+    def _spec(self, name: str) -> ParamSpec:
+        role, rule = self._role(name)
+        shape = self._shapes[name]
+        fi, fo = self._fan_dims(name)
+        m_in, m_out = self._mult(name, fi), self._mult(name, fo)
+        wdims = self._width_dims[name]
+        m_vec = self._mult(name, wdims[-1]) if wdims else 1.0
+        mu = self.kind != "sp"
+        sgd = self.optimizer == "sgd"
+        in_branch = self._in_branch(name)
+
+        lr, init, std, opt, eps = 1.0, "keep", None, ("sgd" if sgd else "adamw"), 1.0
+        base_fan_in = self._base_shapes[name][fi] if fi is not None else None
+        if role == "hidden":
+            if mu:
+                lr = (m_out / m_in) if sgd else 1.0 / m_in
+            if self.init == "normal":
+                std = self.init_std * (math.sqrt(1.0 / m_in) if mu else 1.0)
+                init = f"normal:{std:.4g}"
+            elif base_fan_in is not None:
+                std = None
+            if self.kind == "muon" and len(shape) == 2:
+                lr, opt = 1.0, "muon"
+        elif role == "input":
+            if mu and sgd:
+                lr = m_out
+            if self.init == "normal":
+                std, init = self.init_std, f"normal:{self.init_std:.4g}"
+        elif role == "output":
+            if mu and sgd:
+                lr = m_in
+            zero = self.readout_init == "zero" or any(
+                o in self._zero_readouts for o, _ in self._module_of[name])
+            if mu and zero:
+                std, init = 0.0, "zeros"
+            elif self.init == "normal":
+                std, init = self.init_std, f"normal:{self.init_std:.4g}"
+            elif mu and m_in != 1.0:
+                # torch's fan-in law shrinks the readout as 1/sqrt(fan_in); undo it so the
+                # variance is constant in width, exactly as mup's MuReadout rescale does.
+                init = f"scale:{math.sqrt(m_in):.6g}"
+        elif role == "vector":
+            if mu and sgd:
+                lr = m_vec
+        if self.kind == "completep" and in_branch:
+            m_l = self.depth / self.base_depth  # type: ignore[operator]
+            lr *= m_l ** (self.depth_alpha - 1.0)
+            eps = m_l ** (-self.depth_alpha) * ((1.0 / m_in) if role == "hidden" else 1.0)
+        return ParamSpec(
+            name=name, shape=shape, role=role, rule=rule, width_dims=wdims,
+            fan_in_mult=m_in, fan_out_mult=m_out, init=init, init_std=std,
+            lr_mult=lr, wd=role in ("input", "hidden", "output"), eps_mult=eps,
+            optimizer=opt, in_residual_branch=in_branch,
+        )
+
+    @property
+    def width_mult(self) -> float:
+        return self.width / self.base_width
+
+    @property
+    def depth_mult(self) -> float:
+        return 1.0 if self.depth is None else self.depth / self.base_depth  # type: ignore[operator]
+
+    @property
+    def residual_scale(self) -> float:
+        scale = self.multipliers.residual
+        if self.kind == "completep":
+            scale *= self.depth_mult ** (-self.depth_alpha)
+        return scale
+
+    def attention_scale(self, head_dim: int) -> float:
+        """Softmax scale: attention/d_head under μP kinds, attention/sqrt(d_head) in SP.
+
+        (TP-V §4: with 1/sqrt(d) the query-key dot product grows like sqrt(d) once q and
+        k become correlated by training.)
+        """
+        power = 0.5 if self.kind == "sp" else 1.0
+        return self.multipliers.attention / head_dim**power
+
+    def _usage(self, mname: str) -> tuple[str | None, float]:
+        """How a module uses its parameters: ("input" | "output" | None, readout m_in).
+
+        Decided per module, not per parameter, because a tied embedding matrix is one
+        parameter (role ``input``) used by two modules: the embedding reads it as an
+        input layer, the head Linear as the readout.
+        """
+        names = self._params_of_module.get(mname, [])
+        if not names:
+            return None, 1.0
+        roles = {self.specs[n].role for n in names}
+        module = self._modules[mname]
+        weight = f"{mname}.weight" if mname else "weight"
+        if isinstance(module, nn.Embedding):
+            return ("input" if "input" in roles else None), 1.0
+        if isinstance(module, nn.Linear) and roles & {"input", "output"}:
+            wname = weight if weight in self.specs else names[0]
+            wd = self._width_dims[wname]
+            if 1 in wd and 0 not in wd:  # Linear weight is (out, in): fan_in scales
+                return "output", self._mult(wname, 1)
+            return "input", 1.0
+        if "output" in roles:
+            return "output", max(self.specs[n].fan_in_mult for n in names)
+        if "input" in roles:
+            return "input", 1.0
+        return None, 1.0
+
+    def _hooks(self) -> list[_Hook]:
+        hooks: list[_Hook] = []
+        m = self.multipliers
+        for mname in self._params_of_module:
+            usage, m_in = self._usage(mname)
+            if usage == "output":
+                scale = m.output * self._readout_mults.get(mname, 1.0)
+                if self.kind != "sp":
+                    scale /= m_in
+                if scale != 1.0:
+                    hooks.append(_Hook(mname, "pre", scale))
+            elif usage == "input" and m.input != 1.0:
+                hooks.append(_Hook(mname, "post", m.input))
+        if self.residual_scale != 1.0:
+            hooks.extend(_Hook(b, "post", self.residual_scale) for b in self.branch_modules)
+        return hooks
+
+    # ---- applying it -------------------------------------------------------------------
+
+    def build(self, *, device: torch.device | str | None = None, seed: int | None = None) -> nn.Module:
+        """Build the model at ``width`` (and ``depth``), then :meth:`apply` to it."""
+        if seed is not None:
+            torch.manual_seed(seed)
+        model = _call_builder(self.builder, self.width, self.depth)
+        if device is not None:
+            model = model.to(device)
+        return self.apply(model)
+
+    def apply(self, model: nn.Module) -> nn.Module:
+        """Initialize ``model`` (built at this width) in place, register the forward
+        multipliers and set attention scales. Returns the model.
+
+        mup's ``MuReadout`` layers are swapped for plain ``nn.Linear`` sharing their
+        parameters (their own multiplier would need mup's tensor attributes); their
+        ``output_mult`` is folded into the output multiplier.
+        """
+        names = {n: tuple(p.shape) for n, p in model.named_parameters()}
+        if names != self._shapes:
+            diff = sorted(set(names.items()) ^ set(self._shapes.items()))[:2]
+            raise ValueError(f"model does not match the parametrization's width {self.width}: {diff}")
+        self._swap_mup_readouts(model)
+        if getattr(model, "_mutransfer_hooks", None):
+            raise ValueError("this model is already parametrized; build a fresh one")
+        params = dict(model.named_parameters())
+        with torch.no_grad():
+            for name, spec in self.specs.items():
+                p = params[name]
+                if spec.init == "zeros":
+                    p.zero_()
+                elif spec.init.startswith("scale:"):
+                    p.mul_(float(spec.init.split(":", 1)[1]))
+                elif spec.init.startswith("normal:"):
+                    p.normal_(0.0, spec.init_std or 0.0)
+        modules = dict(model.named_modules())
+        handles = []
+        for hook in self._hooks():
+            mod = modules[hook.module]
+            if hook.kind == "pre":
+                handles.append(mod.register_forward_pre_hook(_scale_input(hook.scale)))
+            else:
+                handles.append(mod.register_forward_hook(_scale_output(hook.scale)))
+        for aname in self.attention_modules:
+            mod = modules[aname]
+            mod.softmax_scale = self.attention_scale(int(mod.head_dim))
+        # A marker (a plain tuple of strings) that also survives deepcopy, so a second
+        # apply is refused instead of stacking hooks.
+        model._mutransfer_hooks = tuple(f"{h.kind}:{h.module}:{h.scale:g}" for h in self._hooks())
+        return model
+
+    @staticmethod
+    def _swap_mup_readouts(model: nn.Module) -> None:
+        for mname, module in list(model.named_modules()):
+            if not _is_mup_readout(module):
+                continue
+            lin = nn.Linear(module.in_features, module.out_features,
+                            bias=module.bias is not None, device="meta")
+            lin.weight = module.weight
+            if module.bias is not None:
+                lin.bias = module.bias
+            parent_name, _, child = mname.rpartition(".")
+            parent = model.get_submodule(parent_name) if parent_name else model
+            setattr(parent, child, lin)
+
+    def param_groups(
+        self,
+        model: nn.Module,
+        lr: float,
+        *,
+        weight_decay: float = 0.0,
+        wd_mode: str = "coupled",
+        eps: float = 1e-8,
+    ) -> list[dict[str, Any]]:
+        """Optimizer param groups. Each group holds ``lr = lr × lr_mult`` (what torch
+        optimizers and LR schedulers read) plus ``base_lr`` and ``lr_mult`` beside it, so
+        any scheduler composes: effective LR = base × schedule × multiplier.
+
+        Weight decay: ``coupled`` is torch AdamW's decay (lr_t × wd per step);
+        ``independent`` decays by wd × schedule(t), not scaled by the LR (Loshchilov &
+        Hutter 2019's original AdamW; Wortsman et al. 2023), stored as wd / (lr × mult).
+        mup's MuAdamW equals ``independent`` with wd_indep = lr × wd. Vector-like
+        parameters get no decay.
+        """
+        if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
+            raise ValueError(f"learning rate must be a positive finite number, got {lr!r}")
+        if weight_decay < 0 or not math.isfinite(weight_decay):
+            raise ValueError(f"weight_decay must be >= 0, got {weight_decay!r}")
+        if wd_mode not in WD_MODES:
+            raise ValueError(f"unknown weight-decay mode {wd_mode!r}; choose from {WD_MODES}")
+        groups: dict[tuple[Any, ...], dict[str, Any]] = {}
+        for name, p in model.named_parameters():
+            if name not in self.specs:
+                raise ValueError(f"parameter {name} is not covered by this parametrization")
+            if not p.requires_grad:
+                continue
+            s = self.specs[name]
+            wd = weight_decay if s.wd else 0.0
+            if wd and wd_mode == "independent":
+                wd = wd / (lr * s.lr_mult)
+            key = (s.optimizer, s.lr_mult, wd, s.eps_mult, s.role)
+            g = groups.setdefault(key, {
+                "params": [], "names": [], "lr": lr * s.lr_mult, "base_lr": lr,
+                "lr_mult": s.lr_mult, "weight_decay": wd, "optimizer": s.optimizer,
+                "role": s.role, "eps": eps * s.eps_mult,
+            })
+            g["params"].append(p)
+            g["names"].append(name)
+        return list(groups.values())
+
+    # ---- reporting ---------------------------------------------------------------------
+
+    def rules_table(self) -> list[Rule]:
+        """The ordered role table: user rules, then the built-in inference rules."""
+        builtin = [
+            Rule(r"<0-d>", "scalar", "builtin"),
+            Rule(r"<1-d, or no width dim>", "vector", "builtin"),
+            Rule(r"<mup MuReadout>", "output", "builtin"),
+            Rule(r"<fan_in and fan_out scale>", "hidden", "builtin"),
+            Rule(r"<embedding, or fan_out scales>", "input", "builtin"),
+            Rule(r"<fan_in scales>", "output", "builtin"),
+        ] if self.infer_roles else []
+        return [*self.user_rules, *builtin]
+
+    def describe(self, model: nn.Module | None = None) -> list[dict[str, Any]]:
+        """One row per parameter: name, shape, role, rule, width dims, init, init std,
+        LR multiplier, WD, eps multiplier, optimizer. With ``model``, ``init_std`` is
+        the measured std of each tensor (the truth for ``keep`` inits)."""
+        params = dict(model.named_parameters()) if model is not None else {}
+        rows = []
+        for s in self.specs.values():
+            row = dataclasses.asdict(s)
+            if s.name in params and params[s.name].numel() > 1:
+                row["init_std"] = float(params[s.name].detach().float().std())
+            rows.append(row)
+        return rows
+
+    def table(self, model: nn.Module | None = None) -> str:
+        """The describe() rows as a fixed-width text table."""
+        rows = self.describe(model)
+        head = ["name", "shape", "role", "width_dims", "init", "init_std", "lr_mult", "wd",
+                "eps_mult", "optim"]
+        body = [[r["name"], "x".join(map(str, r["shape"])) or "()", r["role"],
+                 ",".join(map(str, r["width_dims"])) or "-", r["init"],
+                 "-" if r["init_std"] is None else f"{r['init_std']:.4g}", f"{r['lr_mult']:.4g}",
+                 "yes" if r["wd"] else "no", f"{r['eps_mult']:.4g}", r["optimizer"]] for r in rows]
+        widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
+        fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+        lines = [
+            f"# {self.kind} ({self.optimizer} rules): width {self.width} over base {self.base_width}"
+            + (f", depth {self.depth} over base {self.base_depth}" if self.depth else "")
+            + f"; multipliers {dataclasses.asdict(self.multipliers)}",
+            fmt.format(*head), fmt.format(*("-" * w for w in widths)),
+        ]
+        lines += [fmt.format(*b) for b in body]
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return (f"Parametrization(kind={self.kind!r}, optimizer={self.optimizer!r}, width={self.width},"
+                f" base_width={self.base_width}, depth={self.depth}, base_depth={self.base_depth})")
+
+
+def parametrize(builder: Builder, **kwargs: Any) -> tuple[nn.Module, Parametrization]:
+    """Shortcut: ``Parametrization(builder, **kwargs)``, built. Returns (model, pz)."""
+    seed = kwargs.pop("seed", None)
+    device = kwargs.pop("device", None)
+    pz = Parametrization(builder, **kwargs)
+    return pz.build(device=device, seed=seed), pz
+
+
+__all__ = [
+    "KINDS",
+    "ROLES",
+    "Multipliers",
+    "ParamSpec",
+    "Parametrization",
+    "Rule",
+    "load_base_shapes",
+    "parametrize",
+]
+_ = field  # dataclasses.field kept for subclass authors
