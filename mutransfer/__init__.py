@@ -12,7 +12,44 @@ from typing import Any
 __version__ = "0.1.0"
 
 # public name -> module that defines it
-_EXPORTS: dict[str, str] = {}
+_EXPORTS: dict[str, str] = {
+    # parametrization
+    "Parametrization": "mutransfer.parametrization",
+    "Multipliers": "mutransfer.parametrization",
+    "Rule": "mutransfer.parametrization",
+    "ParamSpec": "mutransfer.parametrization",
+    "parametrize": "mutransfer.parametrization",
+    "load_base_shapes": "mutransfer.parametrization",
+    # coordinate check
+    "coord_check": "mutransfer.coord_check",
+    "CoordCheckResult": "mutransfer.coord_check",
+    # models
+    "GPT": "mutransfer.models",
+    "GPTConfig": "mutransfer.models",
+    "MLP": "mutransfer.models",
+    "MLPConfig": "mutransfer.models",
+    "get_preset": "mutransfer.models",
+    "width_ladder": "mutransfer.models",
+    # optimizers
+    "build_optimizer": "mutransfer.optim",
+    "set_lr": "mutransfer.optim",
+    "OptimizerList": "mutransfer.optim",
+    # data, schedules, noise scale, memory
+    "DataConfig": "mutransfer.data",
+    "TokenDataset": "mutransfer.data",
+    "load_dataset": "mutransfer.data",
+    "build_stdlib_corpus": "mutransfer.data",
+    "ScheduleConfig": "mutransfer.schedules",
+    "Schedule": "mutransfer.schedules",
+    "make_schedule": "mutransfer.schedules",
+    "BatchRampConfig": "mutransfer.schedules",
+    "BatchRamp": "mutransfer.schedules",
+    "NoiseScaleRamp": "mutransfer.schedules",
+    "NoiseScaleEstimator": "mutransfer.noise_scale",
+    "grad_sq_norm": "mutransfer.noise_scale",
+    "training_memory": "mutransfer.memory",
+    "MemoryEstimate": "mutransfer.memory",
+}
 
 __all__ = ["__version__", *_EXPORTS]
 

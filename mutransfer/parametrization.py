@@ -444,6 +444,20 @@ class Parametrization:
         elif role == "vector":
             if mu and sgd:
                 lr = m_vec
+            owner, _, leaf = name.rpartition(".")
+            sibling = f"{owner}.weight" if owner else "weight"
+            if (mu and leaf == "bias" and sibling in self._shapes and self.init == "model"
+                    and self._role(sibling)[0] in ("hidden", "output")):
+                # torch inits a linear's bias with its weight's 1/sqrt(fan_in) law, which
+                # shrinks with width; μP biases are Θ(1), so undo it as mup's
+                # set_base_shapes does (rescale_linear_bias, MuReadout._rescale_parameters).
+                m_w = self._mult(sibling, self._fan_dims(sibling)[0])
+                zero = self._role(sibling)[0] == "output" and (
+                    self.readout_init == "zero" or owner in self._zero_readouts)
+                if zero:
+                    std, init = 0.0, "zeros"
+                elif m_w != 1.0:
+                    init = f"scale:{math.sqrt(m_w):.6g}"
         if self.kind == "completep" and in_branch:
             m_l = self.depth / self.base_depth  # type: ignore[operator]
             lr *= m_l ** (self.depth_alpha - 1.0)

@@ -1,0 +1,107 @@
+"""Coordinate check: μP passes and SP fails on the same GPT; CompleteP passes over depth
+and plain μP fails; the CLI writes its three files and exits as documented."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from mutransfer.cli import main
+from mutransfer.coord_check import coord_check, fit_slopes
+from mutransfer.data import DataConfig, load_dataset
+from mutransfer.models import GPT, GPTConfig
+
+CFG = GPTConfig(width=32, depth=2, head_dim=16, seq_len=32, vocab_size=256)
+
+
+@pytest.fixture(scope="module")
+def batch() -> tuple[torch.Tensor, torch.Tensor]:
+    data = load_dataset(DataConfig(max_bytes=200_000))
+    return data.get_batch("train", 0, 4, CFG.seq_len, seed=0)
+
+
+@pytest.fixture(scope="module")
+def width_results(batch):
+    out = {}
+    for kind in ("sp", "mup"):
+        out[kind] = coord_check(lambda w: GPT(CFG.replace(width=w)), batch, kind=kind,
+                                widths=(32, 64, 128, 256), steps=3, seeds=2, lr=1e-2)
+    return out
+
+
+def test_mup_passes_and_sp_fails_on_the_same_gpt(width_results) -> None:
+    sp, mu = width_results["sp"], width_results["mup"]
+    assert mu.passed and not sp.passed
+    # SP's hidden activations grow roughly linearly in width after a few Adam steps.
+    assert sp.slopes["slope"].max() > 0.8
+    assert mu.slopes["slope"].max() < 0.15
+    # At init (step 0) both are the same model law except the readout: no blow-up yet.
+    init = sp.slopes[(sp.slopes["step"] == 0) & (sp.slopes["module"] != "lm_head")]
+    assert init["slope"].abs().max() < 0.15
+    # μP's logits shrink like width^-1/2 at init (readout × 1/width_mult), as TP-V says.
+    mu0 = mu.slopes[(mu.slopes["step"] == 0) & (mu.slopes["module"] == "lm_head")]["slope"].item()
+    assert mu0 == pytest.approx(-0.5, abs=0.1)
+
+
+def test_result_table_is_tidy(width_results) -> None:
+    d = width_results["mup"].data
+    assert list(d.columns[:6]) == ["width", "depth", "seed", "module", "step", "l1"]
+    assert len(d) == 4 * 2 * 4 * d["module"].nunique()  # widths × seeds × (steps+1) × modules
+    assert np.isfinite(d["l1"]).all() and (d["l1"] > 0).all()
+    j = width_results["sp"].to_json_dict()
+    assert j["parametrization"] == "sp" and j["passed"] is False
+    assert j["slopes"]["blocks.0.mlp"] > 0.5
+
+
+def test_completep_passes_over_depth_and_mup_fails(batch) -> None:
+    results = {}
+    for kind in ("mup", "completep"):
+        results[kind] = coord_check(
+            lambda w, d: GPT(CFG.replace(width=w, depth=d)), batch, kind=kind, widths=(64,),
+            depths=(2, 4, 8), steps=3, seeds=3, lr=1e-2)
+    assert results["completep"].passed and not results["mup"].passed
+    mu_last = results["mup"].slopes.query("module == 'blocks.last' and step == 3")["slope"].item()
+    assert mu_last > 0.5  # the residual stream grows with depth without the L^-alpha
+    assert "depth_slopes" in results["completep"].to_json_dict()
+
+
+def test_slope_fit_recovers_known_exponents() -> None:
+    rows = [{"width": w, "depth": 0, "seed": s, "module": m, "step": 1, "l1": c * w**e}
+            for w in (32, 64, 128) for s in (0, 1)
+            for m, c, e in (("a", 2.0, 1.0), ("b", 0.5, -0.5), ("c", 3.0, 0.0))]
+    slopes = fit_slopes(pd.DataFrame(rows)).set_index("module")["slope"]
+    assert slopes.to_dict() == pytest.approx({"a": 1.0, "b": -0.5, "c": 0.0}, abs=1e-9)
+
+
+def test_cli_writes_csv_png_json_and_exits_by_verdict(tmp_path, capsys) -> None:
+    common = ["--widths", "32,64,128", "--steps", "2", "--seeds", "1", "--seq-len", "32",
+              "--batch-size", "4", "--quiet"]
+    assert main(["coord-check", *common, "--out", str(tmp_path / "mup")]) == 0
+    for name in ("coord_check.csv", "coord_check.png", "coord_check.json"):
+        assert (tmp_path / "mup" / name).stat().st_size > 0
+    verdict = json.loads((tmp_path / "mup" / "coord_check.json").read_text())
+    assert verdict["parametrization"] == "mup" and verdict["passed"] is True
+    assert set(verdict["slopes"]) >= {"lm_head", "blocks.0.mlp", "wte"}
+    assert (tmp_path / "mup" / "coord_check.png").read_bytes()[:4] == b"\x89PNG"
+    assert main(["coord-check", *common, "-p", "sp", "--strict", "--out", str(tmp_path / "sp")]) == 1
+    assert json.loads((tmp_path / "sp" / "coord_check.json").read_text())["passed"] is False
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["-p", "ntk"], "unknown parametrization 'ntk'"),
+        (["--widths", "32,40"], "width 40 is not divisible"),
+        (["-p", "completep"], "needs --depths"),
+        (["--widths", "32,x"], "'x' is not an integer"),
+    ],
+)
+def test_cli_bad_input_exits_2_and_writes_nothing(tmp_path, capsys, argv, message) -> None:
+    out = tmp_path / "out"
+    assert main(["coord-check", *argv, "--out", str(out), "--quiet"]) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()

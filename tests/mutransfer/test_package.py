@@ -1,0 +1,27 @@
+"""Package-level promises: lazy heavy imports and a complete public API."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import mutransfer
+
+
+def test_import_is_lazy() -> None:
+    code = ("import sys, mutransfer, analysis, sweeps; "
+            "print(sorted(m for m in ('torch', 'optuna', 'scipy', 'matplotlib') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_every_public_name_resolves() -> None:
+    for name in mutransfer.__all__:
+        assert getattr(mutransfer, name) is not None, name
+
+
+def test_python_dash_m_runs_the_cli() -> None:
+    out = subprocess.run([sys.executable, "-m", "mutransfer", "--help"], capture_output=True, text=True)
+    assert out.returncode == 0 and "coord-check" in out.stdout
+    bad = subprocess.run([sys.executable, "-m", "mutransfer", "frobnicate"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "unknown command 'frobnicate'" in bad.stderr
