@@ -1,0 +1,44 @@
+"""CLI verbs of the parametrization layer: explain, and coord-check on the MLP."""
+
+from __future__ import annotations
+
+import json
+
+from mutransfer.cli import main
+
+
+def test_explain_prints_every_parameter_with_its_role(capsys) -> None:
+    assert main(["explain", "--preset", "gpt-tiny", "--width", "256", "--rules"]) == 0
+    out = capsys.readouterr().out
+    assert "mup (adam rules): width 256 over base 64" in out
+    line = next(ln for ln in out.splitlines() if ln.startswith("blocks.0.attn.c_q.weight"))
+    assert "hidden" in line and "0.25" in line  # LR × 1/width_mult
+    assert "first match wins" in out
+
+
+def test_explain_json_rows(capsys) -> None:
+    assert main(["explain", "--preset", "mlp-tiny", "--width", "128", "--optimizer", "sgd", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["fc_in.weight"]["role"] == "input" and rows["fc_in.weight"]["lr_mult"] == 2.0
+    assert rows["fc_out.bias"]["role"] == "vector" and rows["fc_out.bias"]["lr_mult"] == 1.0
+
+
+def test_explain_bad_preset_exits_2(capsys) -> None:
+    assert main(["explain", "--preset", "gpt-9b"]) == 2
+    assert "unknown preset 'gpt-9b'" in capsys.readouterr().err
+
+
+def test_coord_check_on_the_mlp(tmp_path) -> None:
+    args = ["coord-check", "--model", "mlp", "--widths", "64,256,1024", "--steps", "3", "--seeds", "2",
+            "--quiet", "--no-plot"]
+    verdicts = {}
+    for name, extra in (("mup", []), ("sp", ["-p", "sp"]), ("mup-sgd", ["--optimizer", "sgd"]),
+                        ("sp-sgd", ["-p", "sp", "--optimizer", "sgd"])):
+        assert main([*args, *extra, "--out", str(tmp_path / name)]) == 0
+        verdicts[name] = json.loads((tmp_path / name / "coord_check.json").read_text())
+    assert verdicts["mup"]["passed"] and not verdicts["sp"]["passed"]
+    assert verdicts["sp"]["slopes"]["fc_out"] > 1.0  # SP-Adam logits grow ~linearly in width
+    assert verdicts["mup-sgd"]["passed"]
+    # SP-SGD's readout drifts up with width too, more slowly; μP-SGD's does not.
+    assert verdicts["sp-sgd"]["slopes"]["fc_out"] > verdicts["mup-sgd"]["slopes"]["fc_out"] + 0.1
+    assert not (tmp_path / "mup" / "coord_check.png").exists()
