@@ -7,6 +7,7 @@ LR is always base × schedule × multiplier.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -101,4 +102,76 @@ def set_lr(optimizer: OptimizerList | torch.optim.Optimizer, schedule_value: flo
         g["lr"] = g.get("base_lr", g["lr"]) * schedule_value * g.get("lr_mult", 1.0)
 
 
-__all__ = ["OPTIMIZER_NAMES", "OptimizerList", "build_optimizer", "set_lr"]
+__all__ = [
+    "OPTIMIZER_NAMES",
+    "OptimizerList",
+    "attention_modules",
+    "build_optimizer",
+    "qk_clip",
+    "set_lr",
+    "track_max_logits",
+]
+
+
+# ---- QK-clip (MuonClip) ------------------------------------------------------------------
+
+
+def attention_modules(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
+    """Attention modules QK-clip can act on: those exposing ``max_logit``,
+    ``track_max_logit``, ``n_head``, ``head_dim`` and linear ``c_q`` / ``c_k``."""
+    out = []
+    for name, m in model.named_modules():
+        if all(hasattr(m, a) for a in ("track_max_logit", "max_logit", "n_head", "head_dim", "c_q", "c_k")):
+            out.append((name, m))
+    return out
+
+
+def track_max_logits(model: torch.nn.Module, on: bool = True) -> None:
+    """Turn the per-head max-logit measurement of every attention module on or off."""
+    for _, m in attention_modules(model):
+        m.track_max_logit = on
+        if not on:
+            m.max_logit = None
+
+
+@torch.no_grad()
+def qk_clip(
+    model: torch.nn.Module,
+    tau: float = 100.0,
+    max_logits: dict[str, torch.Tensor] | None = None,
+) -> int:
+    """QK-clip, the post-step half of MuonClip (Kimi K2 technical report, Kimi Team 2025,
+    §2.1): for each head h with max pre-softmax logit S_h (over the batch just trained on),
+    gamma_h = min(1, tau / S_h), and the head's rows of W_q and of W_k are each scaled by
+    sqrt(gamma_h), so that head's logits (a bilinear form in W_q, W_k) shrink by gamma_h
+    and its max becomes tau. Heads with S_h <= tau are untouched.
+
+    ``max_logits`` maps module name -> per-head maxima ``[H]``; by default each module's
+    ``max_logit`` from its last tracked forward. Under ``torch.distributed`` the maxima
+    are all-reduced (MAX) first so every rank applies the same scaling and the replicas
+    stay identical. With QK-norm the logits do not depend on the scale of W_q, W_k, so
+    the clip cannot bound them (use ``logit_softcap`` there). Returns the number of heads
+    clipped.
+    """
+    if not (tau > 0 and math.isfinite(tau)):
+        raise ValueError(f"qk-clip tau must be a positive finite number, got {tau!r}")
+    clipped = 0
+    for name, m in attention_modules(model):
+        s = max_logits.get(name) if max_logits is not None else m.max_logit
+        if s is None:
+            continue
+        s = s.detach().float().clone()
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.all_reduce(s, op=torch.distributed.ReduceOp.MAX)
+        over = s > tau
+        if not bool(over.any()):
+            continue
+        gamma = torch.where(over, tau / s, torch.ones_like(s))
+        # Rows h*D:(h+1)*D of the (out, in) weight produce head h's queries (keys).
+        row_scale = gamma.sqrt().repeat_interleave(int(m.head_dim))
+        for lin in (m.c_q, m.c_k):
+            lin.weight.mul_(row_scale.to(lin.weight)[:, None])
+            if lin.bias is not None:
+                lin.bias.mul_(row_scale.to(lin.bias))
+        clipped += int(over.sum())
+    return clipped

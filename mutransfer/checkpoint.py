@@ -1,0 +1,83 @@
+"""Trainer checkpoints: plain state dicts, written atomically, loaded with ``weights_only``.
+
+A checkpoint is one ``torch.save`` file holding only tensors, numbers, strings, lists and
+dicts (so ``torch.load(weights_only=True)`` can read it and no pickled code ever runs):
+the model and optimizer state dicts, the step, the data cursor, the RNG states and the
+trainer's small running state (noise-scale EMAs, spike window, history). It is written
+to a temp file and renamed, so a crash mid-write leaves the previous checkpoint intact.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from mutransfer._io import atomic_path
+
+__all__ = ["CHECKPOINT_FORMAT", "get_rng_state", "load_checkpoint", "save_checkpoint", "set_rng_state"]
+
+CHECKPOINT_FORMAT = "mutransfer.checkpoint/v1"
+_REQUIRED = ("format", "model", "optimizer", "step", "data_offset")
+
+
+def get_rng_state() -> dict[str, Any]:
+    """Python, NumPy, torch CPU (and CUDA) RNG states in weights_only-loadable types."""
+    kind, keys, pos, has_gauss, cached = np.random.get_state()  # noqa: NPY002
+    version, internal, gauss = random.getstate()
+    state: dict[str, Any] = {
+        "python": {"version": version, "state": list(internal), "gauss": gauss},
+        "numpy": {"kind": kind, "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
+                  "pos": int(pos), "has_gauss": int(has_gauss), "cached": float(cached)},
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore what :func:`get_rng_state` captured."""
+    py = state["python"]
+    random.setstate((int(py["version"]), tuple(int(x) for x in py["state"]), py["gauss"]))
+    n = state["numpy"]
+    legacy = (n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached"])
+    np.random.set_state(legacy)  # noqa: NPY002
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(path: str | os.PathLike[str], state: dict[str, Any]) -> Path:
+    """Write ``state`` (plus the format tag) to ``path`` atomically; returns the path."""
+    doc = {"format": CHECKPOINT_FORMAT, **state}
+    with atomic_path(path) as tmp:
+        torch.save(doc, tmp)
+    return Path(path)
+
+
+def load_checkpoint(path: str | os.PathLike[str], map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Read a checkpoint with ``torch.load(weights_only=True)``.
+
+    Raises ValueError naming the file when it is missing, truncated, corrupt, not a
+    mutransfer checkpoint, or lacks a required entry.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"checkpoint {str(p)!r} does not exist")
+    try:
+        doc = torch.load(p, map_location=map_location, weights_only=True)
+    except Exception as exc:  # zipfile, unpickling, EOF, RuntimeError: all mean "corrupt"
+        raise ValueError(f"checkpoint {str(p)!r} is corrupt or not a torch checkpoint: "
+                         f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+    if not isinstance(doc, dict) or doc.get("format") != CHECKPOINT_FORMAT:
+        fmt = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
+        raise ValueError(f"checkpoint {str(p)!r} is not a {CHECKPOINT_FORMAT} file (format {fmt!r})")
+    missing = [k for k in _REQUIRED if k not in doc]
+    if missing:
+        raise ValueError(f"checkpoint {str(p)!r} lacks {missing}")
+    return doc

@@ -1,0 +1,157 @@
+"""The trainer contract (docs/trainer_contract.md): config, result row, callback, pruning,
+divergence, metrics files, gradient accumulation, bad input."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from mutransfer.data import DataConfig, TokenDataset, load_dataset
+from mutransfer.train import ROW_KEYS, TrainConfig, Trainer, load_config, train
+
+# Tiny and single-threaded: each run is well under a second.
+TINY = dict(preset="gpt-tiny", width=32, depth=1, head_dim=16, seq_len=32, batch_size=8, steps=20,
+            lr=1e-2, eval_every=10, eval_batches=2, threads=1, data_max_bytes=300_000)
+
+
+@pytest.fixture(scope="module")
+def data() -> TokenDataset:
+    return load_dataset(DataConfig(max_bytes=300_000))
+
+
+def cfg(**kw: object) -> TrainConfig:
+    return TrainConfig(**{**TINY, **kw})  # type: ignore[arg-type]
+
+
+def test_loss_falls_and_row_has_the_results_table_keys(data: TokenDataset) -> None:
+    r = train(cfg(steps=40), data=data)
+    assert not r.diverged and not r.pruned and r.steps_done == 40
+    first = r.history[0]["loss"]
+    assert first == pytest.approx(math.log(256), abs=0.6)  # muP starts near uniform
+    assert r.loss < first - 1.0, (first, r.loss)
+    row = r.to_row()
+    assert list(row)[: len(ROW_KEYS)] == list(ROW_KEYS)
+    assert row["tokens"] == 40 * 8 * 32 and row["batch_tokens"] == 256
+    assert row["width"] == 32 and row["depth"] == 1 and row["n_params"] > row["n_params_nonembed"] > 0
+    assert row["loss"] == r.evals[-1][1] and [s for s, _ in r.evals] == [10, 20, 30, 40]
+    assert set(r.history[0]) >= {"step", "loss", "lr", "grad_norm", "tokens", "gns", "max_attn_logit",
+                                 "wall_s"}
+
+
+def test_callback_sees_metrics_and_can_prune(data: TokenDataset) -> None:
+    seen: list[tuple[int, dict]] = []
+
+    def cb(step: int, m: dict) -> bool:
+        seen.append((step, m))
+        return step >= 10
+
+    r = train(cfg(), callback=cb, data=data)
+    assert [s for s, _ in seen] == [10]
+    assert set(seen[0][1]) >= {"step", "val_loss", "train_loss", "tokens"}
+    assert r.pruned and not r.diverged and r.steps_done == 10 and r.to_row()["pruned"]
+    assert r.loss == seen[0][1]["val_loss"]
+
+
+def test_divergence_is_reported_never_raised(data: TokenDataset, tmp_path) -> None:
+    r = train(cfg(parametrization="sp", lr=1e4, grad_clip=None, out_dir=str(tmp_path)), data=data)
+    assert r.diverged and r.stop_reason == "diverged" and r.steps_done < 20
+    assert math.isfinite(r.loss) and r.loss >= math.log(256)
+    assert r.to_row()["diverged"] is True
+    text = (tmp_path / "metrics.jsonl").read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    for line in text.splitlines():
+        json.loads(line)
+
+
+def test_grad_accum_matches_one_big_batch_and_gives_gns(data: TokenDataset) -> None:
+    a = train(cfg(steps=8, eval_every=0), data=data)
+    b = train(cfg(steps=8, eval_every=0, grad_accum=4), data=data)
+    la = [h["loss"] for h in a.history]
+    lb = [h["loss"] for h in b.history]
+    np.testing.assert_allclose(lb, la, rtol=0, atol=2e-5)
+    assert all(h["gns"] is None for h in a.history)
+    # McCandlish's estimator needs two batch sizes: with micro-batches there are two.
+    c = train(cfg(steps=30, eval_every=0, grad_accum=2, gns_beta=0.5), data=data)
+    values = [h["gns"] for h in c.history if h["gns"] is not None]
+    assert values and all(math.isfinite(v) and v > 0 for v in values)
+
+
+def test_metrics_files_jsonl_and_csv(data: TokenDataset, tmp_path) -> None:
+    for fmt in ("jsonl", "csv"):
+        out = tmp_path / fmt
+        train(cfg(steps=5, eval_every=0, metrics_format=fmt, out_dir=str(out)), data=data)
+        text = (out / f"metrics.{fmt}").read_text()
+        lines = text.strip().splitlines()
+        if fmt == "jsonl":
+            assert len(lines) == 5 and json.loads(lines[-1])["step"] == 5
+        else:
+            assert lines[0].startswith("step,loss,lr,grad_norm,tokens,gns,max_attn_logit,wall_s")
+            assert len(lines) == 6
+        assert "nan" not in text.lower()
+        assert not list(out.glob(".*tmp"))  # no temp files left behind
+
+
+def test_overrides_parse_strings_check_types_and_reject_unknown_keys(tmp_path) -> None:
+    c = TrainConfig.from_overrides(None, {"lr": "3e-3", "steps": "1e2", "qk_norm": "true",
+                                          "width": "none", "grad_clip": "null", "parametrization": "muon"})
+    assert c.lr == 3e-3 and c.steps == 100 and c.qk_norm is True and c.width is None
+    assert c.grad_clip is None and c.optimizer == "muon"  # auto re-resolved for muon
+    with pytest.raises(ValueError, match="'lrr'"):
+        TrainConfig.from_overrides(None, {"lrr": 1})
+    with pytest.raises(ValueError, match="'steps' expects int"):
+        TrainConfig.from_overrides(None, {"steps": "ten"})
+    with pytest.raises(ValueError, match="'steps' expects int"):
+        TrainConfig.from_overrides(None, {"steps": 2.5})
+    y = tmp_path / "c.yaml"
+    y.write_text("lr: 0.002\nbatch_size: 4\nspike_policy: skip\n")
+    c2 = load_config(y)
+    assert (c2.lr, c2.batch_size, c2.spike_policy) == (0.002, 4, "skip")
+    assert TrainConfig.from_yaml(y, {"seed": "3"}).seed == 3
+    y.write_text("- not a mapping\n")
+    with pytest.raises(ValueError, match="mapping"):
+        load_config(y)
+    y.write_text("!!python/object/apply:os.system ['true']\n")
+    with pytest.raises(ValueError, match="YAML"):
+        load_config(y)  # safe_load: no code runs
+
+
+@pytest.mark.parametrize(("kw", "match"), [
+    ({"preset": "gpt-huge"}, "unknown preset 'gpt-huge'"),
+    ({"preset": "mlp-tiny"}, "not a GPT"),
+    ({"lr": 0.0}, "lr must be a positive"),
+    ({"lr": -1e-3}, "lr must be a positive"),
+    ({"batch_size": 0}, "batch_size must be a positive integer"),
+    ({"steps": -3}, "steps must be a positive integer"),
+    ({"batch_size": 6, "grad_accum": 4}, "not divisible"),
+    ({"width": 40}, "divisible"),
+    ({"spike_policy": "panic"}, "spike_policy must be one of"),
+    ({"parametrization": "mup", "optimizer": "muon"}, "does not go with"),
+])
+def test_bad_config_values_are_named(kw: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        TrainConfig(**kw)
+
+
+def test_bad_data_is_named(tmp_path) -> None:
+    short = TokenDataset({"train": np.arange(200, dtype=np.uint8), "val": np.arange(20, dtype=np.uint8)}, 256)
+    with pytest.raises(ValueError, match="seq_len=32 is longer than the data"):
+        Trainer(cfg(), data=short)
+    odd = tmp_path / "tokens.bin"
+    odd.write_bytes(b"\x01" * 1001)  # 1001 bytes cannot be uint16 tokens
+    with pytest.raises(ValueError, match="wrong dtype"):
+        train(cfg(data=str(odd), data_dtype="uint16"))
+
+
+def test_devices_and_cpu_fp32() -> None:
+    from mutransfer.train import resolve_device
+
+    assert resolve_device("cpu") == torch.device("cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            resolve_device("cuda")
+    with pytest.raises(ValueError, match="device must be"):
+        resolve_device("toaster")
