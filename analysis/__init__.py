@@ -24,24 +24,43 @@ from .loss_law import (
     SaturatingPowerLawFit,
 )
 from .optimum import Drift, GroupOptimum, OptimumFit
+from .plots import (
+    plot_critical_batch,
+    plot_loss_law,
+    plot_lr_curves,
+    plot_optimum_vs_width,
+    plot_power_law,
+)
 from .powerlaw import PowerLawFit, PowerLawPrediction
+from .project import Estimate, Projection, project
+from .results import RESULTS_COLUMNS, read_results
 
 __all__ = [
     "HOFFMANN_DELTA",
     "HOFFMANN_GRID",
+    "RESULTS_COLUMNS",
     "ChinchillaFit",
     "ComputeOptimal",
     "CriticalBatchFit",
     "CriticalBatchResults",
     "Drift",
+    "Estimate",
     "GroupOptimum",
     "LossPrediction",
     "OptimumFit",
     "PowerLawFit",
     "PowerLawPrediction",
+    "Projection",
     "SaturatingPowerLawFit",
     "first_crossing",
     "fit_critical_batch",
     "fit_noise_scale",
+    "plot_critical_batch",
+    "plot_loss_law",
+    "plot_lr_curves",
+    "plot_optimum_vs_width",
+    "plot_power_law",
+    "project",
+    "read_results",
     "steps_to_target",
 ]

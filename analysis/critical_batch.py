@@ -147,7 +147,8 @@ class CriticalBatchFit:
     Fitted attributes: ``params_`` (``S_min``, ``E_min``, ``B_crit``, ``CBS``), ``ci_``
     (pairs bootstrap, ``n_boot`` resamples), ``boot_`` (draws, one column per param),
     ``n_``, ``b_range_``, ``n_dropped_`` (rows that never reached the target, or
-    diverged, when fitted from a DataFrame).
+    diverged, when fitted from a DataFrame), ``batch_data_``/``steps_data_`` (the fitted
+    points, for plots).
     """
 
     def __init__(
@@ -201,7 +202,7 @@ class CriticalBatchFit:
         self.params_ = self._derived(p[None, :])[0]
         self.n_ = b.size
         self.b_range_ = (float(b.min()), float(b.max()))
-        self._b, self._s = b, s
+        self.batch_data_, self.steps_data_ = b, s
         self.boot_ = self._bootstrap(b, s, p)
         self.ci_: dict[str, tuple[float, float]] = {}
         if self.boot_.shape[0]:

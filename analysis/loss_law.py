@@ -27,6 +27,7 @@ distinct local minima the grid found (``bootstrap_starts`` starts per replicate,
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -194,6 +195,7 @@ class _LSEHuberFit:
         """Fit from a DataFrame (constructor's columns) or from arrays ``(x..., loss)``."""
         from scipy.optimize import minimize
 
+        t_start = time.perf_counter()
         X, L = self._arrays(data, more)
         logx, logy = np.log(X), np.log(L)
         delta = self.delta
@@ -223,6 +225,7 @@ class _LSEHuberFit:
             raise ValueError("the loss-law fit did not converge to finite parameters.")
 
         self.theta_ = theta
+        self.x_data_, self.y_data_ = X, L
         self.params_ = self._natural(theta[None, :])[0]
         self.loss_ = best_f * delta * L.size  # Hoffmann's objective: Σ Huber_δ
         self.n_ = int(L.size)
@@ -233,7 +236,9 @@ class _LSEHuberFit:
         self.residuals_ = self._predict_log(theta[None, :], logx)[0] - logy
         self.local_minima_ = [m for m in minima]
 
+        t_grid = time.perf_counter()
         boot_theta = self._bootstrap(logx, logy, theta, minima)
+        self.timings_ = {"grid_s": t_grid - t_start, "bootstrap_s": time.perf_counter() - t_grid}
         self.boot_theta_ = boot_theta
         self.boot_ = np.array([[p[k] for k in self.param_names]
                                for p in self._natural(boot_theta)]) if boot_theta.size else (
@@ -360,7 +365,8 @@ class ChinchillaFit(_LSEHuberFit):
     ``max_iter`` per start (default 1000).
 
     Fitted attributes: ``params_`` (``E, A, B, alpha, beta``), ``ci_``, ``boot_``,
-    ``loss_`` (Σ Huber at the optimum), ``n_starts_``, ``x_range_``, ``residuals_``.
+    ``loss_`` (Σ Huber at the optimum), ``n_starts_``, ``x_range_``, ``residuals_``,
+    ``timings_`` (seconds spent in the grid fit and in the bootstrap).
     """
 
     _coef_names = ("A", "B")

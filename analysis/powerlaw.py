@@ -61,7 +61,8 @@ class PowerLawFit:
     ``params_`` ({"a", "b", ...}), ``ci_`` (name -> (lo, hi), percentile bootstrap),
     ``stderr_`` (analytic OLS standard errors; ``a``'s is for ``log a``), ``x_names_``,
     ``x_range_`` (name -> (min, max) of the fitted x), ``n_``, ``sigma_`` (residual std
-    of ``log y``), ``r2_``, ``boot_`` (bootstrap draws of ``[log a, b, ...]``).
+    of ``log y``), ``r2_``, ``boot_`` (bootstrap draws of ``[log a, b, ...]``),
+    ``x_data_``/``y_data_``/``weights_`` (the fitted points, for plots).
     """
 
     def __init__(
@@ -161,6 +162,7 @@ class PowerLawFit:
         sigma2 = float(np.sum(wv * resid**2) / dof)
         xtwx_inv = np.linalg.inv(Xw.T @ Xw)
 
+        self.x_data_, self.y_data_, self.weights_ = xs, ys, wv
         self.x_names_ = tuple(names)
         self.param_names_ = ("a", *_EXPONENT_NAMES[:k])
         self.coef_ = coef
