@@ -23,6 +23,10 @@ _EXPORTS: dict[str, str] = {
     # coordinate check
     "coord_check": "mutransfer.coord_check",
     "CoordCheckResult": "mutransfer.coord_check",
+    # transfer card
+    "build_card": "mutransfer.card",
+    "save_card": "mutransfer.card",
+    "load_card": "mutransfer.card",
     # models
     "GPT": "mutransfer.models",
     "GPTConfig": "mutransfer.models",

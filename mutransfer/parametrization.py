@@ -573,21 +573,38 @@ class Parametrization:
                     p.mul_(float(spec.init.split(":", 1)[1]))
                 elif spec.init.startswith("normal:"):
                     p.normal_(0.0, spec.init_std or 0.0)
+        fm = self.forward_multipliers()
+        self.install_forward_multipliers(model, fm["hooks"], fm["attention"])
+        return model
+
+    def forward_multipliers(self) -> dict[str, Any]:
+        """The forward side as plain data: hooks ``{module, kind: pre|post, scale}`` and
+        attention softmax scales ``{module: scale}`` (what a transfer card stores)."""
+        return {
+            "hooks": [dataclasses.asdict(h) for h in self._hooks()],
+            "attention": {a: self.attention_scale(int(self._modules[a].head_dim))
+                          for a in self.attention_modules},
+        }
+
+    @staticmethod
+    def install_forward_multipliers(model: nn.Module, hooks: Sequence[Mapping[str, Any]],
+                                    attention: Mapping[str, float]) -> None:
+        """Register scaling hooks and set attention scales on ``model``."""
         modules = dict(model.named_modules())
-        handles = []
-        for hook in self._hooks():
-            mod = modules[hook.module]
-            if hook.kind == "pre":
-                handles.append(mod.register_forward_pre_hook(_scale_input(hook.scale)))
+        for h in list(hooks) + [{"module": a} for a in attention]:
+            if h["module"] not in modules:
+                raise ValueError(f"model has no module {h['module']!r} to put a multiplier on")
+        for h in hooks:
+            mod, scale = modules[h["module"]], float(h["scale"])
+            if h["kind"] == "pre":
+                mod.register_forward_pre_hook(_scale_input(scale))
             else:
-                handles.append(mod.register_forward_hook(_scale_output(hook.scale)))
-        for aname in self.attention_modules:
-            mod = modules[aname]
-            mod.softmax_scale = self.attention_scale(int(mod.head_dim))
+                mod.register_forward_hook(_scale_output(scale))
+        for aname, scale in attention.items():
+            modules[aname].softmax_scale = float(scale)
         # A marker (a plain tuple of strings) that also survives deepcopy, so a second
         # apply is refused instead of stacking hooks.
-        model._mutransfer_hooks = tuple(f"{h.kind}:{h.module}:{h.scale:g}" for h in self._hooks())
-        return model
+        model._mutransfer_hooks = tuple(f"{h['kind']}:{h['module']}:{float(h['scale']):g}" for h in hooks)
 
     @staticmethod
     def _swap_mup_readouts(model: nn.Module) -> None:

@@ -1,0 +1,117 @@
+"""``mutransfer transfer``: project the proxy's optimum to a target model; write the card."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+from mutransfer.cli._common import positive_float, positive_int, print_json
+
+HELP = "project to the target scale and write the transfer card (YAML)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--results", help="results table (CSV/Parquet) of an LR sweep")
+    src.add_argument("--lr", type=positive_float, help="use this base LR instead of fitting one")
+    p.add_argument("--preset", default="gpt-small", help="proxy model preset (default gpt-small)")
+    p.add_argument("--parametrization", "-p", default="mup", help="mup | completep | muon (default mup)")
+    p.add_argument("--base-width", type=positive_int, default=None,
+                   help="base width of the sweep (default: the smallest width in the results)")
+    p.add_argument("--base-depth", type=positive_int, default=None, help="base depth (completep)")
+    p.add_argument("--target-width", type=positive_int, required=True, help="width of the big model")
+    p.add_argument("--target-depth", type=positive_int, default=None, help="depth of the big model")
+    p.add_argument("--tokens", type=positive_float, required=True, help="training tokens of the big run")
+    p.add_argument("--seq-len", type=positive_int, default=None, help="context (default: preset's)")
+    p.add_argument("--batch-size", type=positive_int, default=None,
+                   help="sequences per step (default: the sweep's)")
+    p.add_argument("--weight-decay", type=float, default=0.0, help="weight decay (default 0)")
+    p.add_argument("--wd-mode", choices=("coupled", "independent"), default="coupled")
+    p.add_argument("--schedule", default="cosine", help="schedule kind for the big run (default cosine)")
+    p.add_argument("--warmup-fraction", type=float, default=0.01, help="warmup share of steps (0.01)")
+    p.add_argument("--out", required=True, help="card path (.yaml, or .json)")
+    p.add_argument("--json", action="store_true", help="also print the card as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    from mutransfer.card import build_card, save_card
+    from mutransfer.models import GPT, MLP, GPTConfig, get_preset
+    from mutransfer.parametrization import KINDS, Parametrization
+
+    if args.parametrization not in KINDS or args.parametrization == "sp":
+        raise ValueError(f"parametrization {args.parametrization!r} does not transfer; use mup, "
+                         "completep or muon")
+    if not 0 <= args.warmup_fraction < 1:
+        raise ValueError(f"--warmup-fraction must be in [0, 1), got {args.warmup_fraction}")
+    cfg = get_preset(args.preset)
+    seq_len = args.seq_len or getattr(cfg, "seq_len", 1)
+    source: dict = {"preset": args.preset}
+    projected: dict = {}
+    batch_size = args.batch_size
+    base_width = args.base_width
+    if args.results:
+        from analysis import OptimumFit, read_results
+
+        df = read_results(args.results, required=("lr", "loss", "width"))
+        if "parametrization" in df.columns:
+            df = df[df["parametrization"] == args.parametrization]
+        if df.empty:
+            raise ValueError(f"{args.results} has no rows with parametrization {args.parametrization!r}")
+        fit = OptimumFit(x="lr", y="loss", group_by=("width",), n_boot=300).fit(df)
+        widest = max(fit.params_)
+        lr = float(fit.params_[widest])
+        lo, hi = fit.ci_[widest]
+        drift = fit.drift("width") if len(fit.params_) >= 2 else None
+        base_width = base_width or int(df["width"].min())
+        batch_size = batch_size or int(df["batch_size"].mode().iloc[0]) if "batch_size" in df else batch_size
+        source.update({"results": str(args.results), "n_trials": int(len(df)),
+                       "proxy_widths": sorted(int(w) for w in fit.params_),
+                       "optimum_per_width": {str(int(k)): float(v) for k, v in fit.params_.items()}})
+        projected["lr"] = {"value": lr, "interval": [float(lo), float(hi)],
+                           "method": f"muP optimum at the widest proxy (width {int(widest)})",
+                           "at_edge": bool(fit.group(widest).at_edge)}
+        if drift is not None:
+            projected["drift"] = drift.to_dict()
+    else:
+        lr = args.lr
+        projected["lr"] = {"value": lr, "interval": None, "method": "given (--lr)"}
+    base_width = base_width or cfg.width
+    batch_size = batch_size or 32
+    if base_width > args.target_width:
+        raise ValueError(f"base width {base_width} is larger than the target width {args.target_width}")
+    cls = GPT if isinstance(cfg, GPTConfig) else MLP
+    depth = args.target_depth
+    kw = {}
+    if depth is not None or args.parametrization == "completep":
+        depth = depth or cfg.depth
+        kw = {"depth": depth, "base_depth": args.base_depth or cfg.depth}
+        builder = lambda w, d: cls(cfg.replace(width=w, depth=d, **({"seq_len": seq_len} if cls is GPT else {})))  # noqa: E731
+    else:
+        builder = lambda w: cls(cfg.replace(width=w, **({"seq_len": seq_len} if cls is GPT else {})))  # noqa: E731
+    pz = Parametrization(builder, width=args.target_width, base_width=base_width,
+                         kind=args.parametrization, **kw)
+    import torch
+
+    with torch.device("meta"):
+        meta = builder(args.target_width, depth) if depth is not None else builder(args.target_width)
+    n_params = sum(p.numel() for p in meta.parameters())
+    n_nonembed = meta.num_params(non_embedding=True) if hasattr(meta, "num_params") else n_params
+    batch_tokens = batch_size * seq_len
+    steps = max(1, math.ceil(args.tokens / batch_tokens))
+    target = {"width": args.target_width, "depth": depth or getattr(cfg, "depth", None),
+              "n_params": n_params, "n_params_nonembed": n_nonembed, "tokens": args.tokens,
+              "seq_len": seq_len}
+    schedule = {"kind": args.schedule, "warmup_steps": int(round(args.warmup_fraction * steps)),
+                "decay_fraction": 1.0 if args.schedule == "cosine" else 0.2, "total_steps": steps}
+    card = build_card(
+        pz, lr=lr, optimizer={"name": "muon" if args.parametrization == "muon" else "adamw",
+                              "weight_decay": args.weight_decay, "wd_mode": args.wd_mode},
+        schedule=schedule, batch={"sequences": batch_size, "tokens": batch_tokens},
+        target=target, source=source, projected=projected)
+    path = save_card(card, args.out)
+    if args.json:
+        print_json(card)
+    else:
+        print(f"wrote {path}: base lr {lr:.4g} for width {args.target_width} "
+              f"({n_params / 1e6:.1f}M params), {steps} steps of {batch_tokens} tokens")
+    return 0
