@@ -82,12 +82,13 @@ def run(args: argparse.Namespace) -> int:
     cls = GPT if isinstance(cfg, GPTConfig) else MLP
     depth = args.target_depth
     kw = {}
+    extra = {"seq_len": seq_len} if cls is GPT else {}
     if depth is not None or args.parametrization == "completep":
         depth = depth or cfg.depth
         kw = {"depth": depth, "base_depth": args.base_depth or cfg.depth}
-        builder = lambda w, d: cls(cfg.replace(width=w, depth=d, **({"seq_len": seq_len} if cls is GPT else {})))  # noqa: E731
+        builder = lambda w, d: cls(cfg.replace(width=w, depth=d, **extra))  # noqa: E731
     else:
-        builder = lambda w: cls(cfg.replace(width=w, **({"seq_len": seq_len} if cls is GPT else {})))  # noqa: E731
+        builder = lambda w: cls(cfg.replace(width=w, **extra))  # noqa: E731
     pz = Parametrization(builder, width=args.target_width, base_width=base_width,
                          kind=args.parametrization, **kw)
     import torch
