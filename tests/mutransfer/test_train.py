@@ -155,3 +155,27 @@ def test_devices_and_cpu_fp32() -> None:
             resolve_device("cuda")
     with pytest.raises(ValueError, match="device must be"):
         resolve_device("toaster")
+
+
+def test_wsd_branches_equal_separate_runs(data: TokenDataset, tmp_path) -> None:
+    from mutransfer.train import train_wsd_branches
+
+    base = cfg(schedule="wsd", steps=16, warmup_steps=2, decay_fraction=0.25, eval_every=0)
+    branches = train_wsd_branches(dataclasses_replace(base, out_dir=str(tmp_path)), [0.5, 1.0], data=data)
+    assert [b.steps_done for b in branches] == [8, 16]
+    # Stable-phase checkpoints at each cooldown start (8 - 2 = 6, 16 - 4 = 12).
+    assert sorted(p.name for p in tmp_path.glob("wsd_stable_*.pt")) == ["wsd_stable_12.pt", "wsd_stable_6.pt"]
+    for b, steps in zip(branches, (8, 16)):
+        alone = train(dataclasses_replace(base, steps=steps), data=data)
+        assert [h["loss"] for h in b.history] == [h["loss"] for h in alone.history]
+        assert [h["lr"] for h in b.history] == [h["lr"] for h in alone.history]
+        assert b.loss == pytest.approx(alone.loss, rel=0, abs=1e-6)
+        assert b.to_row()["steps"] == steps
+    # The cooldowns really decay: the short branch ends at the floor (0).
+    assert branches[0].history[-1]["lr"] == 0.0 and branches[0].history[5]["lr"] == 1e-2
+
+
+def dataclasses_replace(c: TrainConfig, **kw: object) -> TrainConfig:
+    import dataclasses
+
+    return dataclasses.replace(c, **kw)
