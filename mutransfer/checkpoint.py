@@ -72,8 +72,10 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: str | torch.devi
     try:
         doc = torch.load(p, map_location=map_location, weights_only=True)
     except Exception as exc:  # zipfile, unpickling, EOF, RuntimeError: all mean "corrupt"
-        raise ValueError(f"checkpoint {str(p)!r} is corrupt or not a torch checkpoint: "
-                         f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+        # Only the exception type: torch's own text suggests weights_only=False, which is
+        # exactly what must not be done with a file of unknown origin.
+        raise ValueError(f"checkpoint {str(p)!r} is corrupt, truncated or holds more than "
+                         f"tensors and plain data ({type(exc).__name__})") from None
     if not isinstance(doc, dict) or doc.get("format") != CHECKPOINT_FORMAT:
         fmt = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
         raise ValueError(f"checkpoint {str(p)!r} is not a {CHECKPOINT_FORMAT} file (format {fmt!r})")

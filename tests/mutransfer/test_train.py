@@ -179,3 +179,64 @@ def dataclasses_replace(c: TrainConfig, **kw: object) -> TrainConfig:
     import dataclasses
 
     return dataclasses.replace(c, **kw)
+
+
+# ---- the CLI verb ------------------------------------------------------------------------
+
+CLI_SETS = ["--set", "width=32", "--set", "depth=1", "--set", "head_dim=16", "--set", "seq_len=32",
+            "--set", "batch_size=8", "--set", "eval_every=5", "--set", "eval_batches=1",
+            "--set", "threads=1", "--set", "data_max_bytes=300000"]
+
+
+@pytest.fixture()
+def cli(monkeypatch):
+    import mutransfer.cli
+
+    monkeypatch.setitem(mutransfer.cli.VERBS, "train", ("mutransfer.cli.train", "train a proxy"))
+    return mutransfer.cli.main
+
+
+def test_cli_trains_writes_result_and_json(cli, tmp_path, capsys) -> None:
+    y = tmp_path / "c.yaml"
+    y.write_text("steps: 10\nlr: 0.01\n")
+    out = tmp_path / "run"
+    rc = cli(["train", "--preset", "gpt-tiny", "--config", str(y), *CLI_SETS, "--out", str(out),
+              "--json", "--quiet"])
+    assert rc == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc == json.loads((out / "result.json").read_text())
+    assert doc["row"]["steps_done"] == 10 and doc["row"]["width"] == 32
+    assert [e[0] for e in doc["evals"]] == [5, 10]
+    assert len((out / "metrics.jsonl").read_text().splitlines()) == 10
+
+
+def test_cli_wsd_branches(cli, tmp_path, capsys) -> None:
+    rc = cli(["train", *CLI_SETS, "--set", "steps=8", "--set", "warmup_steps=1", "--wsd-branches", "0.5,1",
+              "--json", "--quiet", "--out", str(tmp_path)])
+    assert rc == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [b["row"]["steps_done"] for b in doc["branches"]] == [4, 8]
+    assert all(b["row"]["schedule"] == "wsd" for b in doc["branches"])
+
+
+@pytest.mark.parametrize(("argv", "match"), [
+    (["--preset", "gpt-giant"], "unknown preset 'gpt-giant'"),
+    (["--set", "lrr=1"], "unknown config field 'lrr'"),
+    (["--set", "lr=0"], "lr must be a positive"),
+    (["--set", "batch_size=-4"], "batch_size must be a positive integer"),
+    (["--set", "seq_len=10000000"], "seq_len=10000000 is longer than the data"),
+    (["--set", "steps=many"], "'steps' expects int"),
+])
+def test_cli_bad_input_exits_2_and_writes_nothing(cli, tmp_path, capsys, argv, match) -> None:
+    out = tmp_path / "never"
+    rc = cli(["train", *argv, "--set", "data_max_bytes=300000", "--out", str(out), "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2 and match in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_cli_corrupt_checkpoint_exits_2(cli, tmp_path, capsys) -> None:
+    bad = tmp_path / "ckpt.pt"
+    bad.write_bytes(b"\x00" * 64)
+    rc = cli(["train", *CLI_SETS, "--resume", str(bad), "--quiet", "--out", str(tmp_path / "o")])
+    assert rc == 2 and "corrupt" in capsys.readouterr().err and not (tmp_path / "o").exists()

@@ -1,0 +1,110 @@
+"""``mutransfer train``: train one proxy (or a set of WSD branches) and report its losses."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from mutransfer.cli._common import add_output_flags
+
+HELP = "train a proxy model (muP/SP/CompleteP/Muon) on the embedded corpus or your data"
+
+
+def _fractions(text: str) -> list[float]:
+    out = []
+    for item in text.split(","):
+        try:
+            value = float(item)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{item.strip()!r} is not a number (in {text!r})") from None
+        if not 0 < value <= 1:
+            raise argparse.ArgumentTypeError(f"WSD branch fraction {value} must be in (0, 1] (in {text!r})")
+        out.append(value)
+    return out
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"--set expects key=value, got {text!r}")
+    return key.strip().replace("-", "_"), value
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Flags of ``mutransfer train``."""
+    p.add_argument("--preset", default=None, metavar="NAME",
+                   help="model preset: gpt-tiny (default), gpt-small, gpt-40m")
+    p.add_argument("--config", default=None, metavar="FILE",
+                   help="YAML/JSON file of TrainConfig fields (read with yaml.safe_load)")
+    p.add_argument("--set", dest="overrides", action="append", type=_key_value, default=[],
+                   metavar="KEY=VALUE",
+                   help="override a TrainConfig field, e.g. --set lr=3e-3 --set width=128 "
+                        "(repeatable; 'none' for None). Applied after --config and --preset")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="write result.json, metrics.jsonl (and checkpoints if checkpoint_every) here")
+    p.add_argument("--resume", default=None, metavar="CKPT", help="resume from this checkpoint")
+    p.add_argument("--wsd-branches", type=_fractions, default=None, metavar="F,F,...",
+                   help="WSD branching: one stable run, a cooldown at each fraction of the steps "
+                        "(e.g. 0.25,0.5,1.0); each branch equals a separate run of that length")
+    add_output_flags(p)
+
+
+def _clean(obj: Any) -> Any:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def build_config(args: argparse.Namespace) -> Any:
+    """TrainConfig from defaults, then --config, --preset, --set, --out, --resume."""
+    from mutransfer.train import TrainConfig, load_config
+
+    cfg = load_config(args.config) if args.config else TrainConfig()
+    overrides: dict[str, Any] = {}
+    if args.preset is not None:
+        overrides["preset"] = args.preset
+    for key, value in args.overrides:
+        overrides[key] = value
+    if args.out is not None:
+        overrides["out_dir"] = args.out
+    if args.resume is not None:
+        overrides["resume"] = args.resume
+    return TrainConfig.from_overrides(cfg, overrides)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Train; print a summary (or ``--json``) and write ``result.json`` under ``--out``."""
+    from mutransfer._io import atomic_write_text
+    from mutransfer.train import train, train_wsd_branches
+
+    cfg = build_config(args)  # every bad value fails here or before the first write
+    if args.wsd_branches:
+        if cfg.resume:
+            raise ValueError("--wsd-branches cannot be combined with --resume")
+        results = train_wsd_branches(cfg, args.wsd_branches, progress=not args.quiet)
+    else:
+        results = [train(cfg, progress=not args.quiet)]
+    docs = [_clean({"row": r.to_row(), "evals": [list(e) for e in r.evals], "spikes": r.spikes,
+                    "rollbacks": [list(x) for x in r.rollbacks]}) for r in results]
+    doc: Any = docs[0] if len(docs) == 1 else {"branches": docs}
+    text = json.dumps(doc, indent=2, allow_nan=False) + "\n"
+    if cfg.out_dir:
+        atomic_write_text(Path(cfg.out_dir) / "result.json", text)
+    if args.json:
+        print(text, end="")
+    else:
+        for r in results:
+            first = r.history[0]["loss"] if r.history else float("nan")
+            status = "DIVERGED" if r.diverged else ("pruned" if r.pruned else "done")
+            print(f"{status}: {r.parametrization} width {r.width} depth {r.depth} "
+                  f"({r.n_params / 1e6:.2f}M params), {r.steps_done}/{r.steps} steps, {r.tokens:,} tokens, "
+                  f"train loss {first:.3f} -> {r.train_loss:.3f}, val loss {r.loss:.4f}, "
+                  f"{r.tokens_per_s:,.0f} tok/s, {r.wall_s:.1f} s")
+    return 0
