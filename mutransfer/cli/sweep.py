@@ -1,0 +1,264 @@
+"""``mutransfer sweep``: Optuna studies over proxies (lr | batch | run | worker | status | export).
+
+    mutransfer sweep lr --preset gpt-tiny --widths 32,64,128 --parametrization sp,mup --out d
+    mutransfer sweep batch --widths 64 --batch-sizes 8,16,32 --tokens 1e6,4e6 --out d
+    mutransfer sweep run SPEC.yaml --out d            # any TrainConfig field as a dimension
+    mutransfer sweep worker --storage postgresql://... --study lr    # join from any machine
+    mutransfer sweep status --storage d
+    mutransfer sweep export --storage d --out results.csv
+
+Re-running the same command resumes the study: finished grid points are never repeated.
+The study opens in the dashboard: ``optuna-dashboard d/optuna.journal`` (or the RDB URL).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+HELP = "Optuna sweeps over proxies: lr | batch | run | worker | status | export"
+
+_EPILOG = ("Storage: default OUT/optuna.journal (many workers on one machine); --storage "
+           "postgresql://user:pw@host/db for many machines; sqlite:/// for one worker. "
+           "Dashboard: optuna-dashboard OUT/optuna.journal (or the URL).")
+
+
+def _list(conv: Any, what: str) -> Any:
+    def parse(text: str) -> list[Any]:
+        out = []
+        for item in text.split(","):
+            item = item.strip()
+            if not item:
+                continue
+            try:
+                out.append(conv(item))
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"{item!r} is not {what} (in {text!r})") from None
+        if not out:
+            raise argparse.ArgumentTypeError(f"{text!r} holds no values")
+        return out
+    return parse
+
+
+def _int(text: str) -> int:
+    v = float(text)  # accepts 1e6 for token budgets
+    if v != int(v):
+        raise ValueError(text)
+    return int(v)
+
+
+def _log2_range(text: str) -> tuple[float, float, float]:
+    parts = text.split(":")
+    try:
+        nums = [float(p) for p in parts]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--log2-lr {text!r} must be MIN:MAX[:STEP], e.g. -14:-3:1") from None
+    if len(nums) not in (2, 3):
+        raise argparse.ArgumentTypeError(f"--log2-lr {text!r} must be MIN:MAX[:STEP], e.g. -14:-3:1")
+    return (nums[0], nums[1], nums[2] if len(nums) == 3 else 1.0)
+
+
+def _setting(text: str) -> tuple[str, Any]:
+    import yaml
+
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"--set {text!r} must be KEY=VALUE")
+    try:
+        parsed = yaml.safe_load(value)
+    except yaml.YAMLError:
+        parsed = value
+    return key.strip(), parsed
+
+
+def _add_run_flags(p: argparse.ArgumentParser, kind: str) -> None:
+    p.add_argument("spec", nargs="?" if kind != "run" else None, metavar="SPEC.yaml",
+                   help="sweep spec (YAML); flags below override its fields")
+    p.add_argument("--preset", default=None, help="model preset (default gpt-tiny)")
+    if kind in ("lr", "batch"):
+        p.add_argument("--widths", type=_list(_int, "an integer"), default=None,
+                       help="comma-separated widths")
+        p.add_argument("--seeds", type=_list(_int, "an integer"), default=None, help="comma-separated seeds")
+        p.add_argument("--lrs", type=_list(float, "a number"), default=None,
+                       help="comma-separated learning rates (default the log2 grid)")
+        p.add_argument("--log2-lr", type=_log2_range, default=None, metavar="MIN:MAX[:STEP]",
+                       help="log2 LR grid or search range (default -14:-3:1)")
+    if kind == "lr":
+        p.add_argument("--depths", type=_list(_int, "an integer"), default=None,
+                       help="comma-separated depths")
+        p.add_argument("--parametrization", "-p", type=_list(str, "a name"), default=None,
+                       help="comma-separated: sp,mup,completep,muon (default sp,mup)")
+    if kind == "batch":
+        p.add_argument("--batch-sizes", type=_list(_int, "an integer"), default=None,
+                       help="comma-separated batch sizes in sequences (default 8,16,32,64)")
+        p.add_argument("--tokens", type=_list(_int, "an integer"), default=None,
+                       help="comma-separated token budgets (steps = tokens / batch tokens)")
+        p.add_argument("--parametrization", "-p", default=None, help="one parametrization (default mup)")
+    p.add_argument("--steps", type=int, default=None, help="training steps per trial")
+    p.add_argument("--batch-size", type=int, default=None, help="sequences per batch (lr/run sweeps)")
+    p.add_argument("--set", dest="settings", type=_setting, action="append", default=[], metavar="KEY=VALUE",
+                   help="any TrainConfig field shared by all trials (repeatable)")
+    p.add_argument("--out", default=None, help="output directory (journal, spec, worker logs)")
+    p.add_argument("--storage", default=None, help="storage URL (default OUT/optuna.journal)")
+    p.add_argument("--study", default=None, help="study name (default: the sweep kind)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="worker processes (default: one per CPU core, or one per GPU with --device cuda)")
+    p.add_argument("--trials", type=int, default=None, help="adaptive samplers: trials per group (default 8)")
+    p.add_argument("--sampler", choices=("grid", "tpe", "gp", "random"), default=None,
+                   help="grid (default) or an adaptive LR search")
+    p.add_argument("--pruner", choices=("divergence", "median", "hyperband"), default=None,
+                   help="divergence only (default, unbiased LR curves) | median | hyperband")
+    p.add_argument("--sampler-seed", type=int, default=None, help="sampler seed (default 0)")
+    p.add_argument("--device", default=None, help="cpu | cuda | mps (default: the trainer's auto)")
+    p.add_argument("--heartbeat", type=int, default=10, help="heartbeat interval in s (default 10)")
+    p.add_argument("--grace", type=int, default=60,
+                   help="s without heartbeat before a trial is retried (default 60)")
+    p.add_argument("--runner", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--json", action="store_true", help="print the status as JSON")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.epilog = _EPILOG
+    sub = p.add_subparsers(dest="sweep_cmd", metavar="SUBCOMMAND")
+    sub.required = True
+    for kind, help_ in (("lr", "LR x width (x depth) x parametrization x seed: the transfer check"),
+                        ("batch", "LR x batch size x widths / token budgets: scaling laws"),
+                        ("run", "a generic sweep from SPEC.yaml (any TrainConfig field as a dimension)")):
+        _add_run_flags(sub.add_parser(kind, help=help_, description=help_, epilog=_EPILOG), kind)
+    w = sub.add_parser("worker", help="join an existing study (from any machine)",
+                       description="join an existing study (from any machine)")
+    w.add_argument("--storage", required=True, help="storage URL, journal file or output directory")
+    w.add_argument("--study", default=None, help="study name (default: the only one)")
+    w.add_argument("--max-trials", type=int, default=None, help="stop after this many trials")
+    w.add_argument("--worker-index", type=int, default=0, help="offsets the sampler seed")
+    s = sub.add_parser("status", help="counts by state and the best trial per group",
+                       description="counts by state and the best trial per group")
+    s.add_argument("--storage", required=True, help="storage URL, journal file or output directory")
+    s.add_argument("--study", default=None)
+    s.add_argument("--json", action="store_true")
+    e = sub.add_parser("export", help="write the results table (CSV or Parquet)",
+                       description="write the results table (one row per trial; CSV or Parquet)")
+    e.add_argument("--storage", required=True, help="storage URL, journal file or output directory")
+    e.add_argument("--study", default=None)
+    e.add_argument("--out", required=True, help="results.csv | results.csv.gz | results.parquet")
+    e.add_argument("--all", action="store_true", help="also failed, running and waiting trials")
+    e.add_argument("--json", action="store_true", help="print a summary as JSON")
+
+
+def _spec_from_args(args: argparse.Namespace, kind: str) -> Any:
+    from sweeps.spec import spec_from_dict
+
+    data: dict[str, Any] = {}
+    if args.spec:
+        import yaml
+
+        from sweeps.spec import load_spec
+
+        load_spec(args.spec, kind)  # validates the file alone, naming its bad fields
+        with open(args.spec, encoding="utf-8") as fh:
+            data = dict(yaml.safe_load(fh) or {})
+        data.pop("kind", None)
+    flags = {
+        "preset": "preset", "widths": "widths", "seeds": "seeds", "lrs": "lrs", "depths": "depths",
+        "batch_sizes": "batch_sizes", "tokens": "tokens", "trials": "trials", "sampler": "sampler",
+        "pruner": "pruner", "sampler_seed": "sampler_seed", "study": "name",
+    }
+    for attr, fname in flags.items():
+        v = getattr(args, attr, None)
+        if v is not None:
+            data[fname] = v
+    par = getattr(args, "parametrization", None)
+    if par is not None:
+        data["parametrizations" if kind == "lr" else "parametrization"] = par
+    if getattr(args, "log2_lr", None) is not None:
+        lo, hi, step = args.log2_lr
+        data.update(log2_lr_min=lo, log2_lr_max=hi, log2_lr_step=step)
+        if args.lrs is None:
+            data.pop("lrs", None)
+    base = dict(data.get("base") or {})
+    if args.steps is not None:
+        base["steps"] = args.steps
+    if args.batch_size is not None:
+        base["batch_size"] = args.batch_size
+    for k, v in args.settings:
+        base[k] = v
+    if base:
+        data["base"] = base
+    return spec_from_dict(data, kind)
+
+
+def _print_status(st: dict[str, Any], as_json: bool) -> None:
+    from mutransfer.cli._common import print_json
+    from sweeps.export import format_status
+
+    if as_json:
+        print_json(st)
+    else:
+        print(format_status(st))
+
+
+def run(args: argparse.Namespace) -> int:
+    cmd = args.sweep_cmd
+    if cmd in ("lr", "batch", "run"):
+        return _run_sweep(args, cmd)
+    from sweeps.storage import resolve_storage
+
+    url = resolve_storage(args.storage)
+    if cmd == "worker":
+        from sweeps.worker import work
+
+        rep = work(url, args.study, worker_index=args.worker_index, max_trials=args.max_trials)
+        print(", ".join(f"{k} {v}" for k, v in sorted(rep.outcomes.items())) or "no trial to run",
+              file=sys.stderr)
+        return 0
+    from sweeps.export import results_table, status, write_table
+    from sweeps.worker import open_study
+
+    study, _ = open_study(url, args.study)
+    if cmd == "status":
+        _print_status(status(study), args.json)
+        return 0
+    df = results_table(study, include_failed=args.all)
+    path = write_table(df, args.out)
+    summary = {"study": study.study_name, "rows": len(df), "out": str(path),
+               "diverged": int(df["diverged"].sum()) if len(df) else 0}
+    if args.json:
+        from mutransfer.cli._common import print_json
+
+        print_json(summary)
+    else:
+        print(f"wrote {summary['rows']} rows ({summary['diverged']} diverged) to {path}", file=sys.stderr)
+    return 0
+
+
+def _run_sweep(args: argparse.Namespace, kind: str) -> int:
+    from sweeps.export import status
+    from sweeps.storage import check_workers, resolve_storage
+    from sweeps.study import run_sweep
+    from sweeps.worker import open_study
+
+    if args.workers is not None and args.workers < 1:
+        raise ValueError(f"--workers {args.workers} must be >= 1")
+    if args.heartbeat < 1 or args.grace <= args.heartbeat:
+        raise ValueError(f"--grace {args.grace} must exceed --heartbeat {args.heartbeat} (>= 1)")
+    spec = _spec_from_args(args, kind)
+    url = resolve_storage(args.storage, args.out)
+    if args.workers is not None:
+        check_workers(url, args.workers)
+    res = run_sweep(spec, out=args.out, storage=url, study_name=args.study, workers=args.workers,
+                    device=args.device, runner=args.runner, quiet=args.quiet,
+                    heartbeat_interval=args.heartbeat, grace_period=args.grace)
+    study, _ = open_study(url, res.plan.study_name)
+    st = status(study)
+    st["storage"] = url if url.startswith("journal:") else None
+    st["wall_s"] = res.wall_s
+    st["workers"] = res.workers
+    _print_status(st, args.json)
+    if not res.complete:
+        print(f"mutransfer sweep {kind}: {res.counts.failed} failed, {res.counts.pending} unfinished; "
+              "re-run the same command to resume", file=sys.stderr)
+        return 1
+    return 0

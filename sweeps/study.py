@@ -1,0 +1,273 @@
+"""Create or resume a sweep study, enqueue its grid, and run workers with one progress bar.
+
+Resume is by construction: every grid point is enqueued as a WAITING trial with its
+parameters fixed and a ``point_key`` user attr. Re-running the same command enqueues only
+the points that have no COMPLETE/PRUNED/RUNNING/WAITING trial yet (failed ones are tried
+again); a finished grid point is never repeated. Grid order is the spec's (deterministic).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sweeps.progress import Counts, StudyBar, study_counts
+from sweeps.runners import DEFAULT_RUNNER, Runner
+from sweeps.spec import SweepSpec, point_key
+from sweeps.storage import check_workers, is_journal, open_storage, resolve_storage
+from sweeps.worker import STUDY_ATTR, SweepSettings
+
+if TYPE_CHECKING:
+    import optuna
+
+# spec fields that may change between runs of one study (they only add or drop points)
+_GROWABLE = {"widths", "depths", "parametrizations", "seeds", "lrs", "batch_sizes", "tokens",
+             "grid", "trials", "name", "log2_lr_min", "log2_lr_max", "log2_lr_step"}
+
+
+@dataclass(frozen=True)
+class Plan:
+    storage_url: str
+    study_name: str
+    total: int
+    """Trials the spec asks for (points x trials per point)."""
+    finished: int
+    """Of those, already finished (complete or pruned) before this run."""
+    enqueued: int
+    """Trials enqueued by this call."""
+
+
+def _check_compatible(old: dict[str, Any], new: SweepSettings, name: str) -> None:
+    o, n = dict(old["spec"]), new.spec.to_dict()
+    diff = sorted(k for k in set(o) | set(n) if k not in _GROWABLE and o.get(k) != n.get(k))
+    if old.get("runner") != new.runner:
+        diff.append("runner")
+    from optuna.distributions import CategoricalDistribution
+
+    from sweeps.objective import dim_distribution
+    from sweeps.spec import spec_from_dict, trusted
+
+    with trusted():
+        old_dims = dict(spec_from_dict(o).grid_dims())
+    for dim, values in new.spec.grid_dims():
+        if dim in old_dims:
+            a, b = dim_distribution(dim, old_dims[dim]), dim_distribution(dim, values)
+            if isinstance(a, CategoricalDistribution) and a != b:
+                raise ValueError(f"study {name!r} cannot change the values of {dim} "
+                                 f"({list(old_dims[dim])} -> {list(values)}); pass --study NEW_NAME")
+    if diff:
+        details = "; ".join(f"{k}: {o.get(k)!r} -> {n.get(k)!r}" for k in diff if k != "runner")
+        raise ValueError(f"study {name!r} already exists with a different spec ({details or 'runner'}); "
+                         "pass --study NEW_NAME or use another --out")
+
+
+def prepare(
+    spec: SweepSpec,
+    storage_url: str,
+    *,
+    study_name: str | None = None,
+    runner: str = DEFAULT_RUNNER,
+    heartbeat_interval: int = 10,
+    grace_period: int = 60,
+    max_retries: int = 3,
+    workers: int = 1,
+) -> Plan:
+    """Create (or load) the study and enqueue the grid points it still needs."""
+    import optuna
+    from optuna.trial import TrialState
+
+    from sweeps.recovery import ATTR_POINT, ATTR_POINT_KEY, RequeueCallback, sweep_stale
+    from sweeps.storage import study_names
+
+    check_workers(storage_url, workers)
+    if heartbeat_interval < 1 or grace_period <= heartbeat_interval:
+        raise ValueError(f"grace period {grace_period} s must exceed the heartbeat interval "
+                         f"{heartbeat_interval} s (>= 1)")
+    settings = SweepSettings(spec=spec, runner=runner, heartbeat_interval=heartbeat_interval,
+                             grace_period=grace_period, max_retries=max_retries)
+    name = study_name or spec.study_name()
+    storage = open_storage(storage_url, heartbeat_interval=heartbeat_interval, grace_period=grace_period,
+                           stale_callback=RequeueCallback(max_retries))
+    if name in study_names(storage):
+        attrs = storage.get_study_user_attrs(storage.get_study_id_from_name(name))
+        if STUDY_ATTR not in attrs:
+            raise ValueError(f"study {name!r} exists in the storage but was not created by mutransfer sweep")
+        _check_compatible(attrs[STUDY_ATTR], settings, name)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(study_name=name, storage=storage, direction="minimize",
+                                load_if_exists=True)
+    study.set_user_attr(STUDY_ATTR, settings.to_attr())
+    sweep_stale(study, grace_period=grace_period, journal=is_journal(storage_url), max_retries=max_retries)
+    alive = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
+    have: Counter[str] = Counter()
+    finished: Counter[str] = Counter()
+    for t in study.get_trials(deepcopy=False, states=alive):
+        key = t.user_attrs.get(ATTR_POINT_KEY)
+        have[key] += 1
+        if t.state in (TrialState.COMPLETE, TrialState.PRUNED):
+            finished[key] += 1
+    per = spec.trials_per_point()
+    points = spec.points()
+    enqueued = 0
+    n_finished = 0
+    group_keys = spec.group_keys()
+    for point in points:
+        key = point_key(point)
+        n_finished += min(per, finished[key])
+        group = {k: point[k] for k in group_keys if k in point}
+        for _ in range(per - have[key]):
+            study.enqueue_trial(point, user_attrs={ATTR_POINT: point, ATTR_POINT_KEY: key, "group": group})
+            enqueued += 1
+    return Plan(storage_url=storage_url, study_name=name, total=per * len(points),
+                finished=n_finished, enqueued=enqueued)
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    plan: Plan
+    counts: Counts
+    workers: int
+    wall_s: float
+    worker_exit_codes: tuple[int, ...] = ()
+
+    @property
+    def complete(self) -> bool:
+        return self.counts.pending == 0 and self.counts.done >= self.plan.total
+
+
+def default_workers(device: str, pending: int) -> int:
+    """CPU: one single-threaded worker per core; CUDA: one per GPU. Never more than the work."""
+    if device.startswith("cuda"):
+        try:
+            import torch
+
+            n = max(1, torch.cuda.device_count())
+        except ImportError:
+            n = 1
+    else:
+        n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(n, pending))
+
+
+def run_sweep(
+    spec: SweepSpec,
+    *,
+    out: str | os.PathLike[str] | None = None,
+    storage: str | None = None,
+    study_name: str | None = None,
+    workers: int | None = 1,
+    device: str | None = None,
+    runner: str | Runner | None = None,
+    quiet: bool = True,
+    heartbeat_interval: int = 10,
+    grace_period: int = 60,
+    max_retries: int = 3,
+    poll_s: float = 1.0,
+) -> SweepResult:
+    """Run (or resume) a sweep to the end: prepare the study, then run ``workers`` workers.
+
+    ``workers == 1`` runs in this process (``runner`` may then be a callable); more start
+    OS processes (``python -m sweeps.worker``) that share the storage, and ``runner`` must
+    be an import path. ``device`` (cpu | cuda | ...) goes into every trial's config.
+    """
+    from sweeps.worker import spawn_workers, work
+
+    t0 = time.perf_counter()
+    url = resolve_storage(storage, out)
+    if callable(runner) and (workers or 2) > 1:
+        raise ValueError("a runner given as a function needs --workers 1; pass an import path "
+                         "('module:function') for several workers")
+    runner_path = runner if isinstance(runner, str) else DEFAULT_RUNNER
+    if device is not None:
+        base = dict(spec.base)
+        base["device"] = device
+        import dataclasses
+
+        spec = dataclasses.replace(spec, base=base)
+    if workers is not None:
+        check_workers(url, workers)
+    plan = prepare(spec, url, study_name=study_name, runner=runner_path,
+                   heartbeat_interval=heartbeat_interval, grace_period=grace_period,
+                   max_retries=max_retries, workers=workers or 1)
+    if out is not None:
+        _write_spec(Path(out), spec)
+    from sweeps.worker import open_study
+
+    study, _ = open_study(url, plan.study_name)
+    counts = study_counts(study)
+    n = workers or default_workers(device or "cpu", max(1, counts.pending))
+    if is_journal(url) is False:
+        check_workers(url, n)
+    bar = StudyBar(plan.total, desc=f"sweep {plan.study_name}", quiet=quiet,
+                   initial=min(counts.done, plan.total))
+    codes: list[int] = []
+    try:
+        if n == 1:
+            def tick() -> None:
+                bar.update(study_counts(study))
+
+            work(url, plan.study_name, runner=runner if callable(runner) else None,
+                 progress=not quiet and sys.stderr.isatty(), on_trial=tick)
+        else:
+            gpus = _visible_gpus() if (device or "cpu").startswith("cuda") else None
+            procs = spawn_workers(url, plan.study_name, n, device=device or "cpu", gpus=gpus,
+                                  log_dir=Path(out) / "logs" if out is not None else None)
+            try:
+                _supervise(study, procs, bar, grace_period=grace_period, journal=is_journal(url),
+                           max_retries=max_retries, poll_s=poll_s)
+            finally:
+                for p in procs:
+                    if p.poll() is None:
+                        p.terminate()
+                for p in procs:
+                    try:
+                        codes.append(p.wait(timeout=30))
+                    except Exception:
+                        p.kill()
+                        codes.append(p.wait())
+        counts = study_counts(study)
+        bar.update(counts)
+    finally:
+        bar.close()
+    return SweepResult(plan=plan, counts=counts, workers=n, wall_s=time.perf_counter() - t0,
+                       worker_exit_codes=tuple(codes))
+
+
+def _supervise(study: optuna.Study, procs: list[Any], bar: StudyBar, *, grace_period: int,
+               journal: bool, max_retries: int, poll_s: float) -> None:
+    """Poll the storage for the bar and fail+requeue trials of dead workers."""
+    from sweeps.recovery import sweep_stale
+
+    while any(p.poll() is None for p in procs):
+        try:
+            if journal:
+                sweep_stale(study, grace_period=grace_period, journal=True, max_retries=max_retries)
+            bar.update(study_counts(study))
+        except Exception:  # the bar never kills a sweep
+            pass
+        time.sleep(poll_s)
+
+
+def _visible_gpus() -> list[str]:
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env:
+        return [g for g in env.split(",") if g.strip()]
+    try:
+        import torch
+
+        return [str(i) for i in range(torch.cuda.device_count())]
+    except ImportError:
+        return []
+
+
+def _write_spec(out: Path, spec: SweepSpec) -> None:
+    import yaml
+
+    from mutransfer._io import atomic_write_text
+
+    atomic_write_text(out / "sweep.yaml", yaml.safe_dump(spec.to_dict(), sort_keys=False))

@@ -1,0 +1,254 @@
+"""Workers: processes that take WAITING trials from a study until none is left.
+
+A worker needs only the storage URL and the study name: the spec, the runner and the
+recovery settings live in the study's user attrs (written by :func:`sweeps.study.prepare`).
+So ``mutransfer sweep worker --storage postgresql://... --study lr`` (or
+``python -m sweeps.worker --storage ... --study ...``) joins a study from any machine.
+
+Loop: sweep stale trials (dead workers) -> pop a WAITING trial (atomic in the storage) ->
+run it -> tell. With nothing waiting, a worker stays while other trials are RUNNING (one of
+them may die and be re-enqueued), then exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sweeps.runners import DEFAULT_RUNNER, Runner, load_runner
+from sweeps.spec import SweepSpec, spec_from_dict, trusted
+from sweeps.storage import is_journal, open_storage
+
+if TYPE_CHECKING:
+    import optuna
+
+STUDY_ATTR = "mutransfer_sweep"
+
+
+@dataclass(frozen=True)
+class SweepSettings:
+    """What every worker of a study must agree on (stored as a study user attr)."""
+
+    spec: SweepSpec
+    runner: str = DEFAULT_RUNNER
+    heartbeat_interval: int = 10
+    grace_period: int = 60
+    max_retries: int = 3
+
+    def to_attr(self) -> dict[str, Any]:
+        return {"spec": self.spec.to_dict(), "runner": self.runner,
+                "heartbeat_interval": self.heartbeat_interval,
+                "grace_period": self.grace_period, "max_retries": self.max_retries}
+
+    @classmethod
+    def from_attr(cls, d: dict[str, Any]) -> SweepSettings:
+        with trusted():
+            spec = spec_from_dict(d["spec"])
+        return cls(spec=spec, runner=d["runner"],
+                   heartbeat_interval=int(d["heartbeat_interval"]),
+                   grace_period=int(d["grace_period"]), max_retries=int(d["max_retries"]))
+
+
+def make_sampler(spec: SweepSpec, seed: int) -> optuna.samplers.BaseSampler:
+    import optuna
+
+    if spec.sampler == "tpe":
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=4)
+    if spec.sampler == "gp":
+        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=4)
+    # grid: every parameter is fixed by the enqueued point; the sampler is never asked
+    return optuna.samplers.RandomSampler(seed=seed)
+
+
+def make_pruner(spec: SweepSpec) -> optuna.pruners.BasePruner:
+    import optuna
+
+    if spec.pruner == "median":
+        return optuna.pruners.MedianPruner(n_startup_trials=4, n_warmup_steps=1)
+    if spec.pruner == "hyperband":
+        return optuna.pruners.HyperbandPruner(min_resource=1)
+    return optuna.pruners.NopPruner()  # divergence: the trainer stops diverged runs itself
+
+
+def open_study(storage_url: str, study_name: str, *, worker_index: int = 0,
+               storage: optuna.storages.BaseStorage | None = None,
+               ) -> tuple[optuna.Study, SweepSettings]:
+    """Load an existing sweep study with the sampler and pruner its spec asks for."""
+    import optuna
+
+    from sweeps.recovery import RequeueCallback
+    from sweeps.storage import default_study_name
+
+    if storage is None:
+        probe = open_storage(storage_url, create=False)
+        study_name = default_study_name(probe, study_name)
+        attrs = probe.get_study_user_attrs(probe.get_study_id_from_name(study_name))
+        if STUDY_ATTR not in attrs:
+            raise ValueError(f"study {study_name!r} was not created by mutransfer sweep")
+        settings = SweepSettings.from_attr(attrs[STUDY_ATTR])
+        if is_journal(storage_url):
+            storage = probe
+        else:
+            storage = open_storage(storage_url, heartbeat_interval=settings.heartbeat_interval,
+                                   grace_period=settings.grace_period,
+                                   stale_callback=RequeueCallback(settings.max_retries))
+    else:
+        attrs = storage.get_study_user_attrs(storage.get_study_id_from_name(study_name))
+        settings = SweepSettings.from_attr(attrs[STUDY_ATTR])
+    seed = settings.spec.sampler_seed + worker_index
+    study = optuna.load_study(study_name=study_name, storage=storage,
+                              sampler=make_sampler(settings.spec, seed),
+                              pruner=make_pruner(settings.spec))
+    return study, settings
+
+
+def pop_waiting(study: optuna.Study) -> optuna.Trial | None:
+    """Atomically take the oldest WAITING trial, or None: unlike ``study.ask`` this never
+    creates a new, unplanned trial when the queue is empty."""
+    import optuna
+
+    study._thread_local.cached_all_trials = None
+    tid = study._pop_waiting_trial_id()
+    if tid is None:
+        return None
+    return optuna.Trial(study, tid)
+
+
+def _has_complete_twin(study: optuna.Study, trial: optuna.Trial, spec: SweepSpec) -> bool:
+    """Grid sweeps: is this point already COMPLETE (e.g. enqueued twice by two launchers)?"""
+    from optuna.trial import TrialState
+
+    if spec.adaptive:
+        return False
+    key = trial.user_attrs.get("point_key")
+    if key is None:
+        return False
+    return any(t.user_attrs.get("point_key") == key and t.number != trial.number
+               for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+
+
+@dataclass
+class WorkerReport:
+    outcomes: Counter[str] = field(default_factory=Counter)
+    swept: list[int] = field(default_factory=list)
+
+
+def work(
+    storage_url: str,
+    study_name: str,
+    *,
+    worker_index: int = 0,
+    runner: Runner | str | None = None,
+    max_trials: int | None = None,
+    poll_s: float = 0.5,
+    progress: bool = False,
+    wait_for_running: bool = True,
+    on_trial: Callable[[], None] | None = None,
+) -> WorkerReport:
+    """Run trials of ``study_name`` until no trial is waiting (or running, if waiting)."""
+    from optuna.trial import TrialState
+
+    from sweeps.objective import run_one
+    from sweeps.recovery import sweep_stale
+
+    study, settings = open_study(storage_url, study_name, worker_index=worker_index)
+    journal = is_journal(storage_url)
+    fn = load_runner(runner or settings.runner) if not callable(runner) else runner
+    rep = WorkerReport()
+    done = 0
+    while max_trials is None or done < max_trials:
+        rep.swept += sweep_stale(study, grace_period=settings.grace_period, journal=journal,
+                                 max_retries=settings.max_retries)
+        trial = pop_waiting(study)
+        if trial is None:
+            running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+            if running and wait_for_running:
+                time.sleep(poll_s)
+                continue
+            break
+        if _has_complete_twin(study, trial, settings.spec):
+            study._storage.set_trial_user_attr(trial._trial_id, "duplicate", True)
+            study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
+            rep.outcomes["duplicate"] += 1
+            continue
+        outcome = run_one(study, trial, settings.spec, fn, journal=journal,
+                          heartbeat_interval=settings.heartbeat_interval,
+                          sampler_seed=settings.spec.sampler_seed + worker_index,
+                          progress=progress)
+        rep.outcomes[outcome] += 1
+        done += 1
+        if on_trial is not None:
+            on_trial()
+    return rep
+
+
+def worker_command(storage_url: str, study_name: str, worker_index: int) -> list[str]:
+    return [sys.executable, "-m", "sweeps.worker", "--storage", storage_url, "--study", study_name,
+            "--worker-index", str(worker_index)]
+
+
+def spawn_workers(
+    storage_url: str,
+    study_name: str,
+    n: int,
+    *,
+    device: str = "cpu",
+    gpus: Sequence[str] | None = None,
+    log_dir: str | os.PathLike[str] | None = None,
+    extra_env: dict[str, str] | None = None,
+) -> list[subprocess.Popen[bytes]]:
+    """Start ``n`` worker processes. On CPU each is single-threaded (one per core measured
+    faster than one multi-threaded worker); on CUDA worker k sees GPU k mod #GPUs."""
+    procs = []
+    root = str(Path(__file__).resolve().parent.parent)
+    for k in range(n):
+        env = dict(os.environ)
+        env.update(extra_env or {})
+        env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "") if env.get("PYTHONPATH") else root
+        if device == "cpu":
+            env.setdefault("OMP_NUM_THREADS", "1")
+            env.setdefault("MKL_NUM_THREADS", "1")
+        elif device.startswith("cuda") and gpus:
+            env["CUDA_VISIBLE_DEVICES"] = str(gpus[k % len(gpus)])
+        out: Any = subprocess.DEVNULL
+        if log_dir is not None:
+            Path(log_dir).mkdir(parents=True, exist_ok=True)
+            out = open(Path(log_dir) / f"worker-{k}.log", "ab")  # noqa: SIM115 - closed by the child's exit
+        procs.append(subprocess.Popen(worker_command(storage_url, study_name, k), env=env,
+                                      stdout=out, stderr=subprocess.STDOUT if out is not subprocess.DEVNULL
+                                      else subprocess.DEVNULL))
+        if out is not subprocess.DEVNULL:
+            out.close()
+    return procs
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m sweeps.worker", description="join a sweep study")
+    p.add_argument("--storage", required=True, help="storage URL (journal:PATH or an RDB URL)")
+    p.add_argument("--study", default=None, help="study name (default: the only one)")
+    p.add_argument("--worker-index", type=int, default=0, help="offsets the sampler seed")
+    p.add_argument("--max-trials", type=int, default=None, help="stop after this many trials")
+    args = p.parse_args(argv)
+    from sweeps.storage import resolve_storage
+
+    try:
+        url = resolve_storage(args.storage)
+        rep = work(url, args.study, worker_index=args.worker_index, max_trials=args.max_trials)
+    except ValueError as exc:
+        print(f"sweeps.worker: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"sweeps.worker {os.getpid()}: " + ", ".join(f"{k}={v}" for k, v in sorted(rep.outcomes.items())),
+          file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

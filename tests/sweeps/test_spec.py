@@ -1,0 +1,88 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from sweeps.spec import BatchSweep, GridSweep, LRSweep, load_spec, log2_grid, point_key, spec_from_dict
+
+
+def test_default_lr_grid_is_log2_minus14_to_minus3() -> None:
+    s = LRSweep(widths=(32,), parametrizations=("mup",))
+    assert s.lrs == tuple(2.0**k for k in range(-14, -2))
+    assert len(s.points()) == 12
+
+
+def test_points_are_the_ordered_product() -> None:
+    s = LRSweep(widths=(32, 64), parametrizations=("sp", "mup"), seeds=(0, 1), lrs=(1e-3, 1e-2))
+    pts = s.points()
+    assert len(pts) == 2 * 2 * 2 * 2
+    assert pts == LRSweep(widths=(32, 64), parametrizations=("sp", "mup"), seeds=(0, 1),
+                          lrs=(1e-3, 1e-2)).points()  # deterministic
+    assert pts[0] == {"parametrization": "sp", "width": 32, "seed": 0, "lr": 1e-3}
+    assert pts[1]["lr"] == 1e-2 and pts[-1]["parametrization"] == "mup"
+    assert len({point_key(p) for p in pts}) == len(pts)
+    assert s.group_keys() == ["parametrization", "width"]
+
+
+def test_adaptive_lr_searches_the_range_per_group() -> None:
+    s = LRSweep(widths=(32, 64), parametrizations=("mup",), sampler="tpe", trials=3)
+    assert s.points() == [{"parametrization": "mup", "width": 32, "seed": 0},
+                          {"parametrization": "mup", "width": 64, "seed": 0}]
+    assert s.search() == {"lr": (2.0**-14, 2.0**-3)}
+    assert s.trials_per_point() == 3
+
+
+def test_batch_sweep_token_budgets() -> None:
+    s = BatchSweep(widths=(32,), tokens=(4096, 8192), batch_sizes=(4, 8), lrs=(1e-2,))
+    pts = s.points()
+    assert len(pts) == 4 and all(p["parametrization"] == "mup" for p in pts)
+    assert {p["tokens"] for p in pts} == {4096, 8192}
+
+
+def test_generic_kind_any_field(tmp_path) -> None:
+    p = tmp_path / "s.yaml"
+    p.write_text("kind: run\ngrid:\n  output_mult: [0.5, 1, 2]\n  lr: [0.001, 0.01]\nbase: {steps: 3}\n")
+    s = load_spec(p)
+    assert isinstance(s, GridSweep) and len(s.points()) == 6
+    assert s.to_dict()["grid"] == {"output_mult": [0.5, 1, 2], "lr": [0.001, 0.01]}
+
+
+@pytest.mark.parametrize(("text", "match"), [
+    ("kind: lr\nwidths: [32]\nbogus: 1\n", "bogus"),
+    ("kind: lr\nwidths: []\n", "empty grid"),
+    ("kind: lr\nwidths: [40]\n", "width 40"),
+    ("kind: lr\nwidths: [32]\nparametrizations: [ntk]\n", "ntk"),
+    ("kind: lr\nwidths: [32]\nlrs: [-1]\n", "-1"),
+    ("kind: lr\nwidths: [32]\nsampler: annealing\n", "annealing"),
+    ("kind: run\ngrid: {not_a_field: [1]}\n", "not_a_field"),
+    ("kind: lr\nbase: {stepz: 3}\n", "stepz"),
+    ("kind: nope\n", "nope"),
+    ("- 1\n", "mapping"),
+])
+def test_bad_specs_raise_one_clear_value_error(tmp_path, text: str, match: str) -> None:
+    p = tmp_path / "bad.yaml"
+    p.write_text(text)
+    with pytest.raises(ValueError, match=match):
+        load_spec(p)
+
+
+def test_spec_round_trips_through_dict() -> None:
+    s = LRSweep(widths=(32, 64), parametrizations=("sp",), lrs=(1e-3,), base={"steps": 3})
+    assert spec_from_dict(s.to_dict()) == s
+    with pytest.raises(ValueError, match="does not match"):
+        spec_from_dict(s.to_dict(), kind="batch")
+
+
+def test_log2_grid() -> None:
+    assert log2_grid(-2, 0, 0.5) == (0.25, 2**-1.5, 0.5, 2**-0.5, 1.0)
+    with pytest.raises(ValueError):
+        log2_grid(0, -1)
+
+
+def test_import_sweeps_is_lazy() -> None:
+    code = ("import sys, sweeps, sweeps.spec; sweeps.LRSweep; "
+            "print('optuna' in sys.modules, 'torch' in sys.modules, 'analysis' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False", "False"]
