@@ -715,7 +715,8 @@ class Trainer:
         self.train_time += time.perf_counter() - t0
         rec["tokens"] = self.tokens
         rec["wall_s"] = round(time.perf_counter() - self.t_start, 4)
-        rec.setdefault("gns", None)
+        for key in ("grad_norm", "gns", "max_attn_logit"):  # every record has every column
+            rec.setdefault(key, None)
         self.history.append(rec)
         return rec
 

@@ -240,3 +240,12 @@ def test_cli_corrupt_checkpoint_exits_2(cli, tmp_path, capsys) -> None:
     bad.write_bytes(b"\x00" * 64)
     rc = cli(["train", *CLI_SETS, "--resume", str(bad), "--quiet", "--out", str(tmp_path / "o")])
     assert rc == 2 and "corrupt" in capsys.readouterr().err and not (tmp_path / "o").exists()
+
+
+def test_bf16_autocast_runs_with_fp32_master_weights(data: TokenDataset) -> None:
+    t = Trainer(cfg(steps=3, eval_every=0, dtype="bf16"), data=data)
+    r = t.run()
+    assert not r.diverged and all(math.isfinite(h["loss"]) for h in r.history)
+    assert all(p.dtype == torch.float32 for p in t.raw_model.parameters())
+    assert set(r.history[1]) >= {"max_attn_logit", "gns", "grad_norm"}
+    assert r.history[1]["max_attn_logit"] is None  # measured every 10th step only
