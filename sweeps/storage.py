@@ -104,6 +104,7 @@ def open_storage(
         if path and not Path(path).is_file():
             raise ValueError(f"SQLite file {path!r} does not exist")
     engine_kwargs: dict[str, Any] = {}
+    url = _pick_pg_driver(url)
     if url.startswith("postgresql"):
         engine_kwargs = {"connect_args": {"connect_timeout": 10}, "pool_pre_ping": True}
     elif url.startswith("sqlite"):
@@ -120,11 +121,23 @@ def open_storage(
                 grace_period=grace_period,
                 heartbeat_stale_trial_callback=stale_callback,
             )
-    except ImportError as exc:
-        raise ValueError(f"cannot open storage {mask_url(url)!r}: missing driver ({exc})") from None
+    except ImportError:
+        raise ValueError(f"cannot open storage {mask_url(url)!r}: missing driver "
+                         "(pip install 'psycopg[binary]' for PostgreSQL)") from None
     except Exception as exc:  # sqlalchemy OperationalError, ArgumentError, ...
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ValueError(f"cannot reach storage {mask_url(url)!r}: {first}") from None
+
+
+def _pick_pg_driver(url: str) -> str:
+    """SQLAlchemy 2.1 maps plain ``postgresql://`` to psycopg 3; fall back to psycopg2."""
+    if not url.startswith("postgresql://"):
+        return url
+    import importlib.util
+
+    if importlib.util.find_spec("psycopg") is None and importlib.util.find_spec("psycopg2") is not None:
+        return "postgresql+psycopg2://" + url[len("postgresql://"):]
+    return url
 
 
 def study_names(storage: optuna.storages.BaseStorage) -> list[str]:

@@ -84,7 +84,7 @@ def _add_run_flags(p: argparse.ArgumentParser, kind: str) -> None:
         p.add_argument("--lrs", type=_list(float, "a number"), default=None,
                        help="comma-separated learning rates (default the log2 grid)")
         p.add_argument("--log2-lr", type=_log2_range, default=None, metavar="MIN:MAX[:STEP]",
-                       help="log2 LR grid or search range (default -14:-3:1)")
+                       help="log2 LR grid or search range, e.g. --log2-lr=-14:-3:1 (the default)")
     if kind == "lr":
         p.add_argument("--depths", type=_list(_int, "an integer"), default=None,
                        help="comma-separated depths")
