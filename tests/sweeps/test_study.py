@@ -175,3 +175,20 @@ def test_stale_sweeper_fails_and_requeues_a_dead_workers_trial(tmp_path) -> None
     t2.set_user_attr("pid", 1)
     t2.set_user_attr("heartbeat", 0.0)
     assert sweep_stale(study, grace_period=60, journal=True) == [t2.number]
+
+
+def test_study_bar_shows_counts_on_a_tty(monkeypatch, capsys) -> None:
+    import sys
+
+    from sweeps.progress import Counts, StudyBar
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    bar = StudyBar(10, "sweep lr")
+    bar.update(Counts(complete=3, diverged=1, running=2, failed=1, best=2.5))
+    bar.close()
+    err = capsys.readouterr().err
+    assert "3/10" in err and "run 2" in err and "div 1" in err and "best 2.5000" in err
+    quiet = StudyBar(10, "x", quiet=True)
+    quiet.update(Counts(complete=1))
+    quiet.close()
+    assert capsys.readouterr().err == ""
