@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from sweeps.progress import Counts, StudyBar, study_counts
 from sweeps.runners import DEFAULT_RUNNER, Runner
 from sweeps.spec import SweepSpec, point_key
-from sweeps.storage import check_workers, is_journal, open_storage, resolve_storage
+from sweeps.storage import check_workers, is_journal, is_sqlite, open_storage, resolve_storage
 from sweeps.worker import STUDY_ATTR, SweepSettings
 
 if TYPE_CHECKING:
@@ -200,6 +200,8 @@ def run_sweep(
 
     study, _ = open_study(url, plan.study_name)
     counts = study_counts(study)
+    if workers is None and is_sqlite(url):
+        workers = 1  # SQLite serializes writers: one worker
     n = workers or default_workers(device or "cpu", max(1, counts.pending))
     if is_journal(url) is False:
         check_workers(url, n)

@@ -8,6 +8,18 @@ So ``mutransfer sweep worker --storage postgresql://... --study lr`` (or
 Loop: sweep stale trials (dead workers) -> pop a WAITING trial (atomic in the storage) ->
 run it -> tell. With nothing waiting, a worker stays while other trials are RUNNING (one of
 them may die and be re-enqueued), then exits.
+
+Many machines (PostgreSQL + a SLURM array)::
+
+    # once, on the login node: create the study and enqueue the grid, run no trial here
+    mutransfer sweep lr SPEC.yaml --storage postgresql://user:pw@db/sweeps --prepare-only
+    # sbatch --array=0-31 --gres=gpu:1 job.sh, where job.sh runs
+    mutransfer sweep worker --storage postgresql://user:pw@db/sweeps --study lr \
+        --worker-index $SLURM_ARRAY_TASK_ID
+
+(A Kubernetes Job with ``parallelism: 32`` runs the same worker command.) Every worker
+leaves when the grid is done; a killed one's trial is retried by the others after the
+heartbeat grace period (``--grace``).
 """
 
 from __future__ import annotations

@@ -115,6 +115,8 @@ def _add_run_flags(p: argparse.ArgumentParser, kind: str) -> None:
     p.add_argument("--heartbeat", type=int, default=10, help="heartbeat interval in s (default 10)")
     p.add_argument("--grace", type=int, default=60,
                    help="s without heartbeat before a trial is retried (default 60)")
+    p.add_argument("--prepare-only", action="store_true",
+                   help="create the study and enqueue the grid, run nothing (workers join later)")
     p.add_argument("--runner", default=None, help=argparse.SUPPRESS)
     p.add_argument("--json", action="store_true", help="print the status as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -136,12 +138,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     w.add_argument("--worker-index", type=int, default=0, help="offsets the sampler seed")
     s = sub.add_parser("status", help="counts by state and the best trial per group",
                        description="counts by state and the best trial per group")
-    s.add_argument("--storage", required=True, help="storage URL, journal file or output directory")
+    s.add_argument("--storage", default=".",
+                   help="storage URL, journal file or output directory (default: .)")
     s.add_argument("--study", default=None)
     s.add_argument("--json", action="store_true")
     e = sub.add_parser("export", help="write the results table (CSV or Parquet)",
                        description="write the results table (one row per trial; CSV or Parquet)")
-    e.add_argument("--storage", required=True, help="storage URL, journal file or output directory")
+    e.add_argument("--storage", default=".",
+                   help="storage URL, journal file or output directory (default: .)")
     e.add_argument("--study", default=None)
     e.add_argument("--out", required=True, help="results.csv | results.csv.gz | results.parquet")
     e.add_argument("--all", action="store_true", help="also failed, running and waiting trials")
@@ -236,6 +240,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_sweep(args: argparse.Namespace, kind: str) -> int:
     from sweeps.export import status
+    from sweeps.runners import DEFAULT_RUNNER
     from sweeps.storage import check_workers, resolve_storage
     from sweeps.study import run_sweep
     from sweeps.worker import open_study
@@ -248,6 +253,16 @@ def _run_sweep(args: argparse.Namespace, kind: str) -> int:
     url = resolve_storage(args.storage, args.out)
     if args.workers is not None:
         check_workers(url, args.workers)
+    if args.prepare_only:
+        from sweeps.study import prepare
+
+        plan = prepare(spec, url, study_name=args.study, runner=args.runner or DEFAULT_RUNNER,
+                       heartbeat_interval=args.heartbeat, grace_period=args.grace,
+                       workers=args.workers or 1)
+        print(f"study {plan.study_name}: {plan.total} trials planned, {plan.finished} finished, "
+              f"{plan.enqueued} enqueued now; join with: mutransfer sweep worker --storage "
+              f"{args.storage or args.out} --study {plan.study_name}", file=sys.stderr)
+        return 0
     res = run_sweep(spec, out=args.out, storage=url, study_name=args.study, workers=args.workers,
                     device=args.device, runner=args.runner, quiet=args.quiet,
                     heartbeat_interval=args.heartbeat, grace_period=args.grace)

@@ -49,11 +49,9 @@ def test_yaml_spec_with_flag_overrides(tmp_path, capsys) -> None:
 
 
 def test_worker_verb_joins_a_prepared_study(tmp_path, capsys) -> None:
-    from sweeps import LRSweep, prepare, resolve_storage
-
-    url = resolve_storage(None, tmp_path)
-    prepare(LRSweep(widths=(32,), parametrizations=("mup",), lrs=(1e-3, 1e-2)), url,
-            runner="sweeps.runners:synthetic_runner")
+    assert main("lr", "--widths", "32", "-p", "mup", "--lrs", "0.001,0.01", "--out", str(tmp_path),
+                "--prepare-only", *SYN) == 0
+    assert "2 enqueued" in capsys.readouterr().err
     assert main("worker", "--storage", str(tmp_path / "optuna.journal"), "--study", "lr") == 0
     assert "complete 2" in capsys.readouterr().err
 
