@@ -502,6 +502,11 @@ def _dist_env() -> tuple[int, int, int]:
     return int(os.environ.get("RANK", "0")), world, int(os.environ.get("LOCAL_RANK", "0"))
 
 
+def _denormals_flushed() -> bool:
+    """Whether the CPU currently flushes subnormal floats to zero."""
+    return float(torch.tensor([1e-40], dtype=torch.float32).mul(1.0)) == 0.0
+
+
 def _finite_or_none(v: Any) -> Any:
     if isinstance(v, float) and not math.isfinite(v):
         return None
@@ -536,9 +541,6 @@ class Trainer:
             dev = torch.device("cuda", local_rank)
             torch.cuda.set_device(dev)
         self.device = dev
-        if dev.type == "cpu":
-            # Denormals in the tails of high-LR runs made CPU steps up to 2x slower.
-            torch.set_flush_denormal(True)
         if dev.type == "cuda":
             torch.backends.cuda.matmul.allow_tf32 = True
             torch.backends.cudnn.allow_tf32 = True
@@ -791,6 +793,20 @@ class Trainer:
     def run_until(self, stop_step: int) -> bool:
         """Train until ``self.step == stop_step`` (evaluating, checkpointing and writing
         metrics on the way). Returns False when the run ended early (diverged/pruned)."""
+        flush_before = None
+        if self.device.type == "cpu":
+            # Denormals in the tails of high-LR runs made CPU steps up to 2x slower. The
+            # flag is CPU state shared with everything else in the thread (Python's own
+            # float math too), so it is on only while this loop runs.
+            flush_before = _denormals_flushed()
+            torch.set_flush_denormal(True)
+        try:
+            return self._run_until(stop_step)
+        finally:
+            if flush_before is not None:
+                torch.set_flush_denormal(flush_before)
+
+    def _run_until(self, stop_step: int) -> bool:
         cfg = self.cfg
         while self.step < stop_step:
             before = self.step
@@ -1004,12 +1020,13 @@ def train_wsd_branches(cfg: TrainConfig, fractions: Sequence[float], callback: C
         # Stable phase: warmup then constant (a WSD with no cooldown inside the trunk).
         stable = make_schedule(ScheduleConfig(kind="constant", warmup_steps=warm))
         try:
-            for f, length, start, _ in group:
+            for k, (f, length, start, _) in enumerate(group):
                 trainer.schedule, trainer.total_steps = stable, length
                 trainer.callback = None
-                if not trainer.run_until(start):
-                    results[f] = trainer.result()
-                    continue
+                if not trainer.run_until(start):  # the trunk diverged: so do the rest
+                    for f_rest, *_ in group[k:]:
+                        results[f_rest] = trainer.result()
+                    break
                 snap = trainer.snapshot()
                 if cfg.out_dir:
                     save_checkpoint(Path(cfg.out_dir) / f"wsd_stable_{start}.pt", trainer.state_dict())

@@ -38,11 +38,14 @@ def test_two_gloo_processes_match_one(tmp_path) -> None:
     script.write_text(WORKER)
     out = tmp_path / "ddp.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.getcwd()}
-    proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-         str(script), json.dumps(KW), str(out)],
-        env=env, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           str(script), json.dumps(KW), str(out)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0 and "exitcode: -" in proc.stderr:
+        # A worker killed by a signal (SIGABRT seen once in ~15 runs, with other jobs loading
+        # the 2 cores) is retried once; a Python error in a worker is never retried.
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-5000:]
     ddp = json.loads(out.read_text())
     single = train(TrainConfig(**KW))  # type: ignore[arg-type]
     np.testing.assert_allclose(ddp["loss"], [h["loss"] for h in single.history], rtol=0, atol=1e-5)

@@ -249,3 +249,11 @@ def test_bf16_autocast_runs_with_fp32_master_weights(data: TokenDataset) -> None
     assert all(p.dtype == torch.float32 for p in t.raw_model.parameters())
     assert set(r.history[1]) >= {"max_attn_logit", "gns", "grad_norm"}
     assert r.history[1]["max_attn_logit"] is None  # measured every 10th step only
+
+
+def test_wsd_branches_of_a_diverging_trunk_all_report_divergence(data: TokenDataset) -> None:
+    from mutransfer.train import train_wsd_branches
+
+    bad = cfg(parametrization="sp", lr=1e4, grad_clip=None, steps=16, warmup_steps=0, eval_every=0)
+    res = train_wsd_branches(bad, [0.5, 1.0], data=data)
+    assert [r.diverged for r in res] == [True, True] and all(math.isfinite(r.loss) for r in res)
