@@ -21,6 +21,7 @@ import sys
 VERBS: dict[str, tuple[str, str]] = {
     "coord-check": ("mutransfer.cli.coord_check", "coordinate check: is the parametrization right?"),
     "explain": ("mutransfer.cli.explain", "print the per-parameter table of roles, init std, LR mult, WD"),
+    "demo": ("mutransfer.cli.demo", "all of it, end to end, on the embedded corpus"),
     "transfer": ("mutransfer.cli.transfer", "project to the target scale and write the transfer card"),
     "memory": ("mutransfer.cli.memory", "optimizer memory bill: bytes per parameter and total"),
 }
