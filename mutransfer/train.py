@@ -186,8 +186,11 @@ class TrainConfig:
     """``auto`` (bf16 autocast on CUDA, fp32 elsewhere), ``fp32`` or ``bf16``."""
     compile: bool = False
     """torch.compile the model."""
-    threads: int | None = None
-    """torch CPU threads (None: leave torch's setting)."""
+    threads: int | None = 1
+    """torch CPU threads (None: leave torch's setting). Default 1: on 2 cores two
+    single-threaded runs side by side beat one two-threaded run (by ~10% at width 256,
+    1.5x at width 32), and with other processes busy a 2-thread gpt-tiny run measured
+    40x slower than a 1-thread one (OpenMP threads waiting on each other)."""
     gns_beta: float = 0.99
     """EMA decay of the gradient-noise-scale estimator."""
     max_logit_every: int = 10
