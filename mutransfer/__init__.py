@@ -34,6 +34,18 @@ _EXPORTS: dict[str, str] = {
     "MLPConfig": "mutransfer.models",
     "get_preset": "mutransfer.models",
     "width_ladder": "mutransfer.models",
+    # trainer
+    "TrainConfig": "mutransfer.train",
+    "TrainResult": "mutransfer.train",
+    "Trainer": "mutransfer.train",
+    "train": "mutransfer.train",
+    "train_wsd_branches": "mutransfer.train",
+    "load_config": "mutransfer.train",
+    "train_fused": "mutransfer.fused",
+    "SpikeDetector": "mutransfer.stabilizers",
+    "save_checkpoint": "mutransfer.checkpoint",
+    "load_checkpoint": "mutransfer.checkpoint",
+    "qk_clip": "mutransfer.optim",
     # optimizers
     "build_optimizer": "mutransfer.optim",
     "set_lr": "mutransfer.optim",
