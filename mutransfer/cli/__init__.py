@@ -21,8 +21,8 @@ import sys
 VERBS: dict[str, tuple[str, str]] = {
     "coord-check": ("mutransfer.cli.coord_check", "coordinate check: is the parametrization right?"),
     "explain": ("mutransfer.cli.explain", "print the per-parameter table of roles, init std, LR mult, WD"),
-    "train": ("mutransfer.cli.train", "train a proxy (muP/SP/CompleteP/Muon) on the embedded corpus or your data"),
-    "sweep": ("mutransfer.cli.sweep", "Optuna sweeps over proxies: lr | batch | run | worker | status | export"),
+    "train": ("mutransfer.cli.train", "train one proxy on the embedded corpus or your data"),
+    "sweep": ("mutransfer.cli.sweep", "Optuna sweeps: lr | batch | run | worker | status | export"),
     "demo": ("mutransfer.cli.demo", "all of it, end to end, on the embedded corpus"),
     "transfer": ("mutransfer.cli.transfer", "project to the target scale and write the transfer card"),
     "memory": ("mutransfer.cli.memory", "optimizer memory bill: bytes per parameter and total"),
