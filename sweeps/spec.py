@@ -248,6 +248,8 @@ class LRSweep(SweepSpec, _LRMixin):
     def __post_init__(self) -> None:
         if self.lrs is None:
             object.__setattr__(self, "lrs", _lr_values(self))
+        if not _TRUSTED:
+            _default_bases(self)
         super().__post_init__()
 
     def _validate(self) -> None:
@@ -284,6 +286,8 @@ class BatchSweep(SweepSpec, _LRMixin):
     def __post_init__(self) -> None:
         if self.lrs is None:
             object.__setattr__(self, "lrs", _lr_values(self))
+        if not _TRUSTED:
+            _default_bases(self)
         super().__post_init__()
 
     def _validate(self) -> None:
@@ -357,6 +361,18 @@ def _check_lrs(spec: Any) -> None:
             raise ValueError(f"learning rate {x!r} must be a positive finite number")
     if spec.adaptive and not spec.log2_lr_min < spec.log2_lr_max:
         raise ValueError(f"log2 LR range is empty: min {spec.log2_lr_min} >= max {spec.log2_lr_max}")
+
+
+def _default_bases(spec: Any) -> None:
+    """muP needs a fixed base shape across the ladder: base_width = the smallest width
+    (and base_depth = the smallest depth) unless ``base`` says otherwise. Without it the
+    trainer uses each trial's own width as its base, and muP degenerates to SP."""
+    base = dict(spec.base or {})
+    if getattr(spec, "widths", None) and "base_width" not in base:
+        base["base_width"] = min(int(w) for w in spec.widths)
+    if getattr(spec, "depths", None) and "base_depth" not in base:
+        base["base_depth"] = min(int(d) for d in spec.depths)
+    object.__setattr__(spec, "base", base)
 
 
 KINDS: dict[str, type[SweepSpec]] = {"lr": LRSweep, "batch": BatchSweep, "run": GridSweep}

@@ -86,3 +86,10 @@ def test_import_sweeps_is_lazy() -> None:
             "print('optuna' in sys.modules, 'torch' in sys.modules, 'analysis' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False", "False"]
+
+
+def test_mup_base_shape_defaults_to_the_smallest_width_and_depth() -> None:
+    s = LRSweep(widths=(128, 32, 64), depths=(4, 2), parametrizations=("completep",))
+    assert s.base["base_width"] == 32 and s.base["base_depth"] == 2
+    assert LRSweep(widths=(64,), base={"base_width": 16}).base["base_width"] == 16
+    assert BatchSweep(widths=(64, 32)).base["base_width"] == 32
