@@ -23,6 +23,8 @@ VERBS: dict[str, tuple[str, str]] = {
     "explain": ("mutransfer.cli.explain", "print the per-parameter table of roles, init std, LR mult, WD"),
     "train": ("mutransfer.cli.train", "train one proxy on the embedded corpus or your data"),
     "sweep": ("mutransfer.cli.sweep", "Optuna sweeps: lr | batch | run | worker | status | export"),
+    "fit": ("mutransfer.cli.fit", "fit optimum | power-law | critical-batch | loss laws to a results table"),
+    "plot": ("mutransfer.cli.plot", "render LR curves, optimum vs width, critical batch, loss laws"),
     "demo": ("mutransfer.cli.demo", "all of it, end to end, on the embedded corpus"),
     "transfer": ("mutransfer.cli.transfer", "project to the target scale and write the transfer card"),
     "memory": ("mutransfer.cli.memory", "optimizer memory bill: bytes per parameter and total"),
