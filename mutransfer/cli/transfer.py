@@ -13,7 +13,12 @@ HELP = "project to the target scale and write the transfer card (YAML)"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--results", help="results table (CSV/Parquet) of an LR sweep")
+    src.add_argument("--fit", metavar="F.json",
+                     help="optimum JSON of `mutransfer fit optimum` (the widest group, or --group)")
     src.add_argument("--lr", type=positive_float, help="use this base LR instead of fitting one")
+    p.add_argument("--group", default=None, metavar="KEY=VALUE[,KEY=VALUE]",
+                   help="with --fit: the group to take the optimum from (default: the largest width "
+                   "of this parametrization)")
     p.add_argument("--preset", default="gpt-small", help="proxy model preset (default gpt-small)")
     p.add_argument("--parametrization", "-p", default="mup", help="mup | completep | muon (default mup)")
     p.add_argument("--base-width", type=positive_int, default=None,
@@ -43,6 +48,8 @@ def run(args: argparse.Namespace) -> int:
                          "completep or muon")
     if not 0 <= args.warmup_fraction < 1:
         raise ValueError(f"--warmup-fraction must be in [0, 1), got {args.warmup_fraction}")
+    if args.group and not args.fit:
+        raise ValueError("--group only goes with --fit")
     cfg = get_preset(args.preset)
     seq_len = args.seq_len or getattr(cfg, "seq_len", 1)
     source: dict = {"preset": args.preset}
@@ -72,6 +79,12 @@ def run(args: argparse.Namespace) -> int:
                            "at_edge": bool(fit.group(widest).at_edge)}
         if drift is not None:
             projected["drift"] = drift.to_dict()
+    elif args.fit:
+        lr, proj, src_info, widths = optimum_from_fit(args.fit, args.group, args.parametrization)
+        projected.update(proj)
+        source.update(src_info)
+        if widths:
+            base_width = base_width or int(min(widths))
     else:
         lr = args.lr
         projected["lr"] = {"value": lr, "interval": None, "method": "given (--lr)"}
@@ -116,3 +129,89 @@ def run(args: argparse.Namespace) -> int:
         print(f"wrote {path}: base lr {lr:.4g} for width {args.target_width} "
               f"({n_params / 1e6:.1f}M params), {steps} steps of {batch_tokens} tokens")
     return 0
+
+
+def _selects(group: dict | None, sel: dict[str, str]) -> bool:
+    group = group or {}
+    for key, want in sel.items():
+        if key not in group:
+            return False
+        have = group[key]
+        if isinstance(have, (int, float)) and not isinstance(have, bool):
+            try:
+                if float(want) != float(have):
+                    return False
+            except ValueError:
+                return False
+        elif str(have) != want:
+            return False
+    return True
+
+
+def optimum_from_fit(path: str, group: str | None, parametrization: str
+                     ) -> tuple[float, dict, dict, list[float]]:
+    """Read an optimum JSON of ``mutransfer fit optimum`` and pick the group to transfer.
+
+    Selection: ``--group KEY=VALUE[,...]`` if given; else the groups of this
+    parametrization (when the fit is grouped by ``parametrization``), and among them the
+    largest ``width``. Returns ``(lr, projected, source, widths of the candidates)``.
+    """
+    import json
+    from pathlib import Path
+
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValueError(f"fit file {path!r} does not exist") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"fit file {path!r} is not valid JSON: {exc}") from None
+    fits = doc.get("fits") if isinstance(doc, dict) else None
+    if not isinstance(fits, list) or not fits or not all(
+            isinstance(f, dict) and "x_opt" in f for f in fits):
+        raise ValueError(f"{path} is not the output of `mutransfer fit optimum` (no fits with x_opt)")
+    x = doc.get("x")
+    if x is not None and "lr" not in str(x).lower() and "learning" not in str(x).lower():
+        raise ValueError(f"{path} holds the optimum of {x!r}, not of a learning rate")
+    cands = fits
+    if group:
+        sel = {}
+        for item in group.split(","):
+            key, eq, val = item.partition("=")
+            if not eq or not key.strip():
+                raise ValueError(f"--group {group!r} must look like KEY=VALUE[,KEY=VALUE]")
+            sel[key.strip()] = val.strip()
+        cands = [f for f in fits if _selects(f.get("group"), sel)]
+        if not cands:
+            raise ValueError(f"no group of {path} matches --group {group}")
+    elif any("parametrization" in (f.get("group") or {}) for f in fits):
+        cands = [f for f in fits if (f.get("group") or {}).get("parametrization") == parametrization]
+        if not cands:
+            raise ValueError(f"{path} has no group with parametrization {parametrization!r}")
+    widths = [float(f["group"]["width"]) for f in cands if "width" in (f.get("group") or {})]
+    if len(cands) > 1:
+        if len(widths) != len(cands):
+            raise ValueError(f"{path} has {len(cands)} groups and no width to choose by; "
+                             "pick one with --group KEY=VALUE")
+        chosen = max(cands, key=lambda f: float(f["group"]["width"]))
+    else:
+        chosen = cands[0]
+    lr = chosen["x_opt"]
+    if not isinstance(lr, (int, float)) or not 0 < lr < math.inf:
+        raise ValueError(f"{path}: group {chosen.get('group')} has no usable optimum ({lr!r})")
+    ci = chosen.get("ci") or [None, None]
+    label = ", ".join(f"{k}={v}" for k, v in (chosen.get("group") or {}).items()) or "all"
+    projected: dict = {"lr": {"value": float(lr), "interval": list(ci),
+                              "method": f"muP optimum of group {label} from {Path(path).name}",
+                              "at_edge": bool(chosen.get("at_edge", False))}}
+    source: dict = {"fit": str(path), "fit_group": chosen.get("group")}
+    if widths:
+        source["proxy_widths"] = sorted(int(w) for w in widths)
+        per = {str(int(f["group"]["width"])): f["x_opt"] for f in cands}
+        source["optimum_per_width"] = per
+        if len(cands) >= 2:
+            logs = [math.log2(v) for v in per.values() if v and v > 0]
+            projected["drift"] = {"across": "width", "drift_octaves": max(logs) - min(logs),
+                                  "ci": None, "n_groups": len(cands),
+                                  "any_at_edge": any(bool(f.get("at_edge")) for f in cands),
+                                  "slope": None, "slope_ci": None}
+    return float(lr), projected, source, widths
