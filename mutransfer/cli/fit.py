@@ -60,6 +60,9 @@ def add_table_flags(p: argparse.ArgumentParser, n_boot: int = 1000) -> None:
     p.add_argument("--diverged", default="diverged", metavar="COL",
                    help="boolean column marking diverged runs, left out of fits (default diverged; "
                    "'none' to ignore)")
+    p.add_argument("--state", default="state", metavar="COL",
+                   help="trial-state column: only COMPLETE rows (or an empty state) are fitted, so "
+                   "pruned/failed trials are left out and counted (default state; 'none' to ignore)")
     p.add_argument("--dropna", action="store_true",
                    help="drop rows with a missing/non-finite value in a fitted column instead of "
                    "failing")
@@ -174,7 +177,9 @@ def load_table(args: argparse.Namespace, value_cols: Sequence[str], group_cols: 
                *, inf_ok: Sequence[str] = (), keep_diverged: bool = False) -> tuple[pd.DataFrame, dict]:
     """Read, filter and check the results table; returns ``(rows to fit, counts)``.
 
-    Checks, each a one-line ValueError: missing columns (named), non-numeric or non-finite
+    Rows whose ``--state`` is set and not ``COMPLETE`` (pruned or failed trials of a sweep
+    export) are left out first and counted. Then checks, each a one-line ValueError:
+    missing columns (named), non-numeric or non-finite
     values in ``value_cols`` (rows marked diverged excepted; ``--dropna`` drops them
     instead), ``--where`` matching nothing, a group whose every row diverged. Columns in
     ``inf_ok`` may hold ``+inf`` (e.g. steps never reaching the target); such rows are
@@ -196,6 +201,15 @@ def load_table(args: argparse.Namespace, value_cols: Sequence[str], group_cols: 
             raise ValueError(f"no rows of {args.results} match --where {col}={val}")
     if len(df) == 0:
         raise ValueError(f"{args.results} has no rows")
+    n_not_complete = 0
+    state = None if args.state.lower() == "none" else args.state
+    if state is not None and state in df.columns:
+        done = df[state].isna() | (df[state].astype(str).str.upper() == "COMPLETE")
+        n_not_complete = int((~done).sum())
+        df = df[done.to_numpy()]
+        if df.empty:
+            raise ValueError(f"none of the {n_not_complete} rows of {args.results} has "
+                             f"{state}=COMPLETE (pass --state none to fit them anyway)")
     if diverged is not None and diverged in df.columns:
         div = df[diverged].fillna(False).astype(bool).to_numpy()
     else:
@@ -233,7 +247,8 @@ def load_table(args: argparse.Namespace, value_cols: Sequence[str], group_cols: 
         raise ValueError(f"no usable rows left in {args.results} after dropping "
                          f"{int(div.sum())} diverged and {n_dropped} incomplete row(s)")
     rows = df[keep | div] if keep_diverged else df[keep]
-    counts = {"n_rows": int(len(df)), "n_diverged": int(div.sum()), "n_dropped": n_dropped}
+    counts = {"n_rows": int(len(df)), "n_diverged": int(div.sum()), "n_dropped": n_dropped,
+              "n_not_complete": n_not_complete}
     return rows, counts
 
 

@@ -188,6 +188,18 @@ def test_fit_optimum_shape_edges_and_diverged(tmp_path: Path, sweep_csv: Path,
         assert f["ci"][0] is None and f["ci"][1] >= f["x_opt"]
 
 
+def test_fit_leaves_out_pruned_trials(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A sweep export keeps pruned trials with state=PRUNED and a NaN loss: not an error."""
+    df = lr_sweep("mup", widths=(64,)).assign(state="COMPLETE")
+    pruned = df.iloc[:5].assign(state="PRUNED", loss=np.nan)
+    path = tmp_path / "export.csv"
+    pd.concat([df, pruned]).to_csv(path, index=False)
+    doc = run_json(["fit", "optimum", str(path), "--n-boot", "10", "--json"], capsys)
+    assert doc["n_not_complete"] == 5 and doc["fits"][0]["n_rows"] == len(df)
+    fails(["fit", "optimum", str(path), "--state", "none", "--n-boot", "10", "--json"], capsys,
+          "'loss'", "non-finite", "--dropna")
+
+
 # ------------------------------------------------------------------ transfer --fit
 def test_transfer_from_fit_json(tmp_path: Path, sweep_csv: Path,
                                 capsys: pytest.CaptureFixture[str]) -> None:
