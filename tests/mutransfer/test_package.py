@@ -25,3 +25,20 @@ def test_python_dash_m_runs_the_cli() -> None:
     assert out.returncode == 0 and "coord-check" in out.stdout
     bad = subprocess.run([sys.executable, "-m", "mutransfer", "frobnicate"], capture_output=True, text=True)
     assert bad.returncode == 2 and "unknown command 'frobnicate'" in bad.stderr
+
+
+def test_atomic_writes_leave_no_temp_file_and_normal_permissions(tmp_path) -> None:
+    import os
+
+    import pytest
+
+    from mutransfer._io import atomic_open, atomic_write_text
+
+    path = atomic_write_text(tmp_path / "a.txt", "hello")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert path.read_text() == "hello" and (path.stat().st_mode & 0o777) == 0o666 & ~umask
+    with pytest.raises(RuntimeError), atomic_open(tmp_path / "b.txt") as fh:
+        fh.write("half")
+        raise RuntimeError("boom")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt"]
