@@ -106,9 +106,11 @@ class TrainConfig:
     parametrization: str = "mup"
     """``sp``, ``mup``, ``completep`` or ``muon``."""
     base_width: int | None = None
-    """Width at which the parametrization equals SP (None: the model's width)."""
+    """Width at which the parametrization equals SP: the proxy whose hyperparameters
+    transfer. None: the preset's own width (or the model's width, if smaller), so
+    ``--preset gpt-tiny --set width=512`` is gpt-tiny's tuning carried to width 512."""
     base_depth: int | None = None
-    """CompleteP's base depth (None: the model's depth)."""
+    """CompleteP's base depth. None: the preset's own depth (or the model's, if smaller)."""
     depth_alpha: float = 1.0
     """CompleteP's alpha, 0.5 or 1."""
     input_mult: float = 1.0
@@ -568,10 +570,12 @@ class Trainer:
         def builder(width: int, depth: int) -> GPT:
             return GPT(gcfg.replace(width=width, depth=depth))
 
+        preset = get_preset(cfg.preset)
         self.pz = Parametrization(
-            builder, width=gcfg.width, base_width=cfg.base_width or gcfg.width, kind=cfg.parametrization,
-            optimizer="sgd" if cfg.optimizer == "sgd" else "adam", depth=gcfg.depth,
-            base_depth=cfg.base_depth or gcfg.depth, depth_alpha=cfg.depth_alpha,
+            builder, width=gcfg.width, base_width=cfg.base_width or min(preset.width, gcfg.width),
+            kind=cfg.parametrization, optimizer="sgd" if cfg.optimizer == "sgd" else "adam",
+            depth=gcfg.depth, base_depth=cfg.base_depth or min(preset.depth, gcfg.depth),
+            depth_alpha=cfg.depth_alpha,
             multipliers=Multipliers(cfg.input_mult, cfg.output_mult, cfg.attn_mult, cfg.residual_mult),
             readout_init=cfg.readout_init)
         self.raw_model = self.pz.build(seed=cfg.seed, device=dev)

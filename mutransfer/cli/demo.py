@@ -45,7 +45,7 @@ SIZES: dict[str, DemoSize] = {
     # 2 CPU cores, <= 15 minutes: 2-block GPTs of width 32..256 (8x), 150 steps of 16x64
     # bytes. The LR grid is wide enough that SP's drifting optimum stays inside it.
     "small": DemoSize(preset="gpt-small", widths=(32, 64, 128, 256),
-                      log2_lrs=tuple(float(x) for x in range(-12, -2)), seeds=(0, 1), steps=150,
+                      log2_lrs=tuple(float(x) for x in range(-10, -2)), seeds=(0, 1), steps=150,
                       batch_size=16, seq_len=64, coord_widths=(32, 64, 128, 256)),
     # A single GPU: 4-block GPTs of width 128..2048 (16x), 1000 steps of 64x256 bytes.
     "gpu": DemoSize(preset="gpt-small", widths=(128, 256, 512, 1024, 2048),

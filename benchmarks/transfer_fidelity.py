@@ -1,0 +1,75 @@
+"""Transfer fidelity: does the optimal LR stay put across widths under μP, and move under SP?
+
+Runs the demo's LR x width sweep (SP and μP side by side, same model, data, steps and
+seeds) and reads the drift of the seed-averaged optimum in octaves with its bootstrap
+interval. Design targets (DESIGN.md, "Numbers to reach"), over a >= 8x width ladder:
+μP drift <= 0.5 octave, SP drift >= 2 octaves; μP wider-is-better; μP's best loss at the
+widest proxy within 1% of SP's (Tensor Programs V, Fig. 1).
+
+    python -m benchmarks.transfer_fidelity [--size small|gpu] [--out DIR]
+
+The sweep is resumable: a re-run with the same --out reuses finished trials.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).parent
+
+
+def run(size: str | None = None, out: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    import torch
+
+    import mutransfer
+    from mutransfer._io import atomic_write_text
+    from mutransfer.cli.demo import run_demo
+
+    cuda = torch.cuda.is_available()
+    size = size or ("gpu" if cuda else "small")
+    out = Path(out or HERE / "results" / f"transfer_fidelity_{size}")
+    s = run_demo(out, size=size, quiet=False)
+    drift, ci = s["drift_octaves"], s["drift_ci"]
+    figures = {
+        "drift_octaves_sp": drift["sp"], "drift_octaves_mup": drift["mup"],
+        "drift_ci_sp": ci["sp"], "drift_ci_mup": ci["mup"],
+        "ratio_drift_sp_over_mup": drift["sp"] / max(drift["mup"], 1e-9),
+        "slope_sp": s["drift_slope"]["sp"], "slope_mup": s["drift_slope"]["mup"],
+        "mup_wider_is_better": s["mup_wider_is_better"],
+        "ratio_best_loss_mup_over_sp_widest": s["mup_over_sp_best_loss_at_widest"],
+        "log2_lr_opt": {str(r["width"]): {"sp": r["sp"]["log2_lr_opt"], "mup": r["mup"]["log2_lr_opt"]}
+                        for r in s["per_width"]},
+        "wall_s": s["wall_s"],
+    }
+    record = {
+        "benchmark": "transfer_fidelity",
+        "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(),
+                    "device": torch.cuda.get_device_name() if cuda else "cpu"},
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "versions": {"python": sys.version.split()[0], "torch": torch.__version__,
+                     "mutransfer": mutransfer.__version__},
+        "setup": {k: s[k] for k in ("size", "preset", "widths", "ladder_ratio", "steps", "batch_size",
+                                    "seq_len", "seeds", "n_trials", "n_diverged")},
+        "figures": figures,
+        "targets": {"drift_octaves_mup_max": 0.5, "drift_octaves_sp_min": 2.0,
+                    "ratio_best_loss_mup_over_sp_widest_max": 1.01},
+        "passed": bool(drift["mup"] <= 0.5 and drift["sp"] >= 2.0
+                       and s["mup_over_sp_best_loss_at_widest"] <= 1.01),
+    }
+    atomic_write_text(HERE / "results" / "transfer_fidelity.json", json.dumps(record, indent=2) + "\n")
+    return record
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--size", default=None, help="small (CPU) | gpu (default: by device)")
+    parser.add_argument("--out", default=None, help="sweep dir (default results/transfer_fidelity_SIZE)")
+    a = parser.parse_args()
+    print(json.dumps(run(a.size, a.out)["figures"], indent=2))
