@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -115,28 +116,50 @@ def sweep_stale(study: optuna.Study, *, grace_period: float, journal: bool,
 
 
 class Heartbeat:
-    """Context manager: a daemon thread that keeps a running trial's heartbeat fresh."""
+    """Context manager: a daemon thread that keeps running trials' heartbeats fresh.
 
-    def __init__(self, study: optuna.Study, trial_id: int, interval: float, journal: bool) -> None:
+    ``trial_id`` may be one id or several (a fused group: one thread beats for all its
+    members). A trial that can no longer be beaten (finished elsewhere, e.g. failed by
+    another worker's stale sweep) is dropped; the others keep beating.
+    """
+
+    def __init__(self, study: optuna.Study, trial_id: int | Sequence[int], interval: float,
+                 journal: bool) -> None:
         self.study = study
-        self.trial_id = trial_id
+        self.trial_ids = [trial_id] if isinstance(trial_id, int) else list(trial_id)
         self.interval = interval
         self.journal = journal
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="sweeps-heartbeat", daemon=True)
 
+    @property
+    def trial_id(self) -> int:
+        """The first (for a single trial: the only) trial beaten."""
+        return self.trial_ids[0]
+
     def beat(self) -> None:
+        """Beat every trial still held; raises if none could be beaten."""
         storage = self.study._storage
-        if self.journal:
-            storage.set_trial_user_attr(self.trial_id, ATTR_HEARTBEAT, time.time())
-        else:
-            storage.record_heartbeat(self.trial_id)
+        alive = []
+        error: Exception | None = None
+        for tid in self.trial_ids:
+            try:
+                if self.journal:
+                    storage.set_trial_user_attr(tid, ATTR_HEARTBEAT, time.time())
+                else:
+                    storage.record_heartbeat(tid)
+                alive.append(tid)
+            except Exception as exc:  # finished elsewhere: stop beating this one only
+                error = exc
+        self.trial_ids = alive
+        if not alive and error is not None:
+            raise error
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
+        while self.trial_ids and not self._stop.wait(self.interval):
             try:
                 self.beat()
-            except Exception:  # trial finished elsewhere, storage hiccup: stop beating
+            except Exception:  # every trial finished elsewhere, storage hiccup: stop beating
                 return
 
     def __enter__(self) -> Heartbeat:

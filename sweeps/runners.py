@@ -5,6 +5,12 @@ A runner trains one configuration and returns one results-table row (DESIGN.md).
 early (pruning) and sets ``row["pruned"] = True``. Divergence never raises: the row has
 ``diverged=True`` and a finite worst-case ``loss``.
 
+A *fused* runner ``run_trials(configs, reports) -> rows`` trains several configurations
+at once (``--fuse K``); it returns one entry per config, in order: the row the unfused
+runner would return, or the exception that member failed with. A runner names its fused
+variant in :data:`FUSED_RUNNERS` (or by a ``fused`` attribute); :func:`fused_runner_for`
+finds it.
+
 Workers load a runner by import path (``"module:function"``), so any process on any
 machine can run the study. :func:`train_runner` (the default) calls ``mutransfer.train``;
 :func:`synthetic_runner` is an analytic stand-in for tests and overhead benchmarks.
@@ -21,6 +27,8 @@ from typing import Any
 
 Report = Callable[[int, float], bool]
 Runner = Callable[[dict[str, Any], Report], dict[str, Any]]
+#: ``run_trials(configs, reports) -> [row | exception per config]``.
+FusedRunner = Callable[[list[dict[str, Any]], list[Report]], "list[dict[str, Any] | Exception]"]
 
 DEFAULT_RUNNER = "sweeps.runners:train_runner"
 SYNTHETIC_RUNNER = "sweeps.runners:synthetic_runner"
@@ -46,18 +54,68 @@ def train_runner(config: dict[str, Any], report: Report, *, progress: bool = Fal
     from mutransfer.train import TrainConfig, train  # type: ignore[import-not-found]
 
     cfg = TrainConfig.from_overrides(None, config)
+    result = train(cfg, callback=_train_callback(report), progress=progress)
+    return _train_row(result)
 
+
+def _train_callback(report: Report) -> Callable[[int, dict[str, Any]], bool]:
+    """The trainer's callback for one trial: report the held-out loss after each eval."""
     def callback(step: int, metrics: dict[str, Any]) -> bool:
         val = metrics.get("val_loss")
         if val is None:
             return False
         return bool(report(int(step), float(val)))
 
-    result = train(cfg, callback=callback, progress=progress)
+    return callback
+
+
+def _train_row(result: Any) -> dict[str, Any]:
+    """The results-table row of a TrainResult (fused or not: the same keys)."""
     row = dict(result.to_row())
     row["pruned"] = bool(getattr(result, "pruned", False))
     row.setdefault("diverged", bool(getattr(result, "diverged", False)))
     return row
+
+
+def train_fused_runner(configs: list[dict[str, Any]], reports: list[Report]
+                       ) -> list[dict[str, Any] | Exception]:
+    """Train ``configs`` with :func:`mutransfer.fused.train_fused`, one row per config (the
+    row :func:`train_runner` returns for it).
+
+    The configs are partitioned by :func:`mutransfer.fused.partition` (all of them in one
+    group when their fusion keys agree, as the worker arranges); a config that cannot run
+    fused goes through :func:`mutransfer.train.train` alone. A sub-group that raises fails
+    only its own members (their entry is the exception).
+    """
+    from mutransfer.fused import partition, train_fused, unsupported_reason
+    from mutransfer.train import TrainConfig, train  # type: ignore[import-not-found]
+
+    if len(configs) != len(reports):
+        raise ValueError(f"got {len(reports)} report functions for {len(configs)} configs")
+    out: list[dict[str, Any] | Exception | None] = [None] * len(configs)
+    cfgs: list[Any] = []
+    ok: list[int] = []
+    for i, c in enumerate(configs):
+        try:
+            cfgs.append(TrainConfig.from_overrides(None, c))
+            ok.append(i)
+        except Exception as exc:  # this member's config is bad: fail it alone
+            out[i] = exc
+    if ok:
+        for group in partition(cfgs, k=len(cfgs)):
+            members = [ok[j] for j in group]
+            try:
+                if len(group) == 1 and unsupported_reason(cfgs[group[0]]) is not None:
+                    results = [train(cfgs[group[0]], callback=_train_callback(reports[members[0]]))]
+                else:
+                    results = train_fused([cfgs[j] for j in group],
+                                          callback=[_train_callback(reports[i]) for i in members])
+                for i, r in zip(members, results):
+                    out[i] = _train_row(r)
+            except Exception as exc:
+                for i in members:
+                    out[i] = exc
+    return [r if r is not None else RuntimeError("no result") for r in out]
 
 
 def synthetic_runner(config: dict[str, Any], report: Report) -> dict[str, Any]:
@@ -105,3 +163,32 @@ def synthetic_runner(config: dict[str, Any], report: Report) -> dict[str, Any]:
         "gns": float("nan"), "wall_s": time.perf_counter() - t0,
         "diverged": diverged, "pruned": pruned,
     }
+
+
+def synthetic_fused_runner(configs: list[dict[str, Any]], reports: list[Report]
+                           ) -> list[dict[str, Any] | Exception]:
+    """:func:`synthetic_runner` over several configs, one after the other (the fused path's
+    machinery without torch: tests, overhead benchmarks)."""
+    out: list[dict[str, Any] | Exception] = []
+    for config, report in zip(configs, reports, strict=True):
+        try:
+            out.append(synthetic_runner(config, report))
+        except Exception as exc:
+            out.append(exc)
+    return out
+
+
+#: A runner's fused variant (``--fuse K`` needs one).
+FUSED_RUNNERS: dict[Callable[..., Any], FusedRunner] = {
+    train_runner: train_fused_runner,
+    synthetic_runner: synthetic_fused_runner,
+}
+
+
+def fused_runner_for(runner: Runner) -> FusedRunner | None:
+    """The fused variant of ``runner`` (:data:`FUSED_RUNNERS`, or its ``fused``
+    attribute), or None when it has none."""
+    fused = FUSED_RUNNERS.get(runner)
+    if fused is None:
+        fused = getattr(runner, "fused", None)
+    return fused if callable(fused) else None

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sweeps.fusion import Fuse, check_fuse
 from sweeps.progress import Counts, StudyBar, study_counts
 from sweeps.runners import DEFAULT_RUNNER, Runner
 from sweeps.spec import SweepSpec, point_key
@@ -76,20 +77,23 @@ def prepare(
     grace_period: int = 60,
     max_retries: int = 3,
     workers: int = 1,
+    fuse: Fuse | str = None,
 ) -> Plan:
-    """Create (or load) the study and enqueue the grid points it still needs."""
+    """Create (or load) the study and enqueue the grid points it still needs. ``fuse`` is
+    stored as the default for workers that join without one (:mod:`sweeps.fusion`)."""
     import optuna
     from optuna.trial import TrialState
 
     from sweeps.recovery import ATTR_POINT, ATTR_POINT_KEY, RequeueCallback, sweep_stale
     from sweeps.storage import study_names
 
+    fuse = check_fuse(fuse)
     check_workers(storage_url, workers)
     if heartbeat_interval < 1 or grace_period <= heartbeat_interval:
         raise ValueError(f"grace period {grace_period} s must exceed the heartbeat interval "
                          f"{heartbeat_interval} s (>= 1)")
     settings = SweepSettings(spec=spec, runner=runner, heartbeat_interval=heartbeat_interval,
-                             grace_period=grace_period, max_retries=max_retries)
+                             grace_period=grace_period, max_retries=max_retries, fuse=fuse)
     name = study_name or spec.study_name()
     storage = open_storage(storage_url, heartbeat_interval=heartbeat_interval, grace_period=grace_period,
                            stale_callback=RequeueCallback(max_retries))
@@ -168,16 +172,21 @@ def run_sweep(
     grace_period: int = 60,
     max_retries: int = 3,
     poll_s: float = 1.0,
+    fuse: Fuse | str = None,
 ) -> SweepResult:
     """Run (or resume) a sweep to the end: prepare the study, then run ``workers`` workers.
 
     ``workers == 1`` runs in this process (``runner`` may then be a callable); more start
     OS processes (``python -m sweeps.worker``) that share the storage, and ``runner`` must
     be an import path. ``device`` (cpu | cuda | ...) goes into every trial's config.
+    ``fuse``: each worker trains up to K fusible trials as one batched model (an integer
+    >= 1, or ``"auto"`` for :func:`mutransfer.fused.choose_k`); None or 1: unfused.
+    Results are the same either way (to float tolerance), only faster on small proxies.
     """
     from sweeps.worker import spawn_workers, work
 
     t0 = time.perf_counter()
+    fuse = check_fuse(fuse)
     url = resolve_storage(storage, out)
     if callable(runner) and (workers or 2) > 1:
         raise ValueError("a runner given as a function needs --workers 1; pass an import path "
@@ -193,7 +202,7 @@ def run_sweep(
         check_workers(url, workers)
     plan = prepare(spec, url, study_name=study_name, runner=runner_path,
                    heartbeat_interval=heartbeat_interval, grace_period=grace_period,
-                   max_retries=max_retries, workers=workers or 1)
+                   max_retries=max_retries, workers=workers or 1, fuse=fuse)
     if out is not None:
         _write_spec(Path(out), spec)
     from sweeps.worker import open_study
@@ -214,11 +223,12 @@ def run_sweep(
                 bar.update(study_counts(study))
 
             work(url, plan.study_name, runner=runner if callable(runner) else None,
-                 progress=not quiet and sys.stderr.isatty(), on_trial=tick)
+                 progress=not quiet and sys.stderr.isatty(), on_trial=tick, fuse=fuse or 1)
         else:
             gpus = _visible_gpus() if (device or "cpu").startswith("cuda") else None
             procs = spawn_workers(url, plan.study_name, n, device=device or "cpu", gpus=gpus,
-                                  log_dir=Path(out) / "logs" if out is not None else None)
+                                  log_dir=Path(out) / "logs" if out is not None else None,
+                                  fuse=fuse or 1)
             try:
                 _supervise(study, procs, bar, grace_period=grace_period, journal=is_journal(url),
                            max_retries=max_retries, poll_s=poll_s)

@@ -6,8 +6,11 @@ So ``mutransfer sweep worker --storage postgresql://... --study lr`` (or
 ``python -m sweeps.worker --storage ... --study ...``) joins a study from any machine.
 
 Loop: sweep stale trials (dead workers) -> pop a WAITING trial (atomic in the storage) ->
-run it -> tell. With nothing waiting, a worker stays while other trials are RUNNING (one of
-them may die and be re-enqueued), then exits.
+run it -> tell. With ``fuse`` (``--fuse K``, or the study's setting) a worker pops up to K
+WAITING trials that can train as one batched model (:mod:`sweeps.fusion`), runs them with
+the runner's fused variant and tells each member its own result. With nothing waiting, a
+worker stays while other trials are RUNNING (one of them may die and be re-enqueued), then
+exits.
 
 Many machines (PostgreSQL + a SLURM array)::
 
@@ -35,7 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sweeps.runners import DEFAULT_RUNNER, Runner, load_runner
+from sweeps.fusion import Fuse, check_fuse, is_fused
+from sweeps.runners import DEFAULT_RUNNER, Runner, fused_runner_for, load_runner
 from sweeps.spec import SweepSpec, spec_from_dict, trusted
 from sweeps.storage import is_journal, open_storage
 
@@ -54,11 +58,15 @@ class SweepSettings:
     heartbeat_interval: int = 10
     grace_period: int = 60
     max_retries: int = 3
+    fuse: Fuse = None
+    """Default members per fused group for workers that pass no ``fuse`` (None: unfused).
+    It changes throughput only, never a result, so a resumed study may change it."""
 
     def to_attr(self) -> dict[str, Any]:
         return {"spec": self.spec.to_dict(), "runner": self.runner,
                 "heartbeat_interval": self.heartbeat_interval,
-                "grace_period": self.grace_period, "max_retries": self.max_retries}
+                "grace_period": self.grace_period, "max_retries": self.max_retries,
+                "fuse": self.fuse}
 
     @classmethod
     def from_attr(cls, d: dict[str, Any]) -> SweepSettings:
@@ -66,7 +74,8 @@ class SweepSettings:
             spec = spec_from_dict(d["spec"])
         return cls(spec=spec, runner=d["runner"],
                    heartbeat_interval=int(d["heartbeat_interval"]),
-                   grace_period=int(d["grace_period"]), max_retries=int(d["max_retries"]))
+                   grace_period=int(d["grace_period"]), max_retries=int(d["max_retries"]),
+                   fuse=check_fuse(d.get("fuse")))  # absent in studies made before --fuse
 
 
 def make_sampler(spec: SweepSpec, seed: int) -> optuna.samplers.BaseSampler:
@@ -164,47 +173,80 @@ def work(
     progress: bool = False,
     wait_for_running: bool = True,
     on_trial: Callable[[], None] | None = None,
+    fuse: Fuse | str = None,
 ) -> WorkerReport:
-    """Run trials of ``study_name`` until no trial is waiting (or running, if waiting)."""
+    """Run trials of ``study_name`` until no trial is waiting (or running, if waiting).
+
+    ``fuse``: members per fused group (an integer >= 1 or ``"auto"``; 1 runs unfused);
+    None takes the study's setting (:attr:`SweepSettings.fuse`). ``max_trials`` counts
+    trials, each member of a fused group as one.
+    """
     from optuna.trial import TrialState
 
-    from sweeps.objective import run_one
+    from sweeps.fusion import pop_group
+    from sweeps.objective import run_group, run_one
     from sweeps.recovery import sweep_stale
 
+    fuse = check_fuse(fuse)
     study, settings = open_study(storage_url, study_name, worker_index=worker_index)
+    if fuse is None:
+        fuse = settings.fuse
     journal = is_journal(storage_url)
     fn = load_runner(runner or settings.runner) if not callable(runner) else runner
+    fused_fn = fused_runner_for(fn) if is_fused(fuse) else None
+    if is_fused(fuse) and fused_fn is None:
+        raise ValueError(f"fuse {fuse!r} needs a runner with a fused variant; "
+                         f"{getattr(fn, '__name__', fn)!r} has none (run with fuse 1)")
     rep = WorkerReport()
     done = 0
+    seed = settings.spec.sampler_seed + worker_index
     while max_trials is None or done < max_trials:
         rep.swept += sweep_stale(study, grace_period=settings.grace_period, journal=journal,
                                  max_retries=settings.max_retries)
-        trial = pop_waiting(study)
-        if trial is None:
+        if fused_fn is not None:
+            limit = None if max_trials is None else max_trials - done
+            trials = pop_group(study, settings.spec, fuse, limit)
+        else:
+            one = pop_waiting(study)
+            trials = [one] if one is not None else []
+        if not trials:
             running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
             if running and wait_for_running:
                 time.sleep(poll_s)
                 continue
             break
-        if _has_complete_twin(study, trial, settings.spec):
-            study._storage.set_trial_user_attr(trial._trial_id, "duplicate", True)
-            study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
-            rep.outcomes["duplicate"] += 1
+        todo = []
+        for trial in trials:
+            if _has_complete_twin(study, trial, settings.spec):
+                study._storage.set_trial_user_attr(trial._trial_id, "duplicate", True)
+                study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
+                rep.outcomes["duplicate"] += 1
+            else:
+                todo.append(trial)
+        if not todo:
             continue
-        outcome = run_one(study, trial, settings.spec, fn, journal=journal,
-                          heartbeat_interval=settings.heartbeat_interval,
-                          sampler_seed=settings.spec.sampler_seed + worker_index,
-                          progress=progress)
-        rep.outcomes[outcome] += 1
-        done += 1
+        if len(todo) == 1:  # a group of one (or unfused) runs exactly as before
+            outcomes = [run_one(study, todo[0], settings.spec, fn, journal=journal,
+                                heartbeat_interval=settings.heartbeat_interval,
+                                sampler_seed=seed, progress=progress)]
+        else:
+            assert fused_fn is not None
+            outcomes = run_group(study, todo, settings.spec, fused_fn, journal=journal,
+                                 heartbeat_interval=settings.heartbeat_interval, sampler_seed=seed)
+        rep.outcomes.update(outcomes)
+        done += len(todo)
         if on_trial is not None:
             on_trial()
     return rep
 
 
-def worker_command(storage_url: str, study_name: str, worker_index: int) -> list[str]:
-    return [sys.executable, "-m", "sweeps.worker", "--storage", storage_url, "--study", study_name,
-            "--worker-index", str(worker_index)]
+def worker_command(storage_url: str, study_name: str, worker_index: int,
+                   fuse: Fuse = None) -> list[str]:
+    cmd = [sys.executable, "-m", "sweeps.worker", "--storage", storage_url, "--study", study_name,
+           "--worker-index", str(worker_index)]
+    if fuse is not None:
+        cmd += ["--fuse", str(fuse)]
+    return cmd
 
 
 def spawn_workers(
@@ -216,9 +258,12 @@ def spawn_workers(
     gpus: Sequence[str] | None = None,
     log_dir: str | os.PathLike[str] | None = None,
     extra_env: dict[str, str] | None = None,
+    fuse: Fuse | str = None,
 ) -> list[subprocess.Popen[bytes]]:
     """Start ``n`` worker processes. On CPU each is single-threaded (one per core measured
-    faster than one multi-threaded worker); on CUDA worker k sees GPU k mod #GPUs."""
+    faster than one multi-threaded worker); on CUDA worker k sees GPU k mod #GPUs.
+    ``fuse`` is passed on (None: the study's setting)."""
+    fuse = check_fuse(fuse)
     procs = []
     root = str(Path(__file__).resolve().parent.parent)
     for k in range(n):
@@ -234,7 +279,7 @@ def spawn_workers(
         if log_dir is not None:
             Path(log_dir).mkdir(parents=True, exist_ok=True)
             out = open(Path(log_dir) / f"worker-{k}.log", "ab")  # noqa: SIM115 - closed by the child's exit
-        procs.append(subprocess.Popen(worker_command(storage_url, study_name, k), env=env,
+        procs.append(subprocess.Popen(worker_command(storage_url, study_name, k, fuse), env=env,
                                       stdout=out, stderr=subprocess.STDOUT if out is not subprocess.DEVNULL
                                       else subprocess.DEVNULL))
         if out is not subprocess.DEVNULL:
@@ -248,12 +293,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--study", default=None, help="study name (default: the only one)")
     p.add_argument("--worker-index", type=int, default=0, help="offsets the sampler seed")
     p.add_argument("--max-trials", type=int, default=None, help="stop after this many trials")
+    p.add_argument("--fuse", default=None, metavar="K|auto",
+                   help="train up to K fusible trials as one batched model (default: the study's setting)")
     args = p.parse_args(argv)
     from sweeps.storage import resolve_storage
 
     try:
         url = resolve_storage(args.storage)
-        rep = work(url, args.study, worker_index=args.worker_index, max_trials=args.max_trials)
+        rep = work(url, args.study, worker_index=args.worker_index, max_trials=args.max_trials,
+                   fuse=args.fuse)
     except ValueError as exc:
         print(f"sweeps.worker: error: {exc}", file=sys.stderr)
         return 2

@@ -4,6 +4,7 @@
     mutransfer sweep batch --widths 64 --batch-sizes 8,16,32 --tokens 1e6,4e6 --out d
     mutransfer sweep run SPEC.yaml --out d            # any TrainConfig field as a dimension
     mutransfer sweep worker --storage postgresql://... --study lr    # join from any machine
+    mutransfer sweep lr ... --fuse 16     # 16 same-shape trials as one batched model per worker
     mutransfer sweep status --storage d
     mutransfer sweep export --storage d --out results.csv
 
@@ -58,6 +59,20 @@ def _log2_range(text: str) -> tuple[float, float, float]:
     if len(nums) not in (2, 3):
         raise argparse.ArgumentTypeError(f"--log2-lr {text!r} must be MIN:MAX[:STEP], e.g. -14:-3:1")
     return (nums[0], nums[1], nums[2] if len(nums) == 3 else 1.0)
+
+
+def _fuse(text: str) -> Any:
+    """``--fuse K|auto``; a bad value exits 2 naming it."""
+    from sweeps.fusion import check_fuse
+
+    try:
+        return check_fuse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+_FUSE_HELP = ("train up to K trials of one shape (same width, depth, batch, steps, seq_len) as one "
+              "batched model per worker; auto: 16 on CPU, from free memory on CUDA; 1: unfused")
 
 
 def _setting(text: str) -> tuple[str, Any]:
@@ -115,6 +130,8 @@ def _add_run_flags(p: argparse.ArgumentParser, kind: str) -> None:
     p.add_argument("--heartbeat", type=int, default=10, help="heartbeat interval in s (default 10)")
     p.add_argument("--grace", type=int, default=60,
                    help="s without heartbeat before a trial is retried (default 60)")
+    p.add_argument("--fuse", type=_fuse, default=None, metavar="K|auto",
+                   help=_FUSE_HELP + " (default 1)")
     p.add_argument("--prepare-only", action="store_true",
                    help="create the study and enqueue the grid, run nothing (workers join later)")
     p.add_argument("--runner", default=None, help=argparse.SUPPRESS)
@@ -136,6 +153,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     w.add_argument("--study", default=None, help="study name (default: the only one)")
     w.add_argument("--max-trials", type=int, default=None, help="stop after this many trials")
     w.add_argument("--worker-index", type=int, default=0, help="offsets the sampler seed")
+    w.add_argument("--fuse", type=_fuse, default=None, metavar="K|auto",
+                   help=_FUSE_HELP + " (default: the study's --fuse)")
     s = sub.add_parser("status", help="counts by state and the best trial per group",
                        description="counts by state and the best trial per group")
     s.add_argument("--storage", default=".",
@@ -214,7 +233,8 @@ def run(args: argparse.Namespace) -> int:
     if cmd == "worker":
         from sweeps.worker import work
 
-        rep = work(url, args.study, worker_index=args.worker_index, max_trials=args.max_trials)
+        rep = work(url, args.study, worker_index=args.worker_index, max_trials=args.max_trials,
+                   fuse=args.fuse)
         print(", ".join(f"{k} {v}" for k, v in sorted(rep.outcomes.items())) or "no trial to run",
               file=sys.stderr)
         return 0
@@ -258,14 +278,14 @@ def _run_sweep(args: argparse.Namespace, kind: str) -> int:
 
         plan = prepare(spec, url, study_name=args.study, runner=args.runner or DEFAULT_RUNNER,
                        heartbeat_interval=args.heartbeat, grace_period=args.grace,
-                       workers=args.workers or 1)
+                       workers=args.workers or 1, fuse=args.fuse)
         print(f"study {plan.study_name}: {plan.total} trials planned, {plan.finished} finished, "
               f"{plan.enqueued} enqueued now; join with: mutransfer sweep worker --storage "
               f"{args.storage or args.out} --study {plan.study_name}", file=sys.stderr)
         return 0
     res = run_sweep(spec, out=args.out, storage=url, study_name=args.study, workers=args.workers,
                     device=args.device, runner=args.runner, quiet=args.quiet,
-                    heartbeat_interval=args.heartbeat, grace_period=args.grace)
+                    heartbeat_interval=args.heartbeat, grace_period=args.grace, fuse=args.fuse)
     study, _ = open_study(url, res.plan.study_name)
     st = status(study)
     st["storage"] = url if url.startswith("journal:") else None
