@@ -35,6 +35,7 @@ def check_fuse(value: Any) -> Fuse:
     too) or ``"auto"``; anything else -> ValueError naming the value."""
     if value is None:
         return None
+    raw = value
     if isinstance(value, str):
         text = value.strip().lower()
         if text == AUTO:
@@ -42,10 +43,9 @@ def check_fuse(value: Any) -> Fuse:
         try:
             value = int(text)
         except ValueError:
-            raise ValueError(f"fuse {value!r} must be an integer >= 1 (members per fused group) "
-                             "or 'auto'") from None
+            value = None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"fuse {value!r} must be an integer >= 1 (members per fused group) or 'auto'")
+        raise ValueError(f"fuse {raw!r} must be an integer >= 1 (members per fused group) or 'auto'")
     return value
 
 

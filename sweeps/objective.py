@@ -298,8 +298,8 @@ def run_group(
     finite worst case, a pruned member PRUNED, a failed one FAIL with its error. A member
     another worker declared dead (its trial finished elsewhere) is pruned out of the fused
     run at its next report and counted "lost"; the others go on. One heartbeat thread
-    beats for all members until the last is told, so a
-    SIGKILL leaves every untold member RUNNING for the stale-trial sweep to re-queue.
+    beats for all members until the last is told, so a SIGKILL leaves every untold member
+    RUNNING for the stale-trial sweep to re-queue.
     """
     from optuna.exceptions import UpdateFinishedTrialError
 
