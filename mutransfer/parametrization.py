@@ -276,6 +276,7 @@ class Parametrization:
             width_dims = self._width_dims_from_bsh(shapes, bsh)
             base = {n: tuple(b if b is not None else s for b, s in zip(bsh[n], shapes[n]))
                     for n in shapes}
+            base_model = None  # a .bsh holds no modules: head dims are taken as fixed
         else:
             delta_w = delta_width or (base_width * 2 if base_width * 2 != width else base_width * 3)
             with torch.device("meta"):
@@ -312,6 +313,9 @@ class Parametrization:
         self.attention_modules = tuple(
             n for n, m in target.named_modules()
             if hasattr(m, "softmax_scale") and hasattr(m, "head_dim"))
+        base_modules = dict(base_model.named_modules()) if base_model is not None else self._modules
+        self._base_head_dims = {a: int(getattr(base_modules.get(a), "head_dim", self._modules[a].head_dim))
+                                for a in self.attention_modules}
         self.specs: dict[str, ParamSpec] = {n: self._spec(n) for n in shapes}
 
     # ---- shapes and roles ------------------------------------------------------------
@@ -484,14 +488,19 @@ class Parametrization:
             scale *= self.depth_mult ** (-self.depth_alpha)
         return scale
 
-    def attention_scale(self, head_dim: int) -> float:
-        """Softmax scale: attention/d_head under μP kinds, attention/sqrt(d_head) in SP.
+    def attention_scale(self, head_dim: int, base_head_dim: int | None = None) -> float:
+        """Softmax scale. SP: attention/sqrt(d_head). μP kinds: attention·sqrt(d_base)/d_head,
+        i.e. SP's value at the base head dim, falling as 1/d_head as the head dim grows.
 
-        (TP-V §4: with 1/sqrt(d) the query-key dot product grows like sqrt(d) once q and
-        k become correlated by training.)
+        (TP-V §4 and Table 3: once training correlates q and k their dot product grows
+        like d, so the logits need 1/d; anchoring at the base keeps μP equal to SP at the
+        base shape, the premise of tuning there. With the head dim fixed and heads growing
+        with width, as in our presets, the scale is SP's at every width.)
         """
-        power = 0.5 if self.kind == "sp" else 1.0
-        return self.multipliers.attention / head_dim**power
+        if self.kind == "sp":
+            return self.multipliers.attention / math.sqrt(head_dim)
+        base = head_dim if base_head_dim is None else base_head_dim
+        return self.multipliers.attention * math.sqrt(base) / head_dim
 
     def _usage(self, mname: str) -> tuple[str | None, float]:
         """How a module uses its parameters: ("input" | "output" | None, readout m_in).
@@ -582,7 +591,7 @@ class Parametrization:
         attention softmax scales ``{module: scale}`` (what a transfer card stores)."""
         return {
             "hooks": [dataclasses.asdict(h) for h in self._hooks()],
-            "attention": {a: self.attention_scale(int(self._modules[a].head_dim))
+            "attention": {a: self.attention_scale(int(self._modules[a].head_dim), self._base_head_dims[a])
                           for a in self.attention_modules},
         }
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # verb -> (module, one-line help). Keep in the order of the user's day.
@@ -73,6 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, ValueError) as exc:
         print(f"mutransfer {args.verb}: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `mutransfer ... --json | head`: the reader left, not an error
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
+        return 0
     except KeyboardInterrupt:
         print(f"mutransfer {args.verb}: interrupted", file=sys.stderr)
         return 130

@@ -307,7 +307,7 @@ def test_deepcopy_and_state_dict_round_trip_keep_the_parametrization() -> None:
     pz = Parametrization(gpt_builder(), width=128, base_width=32,
                          multipliers=Multipliers(input=2.0, output=3.0, attention=0.5))
     model = pz.build(seed=0)
-    assert model.blocks[0].attn.softmax_scale == pytest.approx(0.5 / 16)
+    assert model.blocks[0].attn.softmax_scale == pytest.approx(0.5 / 4)  # head dim 16 at any width
     x = torch.randint(0, 64, (2, 16))
     out = model(x)[0]
     torch.testing.assert_close(copy.deepcopy(model)(x)[0], out)
@@ -328,7 +328,13 @@ def test_multipliers_change_the_forward_as_documented() -> None:
     torch.testing.assert_close(scaled(x)[0], 3.0 * base(x)[0])
     sp = Parametrization(gpt_builder(), width=64, base_width=32, kind="sp").build(seed=0)
     assert sp.blocks[0].attn.softmax_scale == pytest.approx(16**-0.5)
-    assert base.blocks[0].attn.softmax_scale == pytest.approx(1 / 16)
+    # Fixed head dim (heads grow): μP's scale is SP's, anchored at the base head dim.
+    assert base.blocks[0].attn.softmax_scale == pytest.approx(16**-0.5)
+    # Fixed head count (head dim grows 16 -> 64): 1/d_head, equal to SP at the base.
+    fixed_heads = lambda w: GPT(GPT_CFG.replace(width=w, n_head=2))  # noqa: E731
+    for width, d in ((32, 16), (128, 64)):
+        mu = Parametrization(fixed_heads, width=width, base_width=32).build(seed=0)
+        assert mu.blocks[0].attn.softmax_scale == pytest.approx(16**0.5 / d)
 
 
 def test_torch_compile_training_step_matches_eager() -> None:
