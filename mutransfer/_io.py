@@ -46,3 +46,25 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     with atomic_open(path, "w", encoding="utf-8") as fh:
         fh.write(text)
     return Path(path)
+
+
+def read_yaml_mapping(path: str | os.PathLike[str], what: str = "file") -> dict[str, Any]:
+    """A YAML (or JSON) file holding a mapping, read with ``yaml.safe_load`` (no code runs).
+
+    One clear ValueError, naming ``what`` and the path, for a missing file, bad YAML or a
+    document that is not a mapping; an empty file is an empty mapping.
+    """
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"{what} {str(p)!r} does not exist")
+    try:
+        doc = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{what} {str(p)!r} is not valid YAML: {str(exc).splitlines()[0]}") from None
+    if doc is None:
+        return {}
+    if not isinstance(doc, dict):
+        raise ValueError(f"{what} {str(p)!r} must hold a mapping, got {type(doc).__name__}")
+    return doc

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from mutransfer._io import atomic_write_text
+from mutransfer._io import atomic_write_text, read_yaml_mapping
 from mutransfer.parametrization import Parametrization
 
 SCHEMA = "mutransfer.card/v1"
@@ -141,13 +141,7 @@ def save_card(card: Mapping[str, Any], path: str | Path) -> Path:
 
 def load_card(path: str | Path) -> dict[str, Any]:
     """Read a card (YAML or JSON) with ``yaml.safe_load``: no code runs."""
-    import yaml
-
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{path} is not valid YAML/JSON: {exc}") from None
-    return validate_card(data)
+    return validate_card(read_yaml_mapping(path, "transfer card"))
 
 
 def apply(model: nn.Module, card: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -36,7 +36,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from mutransfer._io import atomic_write_text
+from mutransfer._io import atomic_write_text, read_yaml_mapping
 from mutransfer.checkpoint import get_rng_state, load_checkpoint, save_checkpoint, set_rng_state
 from mutransfer.data import DataConfig, TokenDataset, load_dataset
 from mutransfer.models.gpt import GPT, GPTConfig
@@ -363,20 +363,7 @@ class TrainConfig:
 
 def load_config(path: str | os.PathLike[str]) -> TrainConfig:
     """A TrainConfig from a YAML/JSON file of ``field: value`` (``yaml.safe_load``)."""
-    import yaml
-
-    p = Path(path)
-    if not p.is_file():
-        raise ValueError(f"config file {str(p)!r} does not exist")
-    try:
-        doc = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise ValueError(f"config file {str(p)!r} is not valid YAML: {exc}") from None
-    if doc is None:
-        doc = {}
-    if not isinstance(doc, dict):
-        raise ValueError(f"config file {str(p)!r} must hold a mapping of field: value")
-    return TrainConfig.from_overrides(TrainConfig(), doc)
+    return TrainConfig.from_overrides(TrainConfig(), read_yaml_mapping(path, "config file"))
 
 
 def _coerce(key: str, value: Any, tp: Any) -> Any:

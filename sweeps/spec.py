@@ -400,17 +400,6 @@ def spec_from_dict(data: Mapping[str, Any], kind: str | None = None) -> SweepSpe
 
 def load_spec(path: str | Path, kind: str | None = None) -> SweepSpec:
     """Load a spec from YAML (``yaml.safe_load``; JSON is YAML too)."""
-    import yaml
+    from mutransfer._io import read_yaml_mapping
 
-    p = Path(path)
-    if not p.is_file():
-        raise ValueError(f"spec file {str(p)!r} does not exist")
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise ValueError(f"spec file {str(p)!r} is not valid YAML: {str(exc).splitlines()[0]}") from None
-    if data is None:
-        data = {}
-    if not isinstance(data, Mapping):
-        raise ValueError(f"spec file {str(p)!r} must hold a mapping, got {type(data).__name__}")
-    return spec_from_dict(data, kind)
+    return spec_from_dict(read_yaml_mapping(path, "spec file"), kind)
