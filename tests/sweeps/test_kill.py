@@ -94,7 +94,10 @@ def test_postgres_workers_survive_a_sigkill_via_heartbeat() -> None:
     import optuna
 
     assert PG_URL is not None
-    pytest.importorskip("psycopg2", reason="the PostgreSQL driver psycopg2-binary is not installed")
+    import importlib.util
+
+    if not any(importlib.util.find_spec(m) for m in ("psycopg", "psycopg2")):
+        pytest.skip("no PostgreSQL driver: pip install 'psycopg[binary]'")
     name = f"kill-{uuid.uuid4().hex[:8]}"
     try:
         timing = _kill_one_mid_trial(PG_URL, name, workers=3, grace=3)
