@@ -41,7 +41,7 @@ import inspect
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -744,4 +744,3 @@ __all__ = [
     "load_base_shapes",
     "parametrize",
 ]
-_ = field  # dataclasses.field kept for subclass authors
