@@ -147,4 +147,5 @@ def test_every_notebook_is_tested() -> None:
 def test_notebook_runs_in_small_mode(name: str, kernel_dir: Path, tmp_path: Path,
                                      monkeypatch: pytest.MonkeyPatch) -> None:
     result, _ = run_notebook(name, kernel_dir, tmp_path / "out", monkeypatch)
-    CASES[name](result, tmp_path / "out")
+    assert result, f"{name} printed no RESULT line"
+    CASES[name](result, tmp_path / "out")  # the check_0N functions above assert on the numbers

@@ -24,7 +24,7 @@ import math
 from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from mutransfer.cli._common import positive_float, print_json
+from mutransfer.cli._common import non_negative_int, positive_float, print_json
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -42,14 +42,6 @@ def columns(text: str) -> list[str]:
     return out
 
 
-def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0")
-    return value
 
 
 def add_table_flags(p: argparse.ArgumentParser, n_boot: int = 1000) -> None:
