@@ -24,6 +24,22 @@ def int_list(text: str) -> list[int]:
     return out
 
 
+def float_list(text: str, *, high: float = float("inf"), what: str = "value") -> list[float]:
+    """``"0.25,0.5,1"`` -> [0.25, 0.5, 1.0]; each item must lie in (0, high] (finite)."""
+    out = []
+    for item in text.split(","):
+        item = item.strip()
+        try:
+            value = float(item)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{item!r} is not a number (in {text!r})") from None
+        if not (0 < value <= high and value != float("inf")):
+            bound = "positive and finite" if high == float("inf") else f"in (0, {high:g}]"
+            raise argparse.ArgumentTypeError(f"{what} {item!r} must be {bound} (in {text!r})")
+        out.append(value)
+    return out
+
+
 def positive_float(text: str) -> float:
     try:
         value = float(text)

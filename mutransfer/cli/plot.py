@@ -15,7 +15,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from mutransfer.cli._common import positive_float, print_json
+from mutransfer.cli._common import float_list, positive_float, print_json
 from mutransfer.cli.fit import (
     add_table_flags,
     check_level,
@@ -29,19 +29,6 @@ from mutransfer.cli.fit import (
 
 HELP = "render LR curves, optimum vs width, critical batch, loss laws"
 FORMATS = (".png", ".pdf", ".svg")
-
-
-def _floats(text: str) -> list[float]:
-    out = []
-    for item in text.split(","):
-        try:
-            v = float(item)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{item!r} is not a number (in {text!r})") from None
-        if not 0 < v < float("inf"):
-            raise argparse.ArgumentTypeError(f"{item!r} must be positive and finite")
-        out.append(v)
-    return out
 
 
 def _output(p: argparse.ArgumentParser) -> None:
@@ -104,7 +91,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     ll.add_argument("--n", default="n_params", help="model-size column (default n_params)")
     ll.add_argument("--d", default="tokens", help="data column (default tokens)")
     ll.add_argument("--loss", default="loss", help="loss column (default loss)")
-    ll.add_argument("--compute", type=_floats, default=None, metavar="C1,C2,...",
+    ll.add_argument("--compute", type=float_list, default=None, metavar="C1,C2,...",
                     help="FLOP budgets of the iso-FLOP lines (default: 5 spanning the data)")
     ll.add_argument("--n-jobs", type=int, default=2, help="threads for the start grid (default 2)")
     _output(ll)

@@ -3,27 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 from pathlib import Path
 from typing import Any
 
-from mutransfer.cli._common import add_output_flags
+from mutransfer.cli._common import add_output_flags, float_list
 
 HELP = "train a proxy model (muP/SP/CompleteP/Muon) on the embedded corpus or your data"
-
-
-def _fractions(text: str) -> list[float]:
-    out = []
-    for item in text.split(","):
-        try:
-            value = float(item)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{item.strip()!r} is not a number (in {text!r})") from None
-        if not 0 < value <= 1:
-            raise argparse.ArgumentTypeError(f"WSD branch fraction {value} must be in (0, 1] (in {text!r})")
-        out.append(value)
-    return out
 
 
 def _key_value(text: str) -> tuple[str, str]:
@@ -46,7 +34,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default=None, metavar="DIR",
                    help="write result.json, metrics.jsonl (and checkpoints if checkpoint_every) here")
     p.add_argument("--resume", default=None, metavar="CKPT", help="resume from this checkpoint")
-    p.add_argument("--wsd-branches", type=_fractions, default=None, metavar="F,F,...",
+    p.add_argument("--wsd-branches", default=None,
+                   type=functools.partial(float_list, high=1.0, what="WSD branch fraction"),
+                   metavar="F,F,...",
                    help="WSD branching: one stable run, a cooldown at each fraction of the steps "
                         "(e.g. 0.25,0.5,1.0); each branch equals a separate run of that length")
     add_output_flags(p)
