@@ -55,8 +55,18 @@ from .scaling import (
     tau_from,
     weight_decay_for,
 )
+from .scaling_plots import (
+    CriticalBatchComparison,
+    critical_batch_comparison,
+    plot_critical_batch_comparison,
+    plot_scaling,
+)
 
 __all__ = [
+    "CriticalBatchComparison",
+    "critical_batch_comparison",
+    "plot_critical_batch_comparison",
+    "plot_scaling",
     "DEEPSEEK_LLM",
     "POWER_LINES_BATCH_EXPONENT",
     "STEP_LAW",

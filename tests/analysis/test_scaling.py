@@ -317,3 +317,35 @@ def test_curves_are_the_fitted_data(fit: ScalingLawFit) -> None:
     np.testing.assert_allclose(c.batch_line["batch"], fit.predict_batch(c.batch_line["tokens"]))
     assert c.budgets["batch_opt"].tolist() == fit.budgets_["batch_opt"].tolist()
     assert len(c.cells) == 24 and (c.cells["lr_lo"] <= c.cells["lr_opt"]).all()
+
+
+# ------------------------------------------------------------------ figures
+def test_plot_scaling_renders_the_curves(fit: ScalingLawFit, tmp_path) -> None:
+    from analysis import plot_scaling
+
+    out = plot_scaling(fit.curves_(), tmp_path / "scaling.png")
+    assert out.read_bytes().startswith(b"\x89PNG") and out.stat().st_size > 5000
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_gns_beside_the_steps_to_target_critical_batch(data_dir, tmp_path) -> None:
+    """Zhang et al. 2024's 85M steps-to-target data give B_crit ≈ 2190.6 sequences; runs
+    whose measured GNS scatters around 2000 sit at ratio ≈ 0.91 of it."""
+    from analysis import CriticalBatchFit, critical_batch_comparison, plot_critical_batch_comparison
+
+    z = pd.read_csv(data_dir / "zhang2024_cbs_steps_to_target.csv")
+    z = z[z["model"] == "85M"]
+    cbs = CriticalBatchFit("batch_size_seqs", "steps_to_target", n_boot=50).fit(z)
+    gns = np.array([1800.0, 2000.0, 2200.0, np.nan, -1.0])
+    runs = pd.DataFrame({"batch_size": [64, 128, 256, 512, 1024], "gns": gns,
+                         "diverged": [False, False, False, False, False]})
+    comp = critical_batch_comparison(runs, cbs)
+    assert comp.b_crit == pytest.approx(2190.6, rel=5e-3)
+    assert comp.b_simple == 2000.0 and comp.gns.tolist() == [1800.0, 2000.0, 2200.0]
+    assert comp.ratio == pytest.approx(2000.0 / comp.b_crit)
+    np.testing.assert_allclose(comp.curve_steps, cbs.predict(comp.curve_batch))
+    assert comp.b_crit_ci[0] <= comp.b_crit <= comp.b_crit_ci[1]
+    out = plot_critical_batch_comparison(comp, tmp_path / "gns.png")
+    assert out.read_bytes().startswith(b"\x89PNG")
+    with pytest.raises(ValueError, match="no run has a finite positive 'gns'"):
+        critical_batch_comparison(runs.assign(gns=np.nan), cbs)
