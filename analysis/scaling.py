@@ -411,17 +411,7 @@ class ScalingLawFit:
                 M = _resampled_means(c["per_x"], nb_, rng)
                 T[:, j], L[:, j] = _boot_locate_min(t, M, self.window)
             else:
-                y = np.array([v[0] for v in c["per_x"]])
-                n = y.size
-                draws = rng.integers(0, n, size=(nb_, n))
-                for k in range(nb_):
-                    cols = np.unique(draws[k])
-                    if cols.size < 3:
-                        i = cols[np.argmin(y[cols])]
-                        T[k, j], L[k, j] = t[i], y[i]
-                    else:
-                        r = _locate(t[cols], y[cols], self.window)
-                        T[k, j], L[k, j] = r[0], r[1]
+                T[:, j], L[:, j] = self._single_seed_boot(t, c["per_x"], rng)
 
         # Per budget: the batch optimum over log2 B of the cells' best losses.
         budgets = []
@@ -483,6 +473,31 @@ class ScalingLawFit:
         self.reference_ = {"lr": float(2.0 ** t_lr[j]), "batch_tokens": float(B[j]),
                            "tokens": float(D[j]), "loss": float(l_opt[j])}
         self._set_params()
+
+    def _single_seed_boot(self, t: np.ndarray, per_x: list[np.ndarray],
+                          rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """One run per LR: resample the runs (as :class:`OptimumFit` does); a draw keeps
+        the grid points it hit. The losses never change, so a draw's optimum depends only
+        on its argmin window among the kept points: each window is solved once."""
+        y = np.array([v[0] for v in per_x])
+        n, nb_, w = y.size, self.n_boot, self.window
+        present = np.zeros((nb_, n), dtype=bool)
+        present[np.arange(nb_)[:, None], rng.integers(0, n, size=(nb_, n))] = True
+        ia = np.argmin(np.where(present, y, np.inf), axis=1)  # grid index of each argmin
+        rank = np.cumsum(present, axis=1) - 1  # position among the kept points
+        count = present.sum(axis=1)
+        r0 = rank[np.arange(nb_), ia]
+        T, L = t[ia].astype(float), y[ia].astype(float)
+        inner = (count >= 3) & (r0 > 0) & (r0 < count - 1)  # else: argmin or edge point
+        if inner.any():
+            win = present & (np.abs(rank - r0[:, None]) <= w)
+            keys, inv = np.unique(win[inner], axis=0, return_inverse=True)
+            rows = np.flatnonzero(inner)
+            for u, key in enumerate(keys):
+                cols = np.flatnonzero(key)
+                r = _locate(t[cols], y[cols], w)
+                T[rows[inv.ravel() == u]], L[rows[inv.ravel() == u]] = r[0], r[1]
+        return T, L
 
     def _fit_band(self, cells: list[dict[str, Any]], B: np.ndarray, D: np.ndarray,
                   rng: np.random.Generator) -> None:
