@@ -1018,10 +1018,8 @@ def holdout_audit(
     # The LR–batch rules do not say which batch to use: they get ours.
     for name in ("sqrt_rule", "linear_rule"):
         base[name]["batch_tokens"] = pred_batch
-    if axis == "tokens":
-        # Power Lines' LR follows its own batch; compare it at B_g like every other LR.
-        pl = base["power_lines"]
-        pl["lr"] = ref["lr"] * math.sqrt(b_g / ref["batch_tokens"])
+    # Power Lines' LR rule is eta ∝ sqrt(B); every LR is compared at the same batch B_g.
+    base["power_lines"]["lr"] = ref["lr"] * math.sqrt(b_g / ref["batch_tokens"])
     for name, b in base.items():
         rows.append(_audit_row(name, axis, b["lr"], meas_lr, b["batch_tokens"], meas_batch))
     return rows

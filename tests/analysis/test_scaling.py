@@ -349,3 +349,12 @@ def test_gns_beside_the_steps_to_target_critical_batch(data_dir, tmp_path) -> No
     assert out.read_bytes().startswith(b"\x89PNG")
     with pytest.raises(ValueError, match="no run has a finite positive 'gns'"):
         critical_batch_comparison(runs.assign(gns=np.nan), cbs)
+
+
+def test_holdout_baselines_compare_the_lr_at_the_same_batch(data: pd.DataFrame) -> None:
+    rows = {r["method"]: r for r in holdout_audit(data, axis="batch_tokens", n_boot=0)}
+    # Power Lines' LR is the sqrt rule's (eta ∝ sqrt(B)) at the held-out batch
+    assert rows["power_lines"]["pred_lr"] == pytest.approx(rows["sqrt_rule"]["pred_lr"])
+    # the linear rule doubles the LR per batch doubling, sqrt by 2^0.5: truth here is 0.5
+    assert rows["sqrt_rule"]["lr_ratio"] == pytest.approx(1.0, abs=0.15)
+    assert rows["linear_rule"]["lr_ratio"] > 1.6
