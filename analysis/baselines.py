@@ -40,8 +40,9 @@ STEP_LAW = {"lr_coef": 1.79, "lr_exp_n": -0.713, "lr_exp_d": 0.307,
             "batch_coef": 0.58, "batch_exp_d": 0.571}
 
 #: Bergsma et al. 2025 ("Power Lines: Scaling Laws for Weight Decay and Batch Size in LLM
-#: Pre-training", fig. 1 and §4): B_opt grows as a power of the token budget D alone,
-#: exponent about 0.38 (independent of model size N).
+#: Pre-training", fig. 1): B_opt grows as a power of the token budget D alone,
+#: independent of model size N; exponent about 0.38 (override where a closer value is
+#: known: it only sets how fast the anchored batch grows).
 POWER_LINES_BATCH_EXPONENT = 0.38
 
 

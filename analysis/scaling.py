@@ -59,9 +59,10 @@ def tau_from(batch: Any, lr: Any, weight_decay: Any, tokens: Any) -> Any:
 
     AdamW's decoupled decay makes the weights an exponential moving average of recent
     updates with time constant ``1/(eta·lambda)`` iterations (Wang & Aitchison 2024, "How
-    to set AdamW's weight decay as you scale model and dataset size", §3); over
-    ``S = D/B`` steps that is ``tau = B/(eta·lambda·D)`` of the run (Bergsma et al. 2025,
-    "Power Lines", eq. 1, their ``tau_EMA``). ``B`` and ``D`` must be in the same unit
+    to set AdamW's weight decay as you scale model and dataset size"); over ``S = D/B``
+    steps that is ``tau = B/(eta·lambda·D)`` of the run (Bergsma et al. 2025, "Power
+    Lines: Scaling Laws for Weight Decay and Batch Size in LLM Pre-training", their
+    ``tau_EMA``, defined in the abstract and §2). ``B`` and ``D`` must be in the same unit
     (both tokens or both sequences; the ratio is unit-free). ``weight_decay`` is the
     PyTorch AdamW ``weight_decay`` (decoupled, multiplied by the LR). Scalars give a
     float, arrays an array; ``weight_decay = 0`` gives ``inf``.
@@ -75,9 +76,9 @@ def tau_from(batch: Any, lr: Any, weight_decay: Any, tokens: Any) -> Any:
 def weight_decay_for(tau: Any, batch: Any, lr: Any, tokens: Any) -> Any:
     """The weight decay that gives timescale ``tau``: ``lambda = B / (eta · tau · D)``.
 
-    The inverse of :func:`tau_from` (Wang & Aitchison 2024, §3; Bergsma et al. 2025,
-    eq. 1): holding ``tau`` fixed, lambda grows linearly with the batch and falls with
-    the LR and the budget.
+    The inverse of :func:`tau_from` (Wang & Aitchison 2024; Bergsma et al. 2025, who
+    verify that at fixed N and D the optimal lambda grows linearly with B): holding
+    ``tau`` fixed, lambda grows linearly with the batch and falls with the LR and budget.
     """
     b, e, d = _arr(batch, "batch"), _arr(lr, "lr"), _arr(tokens, "tokens")
     t = _arr(tau, "tau")
@@ -91,14 +92,15 @@ class ScheduleRules:
 
     Warmup: ``warmup_tokens = per_param · N`` when the model size ``N`` is known (Porian
     et al. 2024, "Resolving Discrepancies in Compute-Optimal Scaling of Language Models",
-    §3: a warmup of as many tokens as the model has parameters, instead of a fixed step
+    who name warmup duration as one cause of the Kaplan–Chinchilla gap and warm up for
+    as many tokens as the model has parameters, instead of a fixed step
     count that is far too long for small models), else ``fraction · D``; then capped at
     ``max_fraction · D`` and rounded up to whole steps, at least ``min_steps``.
 
     Decay: WSD (warmup–stable–decay) with a linear cooldown over the last
     ``decay_fraction`` of the steps; Hägele et al. 2024 ("Scaling Laws and
-    Compute-Optimal Training Beyond Fixed Training Durations", §3–4) find a 20 %
-    cooldown matches a tuned cosine schedule.
+    Compute-Optimal Training Beyond Fixed Training Durations") find a cooldown of about
+    20 % of the steps matches a tuned cosine schedule.
     """
 
     per_param: float = 1.0
@@ -659,7 +661,8 @@ class ScalingLawFit:
         * weight decay: ``lambda = B/(eta·tau·D)`` with the proxy's tau held fixed
           (Wang & Aitchison 2024). With ``tau_tpp_exponent = m`` and ``n_params`` for
           both proxy (the sweep's ``n_params`` column) and target, tau follows Power
-          Lines' ``tau_opt ∝ (D/N)^m`` instead (Bergsma et al. 2025, §3);
+          Lines' ``tau_opt ∝ (D/N)^m`` instead (Bergsma et al. 2025: tau_opt is a power
+          law in tokens per parameter);
         * warmup tokens and WSD decay fraction from :class:`ScheduleRules`;
         * extrapolation per axis = target ÷ largest measured; a factor above ``limit``
           sets ``extrapolated`` and adds a warning;
@@ -723,7 +726,7 @@ class ScalingLawFit:
             wd_lo = b_tok / (lhi * t_hi * d)
             wd_hi = b_tok / (llo * t_lo * d)
             wd_e = Estimate(float(wd), float(wd_lo), float(wd_hi), level,
-                            "lambda = B/(eta·tau·D) (Bergsma et al. 2025, eq. 1)", e_lr)
+                            "lambda = B/(eta·tau·D) (Wang & Aitchison 2024; Bergsma et al. 2025)", e_lr)
         elif self.weight_decay_ == 0:
             wd_e = Estimate(0.0, 0.0, 0.0, level, "the sweep used no weight decay", 1.0)
         else:
@@ -818,7 +821,7 @@ class ScalingLawFit:
             "weight_decay": _num(self.weight_decay_) if self.weight_decay_ is not None else None,
             "at": {k: _num(v) for k, v in self.tau_at_.items()} if self.tau_at_ else None,
             "formula": "tau = batch_tokens / (lr · weight_decay · tokens)",
-            "source": "Wang & Aitchison 2024; Bergsma et al. 2025 (Power Lines), eq. 1",
+            "source": "Wang & Aitchison 2024; Bergsma et al. 2025 (Power Lines)",
         }
         out: dict[str, Any] = {
             "kind": "scaling", "method": self.method, "band": self.band,
@@ -841,9 +844,9 @@ class ScalingLawFit:
             "warmup": {**{k: v for k, v in self.rules.to_dict().items() if k != "decay_fraction"},
                        "rule": "warmup_tokens = per_param·N (else fraction·D), at most "
                                "max_fraction·D, whole steps",
-                       "source": "Porian et al. 2024, §3"},
+                       "source": "Porian et al. 2024"},
             "decay_fraction": {"value": self.rules.decay_fraction, "schedule": "wsd",
-                               "source": "Hägele et al. 2024, §3-4"},
+                               "source": "Hägele et al. 2024"},
             "reference": {k: _num(v) for k, v in self.reference_.items()},
             "measured": dict(self.measured_),
             "n_rows": int(self.n_rows_), "n_in_band": int(self.n_in_band_),

@@ -20,7 +20,8 @@ alone and as the whole ``mutransfer fit scaling`` command in-process (reading th
 checks, fit, atomic JSON write; interpreter start-up excluded).
 
 Run: ``python -m benchmarks.fit_speed`` (prints JSON, writes
-``benchmarks/results/fit_speed.json`` atomically).
+``benchmarks/results/fit_speed.json`` atomically); ``python -m benchmarks.fit_speed
+--scaling`` times only the scaling fit and writes nothing.
 """
 
 from __future__ import annotations
@@ -207,4 +208,5 @@ def run() -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(run(), indent=2))
+    # ``--scaling``: time only `fit scaling` (seconds, no naive loop) and write nothing.
+    print(json.dumps(scaling_timing() if "--scaling" in sys.argv[1:] else run(), indent=2))

@@ -210,13 +210,20 @@ def test_power_lines_rule_exactly() -> None:
     assert (same["lr"], same["batch_tokens"]) == pytest.approx((2e-3, 65536))
 
 
-def test_deepseek_llm_reproduces_its_7b_settings() -> None:
-    """DeepSeek LLM 7B (Bi et al. 2024, Table 2: lr 4.2e-4, batch 2304 × 4096 tokens):
-    non-embedding FLOPs/token M ≈ 4.3e10 at D = 2e12 tokens gives C ≈ 8.6e22."""
-    got = deepseek_llm(8.6e22)
-    assert got["lr"] == pytest.approx(4.2e-4, rel=0.05)
-    assert got["batch_tokens"] == pytest.approx(2304 * 4096, rel=0.05)
-    assert got["lr"] == pytest.approx(0.3118 * 8.6e22 ** -0.125, rel=1e-12)
+@pytest.mark.parametrize(("layers", "d_model", "lr", "batch_seqs"), [
+    (30, 4096, 4.2e-4, 2304),   # DeepSeek LLM 7B
+    (95, 8192, 3.2e-4, 4608),   # DeepSeek LLM 67B
+])
+def test_deepseek_llm_reproduces_its_published_settings(layers: int, d_model: int, lr: float,
+                                                         batch_seqs: int) -> None:
+    """Bi et al. 2024, Table 2 (2T tokens, context 4096): the laws give the LR and batch
+    they trained with, with M = 72·n_layer·d_model² + 12·n_layer·d_model·l_seq
+    non-embedding FLOPs per token and C = M·D."""
+    m = 72 * layers * d_model**2 + 12 * layers * d_model * 4096
+    got = deepseek_llm(m * 2e12)
+    assert got["lr"] == pytest.approx(lr, rel=0.05)
+    assert got["batch_tokens"] == pytest.approx(batch_seqs * 4096, rel=0.1)
+    assert got["lr"] == pytest.approx(0.3118 * (m * 2e12) ** -0.125, rel=1e-12)
     assert deepseek_llm(None)["lr"] is None
 
 
