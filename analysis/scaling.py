@@ -25,6 +25,7 @@ from .optimum import OptimumFit, _boot_locate_min, _locate, _resampled_means
 from .project import Estimate
 
 __all__ = [
+    "AUDIT_KEYS",
     "METHODS",
     "ScalingCurves",
     "ScalingLawFit",
