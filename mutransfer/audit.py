@@ -267,6 +267,10 @@ class AuditRow:
     """Raw per-width values (effective LR, RMS, multiplier, WD, eps)."""
     axis: str = "width"
     """What the exponents are of: ``width``, or ``d_head`` for a growing head dim."""
+    rules: dict[str, str] = field(default_factory=dict)
+    """The table's rule per quantity, as written in :mod:`mutransfer.rules`."""
+    unjudged: list[str] = field(default_factory=list)
+    """Quantities measured too noisily to judge (init of a tensor with few entries)."""
 
 
 @dataclass
@@ -300,7 +304,8 @@ class AuditResult:
     def summary_line(self) -> str:
         f = self.first_failure
         if f is not None:
-            return f"first failing layer: {f.name} ({f.role}, via {f.module or 'model'}): {f.message}"
+            via = "" if f.module in (f.name, f.name.rpartition(".")[0]) else f", via {f.module or 'model'}"
+            return f"first failing layer: {f.name} ({f.role}{via}): {f.message}"
         return "no layer breaks the μP rules"
 
     def coord_line(self) -> str:
@@ -319,7 +324,7 @@ class AuditResult:
             e, f = r.expected.get(q), r.found.get(q)
             if e is None and f is None:
                 return "-"
-            return f"{_fmt(e)}/{_fmt(f)}"
+            return f"{_fmt(e)}/{'~' if q in r.unjudged else ''}{_fmt(f)}"
 
         body = []
         for r in self.rows:
@@ -427,6 +432,7 @@ def audit(
     def model_of(w: int) -> nn.Module:
         return _call(builder, optimizer_builder, w, name)[0]
 
+    _call(builder, optimizer_builder, widths[0], name)  # wrong types: one clear error first
     try:
         pz = Parametrization(model_of, width=widths[-1], base_width=widths[0], kind="mup",
                              delta_width=widths[1] if widths[1] != widths[-1] else None)
@@ -526,8 +532,10 @@ def _param_row(pz: Any, pname: str, mname: str, widths: list[int], per_width: li
     expected: dict[str, float | None] = {"init": None, "lr": None, "mult": None, "wd": None}
 
     all_zero = all(r == 0.0 for r in rms)
+    init_tol = tol
     if all(math.isfinite(r) for r in rms) and not all_zero:
         found["init"] = _slope(widths, rms)
+        init_tol = max(tol, 3.0 * _init_slope_se(widths, ps))
     if rr.init_std is not None and not all_zero and ps[0].numel() > 1:
         expected["init"] = rr.init_std.of_width(s_in, s_out)
     if all(math.isfinite(v) for v in mult_vals):
@@ -551,21 +559,42 @@ def _param_row(pz: Any, pname: str, mname: str, widths: list[int], per_width: li
                 indep if found["wd"] is not None and abs(found["wd"] - indep) <= tol else 0.0)
 
     row = AuditRow(pname, mname, role, rule, expected, found, "ok", values=values)
-    _judge(row, rule, tol, wd_mode)
+    lr_rule = MUON.lr if rule == "muon" and ps[0].ndim == 2 and role in MUON.roles else rr.get("lr", rule)
+    row.rules = {"init": str(rr.init_std), "lr": str(lr_rule), "mult": str(rr.multiplier)}
+    if init_tol > 0.5:  # too few entries for a sampled RMS to tell -1/2 from 0
+        row.unjudged.append("init")
+    _judge(row, rule, tol, wd_mode, init_tol)
     return row
 
 
-def _judge(row: AuditRow, rule: str, tol: float, wd_mode: str | None) -> None:
-    e, f = row.expected, row.found
+def _init_slope_se(widths: Sequence[int], ps: Sequence[torch.Tensor]) -> float:
+    """Standard error of the fitted init exponent from sampling: var(log RMS) is about
+    Var(p²) / (4 n E[p²]²) per width (1/(2n) for Gaussian entries, 0 for constant ones)."""
+    var = []
+    for p in ps:
+        sq = p.detach().double().reshape(-1) ** 2
+        m = float(sq.mean())
+        var.append(float(sq.var()) / (4 * sq.numel() * m * m) if m > 0 and sq.numel() > 1 else 0.0)
+    x = np.log(np.asarray(widths, dtype=float))
+    sxx = float(((x - x.mean()) ** 2).sum())
+    return math.sqrt(float(np.mean(var)) / sxx) if sxx > 0 else float("inf")
+
+
+def _judge(row: AuditRow, rule: str, tol: float, wd_mode: str | None, init_tol: float) -> None:
+    e = dict(row.expected)
+    f = dict(row.found)
+    if "init" in row.unjudged:
+        e["init"] = f["init"] = None
     fm = f["mult"] if f["mult"] is not None else 0.0
     em = e["mult"] if e["mult"] is not None else 0.0
     k = "sgd" if rule == "sgd" else "adam"
     exp_inv = invariant_exponents(em, e["init"], e["lr"], k)
     found_inv = invariant_exponents(fm, f["init"], f["lr"], k)
+    tols = {"init": init_tol, "lr": tol, "mult": tol}
     bad = [q for q in ("init", "lr") if exp_inv[q] is not None and found_inv[q] is not None
-           and abs(exp_inv[q] - found_inv[q]) > tol]  # type: ignore[operator]
+           and abs(exp_inv[q] - found_inv[q]) > tols[q]]  # type: ignore[operator]
     raw_off = [q for q in ("mult", "init", "lr") if e[q] is not None and f[q] is not None
-               and abs(e[q] - f[q]) > tol]  # type: ignore[operator]
+               and abs(e[q] - f[q]) > tols[q]]  # type: ignore[operator]
     if bad:
         # Blame the raw quantity that differs from the table: the multiplier first (it
         # moves both invariants), then the one whose invariant broke.
@@ -573,8 +602,8 @@ def _judge(row: AuditRow, rule: str, tol: float, wd_mode: str | None) -> None:
         row.verdict, row.broken = "FAIL", q
         what = {"init": "init std", "lr": f"{'Adam' if k == 'adam' and rule != 'muon' else rule} LR",
                 "mult": "forward multiplier"}[q]
-        row.message = (f"{row.role} {what} should be {_words(e[q])} (mu-P table, mutransfer.rules), "
-                       f"found {_words(f[q])}")
+        row.message = (f"{row.role} {what} should be {_words(e[q])} (μP rule {row.rules.get(q, '?')}, "
+                       f"mutransfer.rules), found {_words(f[q])}")
         return
     if e["wd"] is not None and f["wd"] is not None and abs(e["wd"] - f["wd"]) > tol:
         row.verdict, row.broken = "FAIL", "wd"

@@ -63,6 +63,21 @@ def ours_muon(width: int) -> tuple[nn.Module, Any]:
     return model, build_optimizer(pz.param_groups(model, LR), "muon")
 
 
+def table3_form(width: int) -> tuple[nn.Module, Any]:
+    """TP-V Table 3's own readout: no forward multiplier, init std ∝ 1/m and Adam LR ∝ 1/m.
+    The same μP as the MuReadout form (abc-symmetry), so it must pass."""
+    model, pz = _ours(width)
+    model.lm_head._forward_pre_hooks.clear()
+    m = width / BASE
+    with torch.no_grad():
+        model.lm_head.weight.div_(m)
+    groups = pz.param_groups(model, LR)
+    for g in groups:
+        if g["role"] == "output":
+            g["lr"] = LR / m
+    return model, torch.optim.AdamW(groups)
+
+
 def _mup_gpt(width: int) -> nn.Module:
     model = _gpt(width)
     model.lm_head = mup.MuReadout(width, CFG.vocab_size, bias=False)
@@ -149,7 +164,8 @@ def returns_wrong_optimizer(width: int) -> tuple[nn.Module, Any]:
     return _gpt(width), {"lr": LR}
 
 
-CORRECT = ("ours", "ours_fixed_heads", "ours_wd_independent", "ours_sgd", "ours_muon", "mup_mureadout")
+CORRECT = ("ours", "ours_fixed_heads", "ours_wd_independent", "ours_sgd", "ours_muon", "mup_mureadout",
+           "table3_form")
 BROKEN = {
     # variant: (first failing parameter or module, broken rule, wd claim)
     "hidden_lr_not_scaled": ("blocks.0.attn.c_q.weight", "lr", None),
