@@ -49,11 +49,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from mutransfer.rules import ATTENTION_EXPONENT, MUON, invariant_exponents, role_rule
+from mutransfer.rules import ATTENTION_EXPONENT, COMPLETEP, MUON, invariant_exponents, role_rule
 
 Builder = Callable[[int], Any]
 QUANTITY_RULE = {"init": "init std", "lr": "LR", "mult": "forward multiplier", "wd": "weight decay",
-                 "attention": "attention scale"}
+                 "attention": "attention scale", "eps": "Adam eps"}
 
 
 # ---- reading the user's objects ----------------------------------------------------------
@@ -328,6 +328,8 @@ class AuditResult:
 
         body = []
         for r in self.rows:
+            if r.axis == "depth":
+                continue
             label = r.name if r.module in ("", r.name, r.name.rpartition(".")[0]) else f"{r.name} @{r.module}"
             if r.role == "attention":
                 axis = " (of d_head)" if r.axis == "d_head" else ""
@@ -343,6 +345,18 @@ class AuditResult:
                  + (f"; weight decay claimed {self.wd_mode}" if self.wd_mode else ""),
                  fmt.format(*head), fmt.format(*("-" * w for w in widths))]
         lines += [fmt.format(*b).rstrip() for b in body]
+        depth = [r for r in self.rows if r.axis == "depth"]
+        if depth:
+            head = ["parameter", "role", "optim", "LR exp/found", "mult exp/found", "eps exp/found",
+                    "verdict"]
+            body = [[r.name, r.role, r.optimizer, cell(r, "lr"), cell(r, "mult"), cell(r, "eps"),
+                     r.verdict + (f" {QUANTITY_RULE[r.broken]}" if r.broken else "")] for r in depth]
+            widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
+            fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+            lines += ["", "# depth (CompleteP, Dey et al. 2025 Table 1): exponents of depth (expected/found) "
+                      "of the first block's branches and parameters",
+                      fmt.format(*head), fmt.format(*("-" * w for w in widths))]
+            lines += [fmt.format(*b).rstrip() for b in body]
         return "\n".join(lines)
 
     def report(self) -> str:
@@ -400,6 +414,8 @@ def audit(
     seeds: int = 2,
     tol: float = 0.2,
     coord_tol: float = 0.25,
+    depths: Sequence[int] | None = None,
+    depth_alpha: float | None = None,
     name: str = "builder",
 ) -> AuditResult:
     """Audit a μP implementation.
@@ -416,6 +432,10 @@ def audit(
             entropy of the output (its first tensor) against random labels.
         coord_check, steps, seeds, coord_tol: the coordinate check on the user's model.
         tol: the largest allowed gap between a found and an expected exponent.
+        depths: >= 2 depths to also audit depth transfer (CompleteP); the builder is then
+            ``builder(width, depth)`` and the width audit runs at the smallest depth.
+        depth_alpha: the CompleteP alpha the user claims (0.5 or 1); None: the alpha
+            measured from the residual multipliers, which must be 0.5 or 1.
         name: how to name the builder in errors (the CLI passes the entry point).
     """
     from mutransfer.parametrization import Parametrization
@@ -428,14 +448,23 @@ def audit(
         raise ValueError(f"base width must be >= 1, got {base_width}")
     if wd_mode not in (None, "coupled", "independent"):
         raise ValueError(f"unknown weight-decay mode {wd_mode!r}; choose coupled or independent")
+    depth_list = sorted({int(d) for d in depths}) if depths else []
+    if depths is not None and len(depth_list) < 2:
+        raise ValueError(f"a depth audit needs at least 2 depths, got {list(depths)}")
+    if depth_alpha is not None and depth_alpha not in COMPLETEP.alphas:
+        raise ValueError(f"depth_alpha must be one of {COMPLETEP.alphas}, got {depth_alpha!r}")
+    depth_builder = builder
+    if depth_list:
+        def builder(w: int) -> Any:  # the width audit at the base depth
+            return depth_builder(w, depth_list[0])
 
     def model_of(w: int) -> nn.Module:
         return _call(builder, optimizer_builder, w, name)[0]
 
     _call(builder, optimizer_builder, widths[0], name)  # wrong types: one clear error first
+    role_base = base_width if base_width < widths[-1] else widths[0]
     try:
-        pz = Parametrization(model_of, width=widths[-1], base_width=widths[0], kind="mup",
-                             delta_width=widths[1] if widths[1] != widths[-1] else None)
+        pz = Parametrization(model_of, width=widths[-1], base_width=role_base, kind="mup")
     except ValueError as exc:
         raise ValueError(f"{name}: cannot infer roles: {exc}") from None
     get_input = example_input or _default_input
@@ -477,12 +506,118 @@ def audit(
         for mname in first["owners"][pname]:
             rows.append(_param_row(pz, pname, mname, widths, per_width, wd_mode, tol))
     rows += [a for a in attn_rows if a.module not in placed]
+    if depth_list:
+        rows += _depth_rows(depth_builder, optimizer_builder, widths[0], depth_list, get_input,
+                            depth_alpha, tol, name)
 
     cc = None
     if coord_check:
         cc = _coord_check(builder, optimizer_builder, widths, name, get_input, loss_fn, steps, seeds,
                           coord_tol)
     return AuditResult(widths, base_width, wd_mode, rows, cc, tol)
+
+
+def _depth_rows(builder: Callable[..., Any], optimizer_builder: Callable[..., Any] | None, width: int,
+                depths: list[int], get_input: Callable[[nn.Module], Any], claim: float | None,
+                tol: float, name: str) -> list[AuditRow]:
+    """CompleteP: residual-branch multipliers, LRs and Adam eps of the first block's
+    parameters against depth (Dey et al. 2025, Table 1; mutransfer.rules.COMPLETEP)."""
+    from mutransfer.parametrization import Parametrization
+
+    def model_of(w: int, d: int) -> nn.Module:
+        return _call(lambda w_: builder(w_, d), optimizer_builder, w, f"{name}(depth={d})")[0]
+
+    pz = Parametrization(model_of, width=width * 2, base_width=width, depth=depths[0])
+    first_block = pz.branch_modules[0].rpartition(".")[0] if pz.branch_modules else ""
+    branches = [b for b in pz.branch_modules if b.rpartition(".")[0] == first_block]
+    if not branches:
+        raise ValueError(f"{name}: no residual branches found (modules named <list>.<i>.attn/mlp); "
+                         "a depth audit needs them")
+    block = branches[0].rpartition(".")[0]
+    inside = [n for n, s in pz.specs.items() if s.in_residual_branch and n.startswith(block + ".")]
+    mults: dict[str, list[float]] = {b: [] for b in branches}
+    reads: dict[str, list[dict[str, Any]]] = {n: [] for n in inside}
+    for d in depths:
+        torch.manual_seed(0)
+        model, opt = _call(lambda w_, d=d: builder(w_, d), optimizer_builder, width, f"{name}(depth={d})")
+        for b, m in _probe_branches(model, get_input(model), block, branches).items():
+            mults[b].append(m)
+        groups, params = _read_groups(opt), dict(model.named_parameters())
+        for n in inside:
+            reads[n].append(groups.get(id(params[n])) or {})
+    rows = []
+    found_alphas = []
+    for vals in mults.values():
+        e = _slope(depths, [abs(v) for v in vals])
+        found_alphas.append(None if e is None else -e)
+    measured = [a for a in found_alphas if a is not None]
+    alpha = claim if claim is not None else (
+        min(COMPLETEP.alphas, key=lambda a: abs(a - float(np.mean(measured)))) if measured else 1.0)
+    for b, vals in mults.items():
+        e_exp = COMPLETEP.residual_multiplier.exponent(alpha)
+        f_exp = _slope(depths, [abs(v) for v in vals])
+        row = AuditRow(b, b, "branch", "-", {"mult": e_exp}, {"mult": f_exp}, "ok", values={"mult": vals},
+                       axis="depth", rules={"mult": f"m_L^({COMPLETEP.residual_multiplier})"})
+        if f_exp is None or abs(f_exp - e_exp) > tol:
+            row.verdict, row.broken = "FAIL", "mult"
+            row.message = (f"residual branch multiplier should be ∝ depth^{_fmt(e_exp)} (CompleteP, "
+                           f"alpha={alpha:g}, mutransfer.rules), found ∝ depth^{_fmt(f_exp)}")
+        rows.append(row)
+    for n in inside:
+        gs = reads[n]
+        if not all(gs):
+            continue
+        rule = gs[0]["rule"]
+        lr_e = COMPLETEP.lr.exponent(alpha)
+        row = AuditRow(n, n.rpartition(".")[0], pz.specs[n].role, rule, {"lr": lr_e}, {}, "ok",
+                       values={"lr": [g["lr"] for g in gs]}, axis="depth",
+                       rules={"lr": f"m_L^({COMPLETEP.lr})"})
+        row.found["lr"] = _slope(depths, [g["lr"] for g in gs])
+        if rule == "adam" and all(g.get("eps") for g in gs):
+            row.expected["eps"] = COMPLETEP.eps.exponent(alpha)
+            row.found["eps"] = _slope(depths, [float(g["eps"]) for g in gs])
+            row.values["eps"] = [float(g["eps"]) for g in gs]
+        for q, what in (("lr", "LR"), ("eps", "Adam eps")):
+            e, f = row.expected.get(q), row.found.get(q)
+            if e is not None and (f is None or abs(f - e) > tol):
+                row.verdict, row.broken = "FAIL", q
+                row.message = (f"{what} inside residual blocks should be ∝ depth^{_fmt(e)} (CompleteP, "
+                               f"alpha={alpha:g}, mutransfer.rules), found ∝ depth^{_fmt(f)}")
+                break
+        rows.append(row)
+    return rows
+
+
+def _probe_branches(model: nn.Module, x: Any, block: str, branches: list[str]) -> dict[str, float]:
+    """Each branch's multiplier: hooks on the branch (its output over its raw output)
+    times the block's own scaling, fitted from y - x = s · (sum of branch outputs)."""
+    raw: dict[str, torch.Tensor] = {}
+    final: dict[str, torch.Tensor] = {}
+    io: dict[str, Any] = {}
+    handles = []
+    for b in branches:
+        m = model.get_submodule(b)
+
+        def first(_m: nn.Module, _a: Any, out: Any, b: str = b) -> None:
+            raw.setdefault(b, _first_tensor(out).detach())  # type: ignore[union-attr]
+
+        def last(_m: nn.Module, _a: Any, out: Any, b: str = b) -> None:
+            final.setdefault(b, _first_tensor(out).detach())  # type: ignore[union-attr]
+        handles += [m.register_forward_hook(first, prepend=True), m.register_forward_hook(last)]
+
+    def block_io(_m: nn.Module, args: tuple[Any, ...], out: Any) -> None:
+        io.setdefault("x", args[0].detach())
+        io.setdefault("y", _first_tensor(out).detach())  # type: ignore[union-attr]
+    handles.append(model.get_submodule(block).register_forward_hook(block_io))
+    try:
+        with torch.no_grad():
+            model(x)
+    finally:
+        for h in handles:
+            h.remove()
+    total = sum(final[b] for b in branches)
+    s_block = _ratio(io["y"] - io["x"], total)  # type: ignore[arg-type]
+    return {b: _ratio(final[b], raw[b]) * s_block for b in branches}
 
 
 def _use_role(pz: Any, pname: str, module: nn.Module) -> str:

@@ -23,6 +23,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input", default=None,
                    help="module:function where function(model) returns the input of one forward "
                         "(default: random token ids, or random features for a Linear first layer)")
+    p.add_argument("--depths", type=int_list, default=None,
+                   help="comma-separated depths: also audit depth transfer (CompleteP); the entry "
+                        "is then function(width, depth)")
+    p.add_argument("--depth-alpha", type=float, default=None,
+                   help="the CompleteP alpha you use, 0.5 or 1 (default: measured)")
     p.add_argument("--no-coord-check", action="store_true", help="skip the coordinate check")
     p.add_argument("--steps", type=positive_int, default=3, help="coordinate-check steps (default 3)")
     p.add_argument("--seeds", type=positive_int, default=2, help="coordinate-check seeds (default 2)")
@@ -43,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     result = audit(builder, widths=args.widths, base_width=args.base_width, wd_mode=args.wd_mode,
                    example_input=example_input, coord_check=not args.no_coord_check,
                    steps=args.steps, seeds=args.seeds, tol=args.tol, coord_tol=args.coord_tol,
-                   name=args.entry)
+                   depths=args.depths, depth_alpha=args.depth_alpha, name=args.entry)
     if args.json:
         print_json(result.to_json_dict())
     else:

@@ -153,6 +153,33 @@ def tied_scaled_twice(width: int) -> tuple[nn.Module, Any]:
     return model, build_optimizer(pz.param_groups(model, LR))
 
 
+# ---- depth: CompleteP ---------------------------------------------------------------------
+
+
+def completep(width: int, depth: int) -> tuple[nn.Module, Any]:
+    """Our CompleteP (alpha = 1, base depth 2)."""
+    pz = Parametrization(lambda w, d: _gpt(w, depth=d), width=width, base_width=BASE, depth=depth,
+                         base_depth=2, kind="completep")
+    model = pz.build()
+    return model, build_optimizer(pz.param_groups(model, LR))
+
+
+def completep_lr_not_depth_scaled(width: int, depth: int) -> tuple[nn.Module, Any]:
+    """CompleteP's branch multiplier, but μP's width-only LRs (alpha = 0.5 needs m_L^-1/2)."""
+    pz = Parametrization(lambda w, d: _gpt(w, depth=d), width=width, base_width=BASE, depth=depth,
+                         base_depth=2, kind="completep", depth_alpha=0.5)
+    model = pz.build()
+    plain = Parametrization(lambda w, d: _gpt(w, depth=d), width=width, base_width=BASE, depth=depth)
+    return model, build_optimizer(plain.param_groups(model, LR))
+
+
+def mup_only(width: int, depth: int) -> tuple[nn.Module, Any]:
+    """μP in width, nothing in depth: no residual multiplier."""
+    pz = Parametrization(lambda w, d: _gpt(w, depth=d), width=width, base_width=BASE, depth=depth)
+    model = pz.build()
+    return model, build_optimizer(pz.param_groups(model, LR))
+
+
 # ---- bad input --------------------------------------------------------------------------------
 
 

@@ -128,3 +128,21 @@ def test_bad_entry_points_exit_2_naming_them(entry: str, message: str,
     assert main(["audit", "--entry", entry, "--widths", "32,64", "--no-coord-check"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0]
+
+
+def test_depth_audit_checks_completep() -> None:
+    """With depths, residual-branch multipliers, in-block LRs and Adam eps are fitted
+    against depth: our CompleteP passes; width-only LRs and a missing branch multiplier fail."""
+    kw = {"widths": WIDTHS, "depths": (2, 4), "coord_check": False}
+    ok = audit(variant("completep"), **kw)
+    assert ok.passed, ok.report()
+    branch = next(r for r in ok.rows if r.role == "branch")
+    assert branch.found["mult"] == pytest.approx(-1.0, abs=1e-6)  # alpha = 1
+    hidden = next(r for r in ok.rows if r.axis == "depth" and r.role == "hidden")
+    assert hidden.found["eps"] == pytest.approx(-1.0)
+    lr = audit(variant("completep_lr_not_depth_scaled"), **kw).first_failure
+    assert lr is not None and (lr.name, lr.broken, lr.axis) == ("blocks.0.ln_1.weight", "lr", "depth")
+    plain = audit(variant("mup_only"), **kw).first_failure
+    assert plain is not None and (plain.name, plain.role, plain.broken) == ("blocks.0.attn", "branch", "mult")
+    with pytest.raises(ValueError, match="depth_alpha must be one of"):
+        audit(variant("completep"), depth_alpha=0.7, **kw)
