@@ -91,6 +91,17 @@ def mup_mureadout(width: int) -> tuple[nn.Module, Any]:
     return model, mup.MuAdam(model.parameters(), lr=LR)
 
 
+def mup_mlp_model(width: int) -> nn.Module:
+    """A model alone (for ``audit(builder, optimizer_builder)``): mup's MLP recipe."""
+    def make(w: int) -> nn.Module:
+        model = MLP(MLP_CFG.replace(width=w))
+        model.fc_out = mup.MuReadout(w, MLP_CFG.out_features, bias=True)
+        return model
+    model = make(width)
+    mup.set_base_shapes(model, make(BASE), delta=make(2 * BASE))
+    return model
+
+
 # ---- broken, one rule each ------------------------------------------------------------------
 
 

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from mutransfer.audit import audit, load_entry
 from mutransfer.cli import main
@@ -146,3 +147,20 @@ def test_depth_audit_checks_completep() -> None:
     assert plain is not None and (plain.name, plain.role, plain.broken) == ("blocks.0.attn", "branch", "mult")
     with pytest.raises(ValueError, match="depth_alpha must be one of"):
         audit(variant("completep"), depth_alpha=0.7, **kw)
+
+
+def test_model_builder_with_separate_optimizer_builder_reads_mup_sgd() -> None:
+    """audit(builder, optimizer_builder): mup's MuSGD sets per-group LRs that follow the
+    SGD column (input and vector ∝ m, hidden ∝ 1, readout ∝ m with its 1/m multiplier)."""
+    import mup
+
+    model_only = variant("mup_mlp_model")
+    result = audit(model_only, lambda m: mup.MuSGD(m.parameters(), lr=0.1), widths=WIDTHS, coord_check=False)
+    assert result.passed, result.report()
+    rows = {r.name: r for r in result.rows}
+    assert rows["fc_in.weight"].optimizer == "sgd" and rows["fc_in.weight"].found["lr"] == pytest.approx(1.0)
+    assert rows["hidden.0.weight"].found["lr"] == pytest.approx(0.0)
+    # The SGD row of the table fails if the same model is trained with plain SGD.
+    plain = audit(model_only, lambda m: torch.optim.SGD(m.parameters(), lr=0.1),
+                  widths=WIDTHS, coord_check=False).first_failure
+    assert plain is not None and (plain.name, plain.broken) == ("fc_in.weight", "lr")
