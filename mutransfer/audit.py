@@ -19,7 +19,7 @@ Each is fitted as a power of width, log(value) = a + exponent · log(width), and
 with :mod:`mutransfer.rules` for the parameter's role, which the
 :class:`~mutransfer.parametrization.Parametrization` infers on the meta device. Rows are
 per (parameter, module that uses it), so a tied embedding is checked once as input and
-once as readout. μP has a symmetry (TP-V §J.2.1): a forward multiplier can move into the
+once as readout. μP has a symmetry (the abc-symmetry, TP-IV §3): a forward multiplier can move into the
 init and LR, so the verdict is on the invariants multiplier + init and multiplier + LR
 (2·multiplier + LR under SGD); a row whose raw exponents differ from the table but whose
 invariants agree is ``ok (equivalent)``. Weight decay: ``coupled`` keeps the decay
@@ -455,8 +455,9 @@ def audit(
         raise ValueError(f"depth_alpha must be one of {COMPLETEP.alphas}, got {depth_alpha!r}")
     depth_builder = builder
     if depth_list:
-        def builder(w: int) -> Any:  # the width audit at the base depth
+        def at_base_depth(w: int) -> Any:  # the width audit runs at the smallest depth
             return depth_builder(w, depth_list[0])
+        builder = at_base_depth
 
     def model_of(w: int) -> nn.Module:
         return _call(builder, optimizer_builder, w, name)[0]

@@ -5,25 +5,19 @@ is read from :data:`WIDTH_RULES`; ``mutransfer audit`` compares what a user's co
 against the same table, and :func:`rules_table` prints it. Nothing else holds a rule.
 
 Each entry is a power of the width multipliers of one parameter, m_in = fan_in /
-base fan_in and m_out = fan_out / base fan_out (for a vector, fan_out is its length):
-
-==========  ======================  =============  ===============  ==============
-role        init std (absolute)     Adam LR        SGD LR           forward mult.
-==========  ======================  =============  ===============  ==============
-input       1                       1              m_out            1
-hidden      m_in^-1/2               m_in^-1        m_out / m_in     1
-output      1                       1              m_in             m_in^-1
-vector      1                       1              m_out            1
-scalar      1                       1              1                1
-==========  ======================  =============  ===============  ==============
+base fan_in and m_out = fan_out / base fan_out (for a vector, fan_out is its length),
+for four quantities: the absolute init std, the Adam LR, the SGD LR and the forward
+multiplier. ``print(rules_table())`` shows the table (``mutransfer explain --rules``);
+it is not repeated here so that no description can drift from the data.
 
 This is Tensor Programs V (Yang et al. 2022) Table 3 written in the form of ``mup``'s
-``MuReadout`` (TP-V Table 9 / Appendix J.2.1): the readout carries a 1/m_in forward
-multiplier and a constant-variance init instead of Table 3's 1/fan_in^2 variance and
-1/fan_in Adam LR. The two are the same μP by the abc-symmetry (TP-V §J.2.1, eq. J.1):
-for a layer with forward multiplier A, init std B and LR C, (A θ, B / θ, C / θ) under
-Adam (C / θ² under SGD) trains the same function, so only A·B and A·C (Adam) or A²·C
-(SGD) are fixed by μP; :func:`invariant_exponents` gives them.
+``MuReadout`` (one of TP-V's equivalent tables in its appendix): the readout carries
+a 1/m_in forward multiplier and a constant-variance init instead of Table 3's
+1/fan_in^2 variance and 1/fan_in Adam LR. The two are the same μP by the abc-symmetry
+of Yang & Hu 2021 (TP-IV §3), which TP-V's equivalent tables rely on: for a layer with
+forward multiplier A, init std B and LR C, (A θ, B / θ, C / θ) under Adam (C / θ² under
+SGD) trains the same function, so only A·B and A·C (Adam) or A²·C (SGD) are fixed by
+μP; :func:`invariant_exponents` gives them.
 
 SP (``sp``) scales nothing: LRs and multipliers are constant and the init is whatever
 the model does (``None`` in the table). The attention logits' scale is a power of the
@@ -189,7 +183,7 @@ def role_rule(kind: str, role: str) -> RoleRule:
 
 def invariant_exponents(multiplier: float, init_std: float | None, lr: float | None,
                         optimizer: str = "adam") -> dict[str, float | None]:
-    """Exponents that the abc-symmetry leaves fixed (TP-V §J.2.1): the effective init
+    """Exponents that the abc-symmetry leaves fixed (Yang & Hu 2021, TP-IV §3): the effective init
     ``multiplier + init_std`` and the effective LR ``multiplier + lr`` (Adam, Muon) or
     ``2·multiplier + lr`` (SGD). Two implementations of μP agree on these."""
     k = 2.0 if optimizer == "sgd" else 1.0
