@@ -23,6 +23,9 @@ _EXPORTS: dict[str, str] = {
     # coordinate check
     "coord_check": "mutransfer.coord_check",
     "CoordCheckResult": "mutransfer.coord_check",
+    # audit of a user's muP
+    "audit": "mutransfer.audit",
+    "AuditResult": "mutransfer.audit",
     # transfer card
     "build_card": "mutransfer.card",
     "save_card": "mutransfer.card",

@@ -176,6 +176,37 @@ def fit_slopes(data: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def record_activations(model: nn.Module, opt: Any, batch: Any,
+                       loss_fn: Callable[[nn.Module, Any], torch.Tensor],
+                       watched: Sequence[str], steps: int) -> list[tuple[int, str, float, float]]:
+    """Train ``steps`` steps on ``batch`` and return (step, module, l1, loss) for every
+    watched module before each update and after the last (step 0 is the init)."""
+    current: dict[str, float] = {}
+    handles = []
+    for name in watched:
+        def hook(_m: nn.Module, _a: Any, out: Any, name: str = name) -> None:
+            t = out[0] if isinstance(out, tuple) else out
+            current[name] = float(t.detach().abs().float().mean())
+        handles.append(model.get_submodule(name).register_forward_hook(hook))
+    out: list[tuple[int, str, float, float]] = []
+    try:
+        for step in range(steps + 1):
+            current.clear()
+            if step < steps:
+                loss = loss_fn(model, batch)
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+            else:
+                with torch.no_grad():
+                    loss = loss_fn(model, batch)
+            out.extend((step, name, l1, float(loss.detach())) for name, l1 in current.items())
+    finally:
+        for h in handles:
+            h.remove()
+    return out
+
+
 def coord_check(
     builder: Callable[..., nn.Module],
     batch: Batch | Callable[[], Batch],
@@ -225,31 +256,10 @@ def coord_check(
                 opt = build_optimizer(pz.param_groups(model, lr), optimizer)
                 watched = modules(model)
                 alias = {n: _depth_alias(model, n) if depth else n for n in watched}
-                current: dict[str, float] = {}
-                handles = []
-                for name in watched:
-                    def hook(_m: nn.Module, _a: Any, out: Any, name: str = name,
-                             current: dict[str, float] = current) -> None:
-                        t = out[0] if isinstance(out, tuple) else out
-                        current[name] = float(t.detach().abs().float().mean())
-                    handles.append(model.get_submodule(name).register_forward_hook(hook))
-                xb = get_batch()
-                for step in range(steps + 1):
-                    current.clear()
-                    if step < steps:
-                        loss = loss_fn(model, xb)
-                        loss.backward()
-                        opt.step()
-                        opt.zero_grad()
-                    else:
-                        with torch.no_grad():
-                            loss = loss_fn(model, xb)
-                    for name, l1 in current.items():
-                        records.append({"width": width, "depth": depth or 0, "seed": seed,
-                                        "module": alias[name], "step": step, "l1": l1,
-                                        "loss": float(loss.detach())})
-                for h in handles:
-                    h.remove()
+                for step, name, l1, loss in record_activations(model, opt, get_batch(), loss_fn,
+                                                               watched, steps):
+                    records.append({"width": width, "depth": depth or 0, "seed": seed,
+                                    "module": alias[name], "step": step, "l1": l1, "loss": loss})
                 if progress is not None:
                     progress()
     data = pd.DataFrame(records)
@@ -264,4 +274,5 @@ def coord_check(
     return CoordCheckResult(kind, data, fit_slopes(data), tol, settings)
 
 
-__all__ = ["CoordCheckResult", "coord_check", "default_modules", "fit_slopes", "gpt_loss"]
+__all__ = ["CoordCheckResult", "coord_check", "default_modules", "fit_slopes", "gpt_loss",
+           "record_activations"]

@@ -3,22 +3,14 @@
 Given a *builder of width* (``builder(width) -> nn.Module``, optionally
 ``builder(width, depth)``), a :class:`Parametrization` builds a base and a delta model on
 the meta device, compares shapes to find which dimensions scale with width (as ``mup``
-does), gives every parameter exactly one *role*, and derives from the role:
-
-============  =====================  =========================  ========================
-role          what it is             init (μP, "model" init)    Adam LR multiplier (μP)
-============  =====================  =========================  ========================
-``input``     embeddings, 1st layer  model's own (constant)     1
-``hidden``    width × width          model's own (∝ 1/fan_in)   1 / m_in
-``output``    readout                × sqrt(m_in): constant     1, forward × 1/m_in
-``vector``    biases, norm gains     model's own                1
-``scalar``    0-d                    model's own                1
-============  =====================  =========================  ========================
-
-m_in (m_out) is fan_in (fan_out) divided by its base value. These are Tensor Programs V
-(Yang et al. 2022) Table 8 / Table 3, in the same form as ``mup``'s ``MuReadout`` and
-``MuAdam``/``MuSGD`` (SGD: vector-like × m, hidden × m_out/m_in, output × m_in). The
-attention softmax scale becomes 1/d_head instead of 1/sqrt(d_head) (TP-V §4).
+does), gives every parameter exactly one *role* (``input``: embeddings and first
+layers; ``hidden``: width × width; ``output``: the readout; ``vector``: biases and norm
+gains; ``scalar``: 0-d) and reads its numbers from the rule table in
+:mod:`mutransfer.rules` (``rules_table()`` prints it): powers of m_in (m_out), fan_in
+(fan_out) over its base value, for the init std, the Adam and SGD LR multipliers and the
+forward multiplier. That table is Tensor Programs V (Yang et al. 2022) Table 3 in the
+form of ``mup``'s ``MuReadout`` and ``MuAdam``/``MuSGD``. The attention softmax scale
+becomes 1/d_head instead of 1/sqrt(d_head) (TP-V §4).
 
 ``completep`` adds depth transfer (Dey et al. 2025, "Don't be lazy: CompleteP", Table 1):
 residual branches × m_L^-alpha, Adam LR of parameters inside the branches × m_L^(alpha-1),
@@ -47,6 +39,15 @@ from typing import Any, Literal
 
 import torch
 import torch.nn as nn
+
+from mutransfer.rules import (
+    ATTENTION_EXPONENT,
+    COMPLETEP,
+    MODEL_INIT_LAW,
+    MUON,
+    role_rule,
+    rule_set,
+)
 
 Role = Literal["input", "hidden", "output", "vector", "scalar"]
 ROLES: tuple[str, ...] = ("input", "hidden", "output", "vector", "scalar")
@@ -414,40 +415,34 @@ class Parametrization:
         mu = self.kind != "sp"
         sgd = self.optimizer == "sgd"
         in_branch = self._in_branch(name)
+        # Every width number below is a row of the table in mutransfer.rules.
+        rr = role_rule(self.kind, role)
+        target_std = rr.init_std
+        lr = rr.get("lr", self.optimizer)(m_in, m_vec if role == "vector" else m_out)
 
-        lr, init, std, opt, eps = 1.0, "keep", None, ("sgd" if sgd else "adamw"), 1.0
-        base_fan_in = self._base_shapes[name][fi] if fi is not None else None
+        init, std, opt, eps = "keep", None, ("sgd" if sgd else "adamw"), 1.0
         if role == "hidden":
-            if mu:
-                lr = (m_out / m_in) if sgd else 1.0 / m_in
             if self.init == "normal":
-                std = self.init_std * (math.sqrt(1.0 / m_in) if mu else 1.0)
+                std = self.init_std * (target_std(m_in, m_out) if target_std else 1.0)
                 init = f"normal:{std:.4g}"
-            elif base_fan_in is not None:
-                std = None
-            if self.kind == "muon" and len(shape) == 2:
-                lr, opt = 1.0, "muon"
+            if self.kind == "muon" and len(shape) == 2 and role in MUON.roles:
+                lr, opt = MUON.lr(m_in, m_out), "muon"
         elif role == "input":
-            if mu and sgd:
-                lr = m_out
             if self.init == "normal":
                 std, init = self.init_std, f"normal:{self.init_std:.4g}"
         elif role == "output":
-            if mu and sgd:
-                lr = m_in
             zero = self.readout_init == "zero" or any(
                 o in self._zero_readouts for o, _ in self._module_of[name])
             if mu and zero:
                 std, init = 0.0, "zeros"
             elif self.init == "normal":
                 std, init = self.init_std, f"normal:{self.init_std:.4g}"
-            elif mu and m_in != 1.0:
-                # torch's fan-in law shrinks the readout as 1/sqrt(fan_in); undo it so the
-                # variance is constant in width, exactly as mup's MuReadout rescale does.
-                init = f"scale:{math.sqrt(m_in):.6g}"
+            elif target_std is not None and m_in != 1.0:
+                # torch's fan-in law shrinks the readout as 1/sqrt(fan_in); rescale it to
+                # the table's law (constant variance), exactly as mup's MuReadout does.
+                scale = target_std(m_in, m_out) / MODEL_INIT_LAW(m_in, m_out)
+                init = f"scale:{scale:.6g}"
         elif role == "vector":
-            if mu and sgd:
-                lr = m_vec
             owner, _, leaf = name.rpartition(".")
             sibling = f"{owner}.weight" if owner else "weight"
             if (mu and leaf == "bias" and sibling in self._shapes and self.init == "model"
@@ -460,12 +455,15 @@ class Parametrization:
                     self.readout_init == "zero" or owner in self._zero_readouts)
                 if zero:
                     std, init = 0.0, "zeros"
-                elif m_w != 1.0:
-                    init = f"scale:{math.sqrt(m_w):.6g}"
+                elif m_w != 1.0 and target_std is not None:
+                    scale = target_std(1.0, m_vec) / MODEL_INIT_LAW(m_w, 1.0)
+                    init = f"scale:{scale:.6g}"
         if self.kind == "completep" and in_branch:
             m_l = self.depth / self.base_depth  # type: ignore[operator]
-            lr *= m_l ** (self.depth_alpha - 1.0)
-            eps = m_l ** (-self.depth_alpha) * ((1.0 / m_in) if role == "hidden" else 1.0)
+            lr *= m_l ** COMPLETEP.lr.exponent(self.depth_alpha)
+            eps = m_l ** COMPLETEP.eps.exponent(self.depth_alpha)
+            if role in COMPLETEP.eps_width:
+                eps *= COMPLETEP.eps_width[role](m_in, m_out)
         return ParamSpec(
             name=name, shape=shape, role=role, rule=rule, width_dims=wdims,
             fan_in_mult=m_in, fan_out_mult=m_out, init=init, init_std=std,
@@ -485,7 +483,7 @@ class Parametrization:
     def residual_scale(self) -> float:
         scale = self.multipliers.residual
         if self.kind == "completep":
-            scale *= self.depth_mult ** (-self.depth_alpha)
+            scale *= self.depth_mult ** COMPLETEP.residual_multiplier.exponent(self.depth_alpha)
         return scale
 
     def attention_scale(self, head_dim: int, base_head_dim: int | None = None) -> float:
@@ -497,10 +495,10 @@ class Parametrization:
         base shape, the premise of tuning there. With the head dim fixed and heads growing
         with width, as in our presets, the scale is SP's at every width.)
         """
-        if self.kind == "sp":
-            return self.multipliers.attention / math.sqrt(head_dim)
         base = head_dim if base_head_dim is None else base_head_dim
-        return self.multipliers.attention * math.sqrt(base) / head_dim
+        e = ATTENTION_EXPONENT[rule_set(self.kind)]
+        # d^e anchored at the base: base^-1/2 · (d/base)^e (SP's e = -1/2 needs no anchor).
+        return self.multipliers.attention * base ** (-0.5 - e) * head_dim**e
 
     def _usage(self, mname: str) -> tuple[str | None, float]:
         """How a module uses its parameters: ("input" | "output" | None, readout m_in).
@@ -536,8 +534,7 @@ class Parametrization:
             usage, m_in = self._usage(mname)
             if usage == "output":
                 scale = m.output * self._readout_mults.get(mname, 1.0)
-                if self.kind != "sp":
-                    scale /= m_in
+                scale *= role_rule(self.kind, "output").multiplier(m_in, 1.0)
                 if scale != 1.0:
                     hooks.append(_Hook(mname, "pre", scale))
             elif usage == "input" and m.input != 1.0:

@@ -21,6 +21,7 @@ import sys
 # verb -> (module, one-line help). Keep in the order of the user's day.
 VERBS: dict[str, tuple[str, str]] = {
     "coord-check": ("mutransfer.cli.coord_check", "coordinate check: is the parametrization right?"),
+    "audit": ("mutransfer.cli.audit", "is someone else's muP right? per layer, with a verdict"),
     "explain": ("mutransfer.cli.explain", "print the per-parameter table of roles, init std, LR mult, WD"),
     "train": ("mutransfer.cli.train", "train one proxy on the embedded corpus or your data"),
     "sweep": ("mutransfer.cli.sweep", "Optuna sweeps: lr | batch | run | worker | status | export"),

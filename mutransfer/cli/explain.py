@@ -18,7 +18,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--base-depth", type=positive_int, default=None, help="base depth (completep)")
     p.add_argument("--optimizer", choices=("adam", "sgd"), default="adam", help="rule set")
     p.add_argument("--tie-embeddings", action="store_true", help="tie the GPT's head to its embedding")
-    p.add_argument("--rules", action="store_true", help="also print the ordered role-rule table")
+    p.add_argument("--rules", action="store_true", help="also print the scaling rules and the role rules")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
 
 
@@ -46,6 +46,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(pz.table(model))
     if args.rules:
+        from mutransfer.rules import rules_table
+
+        print()
+        print(rules_table())
         print("\n# role rules, first match wins")
         for i, r in enumerate(pz.rules_table()):
             print(f"{i:>3}  {r.role:<7} {r.source:<8} {r.pattern}")
