@@ -157,6 +157,14 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+def _parses_as_float(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 class _Check:
     """Field checks that raise ``ValueError("card field PATH: WHY, got VALUE")``."""
 
@@ -173,6 +181,9 @@ class _Check:
                open_low: bool = False, none: bool = False) -> None:
         if v is None and none:
             return
+        if isinstance(v, str) and _parses_as_float(v):
+            self.fail(path, f"must be a number, not a string (YAML 1.1 reads 1e-3 as text: "
+                      f"write {float(v)!r})", v)
         if not _is_number(v) or not math.isfinite(v):
             self.fail(path, "must be a finite number", v)
         if low is not None and (v <= low if open_low else v < low):
@@ -389,7 +400,6 @@ def validate_card(card: Any) -> dict[str, Any]:
     missing = [k for k in (REQUIRED_V2 if v2 else REQUIRED) if k not in card]
     if missing:
         raise ValueError(f"transfer card is missing section(s): {', '.join(missing)}")
-    _finite_everywhere(dict(card), "")
     for key in ("source", "target", "parametrization", "optimizer", "schedule", "batch",
                 "forward_multipliers", "projected", "provenance", *(("audit",) if v2 else ())):
         _C.mapping(key, card[key])
@@ -403,6 +413,7 @@ def validate_card(card: Any) -> dict[str, Any]:
     if v2:
         _check_audit(card["audit"])
     _check_provenance(card["provenance"])
+    _finite_everywhere(dict(card), "")  # the free-form sections: source, projected, audit
     return dict(card)
 
 
@@ -434,12 +445,27 @@ def save_card(card: Mapping[str, Any], path: str | Path) -> Path:
 
 
 def load_card(path: str | Path) -> dict[str, Any]:
-    """Read a card (YAML or JSON, v1 or v2) with ``yaml.safe_load`` and validate it."""
-    card = read_yaml_mapping(path, "transfer card")
+    """Read a card (YAML with ``yaml.safe_load``, or JSON for a ``.json`` path; v1 or
+    v2) and validate it. Nothing in it executes."""
+    if Path(path).suffix == ".json":
+        card = _read_json(path)
+    else:
+        card = read_yaml_mapping(path, "transfer card")
     try:
         return validate_card(card)
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None
+
+
+def _read_json(path: str | Path) -> Any:
+    # JSON, not YAML: YAML 1.1 would read JSON's 1e-08 as a string.
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"transfer card {str(p)!r} does not exist")
+    try:
+        return json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"transfer card {str(p)!r} is not valid JSON: {exc}") from None
 
 
 # ---- applying it ------------------------------------------------------------------------
@@ -542,6 +568,9 @@ def apply(model: nn.Module, card: Mapping[str, Any]) -> Applied:
     return Applied(model, opts, LambdaLRList(lambdas), groups)
 
 
+#: ``mutransfer.apply_card``: :func:`apply` under a name that says what it applies.
+apply_card = apply
+
 __all__ = ["SCHEMA", "SCHEMAS", "SCHEMA_V1", "SCHEMA_V2", "Applied", "LambdaLRList", "apply",
-           "build_card", "check_init", "git_revision", "load_card", "save_card", "schedule_config",
-           "validate_card"]
+           "apply_card", "build_card", "check_init", "git_revision", "load_card", "save_card",
+           "schedule_config", "validate_card"]

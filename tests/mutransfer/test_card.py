@@ -20,7 +20,8 @@ CFG = GPTConfig(width=32, depth=2, head_dim=16, seq_len=16, vocab_size=64)
 def make_card(**kw):
     pz = Parametrization(lambda w: GPT(CFG.replace(width=w)), width=128, base_width=32,
                          multipliers=Multipliers(output=2.0))
-    card = build_card(pz, lr=0.01, optimizer={"weight_decay": 0.1}, schedule={"kind": "cosine", "total_steps": 100},
+    card = build_card(pz, lr=0.01, optimizer={"weight_decay": 0.1},
+                      schedule={"kind": "cosine", "total_steps": 100},
                       batch={"sequences": 8, "tokens": 128}, target={"width": 128}, **kw)
     return pz, card
 

@@ -94,8 +94,8 @@ def test_cli_card_for_the_proxy_round_trips(tmp_path: Path) -> None:
     out = tmp_path / "card.yaml"
     cfg = get_preset("gpt-tiny")
     assert main(["transfer", "--lr", "0.004", "--preset", "gpt-tiny", "--base-width", str(cfg.width),
-                 "--target-width", str(cfg.width), "--tokens", "1e6", "--batch-size", "8", "--weight-decay", "0.1",
-                 "--out", str(out)]) == 0
+                 "--target-width", str(cfg.width), "--tokens", "1e6", "--batch-size", "8",
+                 "--weight-decay", "0.1", "--out", str(out)]) == 0
     card = load_card(out)
     assert card["target"]["width"] == card["parametrization"]["base_width"] == cfg.width
 
