@@ -303,6 +303,17 @@ class ScalingLaws:
     measured_batch_tokens: tuple[float, float]
     level: float = 0.9
     source: str = "FIT.json"
+    lr_cov: tuple[tuple[float, ...], ...] | None = None
+    """Covariance of (ln c_eta, a, b) over the bootstrap (``lr.cov_log``), if given."""
+    batch_cov: tuple[tuple[float, ...], ...] | None = None
+    """Covariance of (ln c_B, g) over the bootstrap (``batch.cov_log``), if given."""
+
+    @property
+    def z(self) -> float:
+        """Normal quantile of the interval level (two-sided)."""
+        from statistics import NormalDist
+
+        return NormalDist().inv_cdf(0.5 + self.level / 2)
 
     @classmethod
     def from_dict(cls, doc: Any, where: str = "scaling fit") -> ScalingLaws:
@@ -348,27 +359,43 @@ class ScalingLaws:
             decay_fraction_ci=_pair(dec.get("ci")) if isinstance(dec, Mapping) else None,
             measured_tokens=ranges["tokens"],
             measured_batch_tokens=ranges["batch_tokens"],
-            level=float(level) if isinstance(level, (int, float)) else 0.9,
+            level=float(level) if isinstance(level, (int, float)) and 0 < level < 1 else 0.9,
             source=where,
+            lr_cov=_cov(lr.get("cov_log"), 3),
+            batch_cov=_cov(batch.get("cov_log"), 2),
         )
 
     def lr_ratio(self, batch: tuple[float, float], tokens: tuple[float, float]
                  ) -> tuple[float, float, float]:
-        """eta*(B1, D1) / eta*(B0, D0) = (B1/B0)^a (D1/D0)^b, and its (lo, hi) over the
-        corners of the exponent intervals (the ratio is monotone in each exponent)."""
+        """eta*(B1, D1) / eta*(B0, D0) = (B1/B0)^a (D1/D0)^b and its (lo, hi): from the
+        bootstrap covariance of (a, b) when the fit gives it (ln ratio ± z·sd, with
+        var = x' C x, x = (ln B1/B0, ln D1/D0)), else over the corners of the exponent
+        intervals (the ratio is monotone in each exponent)."""
         rb, rd = batch[1] / batch[0], tokens[1] / tokens[0]
         a, b = self.lr_exponents["batch_tokens"], self.lr_exponents["tokens"]
+        if self.lr_cov is not None:
+            x = (0.0, math.log(rb), math.log(rd))
+            var = sum(x[i] * self.lr_cov[i][j] * x[j] for i in range(3) for j in range(3))
+            half = self.z * math.sqrt(max(var, 0.0))
+            r = rb**a * rd**b
+            return r, r * math.exp(-half), r * math.exp(half)
         ca = self.lr_exponent_ci["batch_tokens"] or (a, a)
         cb = self.lr_exponent_ci["tokens"] or (b, b)
         corners = [rb**x * rd**y for x in ca for y in cb]
         return rb**a * rd**b, min(corners), max(corners)
 
     def batch_at(self, tokens: float) -> tuple[float, float, float]:
-        """B*(D) = c_B · D^g, with an interval from the exponent's interval pivoted at
-        the geometric centre of the measured budgets (where the fitted line is pinned
-        best, so coefficient and exponent are nearly uncorrelated there)."""
+        """B*(D) = c_B · D^g with its interval: from the bootstrap covariance of
+        (ln c_B, g) when given, else the exponent's interval pivoted at the geometric
+        centre of the measured budgets (where the fitted line is pinned best, so
+        coefficient and exponent are nearly uncorrelated there)."""
         g = self.batch_exponent
         value = self.batch_coef * tokens**g
+        if self.batch_cov is not None:  # ln B = ln c + g ln D, var = x' C x, x = (1, ln D)
+            x = (1.0, math.log(tokens))
+            var = sum(x[i] * self.batch_cov[i][j] * x[j] for i in range(2) for j in range(2))
+            half = self.z * math.sqrt(max(var, 0.0))
+            return value, value * math.exp(-half), value * math.exp(half)
         lo_d, hi_d = self.measured_tokens
         centre = math.sqrt(lo_d * hi_d)
         at_centre = self.batch_coef * centre**g
@@ -376,22 +403,41 @@ class ScalingLaws:
         ends = [at_centre * (tokens / centre) ** x for x in ci]
         return value, min(ends), max(ends)
 
-    def warmup_tokens(self, tokens: float, batch_tokens: float) -> tuple[float, float, float] | None:
-        """Warmup in tokens: ``tokens`` (or ``value``) as given, ``fraction`` of the budget,
-        or ``batches`` of the target batch; None when the fit gives no warmup rule."""
+    def warmup_tokens(self, tokens: float, batch_tokens: float, n_params: float | None
+                      ) -> float | None:
+        """The fit's warmup rule (Porian et al. 2024): ``per_param · N`` tokens when the
+        model size N is known, else ``fraction · D``; at most ``max_fraction · D``;
+        rounded up to whole steps, at least ``min_steps``. None when the fit has none."""
         w = self.warmup
-        ci = _pair(w.get("ci"))
-        for key, scale in (("tokens", 1.0), ("value", 1.0), ("fraction", tokens),
-                           ("batches", batch_tokens)):
-            v = w.get(key)
-            if v is None:
-                continue
-            if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
+        if not w:
+            return None
+        vals = {}
+        for key, default in (("per_param", None), ("fraction", None), ("max_fraction", 1.0),
+                             ("min_steps", 0)):
+            v = w.get(key, default)
+            if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool)
+                                  or not math.isfinite(v) or v < 0):
                 raise ValueError(f"{self.source}: field warmup.{key} must be a finite number >= 0, "
                                  f"got {v!r}")
-            lo, hi = (ci[0] * scale, ci[1] * scale) if ci else (v * scale, v * scale)
-            return v * scale, lo, hi
-        return None
+            vals[key] = v
+        if vals["per_param"] is not None and n_params is not None:
+            raw = vals["per_param"] * n_params
+        elif vals["fraction"] is not None:
+            raw = vals["fraction"] * tokens
+        else:
+            return None
+        raw = min(raw, vals["max_fraction"] * tokens)
+        return float(max(int(vals["min_steps"]), math.ceil(raw / batch_tokens - 1e-9)) * batch_tokens)
+
+
+def _cov(obj: Any, n: int) -> tuple[tuple[float, ...], ...] | None:
+    """An n×n finite covariance matrix with a positive diagonal, else None."""
+    if (isinstance(obj, list) and len(obj) == n and all(
+            isinstance(r, list) and len(r) == n and all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in r)
+            for r in obj) and any(obj[i][i] > 0 for i in range(n))):
+        return tuple(tuple(float(v) for v in r) for r in obj)
+    return None
 
 
 def read_scaling_fit(path: str | Path) -> ScalingLaws:
@@ -457,6 +503,7 @@ def plan_run(
     warmup_fraction: float | None = None,
     decay_fraction: float | None = None,
     extrapolation_limit: float = 100.0,
+    n_params: float | None = None,
 ) -> RunPlan:
     """Project the run of the target from the proxy optimum and (optionally) the laws.
 
@@ -467,8 +514,12 @@ def plan_run(
     - Weight decay: given, or lambda = B / (eta · tau · D) with the laws' tau (coupled
       AdamW decay, per step eta·lambda; ``independent`` decay is per step lambda, so
       lambda = B / (tau · D)). tau is recorded either way.
-    - Steps = ceil(D / B); warmup tokens given, from the laws, or ``warmup_fraction``
-      of D (default 1%); WSD decay fraction given, from the laws, or 0.2.
+    - Steps = ceil(D / B); warmup tokens given, from the laws' rule (``n_params``, the
+      target's non-embedding N, feeds it), or ``warmup_fraction`` of D (default 1%);
+      WSD decay fraction given, from the laws, or 0.2.
+    - Baselines (sqrt and linear LR–batch rules, DeepSeek LLM, Step Law, Power Lines;
+      :func:`analysis.baselines.scaling_baselines`) anchored at the proxy optimum, for
+      comparison only.
     Each projected value carries its interval and its extrapolation factor (target ÷
     largest measured, per axis); beyond ``extrapolation_limit`` a warning says so.
     """
@@ -555,12 +606,13 @@ def plan_run(
         tau_est = None
 
     # warmup and decay
-    w_rule = laws.warmup_tokens(tokens, b_tok) if laws is not None else None
+    w_rule = laws.warmup_tokens(tokens, b_tok, n_params) if laws is not None else None
     if warmup_tokens is not None:
         w, w_est = warmup_tokens, _estimate(warmup_tokens, None, None, level, "given (--warmup-tokens)")
     elif warmup_fraction is None and w_rule is not None:
-        w = w_rule[0]
-        w_est = _estimate(*w_rule, level, f"warmup rule of {laws.source}", ext["tokens"])  # type: ignore[union-attr]
+        w = w_rule
+        w_est = _estimate(w, None, None, level, f"warmup rule of {laws.source}",  # type: ignore[union-attr]
+                          ext["tokens"])
     else:
         frac = 0.01 if warmup_fraction is None else warmup_fraction
         w = frac * tokens
@@ -582,10 +634,13 @@ def plan_run(
                             f"scaling sweep (limit {extrapolation_limit:g}×): treat the projection "
                             "as a guess")
     baselines: dict[str, Any] = {}
-    if proxy_batch_tokens:
-        rb = b_tok / proxy_batch_tokens
-        baselines = {"sqrt_rule": {"lr": proxy_lr * math.sqrt(rb), "batch_tokens": b_tok},
-                     "linear_rule": {"lr": proxy_lr * rb, "batch_tokens": b_tok}}
+    if proxy_batch_tokens and proxy_tokens:
+        # Textbook rules beside ours, anchored at the proxy optimum (shown, never used).
+        from analysis.baselines import scaling_baselines
+
+        baselines = scaling_baselines(tokens=tokens, batch_tokens=b_tok, ref_lr=proxy_lr,
+                                      ref_batch_tokens=proxy_batch_tokens, ref_tokens=proxy_tokens,
+                                      n_params=n_params)
     projected = {
         "lr": {**lr_est, "interval": [lr_est["lo"], lr_est["hi"]], "method": lr_est["source"]},
         "batch_tokens": b_est, "batch_sequences": seqs, "steps": steps,

@@ -168,7 +168,8 @@ def run(args: argparse.Namespace) -> int:
         proxy_tokens=args.proxy_tokens or proxy_d, batch_tokens=args.batch_tokens,
         batch_sequences=args.batch_size, dp_size=args.dp_size, weight_decay=args.weight_decay,
         wd_mode=args.wd_mode, warmup_tokens=args.warmup_tokens, warmup_fraction=args.warmup_fraction,
-        decay_fraction=args.decay_fraction, extrapolation_limit=args.extrapolation_limit)
+        decay_fraction=args.decay_fraction, extrapolation_limit=args.extrapolation_limit,
+        n_params=n_nonembed)
     warnings += plan.warnings
     at_edge = projected.pop("at_edge", None)
     projected.update(plan.projected)

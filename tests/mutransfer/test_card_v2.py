@@ -30,7 +30,7 @@ FIT: dict[str, Any] = {
            "ci": {"batch_tokens": [0.25, 0.35], "tokens": [-0.15, -0.05]}},
     "batch": {"coef": 2.0, "exponents": {"tokens": 0.4}, "ci": {"tokens": [0.35, 0.45]}},
     "tau": {"value": 0.2, "ci": [0.15, 0.3]},
-    "warmup": {"tokens": 2e5, "ci": [1e5, 4e5]},
+    "warmup": {"per_param": 1.0, "fraction": 0.01, "max_fraction": 0.1, "min_steps": 1},
     "decay_fraction": {"value": 0.15, "ci": [0.1, 0.2]},
     "measured": {"tokens": [1e6, 8e6], "batch_tokens": [512, 8192], "seq_len": 64},
     "n_rows": 120, "n_in_band": 40,
@@ -81,14 +81,17 @@ def test_projection_from_the_scaling_fit_has_the_known_answers(tmp_path: Path, c
     assert card["optimizer"]["weight_decay"] == pytest.approx(b / (lr * 0.2 * 2e8), rel=1e-12)
     assert p["weight_decay"]["lo"] < card["optimizer"]["weight_decay"] < p["weight_decay"]["hi"]
     assert card["schedule"]["kind"] == "wsd" and card["schedule"]["decay_fraction"] == 0.15
-    assert card["schedule"]["warmup_tokens"] == 2e5
-    assert card["schedule"]["warmup_steps"] == round(2e5 / b)
+    # warmup: one token per (non-embedding) parameter, whole steps (Porian et al. 2024)
+    n = card["target"]["n_params_nonembed"]
+    assert card["schedule"]["warmup_steps"] == math.ceil(n / b)
+    assert card["schedule"]["warmup_tokens"] == math.ceil(n / b) * b
     # 2e8 tokens are 25x the largest measured budget: beyond the limit of 10 -> flagged.
     assert p["extrapolation"]["tokens"] == pytest.approx(25.0)
     assert p["extrapolated"] is True
     assert any("tokens" in w and "25" in w for w in p["warnings"]) and "25" in err
     assert p["batch_tokens"]["lo"] < b_fit < p["batch_tokens"]["hi"]
     assert p["baselines"]["sqrt_rule"]["lr"] == pytest.approx(0.01 * (b / 1024) ** 0.5)
+    assert set(p["baselines"]) == {"sqrt_rule", "linear_rule", "deepseek", "step_law", "power_lines"}
     # provenance: study and storage, never the password
     assert card["provenance"]["study"] == "lr-sweep"
     assert "s3cret" not in out.read_text() and "db/sweeps" in card["provenance"]["storage"]
@@ -363,3 +366,48 @@ def test_cli_records_the_audit_and_refuses_a_nan_one(tmp_path: Path, capsys) -> 
     code, err = transfer([*PROXY, "--tokens", "1e7", "--batch-size", "8", "--audit", str(audit),
                           "--out", str(out)], capsys)
     assert code == 2 and "lr_ratio" in err and not out.exists()
+
+
+# ---- end to end with `mutransfer fit scaling` -------------------------------------------
+
+
+def test_card_from_a_real_scaling_fit_lands_on_the_true_laws(tmp_path: Path, capsys) -> None:
+    """Sweep on known laws, eta* = 2^-12·B^0.5·D^-0.25 and B* = 16·D^0.5 (tokens, as in
+    the fit's own tests) -> `fit scaling` -> `transfer`: the card's batch and LR at an 8x
+    larger budget are the laws' values."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for d in (2**20, 2**21, 2**22, 2**23):
+        for b in (2.0**12, 2.0**13, 2.0**14, 2.0**15, 2.0**16):
+            t_opt = np.log2(2.0**-12 * b**0.5 * d**-0.25)
+            for t in np.arange(-14.0, -5.5):
+                for s in range(2):
+                    loss = (3 + 0.02 * (t - t_opt) ** 2 + 0.01 * (np.log2(b) - np.log2(16 * d**0.5)) ** 2
+                            + rng.normal(0, 0.001))
+                    rows.append(dict(lr=2.0**t, batch_tokens=b, tokens=d, loss=loss, seed=s,
+                                     diverged=False, weight_decay=0.1, seq_len=128))
+    sweep = tmp_path / "scaling.csv"
+    pd.DataFrame(rows).to_csv(sweep, index=False)
+    fit = tmp_path / "fit.json"
+    assert main(["fit", "scaling", str(sweep), "--n-boot", "50", "--out", str(fit), "--quiet"]) == 0
+    out = tmp_path / "card.yaml"
+    proxy_lr = 2.0 ** (-12 + 13 * 0.5 - 21 * 0.25)  # the proxy's optimum at B = 2^13, D = 2^21
+    code, err = transfer(["--preset", "gpt-tiny", "--seq-len", "128", "--lr", repr(proxy_lr),
+                          "--proxy-batch-tokens", str(2**13), "--proxy-tokens", str(2**21),
+                          "--set", "width=128", "--tokens", str(2**26), "--dp-size", "8",
+                          "--scaling-fit", str(fit), "--out", str(out)], capsys)
+    assert code == 0, err
+    card = load_card(out)
+    assert card["batch"]["tokens"] == pytest.approx(16 * 2**13, rel=0.15)  # B*(2^26) = 2^17
+    assert card["batch"]["sequences"] % 8 == 0
+    assert card["optimizer"]["lr"] == pytest.approx(2.0**-10, rel=0.15)  # eta*(B*, 2^26)
+    lr = card["projected"]["lr"]
+    assert lr["lo"] < card["optimizer"]["lr"] < lr["hi"]
+    assert card["projected"]["extrapolation"]["tokens"] == pytest.approx(8.0)
+    assert card["projected"]["extrapolated"] is False
+    # tau of the sweep (weight decay 0.1 at its optimum) sets the target's weight decay
+    tau = json.loads(fit.read_text())["tau"]["value"]
+    b, d = card["batch"]["tokens"], 2**26
+    assert card["optimizer"]["weight_decay"] == pytest.approx(b / (card["optimizer"]["lr"] * tau * d))
