@@ -559,7 +559,10 @@ def plan_run(
     steps = math.ceil(tokens / b_tok)
 
     # base LR
-    p_lo, p_hi = (list(proxy_lr_interval) + [None, None])[:2] if proxy_lr_interval else (None, None)
+    # No interval given (--lr): the law's alone. An open side (optimum at the grid's
+    # edge) stays open (None).
+    p_lo, p_hi = (list(proxy_lr_interval) + [None, None])[:2] if proxy_lr_interval else (
+        proxy_lr, proxy_lr)
     if laws is not None:
         if proxy_batch_tokens is None or proxy_tokens is None:
             raise ValueError("--scaling-fit moves the proxy's LR to the target's batch and tokens, so "
@@ -567,13 +570,15 @@ def plan_run(
                              "and --proxy-tokens (or --results with batch_tokens and tokens columns)")
         r, r_lo, r_hi = laws.lr_ratio((proxy_batch_tokens, b_tok), (proxy_tokens, tokens))
         lr = proxy_lr * r
-        lr_est = _estimate(lr, (p_lo or proxy_lr) * r_lo, (p_hi or proxy_lr) * r_hi, level,
+        lr_est = _estimate(lr, None if p_lo is None else p_lo * r_lo,
+                           None if p_hi is None else p_hi * r_hi, level,
                            f"proxy optimum {proxy_lr:.4g} × eta*(B, D) ratio {r:.4g} from (B "
                            f"{proxy_batch_tokens:.4g}, D {proxy_tokens:.4g}) to (B {b_tok}, D "
                            f"{tokens:.4g})", max(ext.values()))
     else:
         lr = proxy_lr
-        lr_est = _estimate(lr, p_lo, p_hi, level, "proxy optimum (no scaling fit: not moved to the "
+        lo_hi = (p_lo, p_hi) if proxy_lr_interval else (None, None)
+        lr_est = _estimate(lr, *lo_hi, level, "proxy optimum (no scaling fit: not moved to the "
                            "target's batch and tokens)")
         if proxy_batch_tokens is not None and proxy_batch_tokens != b_tok:
             warnings.append(f"the batch changes from the proxy's {proxy_batch_tokens:.6g} to {b_tok} "

@@ -128,8 +128,7 @@ def check_flags(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     from mutransfer.card import build_card, save_card
     from mutransfer.models import get_preset
-    from mutransfer.parametrization import Parametrization
-    from mutransfer.target import plan_run, read_scaling_fit, resolve_target, transfer_builder
+    from mutransfer.target import plan_run, read_scaling_fit
 
     check_flags(args)
     proxy = get_preset(args.preset)
@@ -140,24 +139,8 @@ def run(args: argparse.Namespace) -> int:
     base_width = args.base_width or (int(min(widths)) if widths else proxy.width)
     base_depth = args.base_depth or proxy.depth
 
-    overrides = dict(parse_sets(args))
-    width = overrides.get("width")
-    if isinstance(width, (int, float)) and width < base_width:  # before the config rejects it
-        raise ValueError(f"the target is smaller than the proxy: base width {base_width} is larger "
-                         f"than the target width {width:g}")
-    target = resolve_target(proxy, preset=args.target_preset, overrides=overrides,
-                            model_config=args.model_config, proxy_preset=args.preset)
-    cfg = target.config
-    if base_width > cfg.width:
-        raise ValueError(f"the target is smaller than the proxy: base width {base_width} is larger "
-                         f"than the target width {cfg.width}")
-    if cfg.depth < base_depth:
-        raise ValueError(f"the target is smaller than the proxy: target depth {cfg.depth} is below "
-                         f"the proxy's depth {base_depth}")
-    kind, warnings = depth_rules(args.parametrization, base_depth, cfg.depth)
-    builder = transfer_builder(target, proxy)
-    depth_kw = {"depth": cfg.depth, "base_depth": base_depth} if kind == "completep" else {}
-    pz = Parametrization(builder, width=cfg.width, base_width=base_width, kind=kind, **depth_kw)
+    target, pz, warnings = target_parametrization(args, proxy, base_width, base_depth)
+    cfg, kind = target.config, pz.kind
     n_params, n_nonembed = target.n_params()
     tokens = args.tokens if args.tokens is not None else args.tokens_per_param * n_params
     seq_len = getattr(cfg, "seq_len", 1)
@@ -213,6 +196,34 @@ def run(args: argparse.Namespace) -> int:
               f"{plan.batch_sequences} x {seq_len} = {plan.batch_tokens} tokens, "
               f"{plan.warmup_steps} warmup steps, weight decay {plan.weight_decay:.4g}")
     return 0
+
+
+def target_parametrization(args: argparse.Namespace, proxy: Any, base_width: int, base_depth: int
+                           ) -> tuple[Any, Any, list[str]]:
+    """The target model, its Parametrization (CompleteP when the depth changes) and any
+    warning; a target smaller than the proxy is refused."""
+    from mutransfer.parametrization import Parametrization
+    from mutransfer.target import resolve_target, transfer_builder
+
+    overrides = dict(parse_sets(args))
+    width = overrides.get("width")
+    if isinstance(width, (int, float)) and width < base_width:  # before the config rejects it
+        raise ValueError(f"the target is smaller than the proxy: base width {base_width} is larger "
+                         f"than the target width {width:g}")
+    target = resolve_target(proxy, preset=args.target_preset, overrides=overrides,
+                            model_config=args.model_config, proxy_preset=args.preset)
+    cfg = target.config
+    if base_width > cfg.width:
+        raise ValueError(f"the target is smaller than the proxy: base width {base_width} is larger "
+                         f"than the target width {cfg.width}")
+    if cfg.depth < base_depth:
+        raise ValueError(f"the target is smaller than the proxy: target depth {cfg.depth} is below "
+                         f"the proxy's depth {base_depth}")
+    kind, warnings = depth_rules(args.parametrization, base_depth, cfg.depth)
+    depth_kw = {"depth": cfg.depth, "base_depth": base_depth} if kind == "completep" else {}
+    pz = Parametrization(transfer_builder(target, proxy), width=cfg.width, base_width=base_width,
+                         kind=kind, **depth_kw)
+    return target, pz, warnings
 
 
 def parse_sets(args: argparse.Namespace) -> dict[str, Any]:
@@ -325,7 +336,7 @@ def optimum_from_results(args: argparse.Namespace, seq_len: int
     fit = OptimumFit(x="lr", y="loss", group_by=("width",), n_boot=300).fit(df)
     widest = max(fit.params_)
     lr = float(fit.params_[widest])
-    lo, hi = (float(v) for v in fit.ci_[widest])
+    lo, hi = (float(v) if math.isfinite(v) else None for v in fit.ci_[widest])  # open side: None
     projected: dict[str, Any] = {"at_edge": bool(fit.group(widest).at_edge)}
     if len(fit.params_) >= 2:
         projected["drift"] = fit.drift("width").to_dict()

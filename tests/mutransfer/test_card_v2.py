@@ -411,3 +411,21 @@ def test_card_from_a_real_scaling_fit_lands_on_the_true_laws(tmp_path: Path, cap
     tau = json.loads(fit.read_text())["tau"]["value"]
     b, d = card["batch"]["tokens"], 2**26
     assert card["optimizer"]["weight_decay"] == pytest.approx(b / (card["optimizer"]["lr"] * tau * d))
+
+
+def test_an_optimum_at_the_grid_edge_keeps_its_interval_open(tmp_path: Path, capsys) -> None:
+    """The loss still falls at the largest LR: the optimum is flagged at the edge and its
+    open interval side is written as null (never .inf), with or without a scaling fit."""
+    rows = [{"width": w, "lr": 2.0**k, "loss": 3 - 0.05 * k, "seed": s, "parametrization": "mup",
+             "diverged": False} for w in (32, 64) for k in range(-10, -3) for s in (0, 1)]
+    results = tmp_path / "results.csv"
+    pd.DataFrame(rows).to_csv(results, index=False)
+    for extra in ([], ["--scaling-fit", str(write_fit(tmp_path)), "--proxy-batch-tokens", "1024",
+                       "--proxy-tokens", "2e6"]):
+        out = tmp_path / "card.yaml"
+        code, err = transfer(["--results", str(results), "--preset", "gpt-tiny", "--set", "width=128",
+                              "--tokens", "1e7", "--batch-size", "16", *extra, "--out", str(out)], capsys)
+        assert code == 0, err
+        lr = load_card(out)["projected"]["lr"]
+        assert lr["at_edge"] is True
+        assert None in (lr["lo"], lr["hi"]) and ".inf" not in out.read_text()
