@@ -429,3 +429,21 @@ def test_an_optimum_at_the_grid_edge_keeps_its_interval_open(tmp_path: Path, cap
         lr = load_card(out)["projected"]["lr"]
         assert lr["at_edge"] is True
         assert None in (lr["lo"], lr["hi"]) and ".inf" not in out.read_text()
+
+
+@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step\\(\\)` before")
+def test_apply_a_muon_card_schedules_both_optimizers(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "card.yaml"
+    code, err = transfer([*PROXY, "-p", "muon", "--set", "width=128", "--tokens", "2e4",
+                          "--batch-size", "16", "--warmup-tokens", "4096", "--out", str(out)], capsys)
+    assert code == 0, err
+    card = load_card(out)
+    applied = apply(build_target_model(card), card)
+    assert [type(o).__name__ for o in applied.optimizer] == ["Muon", "AdamW"]
+    schedule = Schedule(schedule_config(card["schedule"]))
+    card_lr = {g["name"]: g["lr"] for g in card["param_groups"]}
+    for step in range(card["schedule"]["total_steps"]):
+        for g in applied.optimizer.param_groups:
+            assert g["lr"] == pytest.approx(card_lr[g["names"][0]] * schedule(step), rel=1e-12)
+        applied.scheduler.step()
+    assert applied.scheduler.last_epoch == card["schedule"]["total_steps"]
