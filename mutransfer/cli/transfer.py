@@ -57,7 +57,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     budget = t.add_mutually_exclusive_group(required=True)
     budget.add_argument("--tokens", type=positive_float, help="training tokens of the target run")
     budget.add_argument("--tokens-per-param", type=positive_float,
-                        help="training tokens per target parameter (e.g. 20, Chinchilla)")
+                        help="training tokens per target parameter, all parameters counted "
+                        "(e.g. 20, Chinchilla)")
     t.add_argument("--dp-size", type=positive_int, default=None,
                    help="data-parallel ranks: the batch is rounded to a multiple of it")
     t.add_argument("--batch-size", type=positive_int, default=None, help="sequences per step (fixed)")

@@ -288,6 +288,8 @@ CLI_BAD = {
                                         ["--proxy-batch-tokens", "--proxy-tokens"]),
     "negative weight decay": (["--tokens", "1e6", "--batch-size", "8", "--weight-decay", "-1"],
                               ["--weight-decay", "-1"]),
+    "batch not a multiple of dp": (["--tokens", "1e6", "--batch-size", "10", "--dp-size", "8"],
+                                   ["--batch-size 10", "--dp-size 8"]),
     "bogus schedule": (["--tokens", "1e6", "--batch-size", "8", "--schedule", "bogus"],
                        ["--schedule", "bogus"]),
     "bad decay fraction": (["--tokens", "1e6", "--batch-size", "8", "--decay-fraction", "2"],
