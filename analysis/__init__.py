@@ -46,6 +46,7 @@ from .powerlaw import PowerLawFit, PowerLawPrediction
 from .project import Estimate, Projection, project
 from .results import RESULTS_COLUMNS, read_results
 from .scaling import (
+    AUDIT_KEYS,
     ScalingCurves,
     ScalingLawFit,
     ScalingProjection,
@@ -63,6 +64,7 @@ from .scaling_plots import (
 )
 
 __all__ = [
+    "AUDIT_KEYS",
     "CriticalBatchComparison",
     "critical_batch_comparison",
     "plot_critical_batch_comparison",

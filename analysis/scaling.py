@@ -25,6 +25,7 @@ from .optimum import OptimumFit, _boot_locate_min, _locate, _resampled_means
 from .project import Estimate
 
 __all__ = [
+    "AUDIT_KEYS",
     "METHODS",
     "ScalingCurves",
     "ScalingLawFit",
@@ -469,6 +470,7 @@ class ScalingLawFit:
             "loss_opt": [b["loss_opt"] for b in budgets],
             "edge": [b["edge"] for b in budgets],
         })
+        self._boot_log_bstar = tB[:, -1] * _LN2  # draws of log B* at the largest budget
         # Anchor of the baselines: the best measured cell at the largest budget.
         last = budgets[-1]
         j = int(last["cells"][np.argmin(l_opt[last["cells"]])])
@@ -581,9 +583,10 @@ class ScalingLawFit:
         self.params_["tau"] = float(tau_from(b_star, eta, lam0, d_max))
         self.tau_at_ = {"tokens": d_max, "batch_tokens": b_star, "lr": eta,
                         "weight_decay": lam0}
-        if self.boot_lr_.shape[0] and self.boot_batch_.shape[0]:
-            n = min(self.boot_lr_.shape[0], self.boot_batch_.shape[0])
-            lb = self.boot_batch_[:n, 0] + self.boot_batch_[:n, 1] * math.log(d_max)
+        if self.boot_lr_.shape[0] and self._boot_log_bstar.size:
+            # the measured B* and the LR law, drawn from the same resamples
+            n = min(self.boot_lr_.shape[0], self._boot_log_bstar.size)
+            lb = self._boot_log_bstar[:n]
             le = self.boot_lr_[:n] @ np.array([1.0, 0.0, math.log(d_max)]) + \
                 self.boot_lr_[:n, 1] * lb
             self.tau_boot_ = np.exp(lb - le) / (lam0 * d_max)

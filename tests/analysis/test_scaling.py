@@ -365,3 +365,13 @@ def test_holdout_baselines_compare_the_lr_at_the_same_batch(data: pd.DataFrame) 
     # the linear rule doubles the LR per batch doubling, sqrt by 2^0.5: truth here is 0.5
     assert rows["sqrt_rule"]["lr_ratio"] == pytest.approx(1.0, abs=0.15)
     assert rows["linear_rule"]["lr_ratio"] > 1.6
+
+
+def test_cells_with_the_lr_optimum_at_the_grid_edge_are_left_out(data: pd.DataFrame) -> None:
+    narrow = data[data["lr"] <= 2.0**-8.5]  # the largest batches' optima fall off the grid
+    f = ScalingLawFit(n_boot=0).fit(narrow)
+    edge = f.cells_[f.cells_["edge"] != ""]
+    assert len(edge) >= 3 and (edge["edge"] == "high").all()
+    assert f.n_lr_points_ == 24 - len(edge)
+    assert any("grid edge and were left out" in w for w in f.warnings_)
+    assert f.params_["lr_exp_batch"] == pytest.approx(TRUE["a"], abs=0.03)
