@@ -368,6 +368,12 @@ def test_cli_records_the_audit_and_refuses_a_nan_one(tmp_path: Path, capsys) -> 
     code, err = transfer([*PROXY, "--tokens", "1e7", "--batch-size", "8", "--audit", str(audit),
                           "--out", str(out)], capsys)
     assert code == 2 and "lr_ratio" in err and not out.exists()
+    del rows[1]["axis"]
+    rows[0]["lr_ratio"] = 1.0
+    audit.write_text(json.dumps({"holdout": rows}))
+    code, err = transfer([*PROXY, "--tokens", "1e7", "--batch-size", "8", "--audit", str(audit),
+                          "--out", str(out)], capsys)
+    assert code == 2 and "row 1 lacks ['axis']" in err and not out.exists()
 
 
 # ---- end to end with `mutransfer fit scaling` -------------------------------------------
