@@ -13,11 +13,19 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from sweeps.export import best_per_group, results_table, status, write_table
-    from sweeps.objective import resolve_config, worst_case_loss
+    from sweeps.objective import worst_case_loss
     from sweeps.progress import Counts, study_counts
     from sweeps.recovery import requeue, sweep_stale
     from sweeps.runners import DEFAULT_RUNNER, load_runner, synthetic_runner, train_runner
-    from sweeps.spec import BatchSweep, GridSweep, LRSweep, SweepSpec, load_spec, spec_from_dict
+    from sweeps.spec import (
+        BatchSweep,
+        GridSweep,
+        LRSweep,
+        SweepSpec,
+        load_spec,
+        resolve_config,
+        spec_from_dict,
+    )
     from sweeps.storage import open_storage, resolve_storage
     from sweeps.study import Plan, SweepResult, prepare, run_sweep
     from sweeps.worker import SweepSettings, open_study, spawn_workers, work
@@ -28,7 +36,7 @@ _EXPORTS: dict[str, str] = {
     "resolve_storage": "sweeps.storage", "open_storage": "sweeps.storage",
     "DEFAULT_RUNNER": "sweeps.runners", "load_runner": "sweeps.runners",
     "train_runner": "sweeps.runners", "synthetic_runner": "sweeps.runners",
-    "resolve_config": "sweeps.objective", "worst_case_loss": "sweeps.objective",
+    "resolve_config": "sweeps.spec", "worst_case_loss": "sweeps.objective",
     "requeue": "sweeps.recovery", "sweep_stale": "sweeps.recovery",
     "Counts": "sweeps.progress", "study_counts": "sweeps.progress",
     "SweepSettings": "sweeps.worker", "open_study": "sweeps.worker", "work": "sweeps.worker",

@@ -25,13 +25,87 @@ JOURNAL_NAME = "optuna.journal"
 RDB_SCHEMES = ("postgresql", "postgres", "mysql", "sqlite", "mariadb", "oracle", "mssql")
 
 
+#: Environment variable a worker reads the storage URL from (never its argv: ``ps`` shows argv
+#: to every local user, while /proc/PID/environ is readable only by the owner).
+STORAGE_ENV = "MUTRANSFER_STORAGE"
+_SCHEME = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]+):(?P<slashes>/*)")
+_SECRET_KEYS = re.compile(r"(?i)((?:^|[?&;])(?:password|passwd|pwd|pass|secret|token|sslpassword|"
+                          r"sslkey|api_key|apikey)=)[^&;#]*")
+
+
 def mask_url(url: str) -> str:
-    """The URL with any password replaced by ``***`` (for messages and attrs)."""
-    return re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", url)
+    """``url`` with every secret replaced by ``***``: the password of the user info (also an
+    empty user name, ``://:pw@``, and passwords holding ``@`` or ``/``), and query values such
+    as ``?password=``. The one function every message and record goes through.
+
+    SQLAlchemy's own parser (:func:`sqlalchemy.engine.make_url`) supplies the password and
+    query values it sees, which are then scrubbed wherever they occur; the user info is cut
+    at the *last* ``@`` of the authority, so a raw ``@`` in the password cannot leak a tail.
+    """
+    text = str(url)
+    m = _SCHEME.match(text)
+    if m is None and "@" not in text:
+        return text
+    # without "//" the first "x:" may be a user name (``user:pw@host``): mask from the start
+    cut = m.end() if m is not None and m.group("slashes") else 0
+    head, rest = text[:cut], text[cut:]
+    main, qmark, query = rest.partition("?")
+    at = main.rfind("@")
+    if at >= 0:
+        user, colon, _ = main[:at].partition(":")
+        main = user + (":***" if colon else "") + main[at:]
+    if qmark:
+        query = _SECRET_KEYS.sub(r"\1***", query)
+    masked = head + main + qmark + query
+    for secret in _parsed_secrets(text):
+        if len(secret) >= 3:  # scrub what SQLAlchemy sees too, wherever it shows up
+            masked = masked.replace(secret, "***")
+    return masked
+
+
+def scrub(message: str, url: str) -> str:
+    """``message`` with ``url`` and every secret in it masked (driver errors may echo them)."""
+    message = message.replace(url, mask_url(url))
+    for secret in _parsed_secrets(url):
+        if len(secret) >= 3:
+            message = message.replace(secret, "***")
+    return message
+
+
+def _parsed_secrets(url: str) -> list[str]:
+    try:
+        from sqlalchemy.engine import make_url
+
+        u = make_url(url)
+    except Exception:  # not an SQLAlchemy URL (or SQLAlchemy missing): the regex did it
+        return []
+    out = [u.password] if u.password else []
+    for k, v in u.query.items():
+        if re.fullmatch(r"(?i)password|passwd|pwd|pass|secret|token|sslpassword|api_?key", k):
+            out += [v] if isinstance(v, str) else list(v)
+    return [str(s) for s in out if s]
+
+
+def _check_rdb_url(url: str) -> None:
+    """SQLAlchemy must parse ``url`` the way its author meant: a raw ``@`` in the password
+    would silently make the host ``rest@host``."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        u = make_url(url)
+    except (ArgumentError, ValueError) as exc:
+        raise ValueError(f"malformed storage URL {mask_url(url)!r}: {exc}") from None
+    if u.host and "@" in u.host:
+        raise ValueError(f"malformed storage URL {mask_url(url)!r}: a password holding '@' must be "
+                         "percent-encoded (%40)")
 
 
 def resolve_storage(storage: str | None, out_dir: str | os.PathLike[str] | None = None) -> str:
-    """Normalize a ``--storage`` value: ``journal:/abs/path`` or an RDB URL."""
+    """Normalize a ``--storage`` value: ``journal:/abs/path`` or an RDB URL.
+
+    A string that looks like a URL but is malformed (``postgresql:/u:pw@h/db`` with one
+    slash, ``user:pw@host``) is refused, never taken as a local file name."""
     if storage is None or storage == "":
         if out_dir is None:
             raise ValueError("give --out DIR (for the default journal file) or --storage URL")
@@ -43,18 +117,65 @@ def resolve_storage(storage: str | None, out_dir: str | os.PathLike[str] | None 
         if not path:
             raise ValueError(f"storage {storage!r} names no journal file")
         return "journal:" + str(Path(path).resolve())
-    scheme = storage.split("://", 1)[0].split("+", 1)[0] if "://" in storage else ""
-    if scheme in ("postgres",):
-        return "postgresql" + storage[len("postgres"):]
-    if scheme in RDB_SCHEMES:
-        return storage
-    if "://" in storage:
+    m = _SCHEME.match(storage)
+    scheme = m.group("scheme").lower().split("+", 1)[0] if m else ""
+    if m and m.group("slashes").startswith("//"):
+        if scheme == "postgres":
+            storage = "postgresql" + storage[len("postgres"):]
+            scheme = "postgresql"
+        if scheme in RDB_SCHEMES:
+            _check_rdb_url(storage)
+            return storage
         raise ValueError(f"unsupported storage URL scheme {scheme!r} in {mask_url(storage)!r}; "
                          "use a journal file or an RDB URL (postgresql://, mysql://, sqlite:///)")
+    if m and (scheme in RDB_SCHEMES or "@" in storage or m.group("slashes")):
+        raise ValueError(f"malformed storage URL {mask_url(storage)!r}: write {scheme}://..., "
+                         "or journal:PATH for a journal file")
+    if "@" in storage:
+        raise ValueError(f"storage {mask_url(storage)!r} looks like a URL without a scheme; "
+                         "write postgresql://user:pw@host/db, or journal:PATH for a journal file")
     path = Path(storage)
     if path.is_dir():  # an output directory: its journal file
         path = path / JOURNAL_NAME
     return "journal:" + str(path.resolve())
+
+
+def storage_from_env(storage: str | None) -> str | None:
+    """``storage``, else the URL in :data:`STORAGE_ENV` (how workers receive a secret URL)."""
+    if storage:
+        return storage
+    return os.environ.get(STORAGE_ENV) or None
+
+
+def worker_storage(storage: str | None, storage_file: str | os.PathLike[str] | None) -> str:
+    """The storage a worker joins: ``--storage-file``, else ``--storage``, else
+    :data:`STORAGE_ENV`; one of them must be given."""
+    if storage_file is not None:
+        if storage:
+            raise ValueError("give --storage or --storage-file, not both")
+        return read_storage_file(storage_file)
+    url = storage_from_env(storage)
+    if not url:
+        raise ValueError(f"give --storage (journal file or directory), --storage-file FILE, "
+                         f"or set {STORAGE_ENV}")
+    return url
+
+
+def read_storage_file(path: str | os.PathLike[str]) -> str:
+    """The storage URL in a file that only its owner may read (``chmod 600``); a group- or
+    world-readable file is refused, since the URL may hold a password."""
+    p = Path(path)
+    try:
+        mode = p.stat().st_mode
+        text = p.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ValueError(f"cannot read storage file {str(p)!r}: {exc.strerror or exc}") from None
+    if mode & 0o077:
+        raise ValueError(f"storage file {str(p)!r} is readable by others (mode {mode & 0o777:o}); "
+                         f"chmod 600 {p}")
+    if not text or "\n" in text:
+        raise ValueError(f"storage file {str(p)!r} must hold exactly one URL on one line")
+    return text
 
 
 def is_journal(url: str) -> bool:
@@ -72,7 +193,7 @@ def is_rdb(url: str) -> bool:
 def check_workers(url: str, workers: int) -> None:
     """SQLite serializes writers and locks up under several processes: refuse it."""
     if is_sqlite(url) and workers > 1:
-        raise ValueError(f"SQLite storage {url!r} supports one worker, got --workers {workers}; "
+        raise ValueError(f"SQLite storage {mask_url(url)!r} supports one worker, got --workers {workers}; "
                          "use the default journal file for many workers on one machine, "
                          "or PostgreSQL across machines")
 
@@ -126,7 +247,7 @@ def open_storage(
                          "(pip install 'psycopg[binary]' for PostgreSQL)") from None
     except Exception as exc:  # sqlalchemy OperationalError, ArgumentError, ...
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ValueError(f"cannot reach storage {mask_url(url)!r}: {first}") from None
+        raise ValueError(scrub(f"cannot reach storage {mask_url(url)!r}: {first}", url)) from None
 
 
 def _pick_pg_driver(url: str) -> str:
