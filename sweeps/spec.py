@@ -445,6 +445,8 @@ def check_trials(spec: SweepSpec) -> int:
     range) and validate it as the trainer will, before any study exists; returns the
     number of points. The first bad point -> ValueError naming it and its bad value."""
     dims = {n for n, _ in spec.grid_dims()} | set(spec.search())
+    if not dims:
+        raise ValueError("empty grid: the sweep has no dimension (give grid: {field: [values]})")
     both = sorted(dims & set(spec.base) - {"base_width", "base_depth"})
     if both:
         raise ValueError(f"{', '.join(both)} is set in base and is also a sweep dimension; "

@@ -215,11 +215,16 @@ def open_storage(
         path = Path(url[len("journal:"):])
         if not create and not path.is_file():
             raise ValueError(f"journal file {str(path)!r} does not exist")
+        if path.is_dir():
+            raise ValueError(f"journal file {str(path)!r} is a directory")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
+            backend = _torn_safe_backend(JournalFileBackend)(str(path))
+            return optuna.storages.JournalStorage(backend)
         except OSError as exc:
             raise ValueError(f"cannot open journal file {str(path)!r}: {exc.strerror or exc}") from None
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:  # damaged or not a journal
+            raise ValueError(_journal_error(path, exc)) from None
     if is_sqlite(url) and not create:
         path = url.split(":///", 1)[-1]
         if path and not Path(path).is_file():
@@ -248,6 +253,89 @@ def open_storage(
     except Exception as exc:  # sqlalchemy OperationalError, ArgumentError, ...
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ValueError(scrub(f"cannot reach storage {mask_url(url)!r}: {first}", url)) from None
+
+
+def _torn_safe_backend(base: type) -> type:
+    """A ``JournalFileBackend`` whose appends first cut a torn last line.
+
+    A writer killed mid-append leaves a last line without its newline. Optuna's reader
+    skips such a line, but the next append would glue a whole record onto it: one bad
+    JSON line in the middle, and every later read fails for good. So each append, holding
+    the journal's lock (no other writer is mid-append then), checks the last byte and
+    truncates the file back to its last complete line: the torn record was never
+    committed, so dropping it loses nothing that any reader saw."""
+    from optuna.storages.journal import JournalFileSymlinkLock
+
+    class TornSafeJournalFileBackend(base):  # type: ignore[misc, valid-type]
+        def __init__(self, file_path: str) -> None:
+            self._write_lock = JournalFileSymlinkLock(file_path)
+            super().__init__(file_path, lock_obj=self._write_lock)
+            self._path = file_path
+
+        def append_logs(self, logs: list[dict[str, Any]]) -> None:
+            import json
+
+            text = "".join(json.dumps(log, separators=(",", ":")) + "\n" for log in logs)
+            self._write_lock.acquire()
+            try:
+                cut_torn_tail(self._path)
+                with open(self._path, "ab") as f:
+                    f.write(text.encode("utf-8"))
+                    f.flush()
+                    os.fsync(f.fileno())
+            finally:
+                self._write_lock.release()
+
+    return TornSafeJournalFileBackend
+
+
+def cut_torn_tail(path: str | os.PathLike[str]) -> int:
+    """Truncate a journal whose last line has no newline back to its last complete line
+    (call it holding the journal's lock); returns the bytes dropped."""
+    with open(path, "rb+") as f:
+        size = f.seek(0, os.SEEK_END)
+        if size == 0:
+            return 0
+        f.seek(size - 1)
+        if f.read(1) == b"\n":
+            return 0
+        pos = size
+        keep = 0
+        while pos > 0:  # scan back in blocks for the last newline
+            step = min(65536, pos)
+            pos -= step
+            f.seek(pos)
+            nl = f.read(step).rfind(b"\n")
+            if nl >= 0:
+                keep = pos + nl + 1
+                break
+        f.truncate(keep)
+        f.flush()
+        os.fsync(f.fileno())
+        return size - keep
+
+
+def _journal_error(path: Path, exc: Exception) -> str:
+    """One line naming the journal and its first unreadable line."""
+    import json
+
+    line_no = None
+    try:
+        with open(path, "rb") as f:
+            for i, line in enumerate(f, start=1):
+                if not line.endswith(b"\n"):
+                    break  # a torn last line is skipped by readers, repaired by writers
+                try:
+                    json.loads(line)
+                except ValueError:
+                    line_no = i
+                    break
+    except OSError:
+        pass
+    where = f" at line {line_no}" if line_no is not None else ""
+    return (f"{str(path)!r} is not a readable Optuna journal{where} ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}); if a writer was killed mid-write by an "
+            "older version, keep a copy and delete the damaged line")
 
 
 def _pick_pg_driver(url: str) -> str:
