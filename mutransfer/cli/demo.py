@@ -74,6 +74,11 @@ def _log(quiet: bool, msg: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from mutransfer._io import check_output
+
+    # re-running into the same folder resumes its sweep (finished trials are kept) and
+    # rebuilds the figures, table, card and report from it; a different size is refused
+    check_output(args.out, directory=True)
     summary = run_demo(Path(args.out), device=args.device, size=args.size, workers=args.workers,
                        quiet=args.quiet or args.json)
     if args.json:

@@ -281,6 +281,9 @@ def run(args: argparse.Namespace) -> int:
     if cmd == "status":
         _print_status(status(study), args.json)
         return 0
+    from mutransfer._io import check_output
+
+    check_output(args.out, inputs=[url[len("journal:"):]] if url.startswith("journal:") else [])
     df = results_table(study, include_failed=args.all)
     path = write_table(df, args.out)
     summary = {"study": study.study_name, "rows": len(df), "out": str(path),
@@ -307,6 +310,9 @@ def _run_sweep(args: argparse.Namespace, kind: str) -> int:
         raise ValueError(f"--grace {args.grace} must exceed --heartbeat {args.heartbeat} (>= 1)")
     spec = _spec_from_args(args, kind)
     url = _storage(args, None)
+    from mutransfer._io import check_output
+
+    check_output(args.out, directory=True)  # a re-run into the same --out resumes its study
     if args.workers is not None:
         check_workers(url, args.workers)
     if args.prepare_only:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from mutransfer.cli._common import positive_float, positive_int, print_json
+from mutransfer.cli._common import MAX_DEPTH, MAX_WIDTH, bounded_int, positive_float, positive_int, print_json
 
 HELP = "project to the target scale and write the transfer card (YAML)"
 
@@ -24,8 +24,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--base-width", type=positive_int, default=None,
                    help="base width of the sweep (default: the smallest width in the results)")
     p.add_argument("--base-depth", type=positive_int, default=None, help="base depth (completep)")
-    p.add_argument("--target-width", type=positive_int, required=True, help="width of the big model")
-    p.add_argument("--target-depth", type=positive_int, default=None, help="depth of the big model")
+    p.add_argument("--target-width", type=bounded_int(1, MAX_WIDTH, "--target-width"), required=True,
+                   help="width of the big model")
+    p.add_argument("--target-depth", type=bounded_int(1, MAX_DEPTH, "--target-depth"), default=None,
+                   help="depth of the big model")
     p.add_argument("--tokens", type=positive_float, required=True, help="training tokens of the big run")
     p.add_argument("--seq-len", type=positive_int, default=None, help="context (default: preset's)")
     p.add_argument("--batch-size", type=positive_int, default=None,
@@ -39,6 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from mutransfer._io import check_output
     from mutransfer.card import build_card, save_card
     from mutransfer.models import GPT, MLP, GPTConfig, get_preset
     from mutransfer.parametrization import KINDS, Parametrization
@@ -50,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--warmup-fraction must be in [0, 1), got {args.warmup_fraction}")
     if args.group and not args.fit:
         raise ValueError("--group only goes with --fit")
+    check_output(args.out, inputs=[args.results, args.fit])  # before the work, never onto an input
     cfg = get_preset(args.preset)
     seq_len = args.seq_len or getattr(cfg, "seq_len", 1)
     source: dict = {"preset": args.preset}
