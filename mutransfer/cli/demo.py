@@ -113,7 +113,7 @@ def run_demo(out: Path, *, device: str = "auto", size: str | None = None, worker
         cdir = out / "coord_check" / kind
         code = cli_main(["coord-check", "-p", kind, "--widths", ",".join(map(str, sz.coord_widths)),
                          "--steps", "4", "--seeds", "2", "--seq-len", str(min(sz.seq_len, 64)),
-                         "--out", str(cdir), "--quiet"])
+                         "--out", str(cdir), "--overwrite", "--quiet"])
         if code != 0:
             raise RuntimeError(f"coord-check {kind} failed with exit code {code}")
         coord[kind] = json.loads((cdir / "coord_check.json").read_text())
