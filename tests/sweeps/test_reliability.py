@@ -288,3 +288,35 @@ def test_trial_attribute_names_live_in_one_module() -> None:
                 arg = node.args[0]
                 if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
                     assert arg.value not in names, f"{path.name}:{node.lineno} spells {arg.value!r}"
+
+
+PG_URL = os.environ.get("MUTRANSFER_TEST_POSTGRES_URL")
+
+
+@pytest.mark.skipif(not PG_URL, reason="MUTRANSFER_TEST_POSTGRES_URL is unset; "
+                    "start a server with: eval \"$(bash .ci/postgres.sh)\"")
+def test_postgres_prepare_only_and_worker_never_show_the_password(capsys, monkeypatch) -> None:
+    """The CI server trusts local connections, so a made-up password connects too."""
+    import uuid
+
+    import optuna
+
+    assert PG_URL is not None
+    url = PG_URL.replace("postgresql://postgres@", f"postgresql://postgres:{SECRET}@")
+    assert SECRET in url
+    name = f"secret-{uuid.uuid4().hex[:8]}"
+    try:
+        monkeypatch.setenv("MUTRANSFER_STORAGE", url)  # never on the command line
+        assert sweep("lr", "--widths", "32", "-p", "mup", "--lrs", "0.001,0.002", "--study", name,
+                     "--prepare-only", "--runner", "synthetic") == 0
+        err = capsys.readouterr().err
+        assert SECRET not in err and "MUTRANSFER_STORAGE='postgresql://postgres:***@" in err
+        assert sweep("worker", "--study", name) == 0
+        assert sweep("status", "--study", name, "--json") == 0
+        out, err = capsys.readouterr()
+        assert json.loads(out)["counts"]["complete"] == 2 and SECRET not in out + err
+    finally:
+        try:
+            optuna.delete_study(study_name=name, storage=PG_URL)
+        except Exception:
+            pass
