@@ -108,7 +108,8 @@ def resolve_storage(storage: str | None, out_dir: str | os.PathLike[str] | None 
     slash, ``user:pw@host``) is refused, never taken as a local file name."""
     if storage is None or storage == "":
         if out_dir is None:
-            raise ValueError("give --out DIR (for the default journal file) or --storage URL")
+            raise ValueError("give --out DIR (for the default journal file), --storage URL, "
+                             f"or set ${STORAGE_ENV}")
         return "journal:" + str((Path(out_dir) / JOURNAL_NAME).resolve())
     if storage.startswith("journal:"):
         path = storage[len("journal:"):]

@@ -102,10 +102,10 @@ def test_resume_refuses_a_changed_config_naming_the_field(data: TokenDataset, tm
     out = tmp_path / "run"
     train(cfg(out_dir=str(out), checkpoint_every=8), callback=lambda step, m: step >= 8, data=data)
     ckpt = str(out / "checkpoint.pt")
-    for change, field in [({"lr": 3e-2}, "lr"), ({"seed": 1}, "seed"), ({"batch_size": 4}, "batch_size"),
-                          ({"parametrization": "sp"}, "parametrization"), ({"weight_decay": 0.1}, "weight_decay")]:
+    changes = {"lr": 3e-2, "seed": 1, "batch_size": 4, "parametrization": "sp", "weight_decay": 0.1}
+    for field, value in changes.items():
         with pytest.raises(ValueError, match=rf"--resume cannot change {field} "):
-            train(cfg(resume=ckpt, **change), data=data)
+            train(cfg(resume=ckpt, **{field: value}), data=data)
     with pytest.raises(ValueError, match="steps=4 is below the checkpoint's step 8"):
         train(cfg(resume=ckpt, steps=4), data=data)
     # steps, eval cadence and the output folder may change
