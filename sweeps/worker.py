@@ -244,9 +244,13 @@ def orphaned() -> bool:
 
 
 def die_with_parent() -> None:
-    """Linux: ask the kernel to SIGTERM this process when its parent dies (even by
-    SIGKILL), so no orphaned worker keeps training; then check the parent did not die
-    already. Elsewhere the worker loop checks :func:`orphaned` between groups."""
+    """For a worker started by :func:`spawn_workers` (:data:`PARENT_ENV` set), on Linux:
+    ask the kernel to SIGTERM this process when its parent dies (even by SIGKILL), so no
+    orphaned worker keeps training; then check the parent did not die already. Elsewhere
+    the worker loop checks :func:`orphaned` between groups. A worker started by hand
+    (``nohup``, a SLURM job) is left alone."""
+    if not os.environ.get(PARENT_ENV):  # started by hand (nohup, SLURM): outlives its shell
+        return
     if sys.platform.startswith("linux"):
         import ctypes
         import signal
