@@ -448,6 +448,8 @@ def check_trials(spec: SweepSpec) -> int:
     if not dims:
         raise ValueError("empty grid: the sweep has no dimension (give grid: {field: [values]})")
     both = sorted(dims & set(spec.base) - {"base_width", "base_depth"})
+    if "tokens" in dims and "steps" in spec.base:  # a token budget sets the steps
+        both.append("steps (from tokens)")
     if both:
         raise ValueError(f"{', '.join(both)} is set in base and is also a sweep dimension; "
                          "set it in one place")

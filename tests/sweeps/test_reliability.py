@@ -146,6 +146,7 @@ def test_bad_trial_configs_exit_2_before_the_study_is_created(tmp_path, capsys, 
     ({"kind": "run", "grid": {}}, "empty grid"),
     ({"kind": "lr", "widths": [32], "sampler_seed": "x"}, "sampler_seed"),
     ({"kind": "lr", "widths": [32], "base": {"lr": 0.1}}, "set in base and is also a sweep dimension"),
+    ({"kind": "batch", "widths": [32], "tokens": [65536], "base": {"steps": 9}}, "steps (from tokens)"),
 ])
 def test_bad_specs_exit_2_before_the_study_is_created(tmp_path, capsys, spec, needle) -> None:
     kind = spec["kind"]
