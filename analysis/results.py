@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -18,6 +19,26 @@ RESULTS_COLUMNS: tuple[str, ...] = (
     "n_params_nonembed", "tokens", "steps", "batch_size", "seq_len", "batch_tokens", "lr",
     "seed", "loss", "train_loss", "gns", "wall_s",
 )
+
+
+def _read(p: Path, reader: Any) -> pd.DataFrame:
+    """``reader(p)``, with any failure (empty, binary, ragged, truncated) one ValueError
+    naming the file and what is wrong with it."""
+    try:
+        return reader(p)
+    except pd.errors.EmptyDataError:
+        raise ValueError(f"results file {str(p)!r} is empty (no header row).") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"results file {str(p)!r} is not UTF-8 text (a binary file?): byte "
+                         f"{exc.start} cannot be decoded.") from None
+    except pd.errors.ParserError as exc:
+        first = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"results file {str(p)!r} is not a regular table: {first}") from None
+    except OSError as exc:
+        raise ValueError(f"cannot read results file {str(p)!r}: {exc.strerror or exc}") from None
+    except Exception as exc:  # pyarrow's ArrowInvalid and friends
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"results file {str(p)!r} cannot be read: {first}") from None
 
 
 def read_results(
@@ -36,7 +57,7 @@ def read_results(
         raise ValueError(f"results file {str(p)!r} does not exist.")
     suffix = p.suffix.lower()
     if suffix == ".csv":
-        df = pd.read_csv(p)
+        df = _read(p, pd.read_csv)
     elif suffix in (".parquet", ".pq"):
         try:
             import pyarrow  # noqa: F401
@@ -48,7 +69,7 @@ def read_results(
                     f"reading {p.name!r} needs pyarrow (or fastparquet), which is not "
                     "installed; install it or export the table as CSV."
                 ) from None
-        df = pd.read_parquet(p)
+        df = _read(p, pd.read_parquet)
     else:
         raise ValueError(f"results file {p.name!r} must end in .csv or .parquet.")
     require_columns(df, list(required), f"results table {p.name!r}")

@@ -208,5 +208,12 @@ def run() -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    # ``--scaling``: time only `fit scaling` (seconds, no naive loop) and write nothing.
-    print(json.dumps(scaling_timing() if "--scaling" in sys.argv[1:] else run(), indent=2))
+    import argparse
+
+    # parse first: --help (or a bad flag) answers at once and writes nothing
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                 epilog="writes benchmarks/results/fit_speed.json")
+    ap.add_argument("--scaling", action="store_true",
+                    help="time only `fit scaling` (seconds, no naive loop) and write nothing")
+    args = ap.parse_args()
+    print(json.dumps(scaling_timing() if args.scaling else run(), indent=2))

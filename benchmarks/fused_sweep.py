@@ -177,4 +177,9 @@ def run() -> dict[str, Any]:
 
 
 if __name__ == "__main__":
+    import argparse
+
+    # parse first: --help (or a bad flag) answers at once and writes nothing
+    argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                            epilog="writes benchmarks/results/fused_sweep.json").parse_args()
     print(json.dumps(run(), indent=2))

@@ -200,4 +200,9 @@ def run() -> dict[str, Any]:
 
 
 if __name__ == "__main__":
+    import argparse
+
+    # parse first: --help (or a bad flag) answers at once and writes nothing
+    argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                            epilog="writes benchmarks/results/trainer_throughput.json").parse_args()
     print(json.dumps(run(), indent=2))

@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from mutransfer._io import atomic_write_text, read_yaml_mapping
-from mutransfer.checkpoint import get_rng_state, load_checkpoint, save_checkpoint, set_rng_state
+from mutransfer.checkpoint import check_resume, get_rng_state, load_checkpoint, save_checkpoint, set_rng_state
 from mutransfer.data import DataConfig, TokenDataset, load_dataset
 from mutransfer.models.gpt import GPT, GPTConfig
 from mutransfer.models.presets import PRESETS, get_preset
@@ -887,7 +887,9 @@ class Trainer:
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict` (a model mismatch raises ValueError)."""
+        """Restore :meth:`state_dict` (a model mismatch, or a config change outside
+        :data:`mutransfer.checkpoint.RESUMABLE_FIELDS`, raises ValueError)."""
+        check_resume(state.get("config"), self.cfg.to_dict(), int(state.get("step", 0)))
         try:
             self.raw_model.load_state_dict(state["model"])
             self.opt.load_state_dict(state["optimizer"])

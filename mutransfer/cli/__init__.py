@@ -8,7 +8,8 @@ Each verb lives in its own module under ``mutransfer.cli`` and defines
 
 Verb modules are imported only when that verb runs (``--help`` of the top level reads
 only ``VERBS`` below), so the CLI starts fast. User-input errors raise
-:class:`UsageError` or ``ValueError``; ``main`` prints one line and exits 2.
+:class:`UsageError` or ``ValueError``; ``main`` prints one line and exits 2, as it does for
+an ``OSError`` (an unwritable output path) that a verb did not catch first.
 """
 
 from __future__ import annotations
@@ -78,6 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `mutransfer ... --json | head`: the reader left, not an error
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
         return 0
+    except OSError as exc:  # a directory where a file should go, permission denied, disk full
+        where = f"{exc.filename!s}: " if exc.filename is not None else ""
+        print(f"mutransfer {args.verb}: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(f"mutransfer {args.verb}: interrupted", file=sys.stderr)
         return 130

@@ -38,6 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tol", type=positive_float, default=0.25,
                    help="largest allowed log2 slope of activation size (default 0.25)")
     p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--overwrite", action="store_true", help="replace an earlier coord check in --out")
     p.add_argument("--strict", action="store_true", help="exit 1 when the check fails")
     p.add_argument("--no-plot", action="store_true", help="skip coord_check.png")
     add_output_flags(p)
@@ -46,12 +47,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
+    from mutransfer._io import check_fresh_dir, check_output
     from mutransfer.coord_check import coord_check
     from mutransfer.data import DataConfig, load_dataset
     from mutransfer.parametrization import KINDS
 
     if args.parametrization not in KINDS:
         raise ValueError(f"unknown parametrization {args.parametrization!r}; choose from {', '.join(KINDS)}")
+    check_output(args.out, directory=True)
+    check_fresh_dir(args.out, ("coord_check.json", "coord_check.csv"), overwrite=args.overwrite)
     optimizer = args.optimizer or ("muon" if args.parametrization == "muon" else "adamw")
     if (optimizer == "muon") != (args.parametrization == "muon"):
         raise ValueError(f"optimizer {optimizer!r} does not go with parametrization {args.parametrization!r}")

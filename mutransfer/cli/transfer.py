@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mutransfer.cli._common import positive_float, positive_int, print_json
+from mutransfer.cli._common import MAX_DEPTH, MAX_WIDTH, bounded_int, positive_float, positive_int, print_json
 
 HELP = "project to the target model and token budget and write the transfer card (YAML)"
 
@@ -52,8 +52,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "seq_len, vocab_size, ... e.g. --set depth=24")
     t.add_argument("--model-config", metavar="FILE", default=None,
                    help="target model config (YAML/JSON mapping of model fields, optional preset)")
-    t.add_argument("--target-width", type=positive_int, default=None, help="same as --set width=N")
-    t.add_argument("--target-depth", type=positive_int, default=None, help="same as --set depth=N")
+    t.add_argument("--target-width", type=bounded_int(1, MAX_WIDTH, "--target-width"), default=None,
+                   help="same as --set width=N")
+    t.add_argument("--target-depth", type=bounded_int(1, MAX_DEPTH, "--target-depth"), default=None,
+                   help="same as --set depth=N")
     budget = t.add_mutually_exclusive_group(required=True)
     budget.add_argument("--tokens", type=positive_float, help="training tokens of the target run")
     budget.add_argument("--tokens-per-param", type=positive_float,
@@ -93,6 +95,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def check_flags(args: argparse.Namespace) -> None:
     """Every flag's range, before any work (one ValueError naming the flag)."""
+    from mutransfer._io import check_output
     from mutransfer.parametrization import KINDS
     from mutransfer.schedules import DECAY_SHAPES, SCHEDULE_KINDS
 
@@ -117,13 +120,8 @@ def check_flags(args: argparse.Namespace) -> None:
         raise ValueError("give --batch-size or --batch-tokens, not both")
     if args.warmup_tokens is not None and args.warmup_fraction is not None:
         raise ValueError("give --warmup-tokens or --warmup-fraction, not both")
-    out = Path(args.out).resolve()
-    for flag in ("results", "fit", "scaling_fit", "audit", "model_config"):
-        value = getattr(args, flag)
-        if value is not None and Path(value).resolve() == out:
-            raise ValueError(f"--out {args.out} would overwrite the input --{flag.replace('_', '-')}")
-    if out.is_dir():
-        raise ValueError(f"--out {args.out} is a directory; give a file path (.yaml or .json)")
+    # before the work, never onto an input
+    check_output(args.out, inputs=[args.results, args.fit, args.scaling_fit, args.audit, args.model_config])
 
 
 def run(args: argparse.Namespace) -> int:

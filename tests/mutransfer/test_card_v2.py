@@ -327,7 +327,7 @@ def test_cli_refuses_a_results_table_that_fit_refuses(bad: dict[str, Any], words
     assert not out.exists()
     code, err = transfer(["--results", str(results), "--preset", "gpt-tiny", "--tokens", "1e6",
                           "--batch-size", "8", "--out", str(results)], capsys)
-    assert code == 2 and "overwrite the input --results" in err
+    assert code == 2 and "refusing to overwrite" in err
 
 
 @pytest.mark.parametrize(("mutate", "words"), [
