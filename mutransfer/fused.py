@@ -298,7 +298,9 @@ class FusedGroup:
 
     def _install_hooks(self) -> None:
         """Every member's forward multipliers as hooks on the skeleton; the scale is read
-        at call time from ``self._scales`` (refreshed when members leave)."""
+        at call time from ``self._scales`` (refreshed when members leave). A ``[K]``
+        scale would promote bf16 activations to fp32: the result is cast back, as the
+        unfused hook's ``x * float`` keeps its dtype."""
         modules = dict(self.model.named_modules())
         keys = sorted({k for m in self.members for k in m.hooks})
         for mname, kind in keys:
@@ -307,13 +309,14 @@ class FusedGroup:
             key = (mname, kind)
             if kind == "pre":
                 def pre(_m: nn.Module, args: tuple[Any, ...], key: tuple[str, str] = key) -> tuple[Any, ...]:
-                    return (args[0] * member_scale(self._scales[key], args[0]), *args[1:])
+                    x = args[0]
+                    return ((x * member_scale(self._scales[key], x)).to(x.dtype), *args[1:])
 
                 modules[mname].register_forward_pre_hook(pre)
             else:
                 def post(_m: nn.Module, _a: Any, out: torch.Tensor,
                          key: tuple[str, str] = key) -> torch.Tensor:
-                    return out * member_scale(self._scales[key], out)
+                    return (out * member_scale(self._scales[key], out)).to(out.dtype)
 
                 modules[mname].register_forward_hook(post)
             self._scales[key] = 1.0

@@ -203,8 +203,9 @@ class CausalSelfAttention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rope and rope_TD2 is not None:
             q, k = apply_rope(q, rope_TD2), apply_rope(k, rope_TD2)
-        # The softmax scale goes into q, so members with different scales share one SDPA.
-        q = q * member_scale(self.softmax_scale, q)
+        # The softmax scale goes into q, so members with different scales share one SDPA
+        # (a [K] scale would promote bf16 q to fp32: cast back, as q * float does).
+        q = (q * member_scale(self.softmax_scale, q)).to(k.dtype)
         if self.track_max_logit:
             with torch.no_grad():  # per member and head, max over batch and positions
                 logits = q @ k.transpose(-2, -1)
