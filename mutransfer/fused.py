@@ -223,10 +223,11 @@ def _per_member(values: Sequence[float], device: torch.device) -> float | torch.
     return torch.tensor(values, dtype=torch.float64).to(torch.float32).to(device)
 
 
-def _layout(trainer: Trainer) -> list[tuple[str, list[list[str]]]]:
-    """Which optimizer class holds which parameters, by name and group: members must agree."""
+def _layout(trainer: Trainer) -> list[tuple[str, list[str]]]:
+    """Which optimizer class holds which parameters (by name): members must agree. How
+    each member splits them into param groups is its own business."""
     names = {id(p): n for n, p in trainer.raw_model.named_parameters()}
-    return [(type(o).__name__, [[names[id(p)] for p in g["params"]] for g in o.param_groups])
+    return [(type(o).__name__, sorted(names[id(p)] for g in o.param_groups for p in g["params"]))
             for o in trainer.opt.optimizers]
 
 
@@ -274,16 +275,19 @@ class FusedGroup:
             if _layout(m.trainer) != _layout(t0):
                 raise ValueError(f"config {m.index} builds different parameters or optimizers than "
                                  "config 0: not fusible")
+        # Muon's parameters by optimizer position, paired across members by name.
+        ids = {id(p): n for n, p in model0.named_parameters()}
+        self._muon_names = {i: [ids[id(p)] for g in o.param_groups for p in g["params"]]
+                            for i, o in enumerate(t0.opt.optimizers) if isinstance(o, torch.optim.Muon)}
         # The skeleton: a GPT without storage that will hold the stacked [K, ...] tensors.
         # Where each parameter sits (a tied matrix sits in two modules).
         with torch.device("meta"):
             self.model = GPT(model0.cfg)
-        where = {id(p): n for n, p in model0.named_parameters()}
         self._slots: dict[str, list[tuple[nn.Module, str]]] = {n: [] for n in self.names}
         for mname, mod in model0.named_modules():
             for leaf, p in mod._parameters.items():
-                if p is not None and where[id(p)] in self._slots:
-                    self._slots[where[id(p)]].append((self.model.get_submodule(mname), leaf))
+                if p is not None and ids[id(p)] in self._slots:
+                    self._slots[ids[id(p)]].append((self.model.get_submodule(mname), leaf))
         for bname, buf in model0.named_buffers():  # rope, frozen norm gains: shared
             mname, _, leaf = bname.rpartition(".")
             self.model.get_submodule(mname)._buffers[leaf] = buf
@@ -389,14 +393,13 @@ class FusedGroup:
     def _optimizer_step(self, stepping: list[_Member]) -> None:
         """Each stepping member's own torch optimizers on its views; Muon's Newton–Schulz
         batched over the members."""
-        muons: list[list[torch.optim.Muon]] = []
         for m in stepping:
-            muons.append([o for o in m.trainer.opt.optimizers if isinstance(o, torch.optim.Muon)])
             for o in m.trainer.opt.optimizers:
                 if not isinstance(o, torch.optim.Muon):
                     o.step()
-        for i in range(len(muons[0]) if muons else 0):
-            muon_step_batched([ms[i] for ms in muons])
+        for i, names in self._muon_names.items() if stepping else ():
+            muon_step_batched([m.trainer.opt.optimizers[i] for m in stepping],
+                              [[m.params[n] for n in names] for m in stepping])
 
     @torch.no_grad()
     def evaluate(self) -> list[float]:

@@ -207,41 +207,46 @@ _SHARED_MUON_KEYS = ("nesterov", "ns_coefficients", "ns_steps")
 
 
 @torch.no_grad()
-def muon_step_batched(optimizers: list[torch.optim.Muon]) -> None:
-    """One ``step()`` of several ``torch.optim.Muon`` optimizers over parameters of equal
-    shapes (the members of a fused group), with one batched Newton–Schulz per parameter
-    instead of one per member. Everything else is torch's ``_single_tensor_muon`` per
-    member: EMA momentum ``lerp``, Nesterov, decoupled weight decay, ``adjust_lr_fn``;
-    the state (``momentum_buffer``) lives in each optimizer as torch keeps it."""
+def muon_step_batched(optimizers: list[torch.optim.Muon],
+                      params: list[list[torch.Tensor]] | None = None) -> None:
+    """One ``step()`` of several ``torch.optim.Muon`` optimizers (the members of a fused
+    group), with one batched Newton–Schulz per parameter position instead of one per
+    member. Everything else is torch's ``_single_tensor_muon`` per member: EMA momentum
+    ``lerp``, Nesterov, decoupled weight decay, ``adjust_lr_fn``; the state
+    (``momentum_buffer``) lives in each optimizer as torch keeps it.
+
+    ``params[i]`` lists optimizer i's parameters so that position j has the same shape in
+    every optimizer (default: each optimizer's parameters in group order). Members may
+    group their parameters differently; they must agree on nesterov, ns_coefficients and
+    ns_steps (ValueError otherwise).
+    """
     from torch.optim._muon import _adjust_lr
 
     if not optimizers:
         return
-    n_groups = {len(o.param_groups) for o in optimizers}
-    if len(n_groups) > 1:
-        raise ValueError("Muon optimizers with different numbers of param groups cannot step together")
-    for gi in range(n_groups.pop()):
-        groups = [o.param_groups[gi] for o in optimizers]
+    if params is None:
+        params = [[p for g in o.param_groups for p in g["params"]] for o in optimizers]
+    group_of = [{id(p): g for g in o.param_groups for p in g["params"]} for o in optimizers]
+    for row in zip(*params, strict=True):
+        if any(p.grad is None for p in row):
+            continue
+        groups = [gmap[id(p)] for gmap, p in zip(group_of, row)]
         for key in _SHARED_MUON_KEYS:
             if len({repr(g[key]) for g in groups}) > 1:
                 raise ValueError(f"Muon optimizers differ in {key}: they cannot step together")
+        updates = []
+        for opt, g, p in zip(optimizers, groups, row):
+            state = opt.state[p]
+            if "momentum_buffer" not in state:
+                state["momentum_buffer"] = torch.zeros_like(p.grad, memory_format=torch.preserve_format)
+            buf, mu = state["momentum_buffer"], g["momentum"]
+            buf.lerp_(p.grad, 1 - mu)
+            updates.append(p.grad.lerp(buf, mu) if g["nesterov"] else buf)
+        eps = [float(g["eps"]) for g in groups]
+        eps_t = eps[0] if len(set(eps)) == 1 else torch.tensor(eps, device=row[0].device)
         g0 = groups[0]
-        for pi in range(len(g0["params"])):
-            params = [g["params"][pi] for g in groups]
-            if any(p.grad is None for p in params):
-                continue
-            updates = []
-            for opt, g, p in zip(optimizers, groups, params):
-                state = opt.state[p]
-                if "momentum_buffer" not in state:
-                    state["momentum_buffer"] = torch.zeros_like(p.grad, memory_format=torch.preserve_format)
-                buf, mu = state["momentum_buffer"], g["momentum"]
-                buf.lerp_(p.grad, 1 - mu)
-                updates.append(p.grad.lerp(buf, mu) if g["nesterov"] else buf)
-            eps = [float(g["eps"]) for g in groups]
-            eps_t = eps[0] if len(set(eps)) == 1 else torch.tensor(eps, device=params[0].device)
-            ortho = newton_schulz_batched(torch.stack(updates), g0["ns_coefficients"], g0["ns_steps"], eps_t)
-            for j, (g, p) in enumerate(zip(groups, params)):
-                lr = float(g["lr"])
-                p.mul_(1 - lr * g["weight_decay"])
-                p.add_(ortho[j], alpha=-_adjust_lr(lr, g["adjust_lr_fn"], p.shape))
+        ortho = newton_schulz_batched(torch.stack(updates), g0["ns_coefficients"], g0["ns_steps"], eps_t)
+        for j, (g, p) in enumerate(zip(groups, row)):
+            lr = float(g["lr"])
+            p.mul_(1 - lr * g["weight_decay"])
+            p.add_(ortho[j], alpha=-_adjust_lr(lr, g["adjust_lr_fn"], p.shape))

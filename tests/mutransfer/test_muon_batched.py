@@ -65,3 +65,28 @@ def test_muon_step_batched_refuses_members_that_differ_in_the_iteration() -> Non
     opts = [torch.optim.Muon([ps[0]], ns_steps=5), torch.optim.Muon([ps[1]], ns_steps=3)]
     with pytest.raises(ValueError, match="ns_steps"):
         muon_step_batched(opts)
+
+
+def test_muon_step_batched_pairs_parameters_not_groups() -> None:
+    """Members may split their parameters into param groups differently (a μP multiplier
+    that coincides at one width merges two groups); the step pairs them by the given
+    order and still equals torch.optim.Muon per member."""
+    torch.manual_seed(2)
+    shapes = [(8, 12), (16, 8)]
+    init = [[torch.randn(s) for s in shapes] for _ in range(2)]
+    grads = [[torch.randn(s) for s in shapes] for _ in range(2)]
+    ref_p = [[p.clone() for p in ps] for ps in init]
+    got_p = [[torch.nn.Parameter(p.clone()) for p in ps] for ps in init]
+    ref = [torch.optim.Muon(ps, lr=0.05, adjust_lr_fn="original") for ps in ref_p]
+    # member 0: one group; member 1: two groups, listed in the opposite order
+    got = [torch.optim.Muon(got_p[0], lr=0.05, adjust_lr_fn="original"),
+           torch.optim.Muon([{"params": [got_p[1][1]]}, {"params": [got_p[1][0]]}], lr=0.05,
+                            adjust_lr_fn="original")]
+    for j in range(2):
+        for p, q, g in zip(ref_p[j], got_p[j], grads[j]):
+            p.grad, q.grad = g.clone(), g.clone()
+        ref[j].step()
+    muon_step_batched(got, [got_p[0], got_p[1]])
+    for j in range(2):
+        for p, q in zip(ref_p[j], got_p[j]):
+            torch.testing.assert_close(q.detach(), p.detach(), rtol=0, atol=0)
