@@ -31,7 +31,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -65,6 +65,8 @@ __all__ = [
 ]
 
 Callback = Callable[[int, dict[str, Any]], "bool | None"]
+#: What :meth:`Trainer.decide` makes of a step.
+Verdict = Literal["step", "skip", "rollback", "diverged"]
 
 # Row keys required by DESIGN.md's results table, in order.
 ROW_KEYS = ("parametrization", "width", "depth", "n_params", "n_params_nonembed", "tokens", "steps",
@@ -661,51 +663,65 @@ class Trainer:
                 torch.distributed.all_reduce(g_small)
                 g_small /= self.world
         loss_v = float(loss_t)
-        if self.initial_loss is None and math.isfinite(loss_v):
-            self.initial_loss = loss_v
         rec: dict[str, Any] = {"step": step + 1, "loss": loss_v, "lr": cfg.lr * mult}
         if max_logits:
             rec["max_attn_logit"] = max(float(s.max()) for s in max_logits.values())
-        bound = divergence_bound(cfg.diverge_factor, self.data.vocab_size, self.initial_loss)
-        if is_diverged(loss_v, bound):
-            self.diverged = True
+        verdict = self.decide(rec, loss_v, g_small)
+        if verdict == "rollback":
             self.opt.zero_grad(set_to_none=True)
-            return self._finish_record(rec, t0)
+            return self._rollback(rec, t0)
+        if verdict == "step":
+            self.opt.step()
+            if cfg.qk_clip and max_logits:
+                rec["qk_clipped_heads"] = qk_clip(self.raw_model, cfg.qk_clip_tau, max_logits)
+        self.opt.zero_grad(set_to_none=True)
+        self.advance(verdict)
+        return self._finish_record(rec, t0)
 
-        spike = cfg.spike_policy != "off" and self.detector.is_spike(loss_v)
-        if spike:
-            self.spikes.append(step + 1)
+    def decide(self, rec: dict[str, Any], loss_v: float, g_small: torch.Tensor | float | None) -> Verdict:
+        """The stabilizers' verdict on one step whose gradients are in place; shared by
+        :meth:`train_step` and every member of a fused group (:mod:`mutransfer.fused`).
+
+        In order: divergence (loss; :func:`divergence_bound`), the spike policy, the
+        gradient norm and its clipping (Pascanu et al. 2013), divergence again (a
+        non-finite norm), and the gradient-noise-scale update from ``g_small`` (the
+        squared norm of one micro-batch's gradient). Records go into ``rec``. Returns
+        ``"step"`` (take the optimizer step), ``"skip"`` (drop it, the batch is spent),
+        ``"rollback"`` or ``"diverged"``.
+        """
+        cfg = self.cfg
+        if self.initial_loss is None and math.isfinite(loss_v):
+            self.initial_loss = loss_v
+        if is_diverged(loss_v, divergence_bound(cfg.diverge_factor, self.data.vocab_size, self.initial_loss)):
+            self.diverged = True
+            return "diverged"
+        if cfg.spike_policy != "off" and self.detector.is_spike(loss_v):
+            self.spikes.append(self.step + 1)
             rec["spike"] = True
             if cfg.spike_policy == "rollback" and self.ring and len(self.rollbacks) < cfg.max_rollbacks:
-                self.opt.zero_grad(set_to_none=True)
-                return self._rollback(rec, t0)
+                return "rollback"
             if cfg.spike_policy in ("skip", "rollback"):
-                # Drop this batch's update; the step (and its batch) is consumed.
-                self.opt.zero_grad(set_to_none=True)
                 rec["skipped"] = True
-                self.step += 1
-                return self._finish_record(rec, t0)
+                return "skip"
         else:
             self.detector.update(loss_v)
-
         g_big = grad_sq_norm(self.params)
-        grad_norm = clip_grad_norm(self.params, cfg.grad_clip or None)
-        gn = float(grad_norm)
+        gn = float(clip_grad_norm(self.params, cfg.grad_clip or None))
         rec["grad_norm"] = gn
         if not math.isfinite(gn):
             self.diverged = True
-            self.opt.zero_grad(set_to_none=True)
-            return self._finish_record(rec, t0)
+            return "diverged"
         if g_small is not None and math.isfinite(float(g_small)):
-            b_small = cfg.batch_size // (self.world * n)
+            b_small = cfg.batch_size // (self.world * cfg.grad_accum)
             rec["gns"] = self.gns.update(float(g_small), float(g_big), b_small, cfg.batch_size)
-        self.opt.step()
-        if cfg.qk_clip and max_logits:
-            rec["qk_clipped_heads"] = qk_clip(self.raw_model, cfg.qk_clip_tau, max_logits)
-        self.opt.zero_grad(set_to_none=True)
-        self.step += 1
-        self.tokens += cfg.batch_size * self.seq_len
-        return self._finish_record(rec, t0)
+        return "step"
+
+    def advance(self, verdict: Verdict) -> None:
+        """Count a finished step: a skipped one consumes its batch but trains no tokens."""
+        if verdict in ("step", "skip"):
+            self.step += 1
+        if verdict == "step":
+            self.tokens += self.cfg.batch_size * self.seq_len
 
     def _finish_record(self, rec: dict[str, Any], t0: float) -> dict[str, Any]:
         self.train_time += time.perf_counter() - t0
@@ -758,7 +774,11 @@ class Trainer:
 
     def _eval_and_callback(self) -> bool:
         """Evaluate, record, call the callback; True when the run should stop."""
-        val = self.evaluate()
+        return self.record_eval(self.evaluate())
+
+    def record_eval(self, val: float) -> bool:
+        """Record a held-out loss and call the callback; True when the run should stop
+        (a non-finite loss, or the callback prunes). Shared with fused members."""
         self.evals.append((self.step, val))
         if not math.isfinite(val):
             self.diverged = True
