@@ -1,4 +1,4 @@
-"""Reading the results table (one row per trial, CSV or Parquet; see DESIGN.md)."""
+"""Reading the results table (one row per trial, CSV or Parquet; see docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from ._io import require_columns
 
 __all__ = ["RESULTS_COLUMNS", "read_results"]
 
-#: Column names of the sweeps -> analysis results table (DESIGN.md, "Results table").
+#: Column names of the sweeps -> analysis results table (docs/architecture.md, "Results table").
 RESULTS_COLUMNS: tuple[str, ...] = (
     "study", "trial", "state", "diverged", "parametrization", "width", "depth", "n_params",
     "n_params_nonembed", "tokens", "steps", "batch_size", "seq_len", "batch_tokens", "lr",

@@ -10,7 +10,7 @@ Two measurements:
 2. Against the bare trainer: the same gpt-tiny configs trained directly with
    ``mutransfer.train`` and through a sweep; the difference per trial.
 
-DESIGN target: overhead under 5 % of a 10-second trial (``ratio_overhead_10s_trial``).
+docs/architecture.md target: overhead under 5 % of a 10-second trial (``ratio_overhead_10s_trial``).
 Run: ``python -m benchmarks.sweep_overhead`` (prints JSON, writes
 ``benchmarks/results/sweep_overhead.json`` atomically).
 """

@@ -5,7 +5,7 @@ CompleteP or Muon; :mod:`mutransfer.parametrization`), trains it on step-indexed
 batches (:mod:`mutransfer.data`) with the parametrization's param groups, a pure-function
 LR schedule (:mod:`mutransfer.schedules`) and the stabilizers of
 :mod:`mutransfer.stabilizers`, and returns a :class:`TrainResult` whose ``to_row()`` is
-one row of the results table (DESIGN.md). See docs/trainer_contract.md.
+one row of the results table (docs/architecture.md). See docs/trainer_contract.md.
 
 The effective LR of every parameter at step t is ``lr × schedule(t) × lr_mult``
 (:func:`mutransfer.optim.set_lr`). A step's data is a pure function of (seed, data step),
@@ -68,7 +68,7 @@ Callback = Callable[[int, dict[str, Any]], "bool | None"]
 #: What :meth:`Trainer.decide` makes of a step.
 Verdict = Literal["step", "skip", "rollback", "diverged"]
 
-# Row keys required by DESIGN.md's results table, in order.
+# Row keys required by docs/architecture.md's results table, in order.
 ROW_KEYS = ("parametrization", "width", "depth", "n_params", "n_params_nonembed", "tokens", "steps",
             "batch_size", "seq_len", "batch_tokens", "lr", "seed", "loss", "train_loss", "gns",
             "wall_s", "diverged")
@@ -453,7 +453,7 @@ class TrainResult:
         return self.batch_size * self.seq_len
 
     def to_row(self) -> dict[str, Any]:
-        """DESIGN.md's results-table keys, then ``pruned``, ``steps_done`` and every
+        """docs/architecture.md's results-table keys, then ``pruned``, ``steps_done`` and every
         hyperparameter of the config (not where/how it ran) under its field name."""
         row: dict[str, Any] = {k: getattr(self, k) for k in ROW_KEYS}
         row.update(pruned=self.pruned, steps_done=self.steps_done, stop_reason=self.stop_reason,

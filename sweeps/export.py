@@ -1,4 +1,4 @@
-"""The results table (DESIGN.md "Results table") and the study status.
+"""The results table (docs/architecture.md "Results table") and the study status.
 
 One row per trial, tidy: ``study, trial, state, diverged`` then the trainer's row
 (``parametrization, width, depth, n_params, ..., loss, train_loss, gns, wall_s``) and every

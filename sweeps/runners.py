@@ -1,6 +1,6 @@
 """Trial runners: ``run_trial(config, report) -> row``.
 
-A runner trains one configuration and returns one results-table row (DESIGN.md). It calls
+A runner trains one configuration and returns one results-table row (docs/architecture.md). It calls
 ``report(step, val_loss)`` after each evaluation; when that returns True the runner stops
 early (pruning) and sets ``row["pruned"] = True``. Divergence never raises: the row has
 ``diverged=True`` and a finite worst-case ``loss``.
