@@ -772,7 +772,10 @@ class Parametrization:
             else:
                 mod.register_forward_hook(_scale_output(scale))
         for aname, scale in attention.items():
-            setattr(modules[aname], _attention_scale_attr(modules[aname]) or "softmax_scale", float(scale))
+            attr = _attention_scale_attr(modules[aname]) or "softmax_scale"
+            # The architecture's own scale, kept so mutransfer.fold can restore it.
+            modules[aname]._mutransfer_plain_scale = float(getattr(modules[aname], attr))
+            setattr(modules[aname], attr, float(scale))
         # A marker (a plain tuple of strings) that also survives deepcopy, so a second
         # apply is refused instead of stacking hooks.
         model._mutransfer_hooks = tuple(f"{h['kind']}:{h['module']}:{float(h['scale']):g}" for h in hooks)

@@ -29,6 +29,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "demo": ("mutransfer.cli.demo", "all of it, end to end, on the embedded corpus"),
     "transfer": ("mutransfer.cli.transfer", "project to the target scale and write the transfer card"),
     "memory": ("mutransfer.cli.memory", "optimizer memory bill: bytes per parameter and total"),
+    "fold": ("mutransfer.cli.fold", "fold the μP forward multipliers into the weights: a plain checkpoint"),
 }
 
 
