@@ -698,6 +698,12 @@ class Parametrization:
             init = "keep" if factor == 1.0 else f"scale:{factor:.6g}"
             self.specs[name] = dataclasses.replace(
                 s, init=init, rule=f"{s.rule}; model init std ∝ fan_in^{e:g}")
+            # The bias rescale undid torch's fan-in law for the bias too; with another law
+            # the bias keeps the model's own init.
+            owner, _, leaf = name.rpartition(".")
+            bias = f"{owner}.bias" if owner else "bias"
+            if leaf == "weight" and bias in self.specs and self.specs[bias].init.startswith("scale:"):
+                self.specs[bias] = dataclasses.replace(self.specs[bias], init="keep")
 
     # ---- applying it -------------------------------------------------------------------
 
