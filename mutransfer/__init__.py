@@ -27,6 +27,11 @@ _EXPORTS: dict[str, str] = {
     "build_card": "mutransfer.card",
     "save_card": "mutransfer.card",
     "load_card": "mutransfer.card",
+    # folding and engine exports
+    "fold": "mutransfer.fold",
+    "export_card": "mutransfer.export",
+    "hf_param_groups": "mutransfer.export",
+    "torchtitan_param_groups": "mutransfer.export",
     # models
     "GPT": "mutransfer.models",
     "GPTConfig": "mutransfer.models",
