@@ -38,6 +38,11 @@ _EXPORTS: dict[str, str] = {
     "build_target_model": "mutransfer.target",
     "ScalingLaws": "mutransfer.target",
     "plan_run": "mutransfer.target",
+    # folding and engine exports
+    "fold": "mutransfer.fold",
+    "export_card": "mutransfer.export",
+    "hf_param_groups": "mutransfer.export",
+    "torchtitan_param_groups": "mutransfer.export",
     # models
     "GPT": "mutransfer.models",
     "GPTConfig": "mutransfer.models",

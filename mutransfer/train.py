@@ -510,6 +510,23 @@ def _finite_or_none(v: Any) -> Any:
 # ---- the trainer -------------------------------------------------------------------------
 
 
+def build_parametrization(cfg: TrainConfig, gcfg: GPTConfig) -> Parametrization:
+    """The parametrization a run of ``cfg`` trains its ``gcfg`` model under (the
+    trainer's, and ``mutransfer fold``'s to rebuild a checkpoint's model)."""
+
+    def builder(width: int, depth: int) -> GPT:
+        return GPT(gcfg.replace(width=width, depth=depth))
+
+    preset = get_preset(cfg.preset)
+    return Parametrization(
+        builder, width=gcfg.width, base_width=cfg.base_width or min(preset.width, gcfg.width),
+        kind=cfg.parametrization, optimizer="sgd" if cfg.optimizer == "sgd" else "adam",
+        depth=gcfg.depth, base_depth=cfg.base_depth or min(preset.depth, gcfg.depth),
+        depth_alpha=cfg.depth_alpha,
+        multipliers=Multipliers(cfg.input_mult, cfg.output_mult, cfg.attn_mult, cfg.residual_mult),
+        readout_init=cfg.readout_init)
+
+
 class Trainer:
     """The training loop as an object, for :func:`train`, WSD branching and tests.
 
@@ -554,19 +571,7 @@ class Trainer:
             raise ValueError(f"batch_size={cfg.batch_size} is not divisible by world_size × grad_accum = "
                              f"{self.world} × {cfg.grad_accum}")
 
-        gcfg = self.gcfg
-
-        def builder(width: int, depth: int) -> GPT:
-            return GPT(gcfg.replace(width=width, depth=depth))
-
-        preset = get_preset(cfg.preset)
-        self.pz = Parametrization(
-            builder, width=gcfg.width, base_width=cfg.base_width or min(preset.width, gcfg.width),
-            kind=cfg.parametrization, optimizer="sgd" if cfg.optimizer == "sgd" else "adam",
-            depth=gcfg.depth, base_depth=cfg.base_depth or min(preset.depth, gcfg.depth),
-            depth_alpha=cfg.depth_alpha,
-            multipliers=Multipliers(cfg.input_mult, cfg.output_mult, cfg.attn_mult, cfg.residual_mult),
-            readout_init=cfg.readout_init)
+        self.pz = build_parametrization(cfg, self.gcfg)
         self.raw_model = self.pz.build(seed=cfg.seed, device=dev)
         groups = self.pz.param_groups(self.raw_model, cfg.lr, weight_decay=cfg.weight_decay,
                                       wd_mode=cfg.wd_mode, eps=cfg.eps)

@@ -31,6 +31,8 @@ VERBS: dict[str, tuple[str, str]] = {
     "demo": ("mutransfer.cli.demo", "all of it, end to end, on the embedded corpus"),
     "transfer": ("mutransfer.cli.transfer", "project to the target scale and write the transfer card"),
     "memory": ("mutransfer.cli.memory", "optimizer memory bill: bytes per parameter and total"),
+    "fold": ("mutransfer.cli.fold", "fold the μP forward multipliers into the weights: a plain checkpoint"),
+    "export": ("mutransfer.cli.export", "write a card as an engine's config: megatron | torchtitan | hf"),
 }
 
 
