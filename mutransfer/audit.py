@@ -236,10 +236,15 @@ def _probe(model: nn.Module, x: Any,
             coef = torch.linalg.lstsq(a, y.double().reshape(-1, 1)).solution.reshape(-1)
             mults[(name, "weight")] = float(coef[0]) * post
             mults[(name, "bias")] = float(coef[1]) * post
-    calls = spy.calls
-    if not calls:  # attention without SDPA: read the declared scale, if any
-        calls = [(n, int(m.head_dim), float(m.softmax_scale)) for n, m in model.named_modules()
-                 if hasattr(m, "softmax_scale") and hasattr(m, "head_dim")]
+    # A module that declares its scale (``softmax_scale`` beside ``head_dim``) may fold it
+    # into q and call SDPA with scale=1 (our GPT does, so one call serves K fused members):
+    # there the declaration is the truth, the SDPA call's scale is not.
+    declared = {n: (int(m.head_dim), float(m.softmax_scale)) for n, m in model.named_modules()
+                if hasattr(m, "softmax_scale") and hasattr(m, "head_dim")
+                and isinstance(m.softmax_scale, (int, float))}
+    calls = [(n, *declared[n]) if n in declared else (n, d, sc) for n, d, sc in spy.calls]
+    seen = {n for n, _, _ in calls}
+    calls += [(n, d, sc) for n, (d, sc) in declared.items() if n not in seen]  # attention without SDPA
     return mults, calls
 
 
@@ -514,7 +519,7 @@ def audit(
     cc = None
     if coord_check:
         cc = _coord_check(builder, optimizer_builder, widths, name, get_input, loss_fn, steps, seeds,
-                          coord_tol)
+                          coord_tol, pz.readout_modules)
     return AuditResult(widths, base_width, wd_mode, rows, cc, tol)
 
 
@@ -801,7 +806,7 @@ def _default_loss(model: nn.Module, x: Any) -> torch.Tensor:
 def _coord_check(builder: Builder, optimizer_builder: Callable[..., Any] | None, widths: list[int],
                  name: str, get_input: Callable[[nn.Module], Any],
                  loss_fn: Callable[[nn.Module, Any], torch.Tensor] | None, steps: int, seeds: int,
-                 tol: float) -> Any:
+                 tol: float, readout_modules: tuple[str, ...] = ()) -> Any:
     import pandas as pd
 
     from mutransfer.coord_check import CoordCheckResult, default_modules, fit_slopes, record_activations
@@ -821,8 +826,9 @@ def _coord_check(builder: Builder, optimizer_builder: Callable[..., Any] | None,
         r = data[~np.isfinite(data["l1"])].iloc[0]
         raise ValueError(f"{name}: non-finite activation in {r['module']} at width {r['width']}, "
                          f"step {r['step']}: the coordinate check cannot run at this LR")
+    # the readouts' μP shrink at init is allowed, not flagged as vanishing
     return CoordCheckResult("audit", data, fit_slopes(data), tol,
-                            {"widths": widths, "steps": steps, "seeds": seeds})
+                            {"widths": widths, "steps": steps, "seeds": seeds}, tuple(readout_modules))
 
 
 __all__ = ["AuditResult", "AuditRow", "audit", "load_entry"]

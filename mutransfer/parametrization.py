@@ -664,7 +664,9 @@ class Parametrization:
         the nearest 1/2: the std of a >= 256-element tensor is known to ~5%, far inside.
         """
         out: dict[str, float] = {}
-        with torch.random.fork_rng(devices=[]):
+        # real tensors even when the caller builds on the meta device (a builder that
+        # itself makes a Parametrization, as `audit` entry points do)
+        with torch.random.fork_rng(devices=[]), torch.device("cpu"):
             torch.manual_seed(0)
             base = dict(_call_builder(builder, base_width, depth).named_parameters())
             delta = dict(_call_builder(builder, delta_width, depth).named_parameters())
