@@ -54,6 +54,12 @@ def run(depths: tuple[int, ...] = (2, 4, 8, 16), width: int = 32, steps: int = 1
             for seed in seeds:
                 point = {"param": label, "depth": depth, "log2_lr": t, "seed": seed}
                 row = trials.get(point)
+                # At the base depth (and width) CompleteP's multipliers are all 1: it is the
+                # μP run, float for float, so that run is shared rather than repeated.
+                twin = trials.get({**point, "param": "mup"}) if depth == base_depth else None
+                if row is None and twin is not None:
+                    row = trials.add(point, {k: twin[k] for k in ("lr", "loss", "diverged", "wall_s")}
+                                     | {"shared_with": "mup"})
                 if row is None:
                     res = train(TrainConfig(**base, depth=depth, parametrization=kind, depth_alpha=alpha,
                                             lr=2.0**t, seed=seed))
