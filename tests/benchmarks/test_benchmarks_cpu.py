@@ -69,3 +69,41 @@ def test_gpu_help_answers_and_writes_nothing(tmp_path: Path) -> None:
                            capture_output=True, text=True, timeout=120)
         assert p.returncode == 0 and "usage:" in p.stdout, mod
     assert list(tmp_path.iterdir()) == []
+
+
+def test_best_loss_ratio_recovers_known_minima_and_its_interval_holds_them() -> None:
+    import numpy as np
+    import pandas as pd
+
+    from benchmarks.tuned_multipliers import best_loss_ratio
+
+    rows = []
+    # Two arms, quadratic in log2 lr with minima 2.0 (at 2^-6) and 1.9 (at 2^-8); the seeds
+    # shift each curve by +-0.01, so the seed mean is the noiseless curve.
+    for arm, (t0, floor) in {"a": (-6.0, 2.0), "b": (-8.0, 1.9)}.items():
+        for seed, shift in ((0, 0.01), (1, -0.01)):
+            for t in np.arange(-11.0, -2.0):
+                loss = floor + 0.05 * (t - t0) ** 2 + shift
+                rows.append({"arm": arm, "seed": seed, "lr": 2.0**t, "loss": loss, "diverged": False})
+    out = best_loss_ratio(pd.DataFrame(rows), "a", "b", n_boot=50)
+    assert out["ratio"] == pytest.approx(2.0 / 1.9, rel=1e-9)
+    lo, hi = out["ci"]
+    assert lo <= out["ratio"] <= hi
+    assert (2.0 - 0.01) / (1.9 + 0.01) - 1e-9 <= lo and hi <= (2.0 + 0.01) / (1.9 - 0.01) + 1e-9
+
+
+def test_multiplier_spec_searches_only_trainconfig_fields_and_its_corners_are_valid() -> None:
+    import itertools
+
+    from benchmarks.tuned_multipliers import SPEC
+    from mutransfer.train import TrainConfig
+    from sweeps import load_spec
+
+    spec = load_spec(SPEC)
+    assert spec.kind == "run" and spec.sampler == "tpe" and spec.base["wd_mode"] == "independent"
+    space = spec.search()
+    assert {"lr", "lr_mult_input", "lr_mult_output", "lr_mult_vector", "input_mult", "output_mult",
+            "attn_mult", "weight_decay", "beta2", "eps"} == set(space)
+    base = dict(spec.base)
+    for corner in itertools.product(*space.values()):  # every extreme combination builds
+        TrainConfig(preset=spec.preset, **base, **dict(zip(space, corner)))
