@@ -81,13 +81,16 @@ def _status(storage: Path) -> dict[str, Any]:
     code, out, _ = _cli(["sweep", "status", "--storage", str(storage), "--json"], timeout=60)
     if code != 0:
         return {"error": out.strip().splitlines()[-1] if out.strip() else f"exit {code}"}
-    return json.loads(out[out.index("{"):])
+    try:
+        return json.JSONDecoder().raw_decode(out[out.index("{"):])[0]
+    except ValueError:
+        return {"error": f"unreadable status: {out[:200]!r}"}
 
 
 def _sweep_smoke(work: Path) -> dict[str, Any]:
     out = work / "sweep_smoke"
     code, tail, wall = _cli(["sweep", "lr", "--preset", "gpt-small", "--widths", "128,256",
-                             "--parametrization", "sp,mup", "--log2-lr", "-10:-6:2", "--steps", "100",
+                             "--parametrization", "sp,mup", "--log2-lr=-10:-6:2", "--steps", "100",
                              "--batch-size", "32", "--device", "cuda", "--out", str(out), "--quiet"],
                             timeout=PART_S["sweep_smoke"] - 10)
     st = _status(out)
