@@ -97,7 +97,10 @@ def _short(steps: int) -> dict[str, int]:
 
 
 def run(trials: int = 32, width: int = 256, seeds: tuple[int, ...] = (0, 1),
-        out: str | os.PathLike[str] | None = None, steps: int | None = None) -> dict[str, Any]:
+        out: str | os.PathLike[str] | None = None, steps: int | None = None,
+        arms_run: tuple[str, ...] = ("sp", "mup_tuned", "mup")) -> dict[str, Any]:
+    """``arms_run``: of sp, mup_tuned, mup (μP with default multipliers); without mup the
+    "before" ratio is left out."""
     import pandas as pd
 
     from analysis import OptimumFit
@@ -105,6 +108,9 @@ def run(trials: int = 32, width: int = 256, seeds: tuple[int, ...] = (0, 1),
     from mutransfer._io import atomic_write_text
     from mutransfer.train import TrainConfig, train
 
+    bad = sorted(set(arms_run) - {"sp", "mup_tuned", "mup"})
+    if bad or not {"sp", "mup_tuned"} <= set(arms_run):
+        raise ValueError(f"arms must include sp and mup_tuned, optionally mup; got {list(arms_run)}")
     t0 = time.perf_counter()
     out = Path(out or Path("runs") / "tuned_multipliers")
     log(f"[1/2] tuning at width 32: {trials} TPE trials")
@@ -113,12 +119,13 @@ def run(trials: int = 32, width: int = 256, seeds: tuple[int, ...] = (0, 1),
     log(f"  tuned: {json.dumps(tuned)}")
     trials_log = TrialLog(out / "trials.jsonl")
     t_tuned = round(math.log2(tuned["lr"]))
-    arms: dict[str, tuple[dict[str, Any], list[float]]] = {
+    every: dict[str, tuple[dict[str, Any], list[float]]] = {
         "sp": ({"parametrization": "sp"}, [-10.0, -9.0, -8.0]),
-        "mup": ({"parametrization": "mup"}, [-7.0, -6.0, -5.0]),
         "mup_tuned": ({"parametrization": "mup", **{k: v for k, v in tuned.items() if k != "lr"}},
                       [t_tuned - 1.0, float(t_tuned), t_tuned + 1.0]),
+        "mup": ({"parametrization": "mup"}, [-7.0, -6.0, -5.0]),
     }
+    arms = {a: every[a] for a in arms_run}
     log(f"[2/2] width {width}: SP, muP and tuned muP, LR scans x seeds {list(seeds)}")
     for arm, (over, start) in arms.items():
         def run_at(t: float, arm: str = arm, over: dict[str, Any] = over) -> list[float]:
@@ -141,13 +148,13 @@ def run(trials: int = 32, width: int = 256, seeds: tuple[int, ...] = (0, 1),
                           and r["overrides"] == json.dumps(arms[r["arm"]][0], sort_keys=True)])
     fit = OptimumFit(x="lr", y="loss", group_by=("arm",), n_boot=1000).fit(table)
     res = fit.results_.set_index("arm")
-    before = best_loss_ratio(table, "mup", "sp")
+    before = best_loss_ratio(table, "mup", "sp") if "mup" in arms else {"ratio": None, "ci": None}
     after = best_loss_ratio(table, "mup_tuned", "sp")
     figures = {
-        "ratio_best_loss_mup_over_sp_widest": before["ratio"],
-        "ratio_best_loss_mup_over_sp_widest_ci": before["ci"],
         "ratio_best_loss_tuned_mup_over_sp_widest": after["ratio"],
         "ratio_best_loss_tuned_mup_over_sp_widest_ci": after["ci"],
+        "ratio_best_loss_mup_over_sp_widest": before["ratio"],
+        "ratio_best_loss_mup_over_sp_widest_ci": before["ci"],
         "best_loss": {a: float(res.loc[a, "loss_opt"]) for a in arms},
         "log2_lr_opt": {a: float(res.loc[a, "log2_x_opt"]) for a in arms},
         "lr_opt_at_edge": {a: bool(res.loc[a, "at_edge"]) for a in arms},
@@ -180,6 +187,9 @@ if __name__ == "__main__":
     parser.add_argument("--width", type=int, default=256, help="widest proxy to re-measure (default 256)")
     parser.add_argument("--seeds", type=_ints, default=(0, 1), help="re-measurement seeds (default 0,1)")
     parser.add_argument("--out", default=None, help="work dir (default runs/tuned_multipliers)")
+    parser.add_argument("--arms", default="sp,mup_tuned,mup",
+                        help="re-measured arms, of sp,mup_tuned,mup (default all three)")
     parser.add_argument("--steps", type=int, default=None, help=argparse.SUPPRESS)  # smoke runs only
     a = parser.parse_args()
-    print(json.dumps(run(a.trials, a.width, a.seeds, a.out, a.steps)["figures"], indent=2))
+    arms = tuple(x for x in a.arms.split(",") if x)
+    print(json.dumps(run(a.trials, a.width, a.seeds, a.out, a.steps, arms)["figures"], indent=2))
