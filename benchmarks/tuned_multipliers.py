@@ -65,25 +65,27 @@ def tune(trials: int, out: Path, steps: int | None = None) -> tuple[dict[str, An
     return {**values, **fixed}, summary
 
 
-def best_loss_ratio(table: Any, num: str, den: str, n_boot: int = 400, seed: int = 0) -> dict[str, Any]:
-    """``num``'s best loss ÷ ``den``'s (seed-averaged curves, quadratic optimum), with a
-    percentile interval from resampling each arm's seeds with replacement."""
+def best_loss_ratio(table: Any, num: str, den: str, n_boot: int = 400, seed: int = 0,
+                    by: str = "arm") -> dict[str, Any]:
+    """``num``'s best loss ÷ ``den``'s (rows told apart by column ``by``; seed-averaged
+    curves, quadratic optimum), with a 95% percentile interval from resampling each arm's
+    seeds with replacement."""
     import pandas as pd
 
     from analysis import OptimumFit
 
     def ratio(df: Any) -> float:
-        fit = OptimumFit(x="lr", y="loss", group_by=("arm",), n_boot=0).fit(df)
-        best = dict(zip(fit.results_["arm"], fit.results_["loss_opt"], strict=True))
+        fit = OptimumFit(x="lr", y="loss", group_by=(by,), n_boot=0).fit(df)
+        best = dict(zip(fit.results_[by], fit.results_["loss_opt"], strict=True))
         return float(best[num] / best[den])
 
-    sub = table[table["arm"].isin([num, den])]
+    sub = table[table[by].isin([num, den])]
     point = ratio(sub)
     rng = np.random.default_rng(seed)
     draws = []
     for _ in range(n_boot):
         parts = []
-        for _, df in sub.groupby("arm"):
+        for _, df in sub.groupby(by):
             seeds = sorted(df["seed"].unique())
             for j, s in enumerate(rng.choice(seeds, size=len(seeds), replace=True)):
                 parts.append(df[df["seed"] == s].assign(seed=j))  # relabel: a resampled seed is new

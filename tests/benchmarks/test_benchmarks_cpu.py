@@ -86,6 +86,9 @@ def test_best_loss_ratio_recovers_known_minima_and_its_interval_holds_them() -> 
                 loss = floor + 0.05 * (t - t0) ** 2 + shift
                 rows.append({"arm": arm, "seed": seed, "lr": 2.0**t, "loss": loss, "diverged": False})
     out = best_loss_ratio(pd.DataFrame(rows), "a", "b", n_boot=50)
+    named = best_loss_ratio(pd.DataFrame(rows).rename(columns={"arm": "parametrization"}), "a", "b",
+                            n_boot=50, by="parametrization")
+    assert named == out
     assert out["ratio"] == pytest.approx(2.0 / 1.9, rel=1e-9)
     lo, hi = out["ci"]
     assert lo <= out["ratio"] <= hi
