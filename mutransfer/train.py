@@ -57,6 +57,7 @@ __all__ = [
     "Callback",
     "TrainConfig",
     "TrainResult",
+    "apply_role_lr_mults",
     "Trainer",
     "load_config",
     "resolve_device",
