@@ -7,6 +7,7 @@
 #   MUTRANSFER_VENV   where the venv lives (default: .venv)
 #   PYTHON            interpreter that creates it (default: python3, must be >= 3.10)
 #   TORCH_SPEC        torch requirement when no torch >= 2.9 is present (default: torch==2.13.0)
+#   MUTRANSFER_ENGINES=0  skip transformers/accelerate/torchtitan (the engine tests then skip)
 #   TORCH_INDEX_URL   index to take torch from, e.g. PyTorch's CPU-only wheel index on a
 #                     machine without a GPU (plain PyPI serves a CUDA build on Linux x86-64)
 set -euo pipefail
@@ -35,6 +36,15 @@ then
   fi
 fi
 "${pip[@]}" install -e ".[test]"
+# The real engines the HF-model and exporter tests run against (the pins of pyproject's
+# [engines] extra). torchtitan's metadata pulls datasets, wandb, tensorboard and more; its
+# config and optimizer code import only the few packages named here, so --no-deps.
+# MUTRANSFER_ENGINES=0 skips them (those tests then skip, saying why).
+if [ "${MUTRANSFER_ENGINES:-1}" != 0 ]; then
+  "${pip[@]}" install "transformers==5.24.0" "accelerate==1.15.0"
+  "${pip[@]}" install --no-deps "torchtitan==0.3.0" "tyro==1.0.17" "spmd_types==0.2.3" \
+    "torch_checkpointing==0.1.1" "einops==0.8.2" "docstring_parser==0.18.0" "typeguard==4.6.1"
+fi
 # mup's metadata asks for torchvision and seaborn; at run time it imports only torch,
 # numpy, pandas and yaml, all of which we already have. --no-deps keeps torch untouched.
 "${pip[@]}" install --no-deps "mup==1.0.0"

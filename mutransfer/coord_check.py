@@ -257,7 +257,7 @@ def coord_check(
     base_depth: int | None = None,
     depth_alpha: float = 1.0,
     steps: int = 5,
-    seeds: int = 3,
+    seeds: int | Sequence[int] = 3,
     optimizer: str = "adamw",
     lr: float = 1e-2,
     multipliers: Multipliers | None = None,
@@ -275,8 +275,10 @@ def coord_check(
     widths = sorted({int(w) for w in widths})
     if len(widths) < 2 and not (depths and len(set(depths)) >= 2):
         raise ValueError(f"a coordinate check needs at least 2 widths (or depths), got {widths}")
-    if steps < 1 or seeds < 1:
-        raise ValueError(f"steps and seeds must be >= 1, got steps={steps}, seeds={seeds}")
+    # a count (seeds 0..n-1) or the seeds themselves, as the CLI's --n-seeds / --seeds
+    seed_list = list(range(seeds)) if isinstance(seeds, int) else [int(x) for x in seeds]
+    if steps < 1 or not seed_list:
+        raise ValueError(f"steps must be >= 1 and there must be a seed, got steps={steps}, seeds={seeds}")
     if not (math.isfinite(lr) and lr > 0):
         raise ValueError(f"learning rate must be a positive finite number, got {lr!r}")
     base_width = base_width or widths[0]
@@ -293,7 +295,7 @@ def coord_check(
                 builder, width=width, base_width=min(base_width, width), kind=kind,
                 optimizer=rule_set, depth=depth, base_depth=base_depth if depth else None,
                 depth_alpha=depth_alpha, multipliers=multipliers, rules=rules)
-            for seed in range(seeds):
+            for seed in seed_list:
                 model = pz.build(seed=seed)
                 readouts.update(_depth_alias(model, n) if depth else n for n in pz.readout_modules)
                 opt = build_optimizer(pz.param_groups(model, lr), optimizer)

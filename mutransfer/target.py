@@ -105,10 +105,15 @@ def _scalar(text: str) -> Any:
     return text.strip()
 
 
-def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
-    """``["width=4096", "depth=24"]`` -> ``{"width": 4096, "depth": 24}``."""
+def parse_overrides(items: Sequence[str | tuple[str, Any]]) -> dict[str, Any]:
+    """``["width=4096", "depth=24"]`` (or the CLI's parsed ``(key, value)`` pairs) ->
+    ``{"width": 4096, "depth": 24}``."""
     out: dict[str, Any] = {}
     for item in items:
+        if isinstance(item, tuple):
+            key, value = item
+            out[key] = _scalar(value) if isinstance(value, str) else value
+            continue
         key, eq, value = item.partition("=")
         if not eq or not key.strip():
             raise ValueError(f"--set {item!r} must look like KEY=VALUE (e.g. --set depth=24)")

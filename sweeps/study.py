@@ -189,7 +189,7 @@ def run_sweep(
     """Run (or resume) a sweep to the end: prepare the study, then run ``workers`` workers.
 
     ``workers == 1`` runs in this process (``runner`` may then be a callable); more start
-    OS processes (``python -m sweeps.worker``) that share the storage, and ``runner`` must
+    OS processes (``mutransfer sweep worker``) that share the storage, and ``runner`` must
     be an import path. ``device`` (cpu | cuda | ...) goes into every trial's config.
     ``fuse``: each worker trains up to K fusible trials as one batched model (an integer
     >= 1, or ``"auto"`` for :func:`mutransfer.fused.choose_k`); None or 1: unfused.

@@ -2,8 +2,8 @@
 
 A worker needs only the storage URL and the study name: the spec, the runner and the
 recovery settings live in the study's user attrs (written by :func:`sweeps.study.prepare`).
-So ``mutransfer sweep worker --storage postgresql://... --study lr`` (or
-``python -m sweeps.worker --storage ... --study ...``) joins a study from any machine.
+So ``mutransfer sweep worker --study lr`` (the storage URL in ``$MUTRANSFER_STORAGE`` or
+``--storage-file``) joins a study from any machine; spawned workers run the same command.
 
 Loop: sweep stale trials (dead workers) -> claim a group of WAITING trials (atomic in the
 storage; :func:`sweeps.fusion.claim_group`) -> run it -> tell
@@ -31,7 +31,6 @@ them (``PR_SET_PDEATHSIG`` on Linux, a parent-pid check elsewhere).
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
@@ -230,7 +229,8 @@ def work(
 
 def worker_command(study_name: str, worker_index: int, fuse: Fuse = None) -> list[str]:
     """argv of a worker process; the storage URL travels in :data:`STORAGE_ENV`."""
-    cmd = [sys.executable, "-m", "sweeps.worker", "--study", study_name,
+    # the one worker entry point, the same a user types on another machine
+    cmd = [sys.executable, "-m", "mutransfer", "sweep", "worker", "--study", study_name,
            "--worker-index", str(worker_index)]
     if fuse is not None:
         cmd += ["--fuse", str(fuse)]
@@ -304,35 +304,3 @@ def spawn_workers(
         if out is not subprocess.DEVNULL:
             out.close()
     return procs
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m sweeps.worker", description="join a sweep study")
-    p.add_argument("--storage", default=None,
-                   help=f"journal:PATH or an output directory (an RDB URL: set ${STORAGE_ENV}, "
-                        "or --storage-file, to keep its password off the command line)")
-    p.add_argument("--storage-file", default=None, metavar="FILE",
-                   help="read the storage URL from FILE (chmod 600)")
-    p.add_argument("--study", default=None, help="study name (default: the only one)")
-    p.add_argument("--worker-index", type=int, default=0, help="offsets the sampler seed")
-    p.add_argument("--max-trials", type=int, default=None, help="stop after this many trials")
-    p.add_argument("--fuse", default=None, metavar="K|auto",
-                   help="train up to K fusible trials as one batched model (default: the study's setting)")
-    args = p.parse_args(argv)
-    from sweeps.storage import resolve_storage, worker_storage
-
-    try:
-        die_with_parent()
-        url = resolve_storage(worker_storage(args.storage, args.storage_file))
-        rep = work(url, args.study, worker_index=args.worker_index, max_trials=args.max_trials,
-                   fuse=args.fuse)
-    except ValueError as exc:
-        print(f"sweeps.worker: error: {exc}", file=sys.stderr)
-        return 2
-    print(f"sweeps.worker {os.getpid()}: " + ", ".join(f"{k}={v}" for k, v in sorted(rep.outcomes.items())),
-          file=sys.stderr)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

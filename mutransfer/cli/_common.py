@@ -9,6 +9,34 @@ from collections.abc import Callable
 from typing import Any
 
 
+def parse_scalar(text: str) -> Any:
+    """A ``--set`` value: YAML scalars (``true``, ``null``, ``[1, 2]``), and numbers YAML
+    1.1 leaves as text (``1e-3``) as numbers; anything else stays the string. Each verb then
+    checks it against its config field's type."""
+    import yaml
+
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    if isinstance(value, str):
+        for cast in (int, float):
+            try:
+                return cast(value)
+            except ValueError:
+                pass
+    return text if value is None and text.strip().lower() == "none" else value
+
+
+def key_value(text: str) -> tuple[str, Any]:
+    """The one ``--set KEY=VALUE`` parser of every verb (train, sweep, transfer):
+    ``"warmup-steps=10"`` -> ``("warmup_steps", 10)``."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"--set {text!r} must look like KEY=VALUE (e.g. --set lr=3e-3)")
+    return key.strip().replace("-", "_"), parse_scalar(value)
+
+
 def int_list(text: str) -> list[int]:
     """``"64,128,256"`` -> [64, 128, 256]; a bad item is named in the error."""
     out = []
@@ -20,6 +48,21 @@ def int_list(text: str) -> list[int]:
             raise argparse.ArgumentTypeError(f"{item!r} is not an integer (in {text!r})") from None
         if value < 1:
             raise argparse.ArgumentTypeError(f"{value} must be >= 1 (in {text!r})")
+        out.append(value)
+    return out
+
+
+def seed_list(text: str) -> list[int]:
+    """``"0,1,2"`` -> [0, 1, 2]: the ``--seeds`` of every verb (a count is ``--n-seeds``)."""
+    out = []
+    for item in text.split(","):
+        item = item.strip()
+        try:
+            value = int(item)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"seed {item!r} is not an integer (in {text!r})") from None
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"seed {value} must be >= 0 (in {text!r})")
         out.append(value)
     return out
 

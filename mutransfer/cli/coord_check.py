@@ -11,6 +11,7 @@ from mutransfer.cli._common import (
     positive_int,
     print_json,
     progress_bar,
+    seed_list,
 )
 
 HELP = "coordinate check: is the parametrization right? (csv + png + json verdict)"
@@ -27,7 +28,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--base-width", type=positive_int, default=None, help="default: smallest width")
     p.add_argument("--depth-alpha", type=float, default=1.0, help="CompleteP alpha, 0.5 or 1")
     p.add_argument("--steps", type=positive_int, default=5, help="training steps (default 5)")
-    p.add_argument("--seeds", type=positive_int, default=3, help="seeds per width (default 3)")
+    seeds = p.add_mutually_exclusive_group()
+    seeds.add_argument("--seeds", type=seed_list, default=None, help="comma-separated seeds, e.g. 0,1,2")
+    seeds.add_argument("--n-seeds", type=positive_int, default=3, help="seeds 0..N-1 per width (default 3)")
     p.add_argument("--optimizer", choices=("adamw", "sgd", "muon"), default=None,
                    help="default: muon for -p muon, else adamw")
     p.add_argument("--lr", type=positive_float, default=None,
@@ -65,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
     if args.parametrization == "completep" and not args.depths:
         raise ValueError("--parametrization completep needs --depths (e.g. --depths 2,4,8)")
     lr = args.lr or (0.1 if optimizer == "sgd" else 1e-2)
+    seeds = args.seeds if args.seeds is not None else list(range(args.n_seeds))
     rules = [_parse_rule(r) for r in args.rule]
     torch.manual_seed(0)
     if args.model == "gpt":
@@ -99,13 +103,13 @@ def run(args: argparse.Namespace) -> int:
         def loss_fn(model: torch.nn.Module, b: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
             return torch.nn.functional.cross_entropy(model(b[0]), b[1])
 
-    n = len(args.widths) * len(args.depths or [0]) * args.seeds
+    n = len(args.widths) * len(args.depths or [0]) * len(seeds)
     tick, close = progress_bar(n, f"coord-check {args.parametrization}", args.quiet)
     kwargs = {"loss_fn": loss_fn} if loss_fn is not None else {}
     try:
         result = coord_check(
             builder, batch, kind=args.parametrization, widths=args.widths, base_width=args.base_width,
-            depths=args.depths, depth_alpha=args.depth_alpha, steps=args.steps, seeds=args.seeds,
+            depths=args.depths, depth_alpha=args.depth_alpha, steps=args.steps, seeds=seeds,
             optimizer=optimizer, lr=lr, tol=args.tol, rules=rules, progress=tick, **kwargs)
     finally:
         close()

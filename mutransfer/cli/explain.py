@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from mutransfer.cli._common import MAX_DEPTH, MAX_WIDTH, bounded_int, print_json
+from mutransfer.models.presets import DEFAULT_PRESET
 
 #: explain builds the model in memory (fp32): refuse one above this many parameters
 MAX_PARAMS = 500_000_000
@@ -13,7 +14,7 @@ HELP = "print the per-parameter table: role, width dims, init std, LR multiplier
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--preset", default="gpt-tiny", help="model preset (default gpt-tiny)")
+    p.add_argument("--preset", default=DEFAULT_PRESET, help=f"model preset (default {DEFAULT_PRESET})")
     p.add_argument("--parametrization", "-p", default="mup", help="sp | mup | completep | muon")
     width = bounded_int(1, MAX_WIDTH, "width")
     depth = bounded_int(1, MAX_DEPTH, "depth")
@@ -21,7 +22,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--base-width", type=width, default=None, help="default: the preset's width")
     p.add_argument("--depth", type=depth, default=None, help="depth (completep)")
     p.add_argument("--base-depth", type=depth, default=None, help="base depth (completep)")
-    p.add_argument("--optimizer", choices=("adam", "sgd"), default="adam", help="rule set")
+    p.add_argument("--optimizer", choices=("adamw", "sgd", "muon"), default=None,
+                   help="whose rules: adamw (Adam's), sgd, muon (default: muon for -p muon, else adamw)")
     p.add_argument("--tie-embeddings", action="store_true", help="tie the GPT's head to its embedding")
     p.add_argument("--rules", action="store_true", help="also print the scaling rules and the role rules")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
@@ -31,6 +33,10 @@ def run(args: argparse.Namespace) -> int:
     from mutransfer.models import GPT, MLP, GPTConfig, get_preset
     from mutransfer.parametrization import Parametrization
 
+    optimizer = args.optimizer or ("muon" if args.parametrization == "muon" else "adamw")
+    if (optimizer == "muon") != (args.parametrization == "muon"):
+        raise ValueError(f"optimizer {optimizer!r} does not go with parametrization {args.parametrization!r}")
+    rule_set = "sgd" if optimizer == "sgd" else "adam"  # Muon's non-matrix params follow Adam's rules
     cfg = get_preset(args.preset)
     if isinstance(cfg, GPTConfig) and args.tie_embeddings:
         cfg = cfg.replace(tie_embeddings=True)
@@ -42,10 +48,10 @@ def run(args: argparse.Namespace) -> int:
         pz = Parametrization(lambda w, d: cls(cfg.replace(width=w, depth=d)), width=width,
                              base_width=base_width, depth=args.depth,
                              base_depth=args.base_depth or cfg.depth, kind=args.parametrization,
-                             optimizer=args.optimizer)
+                             optimizer=rule_set)
     else:
         pz = Parametrization(lambda w: cls(cfg.replace(width=w)), width=width, base_width=base_width,
-                             kind=args.parametrization, optimizer=args.optimizer)
+                             kind=args.parametrization, optimizer=rule_set)
     model = pz.build(seed=0)
     if args.json:
         print_json(pz.describe(model))

@@ -18,6 +18,8 @@ import argparse
 import sys
 from typing import Any
 
+from mutransfer.cli._common import key_value, seed_list
+
 HELP = "Optuna sweeps over proxies: lr | batch | run | worker | status | export"
 
 _EPILOG = ("Storage: default OUT/optuna.journal (many workers on one machine); "
@@ -76,18 +78,6 @@ _FUSE_HELP = ("train up to K trials of one shape (same width, depth, batch, step
               "batched model per worker; auto: 16 on CPU, from free memory on CUDA; 1: unfused")
 
 
-def _setting(text: str) -> tuple[str, Any]:
-    import yaml
-
-    key, sep, value = text.partition("=")
-    if not sep or not key.strip():
-        raise argparse.ArgumentTypeError(f"--set {text!r} must be KEY=VALUE")
-    try:
-        parsed = yaml.safe_load(value)
-    except yaml.YAMLError:
-        parsed = value
-    return key.strip(), parsed
-
 
 def _add_run_flags(p: argparse.ArgumentParser, kind: str) -> None:
     p.add_argument("spec", nargs="?" if kind != "run" else None, metavar="SPEC.yaml",
@@ -96,7 +86,7 @@ def _add_run_flags(p: argparse.ArgumentParser, kind: str) -> None:
     if kind in ("lr", "batch"):
         p.add_argument("--widths", type=_list(_int, "an integer"), default=None,
                        help="comma-separated widths")
-        p.add_argument("--seeds", type=_list(_int, "an integer"), default=None, help="comma-separated seeds")
+        p.add_argument("--seeds", type=seed_list, default=None, help="comma-separated seeds, e.g. 0,1")
         p.add_argument("--lrs", type=_list(float, "a number"), default=None,
                        help="comma-separated learning rates (default the log2 grid)")
         p.add_argument("--log2-lr", type=_log2_range, default=None, metavar="MIN:MAX[:STEP]",
@@ -114,7 +104,7 @@ def _add_run_flags(p: argparse.ArgumentParser, kind: str) -> None:
         p.add_argument("--parametrization", "-p", default=None, help="one parametrization (default mup)")
     p.add_argument("--steps", type=int, default=None, help="training steps per trial")
     p.add_argument("--batch-size", type=int, default=None, help="sequences per batch (lr/run sweeps)")
-    p.add_argument("--set", dest="settings", type=_setting, action="append", default=[], metavar="KEY=VALUE",
+    p.add_argument("--set", dest="settings", type=key_value, action="append", default=[], metavar="KEY=VALUE",
                    help="any TrainConfig field shared by all trials (repeatable)")
     p.add_argument("--out", default=None, help="output directory (journal, spec, worker logs)")
     _add_storage_flags(p, "default OUT/optuna.journal, else $MUTRANSFER_STORAGE")
@@ -267,7 +257,9 @@ def run(args: argparse.Namespace) -> int:
         return _run_sweep(args, cmd)
     url = _storage(args, None if cmd == "worker" else ".")
     if cmd == "worker":
-        from sweeps.worker import work
+        from sweeps.worker import die_with_parent, work
+
+        die_with_parent()  # a worker spawned by `sweep lr --workers K` ends with its parent
 
         rep = work(url, args.study, worker_index=args.worker_index, max_trials=args.max_trials,
                    fuse=args.fuse)

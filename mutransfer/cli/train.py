@@ -9,16 +9,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-from mutransfer.cli._common import add_output_flags, float_list
+from mutransfer.cli._common import add_output_flags, float_list, key_value
 
 HELP = "train a proxy model (muP/SP/CompleteP/Muon) on the embedded corpus or your data"
 
-
-def _key_value(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key.strip():
-        raise argparse.ArgumentTypeError(f"--set expects key=value, got {text!r}")
-    return key.strip().replace("-", "_"), value
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -27,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="model preset: gpt-tiny (default), gpt-small, gpt-40m")
     p.add_argument("--config", default=None, metavar="FILE",
                    help="YAML/JSON file of TrainConfig fields (read with yaml.safe_load)")
-    p.add_argument("--set", dest="overrides", action="append", type=_key_value, default=[],
+    p.add_argument("--set", dest="overrides", action="append", type=key_value, default=[],
                    metavar="KEY=VALUE",
                    help="override a TrainConfig field, e.g. --set lr=3e-3 --set width=128 "
                         "(repeatable; 'none' for None). Applied after --config and --preset")

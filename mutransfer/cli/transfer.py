@@ -17,7 +17,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mutransfer.cli._common import MAX_DEPTH, MAX_WIDTH, bounded_int, positive_float, positive_int, print_json
+from mutransfer.cli._common import (
+    MAX_DEPTH,
+    MAX_WIDTH,
+    bounded_int,
+    key_value,
+    positive_float,
+    positive_int,
+    print_json,
+)
+from mutransfer.models.presets import DEFAULT_PRESET
 
 HELP = "project to the target model and token budget and write the transfer card (YAML)"
 
@@ -32,7 +41,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --fit: the group to take the optimum from (default: the largest width "
                    "of this parametrization)")
     g = p.add_argument_group("proxy")
-    g.add_argument("--preset", default="gpt-small", help="proxy model preset (default gpt-small)")
+    g.add_argument("--preset", default=DEFAULT_PRESET,
+                   help=f"proxy model preset, as the sweep used (default {DEFAULT_PRESET})")
     g.add_argument("--parametrization", "-p", default="mup", help="mup | completep | muon (default mup)")
     g.add_argument("--base-width", type=positive_int, default=None,
                    help="base width of the sweep (default: the smallest width in the results)")
@@ -47,7 +57,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="token budget the proxy's LR was tuned at (default: from --results)")
     t = p.add_argument_group("target")
     t.add_argument("--target-preset", default=None, help="preset the target starts from (default: --preset)")
-    t.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+    t.add_argument("--set", dest="overrides", action="append", type=key_value, default=[],
+                   metavar="KEY=VALUE",
                    help="target model field (repeatable): width, depth, n_head or head_dim, d_ff, "
                    "seq_len, vocab_size, ... e.g. --set depth=24")
     t.add_argument("--model-config", metavar="FILE", default=None,

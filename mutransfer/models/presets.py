@@ -38,6 +38,11 @@ PRESETS: dict[str, Callable[[], GPTConfig | MLPConfig]] = {
 }
 
 
+#: The preset every verb (train, sweep, explain, transfer) uses when none is named: a
+#: sweep and the card made from it must agree on the proxy without the user saying so.
+DEFAULT_PRESET = "gpt-tiny"
+
+
 def get_preset(name: str) -> GPTConfig | MLPConfig:
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; choose from {', '.join(PRESETS)}")

@@ -29,7 +29,7 @@ def test_explain_bad_preset_exits_2(capsys) -> None:
 
 
 def test_coord_check_on_the_mlp(tmp_path) -> None:
-    args = ["coord-check", "--model", "mlp", "--widths", "64,256,1024", "--steps", "3", "--seeds", "2",
+    args = ["coord-check", "--model", "mlp", "--widths", "64,256,1024", "--steps", "3", "--n-seeds", "2",
             "--quiet", "--no-plot"]
     verdicts = {}
     for name, extra in (("mup", []), ("sp", ["-p", "sp"]), ("mup-sgd", ["--optimizer", "sgd"]),

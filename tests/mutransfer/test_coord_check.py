@@ -78,7 +78,7 @@ def test_slope_fit_recovers_known_exponents() -> None:
 
 
 def test_cli_writes_csv_png_json_and_exits_by_verdict(tmp_path, capsys) -> None:
-    common = ["--widths", "32,64,128", "--steps", "2", "--seeds", "1", "--seq-len", "32",
+    common = ["--widths", "32,64,128", "--steps", "2", "--n-seeds", "1", "--seq-len", "32",
               "--batch-size", "4", "--quiet"]
     assert main(["coord-check", *common, "--out", str(tmp_path / "mup")]) == 0
     for name in ("coord_check.csv", "coord_check.png", "coord_check.json"):

@@ -191,7 +191,7 @@ def test_cli_coord_check_takes_rules(tmp_path, capsys) -> None:
 
     from mutransfer.cli import main
 
-    common = ["coord-check", "--model", "mlp", "--widths", "32,64", "--steps", "1", "--seeds", "1",
+    common = ["coord-check", "--model", "mlp", "--widths", "32,64", "--steps", "1", "--n-seeds", "1",
               "--quiet", "--no-plot"]
     assert main([*common, "--rule", r"fc_out\.bias=scalar", "--out", str(tmp_path / "ok")]) == 0
     verdict = json.loads((tmp_path / "ok" / "coord_check.json").read_text())
