@@ -53,9 +53,50 @@ def train_runner(config: dict[str, Any], report: Report, *, progress: bool = Fal
     """Train ``config`` (TrainConfig fields) with ``mutransfer.train`` and return its row."""
     from mutransfer.train import TrainConfig, train  # type: ignore[import-not-found]
 
+    config = dict(config)
+    branches = config.pop("wsd_branches", None)
     cfg = TrainConfig.from_overrides(None, config)
+    if branches is not None:
+        return _train_wsd_row(cfg, branches, report, progress=progress)
     result = train(cfg, callback=_train_callback(report), progress=progress)
     return _train_row(result)
+
+
+def _train_wsd_row(cfg: Any, fractions: Any, report: Report, *, progress: bool = False) -> dict[str, Any]:
+    """One trial, several token budgets: WSD branches at ``fractions`` of ``cfg.steps``
+    (:func:`mutransfer.train.train_wsd_branches`). The row is the longest branch's (its
+    loss is the value told to the study) with ``branches``, every branch's own row in the
+    order of ``fractions``; the results table (:mod:`sweeps.export`) has one row per
+    branch. ``cpu_s``: the CPU seconds of the whole trial (shared by its branches)."""
+    from mutransfer.train import train_wsd_branches  # type: ignore[import-not-found]
+
+    if isinstance(fractions, (str, bytes)) or not hasattr(fractions, "__iter__"):
+        raise ValueError(f"wsd_branches {fractions!r} must be a list of fractions in (0, 1]")
+    fracs = [float(f) for f in fractions]
+    inner = _train_callback(report)
+    last = [0]
+
+    def callback(step: int, metrics: dict[str, Any]) -> bool:
+        # branches restart from the trunk: report only steps past the last one reported,
+        # so the study sees one increasing curve (the longest branch's end included)
+        if step <= last[0]:
+            return False
+        last[0] = step
+        return inner(step, metrics)
+
+    c0 = time.process_time()
+    results = train_wsd_branches(cfg, fracs, callback=callback, progress=progress)
+    cpu = time.process_time() - c0
+    rows = []
+    for f, r in zip(fracs, results):
+        row = _train_row(r)
+        row["wsd_fraction"] = f
+        row["cpu_s"] = cpu
+        rows.append(row)
+    longest = max(range(len(fracs)), key=lambda i: (fracs[i], i))
+    top = dict(rows[longest])
+    top["branches"] = rows
+    return top
 
 
 def _train_callback(report: Report) -> Callable[[int, dict[str, Any]], bool]:
