@@ -7,6 +7,17 @@ that need them, so ``import analysis`` stays light.
 
 from __future__ import annotations
 
+from .baselines import (
+    DEEPSEEK_LLM,
+    POWER_LINES_BATCH_EXPONENT,
+    STEP_LAW,
+    deepseek_llm,
+    linear_rule,
+    power_lines,
+    scaling_baselines,
+    sqrt_rule,
+    step_law,
+)
 from .critical_batch import (
     CriticalBatchFit,
     CriticalBatchResults,
@@ -34,8 +45,47 @@ from .plots import (
 from .powerlaw import PowerLawFit, PowerLawPrediction
 from .project import Estimate, Projection, project
 from .results import RESULTS_COLUMNS, read_results
+from .scaling import (
+    AUDIT_KEYS,
+    ScalingCurves,
+    ScalingLawFit,
+    ScalingProjection,
+    ScheduleRules,
+    fill_loss_gap,
+    holdout_audit,
+    tau_from,
+    weight_decay_for,
+)
+from .scaling_plots import (
+    CriticalBatchComparison,
+    critical_batch_comparison,
+    plot_critical_batch_comparison,
+    plot_scaling,
+)
 
 __all__ = [
+    "AUDIT_KEYS",
+    "CriticalBatchComparison",
+    "critical_batch_comparison",
+    "plot_critical_batch_comparison",
+    "plot_scaling",
+    "DEEPSEEK_LLM",
+    "POWER_LINES_BATCH_EXPONENT",
+    "STEP_LAW",
+    "ScalingCurves",
+    "ScalingLawFit",
+    "ScalingProjection",
+    "ScheduleRules",
+    "deepseek_llm",
+    "fill_loss_gap",
+    "holdout_audit",
+    "linear_rule",
+    "power_lines",
+    "scaling_baselines",
+    "sqrt_rule",
+    "step_law",
+    "tau_from",
+    "weight_decay_for",
     "HOFFMANN_DELTA",
     "HOFFMANN_GRID",
     "RESULTS_COLUMNS",

@@ -123,9 +123,20 @@ def _vertex(coef: np.ndarray, t_lo: float, t_hi: float) -> float | None:
 
 def _boot_locate(t: np.ndarray, M: np.ndarray, window: int) -> np.ndarray:
     """Vectorized ``_locate`` over bootstrap rows of ``M`` (one curve per row): t_opt."""
+    return _boot_locate_min(t, M, window)[0]
+
+
+def _boot_locate_min(t: np.ndarray, M: np.ndarray,
+                     window: int) -> tuple[np.ndarray, np.ndarray]:
+    """Vectorized ``_locate`` over rows of ``M``: ``(t_opt, loss_opt)`` per row.
+
+    ``loss_opt`` is the quadratic's value at its vertex, or the grid value where the
+    row fell back to its argmin or an edge (the same rules as ``_locate``).
+    """
     n = t.size
     idx = np.argmin(M, axis=1)
     out = t[idx].astype(float)
+    low = M[np.arange(M.shape[0]), idx].astype(float)
     # Rows sharing an argmin share a window, so one pseudo-inverse serves them all.
     for i in np.unique(idx):
         if i == 0 or i == n - 1:
@@ -139,7 +150,27 @@ def _boot_locate(t: np.ndarray, M: np.ndarray, window: int) -> np.ndarray:
             v = -c1 / (2.0 * c2)
         good = (c2 > 1e-12 * np.maximum(np.abs(c1), 1e-300)) & (v >= t[lo]) & (v <= t[hi - 1])
         out[rows[good]] = v[good]
-    return out
+        vg = v[good]
+        low[rows[good]] = coef[good, 0] * vg**2 + c1[good] * vg + coef[good, 2]
+    return out, low
+
+
+def _resampled_means(per_x: list[np.ndarray], n_boot: int,
+                     rng: np.random.Generator) -> np.ndarray:
+    """Bootstrap seed means, one column per grid point, shape ``(n_boot, len(per_x))``.
+
+    A resampled mean of k seeds has variance (k-1)/k of the mean's; with the usual 2–5
+    seeds that shrinks the interval noticeably, so each resampled mean is pushed back out
+    by sqrt(k/(k-1)) around the observed mean (the variance-corrected bootstrap, Davison
+    & Hinkley 1997, "Bootstrap Methods and their Application", §3.3).
+    """
+    cols = []
+    for v in per_x:
+        mu = v.mean()
+        bm = v[rng.integers(0, v.size, size=(n_boot, v.size))].mean(axis=1)
+        infl = np.sqrt(v.size / (v.size - 1)) if v.size > 1 else 1.0
+        cols.append(mu + infl * (bm - mu))
+    return np.column_stack(cols)
 
 
 class OptimumFit:
@@ -286,18 +317,7 @@ class OptimumFit:
         if B == 0:
             return np.empty(0)
         if max(v.size for v in per_x) > 1:
-            # A resampled mean of k seeds has variance (k-1)/k of the mean's; with the
-            # usual 2–5 seeds that shrinks the interval noticeably, so each resampled mean
-            # is pushed back out by sqrt(k/(k-1)) around the observed mean (the
-            # variance-corrected bootstrap, Davison & Hinkley 1997, "Bootstrap Methods
-            # and their Application", §3.3).
-            cols = []
-            for v in per_x:
-                mu = v.mean()
-                bm = v[rng.integers(0, v.size, size=(B, v.size))].mean(axis=1)
-                infl = np.sqrt(v.size / (v.size - 1)) if v.size > 1 else 1.0
-                cols.append(mu + infl * (bm - mu))
-            return _boot_locate(t, np.column_stack(cols), self.window)
+            return _boot_locate(t, _resampled_means(per_x, B, rng), self.window)
         # One trial per x: resample the trials themselves, so a draw may miss grid points.
         single = np.array([v[0] for v in per_x])
         n = inv.size

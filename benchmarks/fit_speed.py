@@ -1,4 +1,5 @@
-"""Benchmark: the 4500-start Huber loss-law fit and a 1000-resample bootstrap.
+"""Benchmark: the 4500-start Huber loss-law fit and a 1000-resample bootstrap; and
+``mutransfer fit scaling`` with 1000 bootstrap resamples (issue 10: < 10 s on 2 cores).
 
 DESIGN.md targets: the grid fit in < 10 s and a bootstrap of 1000 in < 60 s on 2 CPU
 cores. Synthetic data: 245 runs (the size of the Chinchilla approach-3 data set as
@@ -13,8 +14,14 @@ resamples × the same ``bootstrap_starts`` starts each) and is extrapolated line
 the number of starts; ``speedup_*_vs_naive_scipy`` is that estimate over the measured
 batched time.
 
+The scaling fit runs on a synthetic sweep of 4 budgets × 6 batches × 9 LRs × 3 seeds
+(648 runs, ``SCALING_GRID``) whose optima follow known laws; it is timed as the fit
+alone and as the whole ``mutransfer fit scaling`` command in-process (reading the CSV,
+checks, fit, atomic JSON write; interpreter start-up excluded).
+
 Run: ``python -m benchmarks.fit_speed`` (prints JSON, writes
-``benchmarks/results/fit_speed.json`` atomically).
+``benchmarks/results/fit_speed.json`` atomically); ``python -m benchmarks.fit_speed
+--scaling`` times only the scaling fit and writes nothing.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ N_BOOT = 1000
 NAIVE_STARTS = 300  # of the 4500 grid starts, drawn at random (seeded)
 NAIVE_BOOT = 20  # bootstrap resamples timed with the naive loop
 RESULTS = Path(__file__).resolve().parent / "results" / "fit_speed.json"
+SCALING_GRID = {"budgets": 4, "batches": 6, "lrs": 9, "seeds": 3}
 
 
 def _data(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -100,6 +108,48 @@ def naive_scipy(fit: Any, n: np.ndarray, d: np.ndarray, loss: np.ndarray,
                       "tolerances and maxiter; timed on a subset, extrapolated linearly"}
 
 
+def scaling_sweep(seed: int = 0) -> Any:
+    """eta* = 2^-12·B^0.5·D^-0.25 and B* = 16·D^0.5 (tokens), quadratic loss valleys, noise."""
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    rows = []
+    for d in 2.0 ** np.arange(20, 20 + SCALING_GRID["budgets"]):
+        for b in 2.0 ** np.arange(12, 12 + SCALING_GRID["batches"]):
+            t_opt = np.log2(2.0**-12 * b**0.5 * d**-0.25)
+            for t in np.arange(-14.0, -14.0 + SCALING_GRID["lrs"]):
+                for s in range(SCALING_GRID["seeds"]):
+                    loss = (3 + 0.02 * (t - t_opt) ** 2
+                            + 0.01 * (np.log2(b) - np.log2(16 * d**0.5)) ** 2
+                            + rng.normal(0, 0.002))
+                    rows.append(dict(lr=2.0**t, batch_tokens=b, tokens=d, loss=loss, seed=s,
+                                     diverged=False, weight_decay=0.1, seq_len=128))
+    return pd.DataFrame(rows)
+
+
+def scaling_timing() -> dict[str, Any]:
+    """Seconds of ScalingLawFit (both methods) and of `mutransfer fit scaling`, 1000 resamples."""
+    from analysis import ScalingLawFit
+    from mutransfer.cli import main
+
+    df = scaling_sweep()
+    t_fit, fit = _time(lambda: ScalingLawFit(n_boot=N_BOOT).fit(df))
+    t_band, _ = _time(lambda: ScalingLawFit(n_boot=N_BOOT, method="band").fit(df))
+    with tempfile.TemporaryDirectory() as tmp:
+        csv = Path(tmp) / "sweep.csv"
+        df.to_csv(csv, index=False)
+        t_cli, rc = _time(lambda: main(["fit", "scaling", str(csv), "--out",
+                                        str(Path(tmp) / "fit.json"), "--n-boot", str(N_BOOT),
+                                        "--quiet"]))
+    if rc != 0:
+        raise RuntimeError(f"mutransfer fit scaling exited {rc}")
+    return {"runs": len(df), "grid": dict(SCALING_GRID), "n_boot": N_BOOT,
+            "fit_s": round(t_fit, 3), "fit_band_method_s": round(t_band, 3),
+            "cli_fit_scaling_s": round(t_cli, 3),
+            "exponents": {k: round(fit.params_[k], 4)
+                          for k in ("lr_exp_batch", "lr_exp_tokens", "batch_exp_tokens")}}
+
+
 def run() -> dict[str, Any]:
     """Time the fits and return the benchmark record (also written to RESULTS)."""
     import pandas
@@ -124,6 +174,9 @@ def run() -> dict[str, Any]:
     figures["speedup_grid_vs_naive_scipy_1_thread"] = round(naive["grid_s_est"] / t_grid1, 2)
     figures["speedup_bootstrap_vs_naive_scipy"] = round(
         naive["bootstrap_s_est"] / full.timings_["bootstrap_s"], 2)
+    scaling = scaling_timing()
+    figures["fit_scaling_1000_s"] = scaling["cli_fit_scaling_s"]
+    figures["scaling"] = scaling
     record = {
         "benchmark": "fit_speed",
         "machine": {"platform": platform.platform(), "processor": platform.processor(),
@@ -134,8 +187,9 @@ def run() -> dict[str, Any]:
         "setup": {"n_runs": N_RUNS, "n_starts": fit.n_starts_, "n_boot": N_BOOT,
                   "huber_delta": fit.delta, "noise": "1% log-normal"},
         "figures": figures,
-        "targets": {"grid_fit_s": 10.0, "bootstrap_1000_s": 60.0},
-        "passed": bool(t_grid < 10.0 and full.timings_["bootstrap_s"] < 60.0),
+        "targets": {"grid_fit_s": 10.0, "bootstrap_1000_s": 60.0, "fit_scaling_1000_s": 10.0},
+        "passed": bool(t_grid < 10.0 and full.timings_["bootstrap_s"] < 60.0
+                       and scaling["cli_fit_scaling_s"] < 10.0),
         "fitted": {k: round(v, 4) for k, v in fit1.params_.items()},
         "grid_best_objective": fit1.loss_,
         "bootstrap_ci_alpha": [round(v, 4) for v in full.ci_["alpha"]],
@@ -154,4 +208,5 @@ def run() -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(run(), indent=2))
+    # ``--scaling``: time only `fit scaling` (seconds, no naive loop) and write nothing.
+    print(json.dumps(scaling_timing() if "--scaling" in sys.argv[1:] else run(), indent=2))

@@ -8,6 +8,9 @@ Four kinds, each writing one JSON document whose top-level shape is a contract (
 * ``critical-batch`` ``{"fits": [{"group", "S_min", "E_min", "B_crit", "cbs_20"}]}``
 * ``loss``           ``{"E", "A", "B", "alpha", "beta", "ci": {name: [lo, hi]}, "objective",
   "n_points"}``
+* ``scaling``        ``{"lr": {"coef", "exponents": {"batch_tokens", "tokens"}, "ci"},
+  "batch": {"coef", "exponents": {"tokens"}, "ci"}, "tau", "warmup", "decay_fraction",
+  "measured", "n_rows", "n_in_band"}`` (issue 10 §3; :meth:`analysis.ScalingLawFit.to_dict`)
 
 ``group`` is ``{column: value}`` for the ``--group`` columns (``null`` without
 ``--group``). Numbers are plain floats; an open side of an interval (an optimum at the
@@ -29,8 +32,8 @@ from mutransfer.cli._common import non_negative_int, positive_float, print_json
 if TYPE_CHECKING:
     import pandas as pd
 
-HELP = "fit optimum | power-law | critical-batch | loss laws to a results table"
-KINDS = ("optimum", "power-law", "critical-batch", "loss")
+HELP = "fit optimum | power-law | critical-batch | loss | scaling laws to a results table"
+KINDS = ("optimum", "power-law", "critical-batch", "loss", "scaling")
 
 
 # ----------------------------------------------------------------------- arguments
@@ -131,6 +134,38 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                     help="fit L(x) = E + A/x^alpha in --n alone (e.g. compute, for L(C))")
     lo.add_argument("--n-jobs", type=int, default=2, help="threads for the start grid (default 2)")
     _output_flags(lo)
+
+    sc = sub.add_parser("scaling", help="eta*(B, D) and B*(D) power laws from a batch x budget x "
+                        "LR sweep, the AdamW timescale tau, warmup and decay rules",
+                        description="Optimal LR eta*(B, D) = c·B^a·D^b and optimal batch B*(D) = "
+                        "c·D^g, fitted in log space on the near-optimal runs (Step Law, Li et al. "
+                        "2025) with bootstrap intervals; tau = B/(eta·lambda·D) at the proxy "
+                        "optimum (Wang & Aitchison 2024; Bergsma et al. 2025). Needs at least 3 "
+                        "budgets and 3 batch sizes; B and D in tokens.")
+    add_table_flags(sc)
+    add_scaling_columns(sc)
+    sc.add_argument("--band", type=float, default=0.0025,
+                    help="near-optimal band, fraction of the minimum (default 0.0025)")
+    sc.add_argument("--level", type=float, default=0.9,
+                    help="level of the bootstrap intervals (default 0.9)")
+    sc.add_argument("--method", choices=("optima", "band"), default="optima",
+                    help="optima: laws through the per-cell quadratic optima (default); band: "
+                    "Step Law's regression on every run inside the band")
+    _output_flags(sc)
+
+
+def add_scaling_columns(p: argparse.ArgumentParser) -> None:
+    """Column flags of a scaling sweep (shared by ``fit scaling`` and ``plot scaling``)."""
+    p.add_argument("--lr", default="lr", help="LR column (default lr)")
+    p.add_argument("--batch", default="batch_tokens",
+                   help="batch column, in tokens (default batch_tokens)")
+    p.add_argument("--tokens", default="tokens", help="token-budget column (default tokens)")
+    p.add_argument("--loss", default="loss", help="loss column (default loss)")
+    p.add_argument("--seed-col", default="seed", help="seed column (default seed)")
+    p.add_argument("--weight-decay", default="weight_decay",
+                   help="weight-decay column, for tau (default weight_decay; used when present)")
+    p.add_argument("--seq-len", default="seq_len",
+                   help="sequence-length column (default seq_len; used when present)")
 
 
 # ----------------------------------------------------------------------- the table
@@ -400,8 +435,36 @@ def fit_loss(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def scaling_fit(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+    """Load a scaling sweep and fit :class:`analysis.ScalingLawFit`; ``(fit, counts)``."""
+    from analysis import ScalingLawFit
+
+    if not 0 < args.level < 1:
+        raise ValueError(f"--level must be in (0, 1), got {args.level}")
+    if not (math.isfinite(args.band) and args.band >= 0):
+        raise ValueError(f"--band must be a fraction >= 0, got {args.band}")
+    df, counts = load_table(args, [args.lr, args.batch, args.tokens, args.loss], [],
+                            keep_diverged=True)
+    diverged = None if args.diverged.lower() == "none" else args.diverged
+    fit = ScalingLawFit(band=args.band, n_boot=args.n_boot, level=args.level, seed=args.seed,
+                        method=args.method).fit(
+        df, lr=args.lr, batch=args.batch, tokens=args.tokens, loss=args.loss,
+        seed_col=args.seed_col, diverged=diverged, weight_decay=args.weight_decay,
+        seq_len=args.seq_len)
+    return fit, counts
+
+
+def fit_scaling(args: argparse.Namespace) -> dict[str, Any]:
+    fit, counts = scaling_fit(args)
+    out = fit.to_dict()
+    out["results"] = str(args.results)
+    out["n_not_complete"] = counts["n_not_complete"]
+    out["n_dropped"] = counts["n_dropped"]
+    return out
+
+
 FITTERS = {"optimum": fit_optimum, "power-law": fit_power_law,
-           "critical-batch": fit_critical_batch, "loss": fit_loss}
+           "critical-batch": fit_critical_batch, "loss": fit_loss, "scaling": fit_scaling}
 
 
 def dumps(obj: Any) -> str:
@@ -434,6 +497,14 @@ def run(args: argparse.Namespace) -> int:
 def summary(result: dict[str, Any]) -> str:
     """A few readable lines about a fit document."""
     kind = result["kind"]
+    if kind == "scaling":
+        lines = [result["lr"]["law"], result["batch"]["law"]]
+        if result["tau"]["value"] is not None:
+            lines.append(f"tau = B/(eta·lambda·D) = {result['tau']['value']:.4g}")
+        lines.append(f"{result['n_rows']} rows, {result['n_in_band']} in the near-optimal band, "
+                     f"{result['n_excluded']} excluded")
+        lines += [f"WARNING: {w}" for w in result["warnings"]]
+        return "\n".join(lines)
     if kind == "loss":
         names = [k for k in ("E", "A", "B", "alpha", "beta") if k in result]
         return f"{result['law']}: " + ", ".join(f"{k}={result[k]:.4g}" for k in names)

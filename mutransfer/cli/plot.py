@@ -17,6 +17,7 @@ from typing import Any
 
 from mutransfer.cli._common import float_list, positive_float, print_json
 from mutransfer.cli.fit import (
+    add_scaling_columns,
     add_table_flags,
     check_level,
     columns,
@@ -25,9 +26,10 @@ from mutransfer.cli.fit import (
     num,
     pair,
     plain,
+    scaling_fit,
 )
 
-HELP = "render LR curves, optimum vs width, critical batch, loss laws"
+HELP = "render LR curves, optimum vs width, critical batch, loss laws, scaling laws"
 FORMATS = (".png", ".pdf", ".svg")
 
 
@@ -95,6 +97,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                     help="FLOP budgets of the iso-FLOP lines (default: 5 spanning the data)")
     ll.add_argument("--n-jobs", type=int, default=2, help="threads for the start grid (default 2)")
     _output(ll)
+
+    sc = sub.add_parser("scaling", help="eta*(B, D) per budget and B*(D), with bootstrap bands",
+                        description="Fits the scaling laws as `mutransfer fit scaling` does and "
+                        "draws the optimal LR against batch (one line per budget, measured "
+                        "per-cell optima with intervals) and the optimal batch against tokens.")
+    add_table_flags(sc, n_boot=200)
+    add_scaling_columns(sc)
+    sc.add_argument("--band", type=float, default=0.0025, help="near-optimal band (default 0.0025)")
+    sc.add_argument("--level", type=float, default=0.9, help="band level (default 0.9)")
+    sc.add_argument("--method", choices=("optima", "band"), default="optima",
+                    help="how the near-optimal runs are picked (default optima)")
+    _output(sc)
 
 
 def _auto(value: str | None, df_columns: Any, default: str) -> str | None:
@@ -195,8 +209,29 @@ def plot_loss(args: argparse.Namespace) -> dict[str, Any]:
             "curve_min_n": _lists(curves.n[range(curves.compute.size), curves.loss.argmin(axis=1)])}
 
 
+def plot_scaling_laws(args: argparse.Namespace) -> dict[str, Any]:
+    from analysis.scaling_plots import plot_scaling
+
+    fit, counts = scaling_fit(args)
+    curves = fit.curves_()
+    plot_scaling(curves, args.out)
+    cells = curves.cells
+    return {**counts, "lr_law": curves.lr_law, "batch_law": curves.batch_law,
+            "level": curves.level,
+            "cells": [{"batch_tokens": num(r.batch_tokens), "tokens": num(r.tokens),
+                       "lr_opt": num(r.lr_opt), "ci": pair(r.lr_lo, r.lr_hi),
+                       "edge": r.edge or None} for r in cells.itertuples()],
+            "budgets": [{"tokens": num(r.tokens), "batch_opt": num(r.batch_opt),
+                         "ci": pair(r.lo, r.hi), "edge": r.edge or None}
+                        for r in curves.budgets.itertuples()],
+            "batch_line": {"tokens": _lists(curves.batch_line["tokens"]),
+                           "batch": _lists(curves.batch_line["batch"]),
+                           "lo": _lists(curves.batch_line["lo"]),
+                           "hi": _lists(curves.batch_line["hi"])}}
+
+
 PLOTTERS = {"lr-curves": plot_lr, "optimum": plot_optimum, "critical-batch": plot_cbs,
-            "loss-law": plot_loss}
+            "loss-law": plot_loss, "scaling": plot_scaling_laws}
 
 
 def run(args: argparse.Namespace) -> int:

@@ -375,3 +375,80 @@ def test_plot_rejects_unknown_format(tmp_path: Path, sweep_csv: Path,
 def test_help_documents_the_flags(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(argv) == 0
     assert "--out" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ fit/plot scaling
+def scaling_sweep(budgets: tuple[float, ...] = (2**20, 2**21, 2**22, 2**23),
+                  batches: tuple[float, ...] = (2.0**12, 2.0**13, 2.0**14, 2.0**15, 2.0**16),
+                  seed: int = 0) -> pd.DataFrame:
+    """Optima on known laws: eta* = 2^-12·B^0.5·D^-0.25, B* = 16·D^0.5 (tokens), 2 seeds."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for d in budgets:
+        for b in batches:
+            t_opt = np.log2(2.0**-12 * b**0.5 * d**-0.25)
+            for t in np.arange(-14.0, -5.5):
+                for s in range(2):
+                    loss = (3 + 0.02 * (t - t_opt) ** 2 + 0.01 * (np.log2(b) - np.log2(16 * d**0.5)) ** 2
+                            + rng.normal(0, 0.001))
+                    rows.append(dict(lr=2.0**t, batch_tokens=b, tokens=d, loss=loss, seed=s,
+                                     diverged=False, weight_decay=0.1, seq_len=128))
+    return pd.DataFrame(rows)
+
+
+def test_fit_scaling_contract(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    df = scaling_sweep()
+    df.loc[df["lr"] == 2.0**-6, ["loss", "diverged"]] = [np.nan, True]
+    path = tmp_path / "scaling.csv"
+    df.to_csv(path, index=False)
+    out = tmp_path / "fit.json"
+    doc = run_json(["fit", "scaling", str(path), "--out", str(out), "--n-boot", "200", "--json"],
+                   capsys)
+    assert strict_json(out.read_text()) == doc
+    assert set(doc) >= {"kind", "lr", "batch", "tau", "warmup", "decay_fraction", "measured",
+                        "n_rows", "n_in_band"}
+    assert doc["kind"] == "scaling" and doc["n_rows"] == len(df)
+    assert doc["n_diverged"] == int(df["diverged"].sum())
+    ex = doc["lr"]["exponents"]
+    assert ex["batch_tokens"] == pytest.approx(0.5, abs=0.03)
+    assert ex["tokens"] == pytest.approx(-0.25, abs=0.03)
+    assert doc["batch"]["exponents"]["tokens"] == pytest.approx(0.5, abs=0.05)
+    lo, hi = doc["lr"]["ci"]["batch_tokens"]
+    assert lo <= ex["batch_tokens"] <= hi
+    assert doc["measured"] == {"tokens": [2.0**20, 2.0**23], "batch_tokens": [2.0**12, 2.0**16],
+                               "seq_len": 128, "n_params": None}
+    assert doc["tau"]["value"] > 0 and doc["tau"]["weight_decay"] == 0.1
+    # the document is what `transfer --scaling-fit` reads back
+    from analysis import ScalingLawFit
+
+    p = ScalingLawFit.from_dict(doc).project(tokens=2.0**26, dp_size=4)
+    assert p.batch_sequences % 4 == 0 and p.steps * p.batch_tokens.value >= 2.0**26
+
+
+def test_fit_scaling_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "fit.json"
+    o = ["--out", str(out), "--n-boot", "10"]
+    few_d = tmp_path / "few_d.csv"
+    scaling_sweep(budgets=(2**20, 2**21)).to_csv(few_d, index=False)
+    fails(["fit", "scaling", str(few_d), *o], capsys, "2 token budget(s)", "at least 3")
+    few_b = tmp_path / "few_b.csv"
+    scaling_sweep(batches=(2.0**13, 2.0**14)).to_csv(few_b, index=False)
+    fails(["fit", "scaling", str(few_b), *o], capsys, "2 batch size(s)", "at least 3")
+    no_col = tmp_path / "no_col.csv"
+    scaling_sweep().drop(columns=["tokens"]).to_csv(no_col, index=False)
+    fails(["fit", "scaling", str(no_col), *o], capsys, "missing required column(s)", "'tokens'")
+    fails(["fit", "scaling", str(few_d), "--level", "2", *o], capsys, "--level")
+    assert not out.exists() and not list(tmp_path.glob(".*.tmp"))
+
+
+def test_plot_scaling_draws_the_fit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "scaling.csv"
+    scaling_sweep().to_csv(path, index=False)
+    fig = tmp_path / "scaling.png"
+    data = run_json(["plot", "scaling", str(path), "--n-boot", "50", "--out", str(fig), "--json"],
+                    capsys)
+    assert_figure(fig)
+    assert len(data["cells"]) == 20 and len(data["budgets"]) == 4
+    for b in data["budgets"]:
+        assert b["batch_opt"] == pytest.approx(16 * b["tokens"] ** 0.5, rel=0.15)
+    assert data["lr_law"].startswith("eta* =") and len(data["batch_line"]["tokens"]) == 50

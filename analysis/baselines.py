@@ -1,0 +1,144 @@
+"""Textbook LR and batch-size rules, shown beside a fitted scaling law for comparison.
+
+Every rule returns ``{"lr": float | None, "batch_tokens": float | None, "source": str}``
+(``None`` where the rule needs an input that was not given, e.g. a model size). Batches
+are in tokens throughout. Two kinds of rule:
+
+* anchored rules move the proxy's measured optimum ``(ref_lr, ref_batch_tokens,
+  ref_tokens)`` to the target (sqrt and linear LR–batch rules, Power Lines);
+* absolute laws fitted by others on their own set-ups (DeepSeek LLM, Step Law), applied
+  as published. On a small CPU proxy they are far outside their fitted range; they are
+  here to show how far off a borrowed law can be, never to replace a fit.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+__all__ = [
+    "DEEPSEEK_LLM",
+    "POWER_LINES_BATCH_EXPONENT",
+    "STEP_LAW",
+    "deepseek_llm",
+    "linear_rule",
+    "power_lines",
+    "scaling_baselines",
+    "sqrt_rule",
+    "step_law",
+]
+
+#: DeepSeek-AI 2024 ("DeepSeek LLM: Scaling Open-Source Language Models with
+#: Longtermism", §3.1, eq. 1): eta_opt = 0.3118 · C^-0.1250, B_opt = 0.2920 · C^0.3271,
+#: C the compute budget in FLOPs, B in tokens.
+DEEPSEEK_LLM = {"lr_coef": 0.3118, "lr_exp": -0.1250, "batch_coef": 0.2920, "batch_exp": 0.3271}
+
+#: Li et al. 2025 ("Predictable Scale: Part I — Optimal Hyperparameter Scaling Law in
+#: Large Language Model Pretraining", Step Law, §3): eta(N, D) = 1.79 · N^-0.713 ·
+#: D^0.307, B(D) = 0.58 · D^0.571, N non-embedding parameters, D tokens, B in tokens.
+STEP_LAW = {"lr_coef": 1.79, "lr_exp_n": -0.713, "lr_exp_d": 0.307,
+            "batch_coef": 0.58, "batch_exp_d": 0.571}
+
+#: Bergsma et al. 2025 ("Power Lines: Scaling Laws for Weight Decay and Batch Size in LLM
+#: Pre-training", fig. 1): B_opt grows as a power of the token budget D alone,
+#: independent of model size N; exponent about 0.38 (override where a closer value is
+#: known: it only sets how fast the anchored batch grows).
+POWER_LINES_BATCH_EXPONENT = 0.38
+
+
+def _pos(name: str, v: Any) -> float:
+    f = float(v)
+    if not (math.isfinite(f) and f > 0):
+        raise ValueError(f"{name}={v!r} must be a finite number > 0.")
+    return f
+
+
+def sqrt_rule(batch_tokens: float, ref_lr: float, ref_batch_tokens: float) -> dict[str, Any]:
+    """``eta = eta0 · sqrt(B / B0)`` at the given batch ``B`` (square-root rule for Adam).
+
+    Malladi et al. 2022 ("On the SDEs and Scaling Rules for Adaptive Gradient
+    Algorithms", §4, the square-root scaling rule); ``(eta0, B0)`` is the proxy optimum.
+    """
+    b = _pos("batch_tokens", batch_tokens)
+    lr = _pos("ref_lr", ref_lr) * math.sqrt(b / _pos("ref_batch_tokens", ref_batch_tokens))
+    return {"lr": lr, "batch_tokens": b, "source": "sqrt rule: lr0·sqrt(B/B0) (Malladi et al. 2022)"}
+
+
+def linear_rule(batch_tokens: float, ref_lr: float, ref_batch_tokens: float) -> dict[str, Any]:
+    """``eta = eta0 · B / B0`` (linear scaling rule for SGD; Goyal et al. 2017, §2.1)."""
+    b = _pos("batch_tokens", batch_tokens)
+    lr = _pos("ref_lr", ref_lr) * b / _pos("ref_batch_tokens", ref_batch_tokens)
+    return {"lr": lr, "batch_tokens": b, "source": "linear rule: lr0·B/B0 (Goyal et al. 2017)"}
+
+
+def deepseek_llm(compute: float | None) -> dict[str, Any]:
+    """DeepSeek LLM's laws: ``eta = 0.3118·C^-0.125``, ``B = 0.2920·C^0.3271`` tokens.
+
+    ``compute`` in FLOPs. DeepSeek-AI 2024 use C = M·D with M the non-embedding FLOPs
+    per token; with only a parameter count, ``C = 6·N·D`` (Kaplan et al. 2020, §2.1) is
+    the usual stand-in.
+    """
+    src = "DeepSeek LLM: lr = 0.3118·C^-0.125, B = 0.2920·C^0.3271 (Bi et al. 2024, eq. 1)"
+    if compute is None:
+        return {"lr": None, "batch_tokens": None, "source": src + " — needs n_params"}
+    c = _pos("compute", compute)
+    p = DEEPSEEK_LLM
+    return {"lr": p["lr_coef"] * c ** p["lr_exp"],
+            "batch_tokens": p["batch_coef"] * c ** p["batch_exp"], "source": src}
+
+
+def step_law(n_params: float | None, tokens: float) -> dict[str, Any]:
+    """Step Law: ``eta = 1.79·N^-0.713·D^0.307``, ``B = 0.58·D^0.571`` tokens (Li et al. 2025)."""
+    d = _pos("tokens", tokens)
+    p = STEP_LAW
+    src = "Step Law: lr = 1.79·N^-0.713·D^0.307, B = 0.58·D^0.571 (Li et al. 2025)"
+    lr = None
+    if n_params is not None:
+        lr = p["lr_coef"] * _pos("n_params", n_params) ** p["lr_exp_n"] * d ** p["lr_exp_d"]
+    return {"lr": lr, "batch_tokens": p["batch_coef"] * d ** p["batch_exp_d"],
+            "source": src if lr is not None else src + " — lr needs n_params"}
+
+
+def power_lines(tokens: float, ref_lr: float, ref_batch_tokens: float, ref_tokens: float,
+                exponent: float = POWER_LINES_BATCH_EXPONENT) -> dict[str, Any]:
+    """Power Lines' batch rule anchored at the proxy, with the square-root LR rule.
+
+    ``B = B0 · (D / D0)^0.38`` (Bergsma et al. 2025: B_opt is a power law in D alone)
+    and ``eta = eta0 · sqrt(B / B0)``, where ``(eta0, B0)`` is the proxy's optimum at
+    budget ``D0``.
+    """
+    d = _pos("tokens", tokens)
+    b0 = _pos("ref_batch_tokens", ref_batch_tokens)
+    b = b0 * (d / _pos("ref_tokens", ref_tokens)) ** float(exponent)
+    lr = _pos("ref_lr", ref_lr) * math.sqrt(b / b0)
+    return {"lr": lr, "batch_tokens": b,
+            "source": f"Power Lines: B = B0·(D/D0)^{exponent:g}, lr = lr0·sqrt(B/B0) "
+                      "(Bergsma et al. 2025)"}
+
+
+def scaling_baselines(
+    *,
+    tokens: float,
+    batch_tokens: float,
+    ref_lr: float,
+    ref_batch_tokens: float,
+    ref_tokens: float,
+    n_params: float | None = None,
+    power_lines_exponent: float = POWER_LINES_BATCH_EXPONENT,
+) -> dict[str, dict[str, Any]]:
+    """All five baselines at a target budget ``tokens`` (and batch, for the LR–batch rules).
+
+    ``batch_tokens`` is the batch the sqrt and linear rules are evaluated at (normally
+    the projected batch, since those rules only say how the LR follows the batch).
+    ``n_params`` (non-embedding, ideally) enables DeepSeek LLM (via ``C = 6·N·D``) and
+    Step Law's LR; without it those entries hold ``None``.
+    """
+    compute = None if n_params is None else 6.0 * _pos("n_params", n_params) * _pos("tokens", tokens)
+    return {
+        "sqrt_rule": sqrt_rule(batch_tokens, ref_lr, ref_batch_tokens),
+        "linear_rule": linear_rule(batch_tokens, ref_lr, ref_batch_tokens),
+        "deepseek": deepseek_llm(compute),
+        "step_law": step_law(n_params, tokens),
+        "power_lines": power_lines(tokens, ref_lr, ref_batch_tokens, ref_tokens,
+                                   power_lines_exponent),
+    }

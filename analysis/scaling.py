@@ -1,0 +1,1068 @@
+"""Scaling laws for what μP does not fix: the optimal LR η*(B, D) and batch B*(D).
+
+Also the AdamW timescale ``tau = B/(eta·lambda·D)`` that turns them into a weight decay,
+the warmup (in tokens) and WSD decay-fraction rules, the projection to a target budget
+with extrapolation flags, and a held-out audit against textbook baselines.
+
+Batches ``B`` and budgets ``D`` are in tokens throughout.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from statistics import NormalDist
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ._io import finite_positive, require_columns, usable_rows
+from ._stats import check_level, check_n_boot, make_rng, percentile_interval
+from .baselines import scaling_baselines
+from .optimum import OptimumFit, _boot_locate_min, _locate, _resampled_means
+from .project import Estimate
+
+__all__ = [
+    "AUDIT_KEYS",
+    "METHODS",
+    "ScalingCurves",
+    "ScalingLawFit",
+    "ScalingProjection",
+    "ScheduleRules",
+    "fill_loss_gap",
+    "holdout_audit",
+    "tau_from",
+    "weight_decay_for",
+]
+
+METHODS = ("optima", "band")
+_LN2 = math.log(2.0)
+
+
+# --------------------------------------------------------------------- tau algebra
+def _arr(v: Any, name: str, *, zero_ok: bool = False) -> np.ndarray:
+    a = np.asarray(v, dtype=float)
+    bad = ~np.isfinite(a) | ((a < 0) if zero_ok else (a <= 0))
+    if np.any(bad):
+        raise ValueError(f"{name} must be finite and {'>= 0' if zero_ok else '> 0'}, "
+                         f"got {a[bad].ravel()[0]!r}.")
+    return a
+
+
+def _out(a: np.ndarray) -> Any:
+    return float(a) if a.ndim == 0 else a
+
+
+def tau_from(batch: Any, lr: Any, weight_decay: Any, tokens: Any) -> Any:
+    """AdamW timescale as a fraction of training: ``tau = B / (eta · lambda · D)``.
+
+    AdamW's decoupled decay makes the weights an exponential moving average of recent
+    updates with time constant ``1/(eta·lambda)`` iterations (Wang & Aitchison 2024, "How
+    to set AdamW's weight decay as you scale model and dataset size"); over ``S = D/B``
+    steps that is ``tau = B/(eta·lambda·D)`` of the run (Bergsma et al. 2025, "Power
+    Lines: Scaling Laws for Weight Decay and Batch Size in LLM Pre-training", their
+    ``tau_EMA``, defined in the abstract and §2). ``B`` and ``D`` must be in the same unit
+    (both tokens or both sequences; the ratio is unit-free). ``weight_decay`` is the
+    PyTorch AdamW ``weight_decay`` (decoupled, multiplied by the LR). Scalars give a
+    float, arrays an array; ``weight_decay = 0`` gives ``inf``.
+    """
+    b, e, d = _arr(batch, "batch"), _arr(lr, "lr"), _arr(tokens, "tokens")
+    lam = _arr(weight_decay, "weight_decay", zero_ok=True)
+    with np.errstate(divide="ignore"):
+        return _out(b / (e * lam * d))
+
+
+def weight_decay_for(tau: Any, batch: Any, lr: Any, tokens: Any) -> Any:
+    """The weight decay that gives timescale ``tau``: ``lambda = B / (eta · tau · D)``.
+
+    The inverse of :func:`tau_from` (Wang & Aitchison 2024; Bergsma et al. 2025, who
+    verify that at fixed N and D the optimal lambda grows linearly with B): holding
+    ``tau`` fixed, lambda grows linearly with the batch and falls with the LR and budget.
+    """
+    b, e, d = _arr(batch, "batch"), _arr(lr, "lr"), _arr(tokens, "tokens")
+    t = _arr(tau, "tau")
+    return _out(b / (e * t * d))
+
+
+# ----------------------------------------------------------------- schedule rules
+@dataclass(frozen=True)
+class ScheduleRules:
+    """Warmup (in tokens) and WSD decay fraction: documented rules, not fitted laws.
+
+    Warmup: ``warmup_tokens = per_param · N`` when the model size ``N`` is known (Porian
+    et al. 2024, "Resolving Discrepancies in Compute-Optimal Scaling of Language Models",
+    who name warmup duration as one cause of the Kaplan–Chinchilla gap and warm up for
+    as many tokens as the model has parameters, instead of a fixed step
+    count that is far too long for small models), else ``fraction · D``; then capped at
+    ``max_fraction · D`` and rounded up to whole steps, at least ``min_steps``.
+
+    Decay: WSD (warmup–stable–decay) with a linear cooldown over the last
+    ``decay_fraction`` of the steps; Hägele et al. 2024 ("Scaling Laws and
+    Compute-Optimal Training Beyond Fixed Training Durations") find a cooldown of about
+    20 % of the steps matches a tuned cosine schedule.
+    """
+
+    per_param: float = 1.0
+    """warmup tokens per model parameter when ``n_params`` is given (default 1)."""
+    fraction: float = 0.01
+    """warmup as a fraction of the budget when ``n_params`` is unknown (default 1 %)."""
+    max_fraction: float = 0.1
+    """warmup never exceeds this fraction of the budget (default 10 %)."""
+    min_steps: int = 1
+    """at least this many warmup steps (default 1)."""
+    decay_fraction: float = 0.2
+    """fraction of the steps in the WSD cooldown (default 0.2, Hägele et al. 2024)."""
+
+    def __post_init__(self) -> None:
+        for name in ("per_param", "fraction", "max_fraction"):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and v >= 0):
+                raise ValueError(f"{name} must be finite and >= 0, got {v!r}.")
+        if not 0 < self.decay_fraction < 1:
+            raise ValueError(f"decay_fraction must be in (0, 1), got {self.decay_fraction!r}.")
+        if int(self.min_steps) != self.min_steps or self.min_steps < 0:
+            raise ValueError(f"min_steps must be a non-negative integer, got {self.min_steps!r}.")
+
+    def warmup_tokens(self, tokens: float, batch_tokens: float,
+                      n_params: float | None = None) -> float:
+        """Warmup length in tokens, a whole number of steps of ``batch_tokens``."""
+        d = float(_arr(tokens, "tokens"))
+        b = float(_arr(batch_tokens, "batch_tokens"))
+        w = self.per_param * float(n_params) if n_params is not None else self.fraction * d
+        w = min(w, self.max_fraction * d)
+        steps = max(int(self.min_steps), math.ceil(w / b - 1e-9))
+        return float(steps * b)
+
+    def source(self, n_params: float | None) -> str:
+        base = (f"{self.per_param:g} token(s) per parameter (Porian et al. 2024)"
+                if n_params is not None else f"{self.fraction:g} × tokens (rule of thumb)")
+        return f"warmup = {base}, at most {self.max_fraction:g} × tokens, whole steps"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"per_param": self.per_param, "fraction": self.fraction,
+                "max_fraction": self.max_fraction, "min_steps": int(self.min_steps),
+                "decay_fraction": self.decay_fraction}
+
+
+# ----------------------------------------------------------------- data objects
+def _num(v: Any) -> float | None:
+    if v is None:
+        return None
+    f = float(v)
+    return f if math.isfinite(f) else None
+
+
+@dataclass
+class ScalingProjection:
+    """Projected big-run settings; :meth:`to_dict` is the card's ``projected`` section."""
+
+    lr: Estimate
+    batch_tokens: Estimate
+    batch_sequences: int
+    steps: int
+    weight_decay: Estimate | None
+    tau: Estimate | None
+    warmup_tokens: Estimate
+    decay_fraction: Estimate
+    extrapolation: dict[str, float]
+    extrapolation_limit: float
+    extrapolated: bool
+    baselines: dict[str, dict[str, Any]]
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        def est(e: Estimate | None) -> dict[str, Any] | None:
+            return None if e is None else e.to_dict()
+
+        return {
+            "lr": est(self.lr), "batch_tokens": est(self.batch_tokens),
+            "batch_sequences": int(self.batch_sequences), "steps": int(self.steps),
+            "weight_decay": est(self.weight_decay), "tau": est(self.tau),
+            "warmup_tokens": est(self.warmup_tokens),
+            "decay_fraction": est(self.decay_fraction),
+            "extrapolation": {k: float(v) for k, v in self.extrapolation.items()},
+            "extrapolation_limit": float(self.extrapolation_limit),
+            "extrapolated": bool(self.extrapolated),
+            "baselines": {k: {kk: (_num(vv) if kk != "source" else vv) for kk, vv in b.items()}
+                          for k, b in self.baselines.items()},
+            "warnings": list(self.warnings),
+        }
+
+    def report(self) -> str:
+        lines = ["ScalingProjection"]
+        for name in ("lr", "batch_tokens", "weight_decay", "tau", "warmup_tokens"):
+            e = getattr(self, name)
+            if e is not None:
+                lines.append(f"  {name:>13} = {e.value:.4g}  [{e.lo:.4g}, {e.hi:.4g}]  ({e.source})")
+        lines.append(f"  batch = {self.batch_sequences} sequences, {self.steps} steps, "
+                     f"decay fraction {self.decay_fraction.value:g}")
+        lines.append("  extrapolation: " + ", ".join(f"{k} {v:.3g}×"
+                                                      for k, v in self.extrapolation.items()))
+        for k, b in self.baselines.items():
+            lr = "n/a" if b.get("lr") is None else f"{b['lr']:.4g}"
+            bt = "n/a" if b.get("batch_tokens") is None else f"{b['batch_tokens']:.4g}"
+            lines.append(f"  baseline {k}: lr {lr}, batch_tokens {bt}")
+        lines += [f"  WARNING: {w}" for w in self.warnings]
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class ScalingCurves:
+    """What the scaling plots draw (built by :meth:`ScalingLawFit.curves_`).
+
+    ``cells``: the measured per-(B, D) optima (columns ``batch_tokens``, ``tokens``,
+    ``lr_opt``, ``lr_lo``, ``lr_hi``, ``edge``). ``lr_lines``: for each measured budget,
+    the fitted law over ``batch`` with its bootstrap band (``tokens``, ``batch``,
+    ``lr``, ``lo``, ``hi``). ``budgets``: the measured per-budget optimal batch
+    (``tokens``, ``batch_opt``, ``lo``, ``hi``, ``edge``); ``batch_line``: the fitted
+    ``B*(D)`` over ``tokens`` with its band (``tokens``, ``batch``, ``lo``, ``hi``).
+    """
+
+    cells: pd.DataFrame
+    lr_lines: pd.DataFrame
+    budgets: pd.DataFrame
+    batch_line: pd.DataFrame
+    level: float
+    lr_law: str
+    batch_law: str
+
+
+# --------------------------------------------------------------------- the fit
+def _fmt_pair(p: tuple[float, float] | None) -> list[float | None] | None:
+    return None if p is None else [_num(p[0]), _num(p[1])]
+
+
+class ScalingLawFit:
+    """Power laws ``eta*(B, D) = c_eta · B^a · D^b`` and ``B*(D) = c_B · D^g``.
+
+    Both are fitted, like Step Law (Li et al. 2025, "Predictable Scale: Part I", §3), by
+    least squares in log space on the near-optimal runs, with bootstrap intervals.
+    Diverged rows (``diverged`` true) and rows with a non-finite value are left out and
+    counted. Two ways to pick the near-optimal runs (``method``):
+
+    * ``"optima"`` (default): per ``(B, D)`` cell, the LR optimum from the seed-averaged
+      quadratic in ``log2 eta`` (:class:`~analysis.OptimumFit`: vertex within argmin ± 2
+      grid points, edge flags); per budget ``D``, the batch optimum from the same
+      quadratic over ``log2 B`` of the cells' best losses. The laws are then fitted to
+      these optima. The bootstrap resamples the seeds at every ``(B, D, eta)`` point
+      (variance-corrected, as :class:`OptimumFit` does) — or the runs of a cell when
+      each point has one seed — and repeats every step, ``n_boot`` times.
+    * ``"band"``: Step Law's own recipe — keep every seed-averaged point whose loss is
+      within ``band`` (default 0.25 %) of its cell's lowest (for eta) or its budget's
+      lowest (for B), and regress ``log eta`` on ``log B, log D`` and ``log B`` on
+      ``log D`` over those points; the bootstrap resamples the kept points.
+
+    ``"optima"`` is the default because proxy sweeps have coarse grids (4–8 LRs a
+    factor 2 apart, a few batches): the band then holds little more than each grid's
+    argmin, so its fitted exponents move in whole grid steps and depend on which
+    near-ties fall inside the band, whereas the quadratic vertex interpolates between
+    grid points and averages the seeds. Step Law's grids were dense (LRs 2^0.5 apart),
+    which is where the band recipe works; both are reported by the tests on the same
+    synthetic sweeps.
+
+    Needs at least 3 budgets and 3 batch sizes (ValueError naming what is missing),
+    each budget with at least 3 batches and each cell with at least 3 LRs.
+
+    Fitted attributes: ``params_`` (``lr_coef``, ``lr_exp_batch``, ``lr_exp_tokens``,
+    ``batch_coef``, ``batch_exp_tokens``, ``tau``), ``ci_`` (same keys -> (lo, hi),
+    ``level`` percentile bootstrap), ``cells_`` (per-cell optima), ``budgets_``
+    (per-budget batch optima), ``reference_`` (the proxy optimum at the largest budget:
+    the anchor of the baselines), ``measured_``, ``n_rows_``, ``n_in_band_``,
+    ``n_excluded_``, ``n_diverged_``, ``warnings_``, ``boot_lr_``/``boot_batch_`` (draws
+    of the log-space coefficients).
+    """
+
+    def __init__(
+        self,
+        band: float = 0.0025,
+        n_boot: int = 1000,
+        level: float = 0.9,
+        seed: int | np.random.Generator | None = 0,
+        *,
+        method: str = "optima",
+        window: int = 2,
+        rules: ScheduleRules | None = None,
+    ) -> None:
+        if not (math.isfinite(band) and band >= 0):
+            raise ValueError(f"band must be a non-negative fraction, got {band!r}.")
+        if method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {method!r}.")
+        if int(window) != window or window < 1:
+            raise ValueError(f"window must be a positive integer, got {window!r}.")
+        self.band = float(band)
+        self.n_boot = check_n_boot(n_boot)
+        self.level = check_level(level, "level")
+        self.seed = seed
+        self.method = method
+        self.window = int(window)
+        self.rules = rules or ScheduleRules()
+
+    # ------------------------------------------------------------------ fitting
+    def fit(
+        self,
+        df: pd.DataFrame,
+        *,
+        lr: str = "lr",
+        batch: str = "batch_tokens",
+        tokens: str = "tokens",
+        loss: str = "loss",
+        seed_col: str | None = "seed",
+        diverged: str | None = "diverged",
+        weight_decay: str | None = "weight_decay",
+        seq_len: str | None = "seq_len",
+    ) -> ScalingLawFit:
+        """Fit both laws (and tau, when ``weight_decay`` is a column) on a results table."""
+        require_columns(df, [lr, batch, tokens, loss], "scaling sweep")
+        div = diverged if diverged is not None and diverged in df.columns else None
+        n_div = 0
+        if div is not None:
+            n_div = int(df[div].fillna(False).astype(bool).sum())
+        ok = usable_rows(df, [lr, batch, tokens, loss], div).copy()
+        self.n_rows_ = int(len(df))
+        self.n_diverged_ = n_div
+        self.n_excluded_ = int(len(df) - len(ok))
+        if ok.empty:
+            raise ValueError(f"all {len(df)} rows of the scaling sweep diverged or have a "
+                             f"non-finite {lr}/{batch}/{tokens}/{loss}.")
+        for col in (lr, batch, tokens):
+            finite_positive(ok[col].to_numpy(dtype=float), f"column {col!r}")
+        Ds = np.unique(ok[tokens].to_numpy(dtype=float))
+        Bs = np.unique(ok[batch].to_numpy(dtype=float))
+        missing = []
+        if Ds.size < 3:
+            missing.append(f"{Ds.size} token budget(s) {Ds.tolist()} (need at least 3 "
+                           f"distinct {tokens!r})")
+        if Bs.size < 3:
+            missing.append(f"{Bs.size} batch size(s) {Bs.tolist()} (need at least 3 "
+                           f"distinct {batch!r})")
+        if missing:
+            raise ValueError("a scaling fit needs at least 3 budgets and 3 batch sizes; the "
+                             "usable rows have only " + " and ".join(missing) + ".")
+        self.columns_ = {"lr": lr, "batch_tokens": batch, "tokens": tokens, "loss": loss}
+        seed = seed_col if seed_col is not None and seed_col in ok.columns else None
+        rng = make_rng(self.seed)
+
+        cells = self._cells(ok, lr, batch, tokens, loss, seed)
+        self._fit_cells(cells, rng)
+        self._fit_tau(ok, weight_decay, lr, batch, tokens)
+        self.measured_ = {
+            "tokens": [float(Ds.min()), float(Ds.max())],
+            "batch_tokens": [float(Bs.min()), float(Bs.max())],
+            "seq_len": self._seq_len(ok, seq_len),
+            "n_params": self._single(ok, "n_params"),
+        }
+        return self
+
+    @staticmethod
+    def _single(ok: pd.DataFrame, col: str | None) -> float | None:
+        if col is None or col not in ok.columns:
+            return None
+        v = pd.to_numeric(ok[col], errors="coerce").dropna().unique()
+        return float(v[0]) if v.size == 1 else None
+
+    def _seq_len(self, ok: pd.DataFrame, col: str | None) -> int | None:
+        v = self._single(ok, col)
+        return None if v is None else int(v)
+
+    def _cells(self, ok: pd.DataFrame, lr: str, batch: str, tokens: str, loss: str,
+               seed: str | None) -> list[dict[str, Any]]:
+        """Per (B, D) cell: the LR grid, the seed losses per LR, and the OptimumFit point."""
+        of = OptimumFit(x=lr, y=loss, group_by=(batch, tokens), diverged=None, seed=seed,
+                        window=self.window, band=self.band, n_boot=0).fit(ok)
+        self.optimum_fit_ = of
+        out = []
+        for o, (_, g) in zip(of.optima_, ok.groupby([batch, tokens], sort=True), strict=True):
+            xv = g[lr].to_numpy(dtype=float)
+            yv = g[loss].to_numpy(dtype=float)
+            grid, inv = np.unique(xv, return_inverse=True)
+            per_x = [yv[inv == j] for j in range(grid.size)]
+            b, d = o.key
+            near = o.mean_loss <= o.mean_loss.min() * (1.0 + self.band)
+            out.append({"B": float(b), "D": float(d), "opt": o, "grid": grid, "per_x": per_x,
+                        "inv": inv, "y": yv, "n_in_band": int(o.n_seeds[near].sum())})
+        return out
+
+    # ---- the two estimators, each giving point values and bootstrap draws of the
+    # ---- log-space coefficients [log c_eta, a, b] and [log c_B, g]
+    def _fit_cells(self, cells: list[dict[str, Any]], rng: np.random.Generator) -> None:
+        warnings: list[str] = []
+        self.warnings_ = warnings
+        B = np.array([c["B"] for c in cells])
+        D = np.array([c["D"] for c in cells])
+        Ds = np.unique(D)
+        for d in Ds:
+            nb = int(np.sum(D == d))
+            if nb < 3:
+                raise ValueError(f"budget tokens={d:g} has only {nb} batch size(s) with "
+                                 "usable runs; the optimal batch needs at least 3.")
+        t_lr = np.array([math.log2(c["opt"].x_opt) for c in cells])
+        l_opt = np.array([c["opt"].loss_opt for c in cells])
+        edges = [c["opt"].edge for c in cells]
+        self.n_in_band_ = int(sum(c["n_in_band"] for c in cells))
+
+        # Draws of every cell's (log2 eta*, best loss).
+        nb_ = self.n_boot
+        T = np.empty((nb_, len(cells)))
+        L = np.empty((nb_, len(cells)))
+        for j, c in enumerate(cells):
+            if nb_ == 0:
+                break
+            t = np.log2(c["grid"])
+            if max(v.size for v in c["per_x"]) > 1:
+                M = _resampled_means(c["per_x"], nb_, rng)
+                T[:, j], L[:, j] = _boot_locate_min(t, M, self.window)
+            else:
+                T[:, j], L[:, j] = self._single_seed_boot(t, c["per_x"], rng)
+
+        # Per budget: the batch optimum over log2 B of the cells' best losses.
+        budgets = []
+        tB = np.empty((nb_, Ds.size))
+        for i, d in enumerate(Ds):
+            idx = np.flatnonzero(D == d)
+            idx = idx[np.argsort(B[idx])]
+            tb = np.log2(B[idx])
+            t_opt, l_best, method, edge, _, _ = _locate(tb, l_opt[idx], self.window)
+            if nb_:
+                tB[:, i] = _boot_locate_min(tb, L[:, idx], self.window)[0]
+            budgets.append({"tokens": float(d), "batch_opt": float(2.0**t_opt),
+                            "loss_opt": float(l_best), "method": method, "edge": edge,
+                            "cells": idx})
+            if edge:
+                warnings.append(f"at tokens={d:g} the best batch is at the {edge} edge of "
+                                f"the batch grid ({2.0**t_opt:g}); B* there is only a bound.")
+
+        if self.method == "optima":
+            use = np.array([e == "" for e in edges])
+            Xc = np.column_stack([np.ones(len(cells)), np.log(B), np.log(D)])
+            if use.sum() >= 4 and np.unique(B[use]).size >= 2 and np.unique(D[use]).size >= 2:
+                if not use.all():
+                    warnings.append(f"{int((~use).sum())} (B, D) cell(s) have their LR "
+                                    "optimum at the grid edge and were left out of the LR law.")
+            else:
+                if not use.all():
+                    warnings.append(f"{int((~use).sum())} (B, D) cell(s) have their LR optimum "
+                                    "at the grid edge; too few others remain, so they were "
+                                    "kept (the LR law is biased toward the grid).")
+                use = np.ones(len(cells), dtype=bool)
+            self.lr_coef_log_ = _ols(Xc[use], t_lr[use] * _LN2)
+            self.boot_lr_ = _ols_many(Xc[use], T[:, use] * _LN2) if nb_ else np.empty((0, 3))
+            Xd = np.column_stack([np.ones(Ds.size), np.log(Ds)])
+            t_b = np.array([math.log2(b["batch_opt"]) for b in budgets])
+            self.batch_coef_log_ = _ols(Xd, t_b * _LN2)
+            self.boot_batch_ = _ols_many(Xd, tB * _LN2) if nb_ else np.empty((0, 2))
+            self.n_lr_points_, self.n_batch_points_ = int(use.sum()), int(Ds.size)
+        else:
+            self._fit_band(cells, B, D, rng)
+
+        self.cells_ = pd.DataFrame({
+            "batch_tokens": B, "tokens": D, "lr_opt": 2.0**t_lr, "loss_opt": l_opt,
+            "lr_lo": _q(T, (1 - self.level) / 2, 2.0**t_lr), "lr_hi": _q(T, (1 + self.level) / 2, 2.0**t_lr),
+            "edge": edges, "method": [c["opt"].method for c in cells],
+            "n_lr": [c["grid"].size for c in cells],
+        })
+        self.budgets_ = pd.DataFrame({
+            "tokens": [b["tokens"] for b in budgets],
+            "batch_opt": [b["batch_opt"] for b in budgets],
+            "lo": _q(tB, (1 - self.level) / 2, np.array([b["batch_opt"] for b in budgets])),
+            "hi": _q(tB, (1 + self.level) / 2, np.array([b["batch_opt"] for b in budgets])),
+            "loss_opt": [b["loss_opt"] for b in budgets],
+            "edge": [b["edge"] for b in budgets],
+        })
+        self._boot_log_bstar = tB[:, -1] * _LN2  # draws of log B* at the largest budget
+        # Anchor of the baselines: the best measured cell at the largest budget.
+        last = budgets[-1]
+        j = int(last["cells"][np.argmin(l_opt[last["cells"]])])
+        self.reference_ = {"lr": float(2.0 ** t_lr[j]), "batch_tokens": float(B[j]),
+                           "tokens": float(D[j]), "loss": float(l_opt[j])}
+        self._set_params()
+
+    def _single_seed_boot(self, t: np.ndarray, per_x: list[np.ndarray],
+                          rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """One run per LR: resample the runs (as :class:`OptimumFit` does); a draw keeps
+        the grid points it hit. The losses never change, so a draw's optimum depends only
+        on its argmin window among the kept points: each window is solved once."""
+        y = np.array([v[0] for v in per_x])
+        n, nb_, w = y.size, self.n_boot, self.window
+        present = np.zeros((nb_, n), dtype=bool)
+        present[np.arange(nb_)[:, None], rng.integers(0, n, size=(nb_, n))] = True
+        ia = np.argmin(np.where(present, y, np.inf), axis=1)  # grid index of each argmin
+        rank = np.cumsum(present, axis=1) - 1  # position among the kept points
+        count = present.sum(axis=1)
+        r0 = rank[np.arange(nb_), ia]
+        T, L = t[ia].astype(float), y[ia].astype(float)
+        inner = (count >= 3) & (r0 > 0) & (r0 < count - 1)  # else: argmin or edge point
+        if inner.any():
+            win = present & (np.abs(rank - r0[:, None]) <= w)
+            keys, inv = np.unique(win[inner], axis=0, return_inverse=True)
+            rows = np.flatnonzero(inner)
+            for u, key in enumerate(keys):
+                cols = np.flatnonzero(key)
+                r = _locate(t[cols], y[cols], w)
+                T[rows[inv.ravel() == u]], L[rows[inv.ravel() == u]] = r[0], r[1]
+        return T, L
+
+    def _fit_band(self, cells: list[dict[str, Any]], B: np.ndarray, D: np.ndarray,
+                  rng: np.random.Generator) -> None:
+        """Step Law's recipe on seed-averaged points inside the near-optimal band."""
+        rows_lr, rows_b = [], []
+        for c in cells:
+            m = c["opt"].mean_loss
+            near = m <= m.min() * (1.0 + self.band)
+            for x in c["grid"][near]:
+                rows_lr.append((c["B"], c["D"], float(x)))
+        for d in np.unique(D):
+            idx = np.flatnonzero(D == d)
+            best = min(cells[j]["opt"].mean_loss.min() for j in idx)
+            for j in idx:
+                if np.any(cells[j]["opt"].mean_loss <= best * (1.0 + self.band)):
+                    rows_b.append((float(d), cells[j]["B"]))
+        a = np.array(rows_lr)
+        b = np.array(rows_b)
+        Xl = np.column_stack([np.ones(len(a)), np.log(a[:, 0]), np.log(a[:, 1])])
+        yl = np.log(a[:, 2])
+        Xb = np.column_stack([np.ones(len(b)), np.log(b[:, 0])])
+        yb = np.log(b[:, 1])
+        if np.linalg.matrix_rank(Xl) < 3:
+            raise ValueError("the near-optimal band holds too few distinct (B, D) points to "
+                             "fit the LR law; widen --band or use method='optima'.")
+        if np.linalg.matrix_rank(Xb) < 2:
+            raise ValueError("the near-optimal band holds too few budgets to fit B*(D).")
+        self.lr_coef_log_ = _ols(Xl, yl)
+        self.batch_coef_log_ = _ols(Xb, yb)
+        self.boot_lr_ = _pairs_boot(Xl, yl, self.n_boot, rng)
+        self.boot_batch_ = _pairs_boot(Xb, yb, self.n_boot, rng)
+        self.n_lr_points_, self.n_batch_points_ = int(len(a)), int(len(b))
+
+    def _set_params(self) -> None:
+        cl, cb = self.lr_coef_log_, self.batch_coef_log_
+        self.params_: dict[str, float | None] = {
+            "lr_coef": float(np.exp(cl[0])), "lr_exp_batch": float(cl[1]),
+            "lr_exp_tokens": float(cl[2]), "batch_coef": float(np.exp(cb[0])),
+            "batch_exp_tokens": float(cb[1]), "tau": None,
+        }
+        self.ci_: dict[str, tuple[float, float]] = {}
+        self.cov_lr_ = np.zeros((3, 3))
+        self.cov_batch_ = np.zeros((2, 2))
+        if self.boot_lr_.shape[0] > 2 and self.boot_batch_.shape[0] > 2:
+            lo, hi = percentile_interval(self.boot_lr_, self.level)
+            self.ci_["lr_coef"] = (float(np.exp(lo[0])), float(np.exp(hi[0])))
+            self.ci_["lr_exp_batch"] = (float(lo[1]), float(hi[1]))
+            self.ci_["lr_exp_tokens"] = (float(lo[2]), float(hi[2]))
+            lo, hi = percentile_interval(self.boot_batch_, self.level)
+            self.ci_["batch_coef"] = (float(np.exp(lo[0])), float(np.exp(hi[0])))
+            self.ci_["batch_exp_tokens"] = (float(lo[1]), float(hi[1]))
+            self.cov_lr_ = np.cov(self.boot_lr_, rowvar=False)
+            self.cov_batch_ = np.cov(self.boot_batch_, rowvar=False)
+
+    def _fit_tau(self, ok: pd.DataFrame, wd: str | None, lr: str, batch: str,
+                 tokens: str) -> None:
+        """tau at the proxy optimum of the largest budget, with the weight decay run there."""
+        self.weight_decay_ = None
+        self.tau_at_ = None
+        self.tau_boot_ = np.empty(0)
+        if wd is None or wd not in ok.columns:
+            return
+        d_max = float(ok[tokens].max())
+        lam = pd.to_numeric(ok.loc[ok[tokens] == d_max, wd], errors="coerce").dropna().unique()
+        if lam.size != 1:
+            self.warnings_.append(f"column {wd!r} takes {lam.size} values at the largest "
+                                  "budget; tau needs one weight decay, so it was not measured.")
+            return
+        lam0 = float(lam[0])
+        if not (math.isfinite(lam0) and lam0 >= 0):
+            raise ValueError(f"column {wd!r} holds {lam0!r}; a weight decay must be >= 0.")
+        self.weight_decay_ = lam0
+        if lam0 == 0:
+            self.warnings_.append("the sweep ran without weight decay (lambda = 0): tau is "
+                                  "infinite and the projection keeps lambda = 0.")
+            return
+        b_star = float(self.budgets_["batch_opt"].iloc[-1])
+        eta = float(self.predict_lr(b_star, d_max)[0])
+        self.params_["tau"] = float(tau_from(b_star, eta, lam0, d_max))
+        self.tau_at_ = {"tokens": d_max, "batch_tokens": b_star, "lr": eta,
+                        "weight_decay": lam0}
+        if self.boot_lr_.shape[0] and self._boot_log_bstar.size:
+            # the measured B* and the LR law, drawn from the same resamples
+            n = min(self.boot_lr_.shape[0], self._boot_log_bstar.size)
+            lb = self._boot_log_bstar[:n]
+            le = self.boot_lr_[:n] @ np.array([1.0, 0.0, math.log(d_max)]) + \
+                self.boot_lr_[:n, 1] * lb
+            self.tau_boot_ = np.exp(lb - le) / (lam0 * d_max)
+            lo, hi = percentile_interval(self.tau_boot_, self.level)
+            self.ci_["tau"] = (float(lo), float(hi))
+
+    # --------------------------------------------------------------- prediction
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "params_"):
+            raise ValueError("this ScalingLawFit is not fitted yet; call fit() first.")
+
+    def predict_lr(self, batch_tokens: Any, tokens: Any) -> np.ndarray:
+        """``eta*(B, D) = c_eta · B^a · D^b`` (arrays broadcast)."""
+        self._check_fitted()
+        b = np.atleast_1d(_arr(batch_tokens, "batch_tokens"))
+        d = np.atleast_1d(_arr(tokens, "tokens"))
+        c = self.lr_coef_log_
+        return np.exp(c[0] + c[1] * np.log(b) + c[2] * np.log(d))
+
+    def predict_batch(self, tokens: Any) -> np.ndarray:
+        """``B*(D) = c_B · D^g`` in tokens."""
+        self._check_fitted()
+        d = np.atleast_1d(_arr(tokens, "tokens"))
+        c = self.batch_coef_log_
+        return np.exp(c[0] + c[1] * np.log(d))
+
+    def _band(self, X: np.ndarray, coef: np.ndarray, cov: np.ndarray,
+              level: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Point and normal-theory band in log space from the bootstrap covariance."""
+        mean = X @ coef
+        se = np.sqrt(np.maximum(np.einsum("ij,jk,ik->i", X, cov, X), 0.0))
+        z = NormalDist().inv_cdf(0.5 + level / 2.0)
+        return np.exp(mean), np.exp(mean - z * se), np.exp(mean + z * se)
+
+    def lr_interval(self, batch_tokens: Any, tokens: Any,
+                    level: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(point, lo, hi)`` of the LR law: a band of the fitted law (not of one run).
+
+        The band is ``exp(x·c ± z·sqrt(xᵀΣx))`` with ``Σ`` the bootstrap covariance of
+        the log-space coefficients, so it is the same after :meth:`from_dict`.
+        """
+        self._check_fitted()
+        lv = self.level if level is None else check_level(level, "level")
+        b = np.atleast_1d(_arr(batch_tokens, "batch_tokens"))
+        d = np.atleast_1d(_arr(tokens, "tokens"))
+        b, d = np.broadcast_arrays(b, d)
+        X = np.column_stack([np.ones(b.size), np.log(b.ravel()), np.log(d.ravel())])
+        return self._band(X, self.lr_coef_log_, self.cov_lr_, lv)
+
+    def batch_interval(self, tokens: Any,
+                       level: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(point, lo, hi)`` of ``B*(D)`` (band of the law, as :meth:`lr_interval`)."""
+        self._check_fitted()
+        lv = self.level if level is None else check_level(level, "level")
+        d = np.atleast_1d(_arr(tokens, "tokens")).ravel()
+        X = np.column_stack([np.ones(d.size), np.log(d)])
+        return self._band(X, self.batch_coef_log_, self.cov_batch_, lv)
+
+    # --------------------------------------------------------------- projection
+    def project(
+        self,
+        tokens: float,
+        n_params: float | None = None,
+        seq_len: int | None = None,
+        dp_size: int | None = None,
+        limit: float = 100.0,
+        *,
+        tau_tpp_exponent: float | None = None,
+    ) -> ScalingProjection:
+        """Settings for a run of ``tokens`` tokens, each with its interval and flags.
+
+        * batch: ``B*(D)``, rounded to whole sequences of ``seq_len`` (default: the
+          sweep's) and, with ``dp_size``, to a multiple of ``dp_size`` sequences;
+        * lr: ``eta*(B, D)`` at the rounded batch; steps ``= ceil(D / B)``;
+        * weight decay: ``lambda = B/(eta·tau·D)`` with the proxy's tau held fixed
+          (Wang & Aitchison 2024). With ``tau_tpp_exponent = m`` and ``n_params`` for
+          both proxy (the sweep's ``n_params`` column) and target, tau follows Power
+          Lines' ``tau_opt ∝ (D/N)^m`` instead (Bergsma et al. 2025: tau_opt is a power
+          law in tokens per parameter);
+        * warmup tokens and WSD decay fraction from :class:`ScheduleRules`;
+        * extrapolation per axis = target ÷ largest measured; a factor above ``limit``
+          sets ``extrapolated`` and adds a warning;
+        * baselines (:func:`~analysis.scaling_baselines`) anchored at ``reference_``.
+        """
+        self._check_fitted()
+        d = float(_arr(tokens, "tokens"))
+        if not (math.isfinite(limit) and limit >= 1):
+            raise ValueError(f"limit (the extrapolation limit) must be >= 1, got {limit!r}.")
+        sl = seq_len if seq_len is not None else self.measured_.get("seq_len")
+        if sl is None:
+            raise ValueError("seq_len is needed to round the batch to whole sequences; the "
+                             "sweep has no single seq_len, so pass seq_len=.")
+        if int(sl) != sl or sl < 1:
+            raise ValueError(f"seq_len must be a positive integer, got {sl!r}.")
+        sl = int(sl)
+        if dp_size is not None and (int(dp_size) != dp_size or dp_size < 1):
+            raise ValueError(f"dp_size must be a positive integer, got {dp_size!r}.")
+        level = self.level
+        warnings: list[str] = list(self.warnings_)
+
+        bp, blo, bhi = (float(v[0]) for v in self.batch_interval(d))
+        seqs = max(1, round(bp / sl))
+        if dp_size:
+            seqs = max(int(dp_size), int(round(seqs / dp_size)) * int(dp_size))
+        b_tok = float(seqs * sl)
+        if b_tok > d:
+            raise ValueError(f"the token budget {d:g} is below one batch ({b_tok:g} tokens = "
+                             f"{seqs} × {sl}); give a larger budget.")
+        steps = int(math.ceil(d / b_tok - 1e-9))
+        ext_d = d / self.measured_["tokens"][1]
+        ext_b = b_tok / self.measured_["batch_tokens"][1]
+        ext = {"tokens": float(ext_d), "batch_tokens": float(ext_b)}
+        e_b = max(1.0, ext_d, self.measured_["tokens"][0] / d)
+        e_lr = max(e_b, ext_b, self.measured_["batch_tokens"][0] / b_tok)
+        bsrc = (f"B*(D) = {self.params_['batch_coef']:.4g}·D^{self.params_['batch_exp_tokens']:.4g}"
+                f", rounded to {seqs} × {sl}" + (f" (multiple of dp_size {dp_size})" if dp_size else ""))
+        batch = Estimate(b_tok, blo, bhi, level, bsrc, e_b)
+        lp, llo, lhi = (float(v[0]) for v in self.lr_interval(b_tok, d))
+        lsrc = (f"eta*(B, D) = {self.params_['lr_coef']:.4g}·B^{self.params_['lr_exp_batch']:.4g}"
+                f"·D^{self.params_['lr_exp_tokens']:.4g}")
+        lr_e = Estimate(lp, llo, lhi, level, lsrc, e_lr)
+
+        tau_e = wd_e = None
+        tau = self.params_.get("tau")
+        if tau is not None:
+            t_lo, t_hi = self.ci_.get("tau", (tau, tau))
+            src = "tau = B/(eta·lambda·D) at the proxy optimum, held fixed (Wang & Aitchison 2024)"
+            n_p = self.measured_.get("n_params")
+            if tau_tpp_exponent is not None:
+                if n_params is None or n_p is None:
+                    raise ValueError("tau_tpp_exponent needs n_params for the target and a "
+                                     "single n_params in the sweep.")
+                f = ((d / float(n_params)) / (self.tau_at_["tokens"] / n_p)) ** tau_tpp_exponent
+                tau, t_lo, t_hi = tau * f, t_lo * f, t_hi * f
+                src = (f"tau ∝ (D/N)^{tau_tpp_exponent:g} from the proxy's tau (Bergsma et al. "
+                       "2025, Power Lines)")
+            tau_e = Estimate(tau, t_lo, t_hi, level, src, e_lr)
+            wd = weight_decay_for(tau, b_tok, lp, d)
+            # Outer bounds from the component intervals: conservative, never too narrow.
+            wd_lo = b_tok / (lhi * t_hi * d)
+            wd_hi = b_tok / (llo * t_lo * d)
+            wd_e = Estimate(float(wd), float(wd_lo), float(wd_hi), level,
+                            "lambda = B/(eta·tau·D) (Wang & Aitchison 2024; Bergsma et al. 2025)", e_lr)
+        elif self.weight_decay_ == 0:
+            wd_e = Estimate(0.0, 0.0, 0.0, level, "the sweep used no weight decay", 1.0)
+        else:
+            warnings.append("no weight decay projected: the sweep has no single "
+                            "weight_decay at its largest budget, so tau is unknown.")
+
+        w_tok = self.rules.warmup_tokens(d, b_tok, n_params)
+        warm = Estimate(w_tok, w_tok, w_tok, level, self.rules.source(n_params), 1.0)
+        dec = Estimate(self.rules.decay_fraction, self.rules.decay_fraction,
+                       self.rules.decay_fraction, level,
+                       "WSD cooldown fraction (Hägele et al. 2024: 20 % matches cosine)", 1.0)
+
+        ref = self.reference_
+        base = scaling_baselines(tokens=d, batch_tokens=b_tok, ref_lr=ref["lr"],
+                                 ref_batch_tokens=ref["batch_tokens"], ref_tokens=ref["tokens"],
+                                 n_params=n_params)
+        extrapolated = False
+        for axis, f in ext.items():
+            if f > limit:
+                extrapolated = True
+                warnings.append(f"{axis} is {f:.3g}× the largest measured value (limit "
+                                f"{limit:g}×); the projected values are extrapolations.")
+        return ScalingProjection(
+            lr=lr_e, batch_tokens=batch, batch_sequences=int(seqs), steps=steps,
+            weight_decay=wd_e, tau=tau_e, warmup_tokens=warm, decay_fraction=dec,
+            extrapolation=ext, extrapolation_limit=float(limit), extrapolated=extrapolated,
+            baselines=base, warnings=warnings)
+
+    # ------------------------------------------------------------------ curves
+    def curves_(self, n_points: int = 50) -> ScalingCurves:
+        """The data the scaling plots draw (measured optima, laws, bootstrap bands)."""
+        self._check_fitted()
+        if not hasattr(self, "cells_"):
+            raise ValueError("curves_ needs a fit on data (a fit restored by from_dict "
+                             "keeps the laws but not the per-run optima).")
+        bmin, bmax = self.measured_["batch_tokens"]
+        dmin, dmax = self.measured_["tokens"]
+        bg = np.geomspace(bmin, bmax, n_points)
+        rows = []
+        for d in np.unique(self.cells_["tokens"]):
+            p, lo, hi = self.lr_interval(bg, np.full_like(bg, d))
+            rows.append(pd.DataFrame({"tokens": d, "batch": bg, "lr": p, "lo": lo, "hi": hi}))
+        dg = np.geomspace(dmin, dmax, n_points)
+        p, lo, hi = self.batch_interval(dg)
+        return ScalingCurves(
+            cells=self.cells_.copy(), lr_lines=pd.concat(rows, ignore_index=True),
+            budgets=self.budgets_.copy(),
+            batch_line=pd.DataFrame({"tokens": dg, "batch": p, "lo": lo, "hi": hi}),
+            level=self.level, lr_law=self._lr_law(), batch_law=self._batch_law())
+
+    def _lr_law(self) -> str:
+        p = self.params_
+        return (f"eta* = {p['lr_coef']:.4g} · B^{p['lr_exp_batch']:.3f} · "
+                f"D^{p['lr_exp_tokens']:.3f}")
+
+    def _batch_law(self) -> str:
+        p = self.params_
+        return f"B* = {p['batch_coef']:.4g} · D^{p['batch_exp_tokens']:.3f}"
+
+    # ------------------------------------------------------------------ output
+    def report(self) -> str:
+        """Readable summary: both laws with intervals, tau, counts and warnings."""
+        self._check_fitted()
+
+        def ci(k: str) -> str:
+            c = self.ci_.get(k)
+            return f" [{c[0]:.4g}, {c[1]:.4g}]" if c else ""
+
+        p = self.params_
+        lines = [f"ScalingLawFit ({self.method}, band {self.band:.2%}, {self.level:.0%} "
+                 f"bootstrap intervals, {self.n_boot} resamples)",
+                 f"  {self._lr_law()}",
+                 f"    a (batch) = {p['lr_exp_batch']:.4f}{ci('lr_exp_batch')}, "
+                 f"b (tokens) = {p['lr_exp_tokens']:.4f}{ci('lr_exp_tokens')}",
+                 f"  {self._batch_law()}",
+                 f"    g (tokens) = {p['batch_exp_tokens']:.4f}{ci('batch_exp_tokens')}"]
+        if p.get("tau") is not None:
+            lines.append(f"  tau = B/(eta·lambda·D) = {p['tau']:.4g}{ci('tau')} at the proxy "
+                         "optimum of the largest budget")
+        lines.append(f"  {self.n_rows_} rows, {self.n_excluded_} excluded ({self.n_diverged_} "
+                     f"diverged), {self.n_in_band_} in the near-optimal band")
+        lines += [f"  WARNING: {w}" for w in self.warnings_]
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe document (the ``mutransfer fit scaling`` output; see from_dict)."""
+        self._check_fitted()
+        p, c = self.params_, self.ci_
+        tau_v = p.get("tau")
+        tau: dict[str, Any] = {
+            "value": _num(tau_v), "ci": _fmt_pair(c.get("tau")),
+            "weight_decay": _num(self.weight_decay_) if self.weight_decay_ is not None else None,
+            "at": {k: _num(v) for k, v in self.tau_at_.items()} if self.tau_at_ else None,
+            "formula": "tau = batch_tokens / (lr · weight_decay · tokens)",
+            "source": "Wang & Aitchison 2024; Bergsma et al. 2025 (Power Lines)",
+        }
+        out: dict[str, Any] = {
+            "kind": "scaling", "method": self.method, "band": self.band,
+            "level": self.level, "n_boot": self.n_boot,
+            "lr": {"coef": _num(p["lr_coef"]),
+                   "exponents": {"batch_tokens": _num(p["lr_exp_batch"]),
+                                 "tokens": _num(p["lr_exp_tokens"])},
+                   "ci": {"coef": _fmt_pair(c.get("lr_coef")),
+                          "batch_tokens": _fmt_pair(c.get("lr_exp_batch")),
+                          "tokens": _fmt_pair(c.get("lr_exp_tokens"))},
+                   "cov_log": self.cov_lr_.tolist(), "law": self._lr_law(),
+                   "n_points": int(self.n_lr_points_)},
+            "batch": {"coef": _num(p["batch_coef"]),
+                      "exponents": {"tokens": _num(p["batch_exp_tokens"])},
+                      "ci": {"coef": _fmt_pair(c.get("batch_coef")),
+                             "tokens": _fmt_pair(c.get("batch_exp_tokens"))},
+                      "cov_log": self.cov_batch_.tolist(), "law": self._batch_law(),
+                      "n_points": int(self.n_batch_points_)},
+            "tau": tau,
+            "warmup": {**{k: v for k, v in self.rules.to_dict().items() if k != "decay_fraction"},
+                       "rule": "warmup_tokens = per_param·N (else fraction·D), at most "
+                               "max_fraction·D, whole steps",
+                       "source": "Porian et al. 2024"},
+            "decay_fraction": {"value": self.rules.decay_fraction, "schedule": "wsd",
+                               "source": "Hägele et al. 2024"},
+            "reference": {k: _num(v) for k, v in self.reference_.items()},
+            "measured": dict(self.measured_),
+            "n_rows": int(self.n_rows_), "n_in_band": int(self.n_in_band_),
+            "n_excluded": int(self.n_excluded_), "n_diverged": int(self.n_diverged_),
+            "warnings": list(self.warnings_),
+        }
+        if hasattr(self, "cells_"):
+            out["cells"] = [{k: (_num(v) if isinstance(v, (float, np.floating, int, np.integer))
+                                 and not isinstance(v, bool) else v)
+                             for k, v in r.items()} for r in self.cells_.to_dict("records")]
+            out["budgets"] = [{k: (_num(v) if isinstance(v, (float, np.floating)) else v)
+                               for k, v in r.items()} for r in self.budgets_.to_dict("records")]
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ScalingLawFit:
+        """Rebuild a fit from :meth:`to_dict` output: laws, bands, tau, rules, reference."""
+        if d.get("kind") != "scaling":
+            raise ValueError(f"not a scaling fit document (kind={d.get('kind')!r}).")
+        try:
+            w = d["warmup"]
+            rules = ScheduleRules(per_param=w["per_param"], fraction=w["fraction"],
+                                  max_fraction=w["max_fraction"], min_steps=w["min_steps"],
+                                  decay_fraction=d["decay_fraction"]["value"])
+            self = cls(band=d["band"], n_boot=d["n_boot"], level=d["level"],
+                       method=d["method"], rules=rules)
+            lr, bt = d["lr"], d["batch"]
+            self.lr_coef_log_ = np.array([math.log(lr["coef"]), lr["exponents"]["batch_tokens"],
+                                          lr["exponents"]["tokens"]])
+            self.batch_coef_log_ = np.array([math.log(bt["coef"]), bt["exponents"]["tokens"]])
+            self.cov_lr_ = np.asarray(lr["cov_log"], dtype=float).reshape(3, 3)
+            self.cov_batch_ = np.asarray(bt["cov_log"], dtype=float).reshape(2, 2)
+            self.n_lr_points_, self.n_batch_points_ = lr["n_points"], bt["n_points"]
+            self.boot_lr_, self.boot_batch_ = np.empty((0, 3)), np.empty((0, 2))
+            self._set_params_from(d)
+            self.reference_ = dict(d["reference"])
+            self.measured_ = dict(d["measured"])
+            self.n_rows_, self.n_in_band_ = d["n_rows"], d["n_in_band"]
+            self.n_excluded_, self.n_diverged_ = d["n_excluded"], d["n_diverged"]
+            self.warnings_ = list(d.get("warnings", []))
+            t = d["tau"]
+            self.weight_decay_ = t.get("weight_decay")
+            self.tau_at_ = t.get("at")
+            self.params_["tau"] = t.get("value")
+            if t.get("ci"):
+                self.ci_["tau"] = tuple(t["ci"])
+        except (KeyError, TypeError) as err:
+            raise ValueError(f"scaling fit document is missing or has a bad field: {err}") from err
+        return self
+
+    def _set_params_from(self, d: Mapping[str, Any]) -> None:
+        cl, cb = self.lr_coef_log_, self.batch_coef_log_
+        self.params_ = {"lr_coef": float(np.exp(cl[0])), "lr_exp_batch": float(cl[1]),
+                        "lr_exp_tokens": float(cl[2]), "batch_coef": float(np.exp(cb[0])),
+                        "batch_exp_tokens": float(cb[1]), "tau": None}
+        self.ci_ = {}
+        names = {"lr": {"coef": "lr_coef", "batch_tokens": "lr_exp_batch",
+                        "tokens": "lr_exp_tokens"},
+                 "batch": {"coef": "batch_coef", "tokens": "batch_exp_tokens"}}
+        for sec, m in names.items():
+            for k, name in m.items():
+                v = d[sec]["ci"].get(k)
+                if v and None not in v:
+                    self.ci_[name] = (float(v[0]), float(v[1]))
+
+
+# ------------------------------------------------------------------ numerics
+def _ols(X: np.ndarray, y: np.ndarray) -> np.ndarray:
+    if np.linalg.matrix_rank(X) < X.shape[1]:
+        raise ValueError("the optima do not span enough distinct batch sizes and budgets "
+                         "to fit the exponents.")
+    return np.linalg.lstsq(X, y, rcond=None)[0]
+
+
+def _ols_many(X: np.ndarray, Y: np.ndarray) -> np.ndarray:
+    """OLS coefficients for every row of ``Y`` (same design): shape ``(n, p)``."""
+    return Y @ np.linalg.pinv(X).T
+
+
+def _pairs_boot(X: np.ndarray, y: np.ndarray, n_boot: int,
+                rng: np.random.Generator) -> np.ndarray:
+    p = X.shape[1]
+    if n_boot == 0:
+        return np.empty((0, p))
+    n = X.shape[0]
+    idx = rng.integers(0, n, size=(n_boot, n))
+    Xb = X[idx]
+    ok = np.linalg.matrix_rank(Xb) == p
+    return np.einsum("bpn,bn->bp", np.linalg.pinv(Xb[ok]), y[idx][ok])
+
+
+def _q(T: np.ndarray, q: float, point: np.ndarray) -> np.ndarray:
+    """Quantile of log2 draws as a value (``point`` where there are no draws)."""
+    if T.shape[0] == 0:
+        return np.asarray(point, dtype=float)
+    return 2.0 ** np.quantile(T, q, axis=0)
+
+
+# ----------------------------------------------------------------- the audit
+AUDIT_KEYS = ("method", "axis", "pred_lr", "meas_lr", "lr_ratio", "pred_batch_tokens",
+              "meas_batch_tokens", "batch_ratio", "loss_gap")
+
+
+def holdout_audit(
+    df: pd.DataFrame,
+    axis: str = "tokens",
+    *,
+    n_params: float | None = None,
+    fit_kwargs: Mapping[str, Any] | None = None,
+    columns: Mapping[str, str] | None = None,
+    **init: Any,
+) -> list[dict[str, Any]]:
+    """Fit on all rows but the largest ``axis`` value and predict the optimum there.
+
+    ``axis="tokens"``: hold out the largest budget ``D_h``. Predicted batch
+    ``B*(D_h)``; measured batch: the per-budget optimum at ``D_h`` from all its runs.
+    The LR is compared at the same batch on both sides — the measured best grid batch
+    ``B_g`` at ``D_h`` — so ``lr_ratio = eta*_pred(B_g, D_h) / eta*_meas(B_g, D_h)``
+    isolates the LR law's error from the batch law's.
+
+    ``axis="batch_tokens"``: hold out the largest batch ``B_h``; compare the LR at
+    ``(B_h, D_max)`` and the batch optimum at ``D_max`` (measured with every batch).
+
+    One row for our fit and one per baseline (anchored at the optimum of the training
+    rows), each with the keys of ``AUDIT_KEYS``; ``loss_gap`` is ``None`` until the
+    predicted config is run (:func:`fill_loss_gap`). ``init`` goes to
+    :class:`ScalingLawFit`, ``fit_kwargs`` to its ``fit``; ``n_params`` (or a single
+    ``n_params`` column value) enables the DeepSeek and Step Law LRs.
+    """
+    if axis not in ("tokens", "batch_tokens"):
+        raise ValueError(f"axis must be 'tokens' or 'batch_tokens', got {axis!r}.")
+    fk = dict(fit_kwargs or {})
+    cols = {"lr": fk.get("lr", "lr"), "batch_tokens": fk.get("batch", "batch_tokens"),
+            "tokens": fk.get("tokens", "tokens")}
+    cols.update(columns or {})
+    col = cols[axis]
+    require_columns(df, [col], "scaling sweep")
+    vals = np.unique(pd.to_numeric(df[col], errors="coerce").dropna().to_numpy(dtype=float))
+    if vals.size < 4:
+        raise ValueError(f"a held-out audit on {axis!r} needs at least 4 distinct values "
+                         f"(3 to fit, 1 held out), got {vals.size}.")
+    held = float(vals.max())
+    train = df[pd.to_numeric(df[col], errors="coerce") < held]
+    full = ScalingLawFit(**{**init, "n_boot": 0}).fit(df, **fk)
+    fit = ScalingLawFit(**init).fit(train, **fk)
+    if n_params is None:
+        n_params = full.measured_.get("n_params")
+    cells = full.cells_
+    if axis == "tokens":
+        d = held
+        at = cells[cells["tokens"] == d]
+        b_g = float(at.loc[at["loss_opt"].idxmin(), "batch_tokens"])
+        meas_batch = float(full.budgets_.loc[full.budgets_["tokens"] == d, "batch_opt"].iloc[0])
+        pred_batch = float(fit.predict_batch(d)[0])
+    else:
+        d = float(full.measured_["tokens"][1])
+        b_g = held
+        at = cells[(cells["tokens"] == d) & (cells["batch_tokens"] == b_g)]
+        if at.empty:
+            raise ValueError(f"no runs at batch {b_g:g} and the largest budget {d:g}; the "
+                             "audit compares the LR there.")
+        meas_batch = float(full.budgets_.loc[full.budgets_["tokens"] == d, "batch_opt"].iloc[0])
+        pred_batch = float(fit.predict_batch(d)[0])
+    meas_lr = float(cells.loc[(cells["tokens"] == d) & (cells["batch_tokens"] == b_g),
+                              "lr_opt"].iloc[0])
+    pred_lr = float(fit.predict_lr(b_g, d)[0])
+    ref = fit.reference_
+    rows = [_audit_row("ours", axis, pred_lr, meas_lr, pred_batch, meas_batch)]
+    base = scaling_baselines(tokens=d, batch_tokens=b_g, ref_lr=ref["lr"],
+                             ref_batch_tokens=ref["batch_tokens"], ref_tokens=ref["tokens"],
+                             n_params=n_params)
+    # The LR–batch rules do not say which batch to use: they get ours.
+    for name in ("sqrt_rule", "linear_rule"):
+        base[name]["batch_tokens"] = pred_batch
+    # Power Lines' LR rule is eta ∝ sqrt(B); every LR is compared at the same batch B_g.
+    base["power_lines"]["lr"] = ref["lr"] * math.sqrt(b_g / ref["batch_tokens"])
+    for name, b in base.items():
+        rows.append(_audit_row(name, axis, b["lr"], meas_lr, b["batch_tokens"], meas_batch))
+    return rows
+
+
+def _audit_row(method: str, axis: str, pred_lr: float | None, meas_lr: float,
+               pred_b: float | None, meas_b: float) -> dict[str, Any]:
+    return {"method": method, "axis": axis, "pred_lr": _num(pred_lr), "meas_lr": _num(meas_lr),
+            "lr_ratio": None if pred_lr is None else _num(pred_lr / meas_lr),
+            "pred_batch_tokens": _num(pred_b), "meas_batch_tokens": _num(meas_b),
+            "batch_ratio": None if pred_b is None else _num(pred_b / meas_b),
+            "loss_gap": None}
+
+
+def fill_loss_gap(rows: Sequence[Mapping[str, Any]], losses: Mapping[str, float],
+                  best_loss: float) -> list[dict[str, Any]]:
+    """Copies of the audit ``rows`` with ``loss_gap = loss / best_loss − 1`` filled in.
+
+    ``losses`` maps a row's ``method`` to the measured loss of its predicted config at
+    the held-out point; ``best_loss`` is the best measured run there. Rows whose method
+    is not in ``losses`` keep ``loss_gap = None``.
+    """
+    best = float(_arr(best_loss, "best_loss"))
+    known = {r["method"] for r in rows}
+    extra = sorted(set(losses) - known)
+    if extra:
+        raise ValueError(f"losses name method(s) {extra} that are not in the audit rows "
+                         f"{sorted(known)}.")
+    out = []
+    for r in rows:
+        r2 = dict(r)
+        if r["method"] in losses:
+            v = float(losses[r["method"]])
+            if not math.isfinite(v):
+                raise ValueError(f"the loss of {r['method']!r} is {v!r}; a diverged run "
+                                 "has no loss gap.")
+            r2["loss_gap"] = v / best - 1.0
+        out.append(r2)
+    return out
+
