@@ -1,11 +1,26 @@
 """The transfer card: the export that carries a tuned proxy to the big run.
 
-A card is plain YAML (JSON accepted), ``schema: mutransfer.card/v1``, holding the source
-proxy and its fits, the target model, the parametrization and multipliers, the
-optimizer with its absolute base LR, the schedule, the batch, the per-parameter absolute
-LR / init / weight decay of the target model, the forward multipliers, projected values
-with intervals, and provenance. It is self-contained: :func:`apply` needs only the card
-and a model of the target shape. Loading uses ``yaml.safe_load``, so nothing executes.
+A card is plain YAML (JSON accepted). ``schema: mutransfer.card/v2`` (written today)
+holds:
+
+- ``source``: the proxy (preset, width, depth, base width/depth, study, storage, fits);
+- ``target``: the whole target architecture (``model``: its config dict and preset),
+  its parameter counts, token budget, tokens per parameter and data-parallel size;
+- ``parametrization``: kind, widths, depths and multipliers;
+- ``optimizer``: name, absolute base LR, betas, eps, weight decay, its mode, and the
+  AdamW timescale tau;
+- ``schedule``: kind, warmup (steps and tokens), decay fraction and shape, total steps,
+  min LR ratio;
+- ``batch``: sequences, tokens, sequence length, data-parallel size;
+- ``param_groups``: per parameter the absolute LR, LR multiplier, init, weight decay, eps;
+- ``forward_multipliers``, ``projected`` (values with intervals and extrapolation
+  flags), ``audit`` (the held-out check) and ``provenance``.
+
+``mutransfer.card/v1`` cards (no audit, no tau, target given as a width) still load and
+apply. One validator, :func:`validate_card`, checks every field's type and range; it
+runs on write (:func:`build_card`, :func:`save_card`) and on load (:func:`load_card`,
+:func:`apply`), and every failure is one ValueError naming the field path and value.
+Loading uses ``yaml.safe_load``, so nothing executes.
 """
 
 from __future__ import annotations
@@ -13,20 +28,31 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import json
+import math
+import re
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn as nn
 
 from mutransfer._io import atomic_write_text, read_yaml_mapping
-from mutransfer.parametrization import Parametrization
+from mutransfer.optim import OPTIMIZER_NAMES, OptimizerList, build_optimizer
+from mutransfer.parametrization import KINDS, ROLES, WD_MODES, Parametrization
+from mutransfer.schedules import DECAY_SHAPES, SCHEDULE_KINDS, Schedule, ScheduleConfig
 
-SCHEMA = "mutransfer.card/v1"
+SCHEMA_V1 = "mutransfer.card/v1"
+SCHEMA_V2 = "mutransfer.card/v2"
+SCHEMA = SCHEMA_V2
+SCHEMAS = (SCHEMA_V1, SCHEMA_V2)
 REQUIRED = ("schema", "source", "target", "parametrization", "optimizer", "schedule", "batch",
             "param_groups", "forward_multipliers", "projected", "provenance")
+REQUIRED_V2 = (*REQUIRED, "audit")
+#: Per-parameter init: the model's own (``keep``; ``model`` is accepted as a synonym),
+#: zeros, a multiplier of the model's own init, or a fresh normal with this std.
+_INIT = re.compile(r"keep|model|zeros|scale:(?P<scale>.+)|normal:(?P<std>.+)")
 
 
 def git_revision(cwd: str | Path | None = None) -> str | None:
@@ -49,20 +75,29 @@ def build_card(
     target: Mapping[str, Any],
     source: Mapping[str, Any] | None = None,
     projected: Mapping[str, Any] | None = None,
+    audit: Mapping[str, Any] | None = None,
+    provenance: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Assemble a card for the model ``pz`` describes (built at the *target* width).
+    """Assemble a v2 card for the model ``pz`` describes (built at the *target* shape).
 
-    ``lr`` is the absolute base LR (the proxy's optimum: under μP it is the same number
-    at every width); each parameter's absolute LR is ``lr × lr_mult`` from ``pz``.
-    ``optimizer`` holds name, betas, eps, weight_decay and wd_mode.
+    ``lr`` is the absolute base LR; each parameter's absolute LR is ``lr × lr_mult`` from
+    ``pz`` (μP / CompleteP / Muon rules). ``optimizer`` holds name, betas, eps,
+    weight_decay, wd_mode and optionally tau; ``provenance`` adds e.g. the study name
+    and the (credential-free) storage to the package, version, git revision and date.
+    The result has passed :func:`validate_card`.
     """
     from mutransfer import __version__
 
-    if not (isinstance(lr, (int, float)) and lr > 0 and lr == lr and lr != float("inf")):
-        raise ValueError(f"base learning rate must be a positive finite number, got {lr!r}")
-    wd = float(optimizer.get("weight_decay", 0.0))
-    wd_mode = str(optimizer.get("wd_mode", "coupled"))
-    eps = float(optimizer.get("eps", 1e-8))
+    if not (_is_number(lr) and 0 < lr < math.inf):
+        raise ValueError(f"card field optimizer.lr: must be a positive finite number, got {lr!r}")
+    wd = optimizer.get("weight_decay", 0.0)
+    eps = optimizer.get("eps", 1e-8)
+    for key, value, low in (("weight_decay", wd, 0.0), ("eps", eps, None)):
+        if not (_is_number(value) and math.isfinite(value) and (value > 0 if low is None else value >= low)):
+            raise ValueError(f"card field optimizer.{key}: must be a "
+                             f"{'positive' if low is None else 'non-negative'} finite number, got {value!r}")
+    wd, eps = float(wd), float(eps)
+    wd_mode = optimizer.get("wd_mode", "coupled")
     groups = []
     for s in pz.specs.values():
         decay = wd if s.wd else 0.0
@@ -73,8 +108,11 @@ def build_card(
             "lr": lr * s.lr_mult, "lr_mult": s.lr_mult, "init": s.init, "init_std": s.init_std,
             "weight_decay": decay, "eps": eps * s.eps_mult,
         })
+    prov = {"package": "mutransfer", "version": __version__, "git_revision": git_revision(),
+            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+    prov.update(provenance or {})
     card = {
-        "schema": SCHEMA,
+        "schema": SCHEMA_V2,
         "source": dict(source or {}),
         "target": dict(target),
         "parametrization": {
@@ -85,51 +123,318 @@ def build_card(
         },
         "optimizer": {"name": optimizer.get("name", "adamw"), "lr": float(lr),
                       "betas": list(optimizer.get("betas", (0.9, 0.95))), "eps": eps,
-                      "weight_decay": wd, "wd_mode": wd_mode},
+                      "weight_decay": wd, "wd_mode": wd_mode, "tau": optimizer.get("tau")},
         "schedule": dict(schedule),
         "batch": dict(batch),
         "param_groups": groups,
         "forward_multipliers": pz.forward_multipliers(),
         "projected": dict(projected or {}),
-        "provenance": {"package": "mutransfer", "version": __version__, "git_revision": git_revision(),
-                       "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")},
+        "audit": dict(audit) if audit else {"holdout": [], "passed": None},
+        "provenance": prov,
     }
     return validate_card(_plain(card))
 
 
 def _plain(obj: Any) -> Any:
-    """Plain YAML-safe values: tuples to lists, numpy scalars to floats, no NaN."""
+    """Plain YAML-safe values: tuples to lists, numpy scalars to Python scalars."""
     if isinstance(obj, Mapping):
         return {str(k): _plain(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [_plain(v) for v in obj]
     if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):
         obj = obj.item()
-    if isinstance(obj, float) and obj != obj:
-        raise ValueError("a transfer card may not hold NaN")
     return obj
 
 
-def validate_card(card: Mapping[str, Any]) -> dict[str, Any]:
-    """Check the schema tag and required sections; one clear error otherwise."""
+# ---- the validator ----------------------------------------------------------------------
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _parses_as_float(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+class _Check:
+    """Field checks that raise ``ValueError("card field PATH: WHY, got VALUE")``."""
+
+    @staticmethod
+    def fail(path: str, why: str, value: Any) -> None:
+        raise ValueError(f"card field {path}: {why}, got {value!r}")
+
+    def mapping(self, path: str, v: Any) -> Mapping[str, Any]:
+        if not isinstance(v, Mapping):
+            self.fail(path, "must be a mapping", v)
+        return v
+
+    def number(self, path: str, v: Any, *, low: float | None = None, high: float | None = None,
+               open_low: bool = False, none: bool = False) -> None:
+        if v is None and none:
+            return
+        if isinstance(v, str) and _parses_as_float(v):
+            self.fail(path, f"must be a number, not a string (YAML 1.1 reads 1e-3 as text: "
+                      f"write {float(v)!r})", v)
+        if not _is_number(v) or not math.isfinite(v):
+            self.fail(path, "must be a finite number", v)
+        if low is not None and (v <= low if open_low else v < low):
+            self.fail(path, f"must be {'>' if open_low else '>='} {low:g}", v)
+        if high is not None and v > high:
+            self.fail(path, f"must be <= {high:g}", v)
+
+    def positive(self, path: str, v: Any, *, none: bool = False) -> None:
+        self.number(path, v, low=0.0, open_low=True, none=none)
+
+    def integer(self, path: str, v: Any, *, low: int = 1, none: bool = False) -> None:
+        if v is None and none:
+            return
+        if not _is_int(v):
+            self.fail(path, "must be an integer", v)
+        if v < low:
+            self.fail(path, f"must be >= {low}", v)
+
+    def choice(self, path: str, v: Any, choices: tuple[Any, ...], *, none: bool = False) -> None:
+        if v is None and none:
+            return
+        if not isinstance(v, str) or v not in choices:
+            self.fail(path, f"must be one of {', '.join(map(str, choices))}", v)
+
+    def string(self, path: str, v: Any, *, none: bool = False) -> None:
+        if not (isinstance(v, str) or (v is None and none)):
+            self.fail(path, "must be a string", v)
+
+
+_C = _Check()
+
+
+def _finite_everywhere(obj: Any, path: str) -> None:
+    """No NaN or infinity anywhere (intervals write an open side as null)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        _C.fail(path, "must be finite (write an open interval side as null)", obj)
+    elif isinstance(obj, Mapping):
+        for k, v in obj.items():
+            if not isinstance(k, str):
+                _C.fail(f"{path}.{k}" if path else str(k), "keys must be strings", k)
+            _finite_everywhere(v, f"{path}.{k}" if path else k)
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            _finite_everywhere(v, f"{path}[{i}]")
+
+
+def check_init(path: str, init: Any) -> None:
+    """``keep`` | ``model`` | ``zeros`` | ``scale:<finite>`` | ``normal:<finite >= 0>``."""
+    m = _INIT.fullmatch(init) if isinstance(init, str) else None
+    if m is None:
+        _C.fail(path, "must be keep, zeros, scale:<number> or normal:<std>", init)
+    for key, low in (("scale", None), ("std", 0.0)):
+        text = m.group(key)
+        if text is None:
+            continue
+        try:
+            value = float(text)
+        except ValueError:
+            _C.fail(path, f"{key} is not a number", init)
+        if not math.isfinite(value) or (low is not None and value < low):
+            _C.fail(path, f"{key} must be a finite number{' >= 0' if low is not None else ''}", init)
+
+
+def _check_target(t: Mapping[str, Any]) -> None:
+    for key in ("width", "depth", "n_params", "seq_len", "dp_size"):
+        _C.integer(f"target.{key}", t.get(key), none=True)
+    _C.integer("target.n_params_nonembed", t.get("n_params_nonembed"), low=0, none=True)
+    _C.positive("target.tokens", t.get("tokens"), none=True)
+    _C.positive("target.tokens_per_param", t.get("tokens_per_param"), none=True)
+    if "model" in t:
+        model = _C.mapping("target.model", t["model"])
+        _C.choice("target.model.kind", model.get("kind"), ("gpt", "mlp"), none=True)
+        _C.string("target.model.preset", model.get("preset"), none=True)
+        for key in ("width", "depth", "vocab_size", "seq_len", "head_dim", "n_head",
+                    "in_features", "out_features"):
+            _C.integer(f"target.model.{key}", model.get(key), low=0 if key == "depth" else 1,
+                       none=True)
+        _C.positive("target.model.mlp_ratio", model.get("mlp_ratio"), none=True)
+
+
+def _check_parametrization(p: Mapping[str, Any]) -> None:
+    _C.choice("parametrization.kind", p.get("kind"), KINDS)
+    _C.integer("parametrization.width", p.get("width"))
+    _C.integer("parametrization.base_width", p.get("base_width"))
+    if p["base_width"] > p["width"]:
+        _C.fail("parametrization.base_width", f"must be <= width {p['width']}", p["base_width"])
+    _C.integer("parametrization.depth", p.get("depth"), none=True)
+    _C.integer("parametrization.base_depth", p.get("base_depth"), none=True)
+    if p.get("kind") == "completep" and p.get("depth_alpha") not in (0.5, 1.0):
+        _C.fail("parametrization.depth_alpha", "must be 0.5 or 1", p.get("depth_alpha"))
+    mults = _C.mapping("parametrization.multipliers", p.get("multipliers", {}))
+    for k, v in mults.items():
+        _C.positive(f"parametrization.multipliers.{k}", v)
+
+
+def _check_optimizer(o: Mapping[str, Any]) -> None:
+    _C.choice("optimizer.name", o.get("name"), OPTIMIZER_NAMES)
+    _C.positive("optimizer.lr", o.get("lr"))
+    betas = o.get("betas")
+    if not isinstance(betas, list) or len(betas) != 2:
+        _C.fail("optimizer.betas", "must be a list of two numbers", betas)
+    for i, b in enumerate(betas):
+        _C.number(f"optimizer.betas[{i}]", b, low=0.0)
+        if b >= 1:
+            _C.fail(f"optimizer.betas[{i}]", "must be < 1", b)
+    _C.positive("optimizer.eps", o.get("eps"))
+    _C.number("optimizer.weight_decay", o.get("weight_decay"), low=0.0)
+    _C.choice("optimizer.wd_mode", o.get("wd_mode"), WD_MODES)
+    _C.positive("optimizer.tau", o.get("tau"), none=True)
+
+
+def _check_schedule(s: Mapping[str, Any], v2: bool) -> None:
+    _C.choice("schedule.kind", s.get("kind"), SCHEDULE_KINDS)
+    _C.integer("schedule.warmup_steps", s.get("warmup_steps", 0), low=0)
+    decays = s["kind"] not in ("constant", "inverse_sqrt")
+    if v2 and decays and s.get("total_steps") is None:
+        _C.fail("schedule.total_steps", f"is required by the {s['kind']!r} schedule", None)
+    _C.integer("schedule.total_steps", s.get("total_steps"), none=True)
+    _C.number("schedule.decay_fraction", s.get("decay_fraction"), low=0.0, high=1.0, none=True)
+    _C.choice("schedule.decay_shape", s.get("decay_shape"), DECAY_SHAPES, none=True)
+    _C.number("schedule.min_lr_ratio", s.get("min_lr_ratio"), low=0.0, high=1.0, none=True)
+    _C.number("schedule.warmup_tokens", s.get("warmup_tokens"), low=0.0, none=True)
+    if s.get("total_steps") is not None or not decays:
+        try:
+            Schedule(schedule_config(s))
+        except ValueError as exc:
+            _C.fail("schedule", str(exc), dict(s))
+
+
+def _check_batch(b: Mapping[str, Any]) -> None:
+    _C.integer("batch.sequences", b.get("sequences"))
+    for key in ("tokens", "seq_len", "dp_size"):
+        _C.integer(f"batch.{key}", b.get(key), none=True)
+    dp = b.get("dp_size")
+    if dp is not None and b["sequences"] % dp:
+        _C.fail("batch.sequences", f"must be a multiple of dp_size {dp}", b["sequences"])
+    if b.get("seq_len") is not None and b.get("tokens") is not None and (
+            b["tokens"] != b["sequences"] * b["seq_len"]):
+        _C.fail("batch.tokens", f"must equal sequences × seq_len = {b['sequences'] * b['seq_len']}",
+                b["tokens"])
+
+
+def _check_param_groups(groups: Any) -> None:
+    if not isinstance(groups, list) or not groups:
+        _C.fail("param_groups", "must be a non-empty list", groups)
+    seen: set[str] = set()
+    for i, g in enumerate(groups):
+        g = _C.mapping(f"param_groups[{i}]", g)
+        name = g.get("name")
+        _C.string(f"param_groups[{i}].name", name)
+        where = f"param_groups[{i}] ({name})"
+        if name in seen:
+            _C.fail(f"{where}.name", "appears twice", name)
+        seen.add(name)
+        for key in ("shape", "lr", "init", "weight_decay"):
+            if key not in g:
+                _C.fail(where, f"lacks {key!r}", dict(g))
+        shape = g["shape"]
+        if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
+            _C.fail(f"{where}.shape", "must be a list of non-negative integers", shape)
+        _C.choice(f"{where}.role", g.get("role"), ROLES, none=True)
+        _C.choice(f"{where}.optimizer", g.get("optimizer", "adamw"), OPTIMIZER_NAMES)
+        _C.positive(f"{where}.lr", g["lr"])
+        _C.positive(f"{where}.lr_mult", g.get("lr_mult", 1.0))
+        check_init(f"{where}.init", g["init"])
+        _C.number(f"{where}.init_std", g.get("init_std"), low=0.0, none=True)
+        _C.number(f"{where}.weight_decay", g["weight_decay"], low=0.0)
+        _C.positive(f"{where}.eps", g.get("eps", 1e-8))
+
+
+def _check_forward(fm: Mapping[str, Any]) -> None:
+    hooks = fm.get("hooks")
+    if not isinstance(hooks, list):
+        _C.fail("forward_multipliers.hooks", "must be a list", hooks)
+    for i, h in enumerate(hooks):
+        h = _C.mapping(f"forward_multipliers.hooks[{i}]", h)
+        _C.string(f"forward_multipliers.hooks[{i}].module", h.get("module"))
+        _C.choice(f"forward_multipliers.hooks[{i}].kind", h.get("kind"), ("pre", "post"))
+        _C.positive(f"forward_multipliers.hooks[{i}].scale", h.get("scale"))
+    att = _C.mapping("forward_multipliers.attention", fm.get("attention"))
+    for k, v in att.items():
+        _C.positive(f"forward_multipliers.attention.{k}", v)
+
+
+def _check_audit(a: Mapping[str, Any]) -> None:
+    rows = a.get("holdout", [])
+    if not isinstance(rows, list) or not all(isinstance(r, Mapping) for r in rows):
+        _C.fail("audit.holdout", "must be a list of mappings", rows)
+    if a.get("passed") is not None and not isinstance(a["passed"], bool):
+        _C.fail("audit.passed", "must be true, false or null", a["passed"])
+
+
+def _check_provenance(p: Mapping[str, Any]) -> None:
+    for key in ("package", "version", "date"):
+        _C.string(f"provenance.{key}", p.get(key), none=True)
+    for key in ("git_revision", "study", "storage"):
+        _C.string(f"provenance.{key}", p.get(key), none=True)
+
+
+def validate_card(card: Any) -> dict[str, Any]:
+    """Check a card's schema tag, sections, and every field's type and range.
+
+    v1 and v2 share the checks; v2 also requires ``audit`` and, for schedules that
+    decay, ``schedule.total_steps``. Every failure is one ValueError naming the field
+    path and the value (``card field param_groups[3] (wte.weight).init: ...``), never a
+    TypeError or AttributeError. Returns the card as a plain dict.
+    """
     if not isinstance(card, Mapping):
         raise ValueError(f"a transfer card must be a mapping, got {type(card).__name__}")
-    if card.get("schema") != SCHEMA:
-        raise ValueError(f"unsupported card schema {card.get('schema')!r}; expected {SCHEMA!r}")
-    missing = [k for k in REQUIRED if k not in card]
+    schema = card.get("schema")
+    if schema not in SCHEMAS:
+        raise ValueError(f"unsupported card schema {schema!r}; expected {SCHEMA_V2!r} (or {SCHEMA_V1!r})")
+    v2 = schema == SCHEMA_V2
+    missing = [k for k in (REQUIRED_V2 if v2 else REQUIRED) if k not in card]
     if missing:
         raise ValueError(f"transfer card is missing section(s): {', '.join(missing)}")
-    for g in card["param_groups"]:
-        for key in ("name", "shape", "lr", "init", "weight_decay"):
-            if key not in g:
-                raise ValueError(f"param group {g.get('name', '?')!r} lacks {key!r}")
-        if not g["lr"] >= 0:
-            raise ValueError(f"param group {g['name']!r} has a bad lr {g['lr']!r}")
+    for key in ("source", "target", "parametrization", "optimizer", "schedule", "batch",
+                "forward_multipliers", "projected", "provenance", *(("audit",) if v2 else ())):
+        _C.mapping(key, card[key])
+    _check_target(card["target"])
+    _check_parametrization(card["parametrization"])
+    _check_optimizer(card["optimizer"])
+    _check_schedule(card["schedule"], v2)
+    _check_batch(card["batch"])
+    _check_param_groups(card["param_groups"])
+    _check_forward(card["forward_multipliers"])
+    if v2:
+        _check_audit(card["audit"])
+    _check_provenance(card["provenance"])
+    _finite_everywhere(dict(card), "")  # the free-form sections: source, projected, audit
     return dict(card)
 
 
+def schedule_config(schedule: Mapping[str, Any]) -> ScheduleConfig:
+    """The :class:`ScheduleConfig` a card's ``schedule`` section describes
+    (``min_lr_ratio`` is the floor)."""
+    kw: dict[str, Any] = {"kind": schedule["kind"], "warmup_steps": schedule.get("warmup_steps", 0),
+                          "total_steps": schedule.get("total_steps"),
+                          "floor": schedule.get("min_lr_ratio") or 0.0}
+    if schedule.get("decay_fraction") is not None:
+        kw["decay_fraction"] = schedule["decay_fraction"]
+    if schedule.get("decay_shape") is not None:
+        kw["decay_shape"] = schedule["decay_shape"]
+    return ScheduleConfig(**kw)
+
+
+# ---- files ------------------------------------------------------------------------------
+
+
 def save_card(card: Mapping[str, Any], path: str | Path) -> Path:
-    """Write YAML (or JSON for a ``.json`` path) atomically."""
+    """Validate, then write YAML (or JSON for a ``.json`` path) atomically."""
     import yaml
 
     card = validate_card(card)
@@ -140,15 +445,86 @@ def save_card(card: Mapping[str, Any], path: str | Path) -> Path:
 
 
 def load_card(path: str | Path) -> dict[str, Any]:
-    """Read a card (YAML or JSON) with ``yaml.safe_load``: no code runs."""
-    return validate_card(read_yaml_mapping(path, "transfer card"))
+    """Read a card (YAML with ``yaml.safe_load``, or JSON for a ``.json`` path; v1 or
+    v2) and validate it. Nothing in it executes."""
+    if Path(path).suffix == ".json":
+        card = _read_json(path)
+    else:
+        card = read_yaml_mapping(path, "transfer card")
+    try:
+        return validate_card(card)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
 
 
-def apply(model: nn.Module, card: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _read_json(path: str | Path) -> Any:
+    # JSON, not YAML: YAML 1.1 would read JSON's 1e-08 as a string.
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"transfer card {str(p)!r} does not exist")
+    try:
+        return json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"transfer card {str(p)!r} is not valid JSON: {exc}") from None
+
+
+# ---- applying it ------------------------------------------------------------------------
+
+
+class LambdaLRList:
+    """One ``LambdaLR`` per optimizer of an :class:`OptimizerList` (Muon + AdamW), stepped
+    as one scheduler."""
+
+    def __init__(self, schedulers: list[torch.optim.lr_scheduler.LambdaLR]) -> None:
+        self.schedulers = schedulers
+
+    def step(self) -> None:
+        for s in self.schedulers:
+            s.step()
+
+    def get_last_lr(self) -> list[float]:
+        return [lr for s in self.schedulers for lr in s.get_last_lr()]
+
+    @property
+    def last_epoch(self) -> int:
+        return self.schedulers[0].last_epoch
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"schedulers": [s.state_dict() for s in self.schedulers]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for s, st in zip(self.schedulers, state["schedulers"], strict=True):
+            s.load_state_dict(st)
+
+
+class Applied(NamedTuple):
+    """What :func:`apply` returns: the initialized model, its optimizer, the LR scheduler
+    (step it once per optimizer step) and the per-parameter param groups at the card's
+    peak LR (the optimizer holds copies whose lr the scheduler moves)."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer | OptimizerList
+    scheduler: torch.optim.lr_scheduler.LambdaLR | LambdaLRList
+    param_groups: list[dict[str, Any]]
+
+
+def apply(model: nn.Module, card: Mapping[str, Any]) -> Applied:
     """Initialize ``model`` (the target architecture) as the card says, register its
-    forward multipliers and attention scales, and return optimizer param groups (one per
-    parameter, with the card's absolute lr, weight decay and eps)."""
+    forward multipliers and attention scales, and build the optimizer and scheduler.
+
+    The optimizer comes from :func:`mutransfer.optim.build_optimizer` with one group
+    per parameter (the card's absolute lr, weight decay and eps); the scheduler is a
+    ``torch.optim.lr_scheduler.LambdaLR`` of :class:`mutransfer.schedules.Schedule`,
+    so the LR of a group at step ``s`` is ``card lr × schedule(s)``. A v1 card whose
+    schedule cannot be built (a decaying kind without total steps) is refused with one
+    clear error rather than given a guessed schedule.
+    """
     card = validate_card(card)
+    try:
+        sched_cfg = schedule_config(card["schedule"])
+        schedule = Schedule(sched_cfg)
+    except ValueError as exc:
+        raise ValueError(f"card field schedule: {exc}") from None
     params = dict(model.named_parameters())
     groups_by_name = {g["name"]: g for g in card["param_groups"]}
     if set(params) != set(groups_by_name):
@@ -172,14 +548,29 @@ def apply(model: nn.Module, card: Mapping[str, Any]) -> list[dict[str, Any]]:
                 p.normal_(0.0, float(init.split(":", 1)[1]))
     fm = card["forward_multipliers"]
     Parametrization.install_forward_multipliers(model, fm["hooks"], fm["attention"])
-    out = []
+    opt_card = card["optimizer"]
+    groups = []
     for name, p in params.items():
         g = groups_by_name[name]
-        out.append({"params": [p], "names": [name], "lr": g["lr"], "base_lr": card["optimizer"]["lr"],
-                    "lr_mult": g.get("lr_mult", 1.0), "weight_decay": g["weight_decay"],
-                    "eps": g.get("eps", 1e-8), "optimizer": g.get("optimizer", "adamw"),
-                    "role": g.get("role")})
-    return out
+        groups.append({"params": [p], "names": [name], "lr": g["lr"], "base_lr": opt_card["lr"],
+                       "lr_mult": g.get("lr_mult", 1.0), "weight_decay": g["weight_decay"],
+                       "eps": g.get("eps", 1e-8), "optimizer": g.get("optimizer", "adamw"),
+                       "role": g.get("role")})
+    tags = {g["optimizer"] for g in groups}
+    name = "muon" if "muon" in tags else "sgd" if tags == {"sgd"} else opt_card["name"]
+    # The optimizer gets copies: its LambdaLR rescales group lrs from step 0 on, while
+    # ``param_groups`` keeps the card's peak values.
+    opts = build_optimizer([dict(g) for g in groups], name, betas=tuple(opt_card["betas"]),
+                           momentum=float(opt_card.get("momentum", 0.0)))
+    lambdas = [torch.optim.lr_scheduler.LambdaLR(o, schedule) for o in opts]
+    if len(lambdas) == 1:
+        return Applied(model, opts.optimizers[0], lambdas[0], groups)
+    return Applied(model, opts, LambdaLRList(lambdas), groups)
 
 
-__all__ = ["SCHEMA", "apply", "build_card", "git_revision", "load_card", "save_card", "validate_card"]
+#: ``mutransfer.apply_card``: :func:`apply` under a name that says what it applies.
+apply_card = apply
+
+__all__ = ["SCHEMA", "SCHEMAS", "SCHEMA_V1", "SCHEMA_V2", "Applied", "LambdaLRList", "apply",
+           "apply_card", "build_card", "check_init", "git_revision", "load_card", "save_card",
+           "schedule_config", "validate_card"]

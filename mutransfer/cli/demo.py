@@ -154,7 +154,8 @@ def run_demo(out: Path, *, device: str = "auto", size: str | None = None, worker
         code = cli_main(["transfer", "--results", str(out / "results.csv"), "--preset", sz.preset,
                          "--parametrization", "mup", "--base-width", str(sz.widths[0]),
                          "--target-width", str(target_width), "--tokens", str(float(tokens)),
-                         "--seq-len", str(sz.seq_len), "--out", str(out / "card.yaml")])
+                         "--seq-len", str(sz.seq_len), "--batch-size", str(sz.batch_size),
+                         "--out", str(out / "card.yaml")])
     if code != 0:
         raise RuntimeError(f"transfer failed with exit code {code}")
     from mutransfer.card import load_card

@@ -20,7 +20,8 @@ CFG = GPTConfig(width=32, depth=2, head_dim=16, seq_len=16, vocab_size=64)
 def make_card(**kw):
     pz = Parametrization(lambda w: GPT(CFG.replace(width=w)), width=128, base_width=32,
                          multipliers=Multipliers(output=2.0))
-    card = build_card(pz, lr=0.01, optimizer={"weight_decay": 0.1}, schedule={"kind": "cosine"},
+    card = build_card(pz, lr=0.01, optimizer={"weight_decay": 0.1},
+                      schedule={"kind": "cosine", "total_steps": 100},
                       batch={"sequences": 8, "tokens": 128}, target={"width": 128}, **kw)
     return pz, card
 
@@ -32,7 +33,9 @@ def test_apply_reproduces_the_parametrization(tmp_path) -> None:
     assert loaded == card and loaded["schema"] == SCHEMA
     torch.manual_seed(0)
     model = GPT(CFG.replace(width=128))
-    groups = apply(model, loaded)
+    applied = apply(model, loaded)
+    assert applied.model is model
+    groups = applied.param_groups
     ref = pz.build(seed=0)
     x = torch.randint(0, 64, (2, 16))
     torch.testing.assert_close(model(x)[0], ref(x)[0])
@@ -42,6 +45,9 @@ def test_apply_reproduces_the_parametrization(tmp_path) -> None:
     decays = {g["names"][0]: g["weight_decay"] for g in groups}
     assert decays["blocks.0.ln_1.weight"] == 0.0 and decays["wte.weight"] == 0.1
     build_optimizer(groups).step()  # the groups are usable as they are
+    model(x)[0].float().pow(2).mean().backward()
+    applied.optimizer.step()
+    applied.scheduler.step()
     with pytest.raises(ValueError, match="already parametrized"):
         apply(model, loaded)
 
@@ -77,13 +83,14 @@ def test_cli_builds_the_card_from_a_sweep_table(tmp_path, capsys) -> None:
     pd.DataFrame(rows).to_csv(tmp_path / "results.csv", index=False)
     out = tmp_path / "card.yaml"
     assert main(["transfer", "--results", str(tmp_path / "results.csv"), "--preset", "gpt-tiny",
-                 "--target-width", "1024", "--tokens", "1e8", "--out", str(out)]) == 0
+                 "--target-width", "1024", "--tokens", "1e8", "--batch-size", "16",
+                 "--out", str(out)]) == 0
     card = load_card(out)
     assert np.log2(card["optimizer"]["lr"]) == pytest.approx(-6.6, abs=0.05)
     lo, hi = card["projected"]["lr"]["interval"]
     assert lo < card["optimizer"]["lr"] < hi
     assert card["projected"]["drift"]["drift_octaves"] < 0.1
-    assert card["batch"] == {"sequences": 16, "tokens": 16 * 64}
+    assert card["batch"] == {"sequences": 16, "tokens": 16 * 64, "seq_len": 64, "dp_size": None}
     assert card["schedule"]["total_steps"] == int(np.ceil(1e8 / (16 * 64)))
     assert card["parametrization"]["base_width"] == 32 and card["target"]["width"] == 1024
     assert main(["transfer", "--lr", "0.01", "--target-width", "16", "--base-width", "64",

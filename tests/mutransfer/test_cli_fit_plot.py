@@ -209,7 +209,7 @@ def test_transfer_from_fit_json(tmp_path: Path, sweep_csv: Path,
     fits = strict_json(fit.read_text())["fits"]
     widest = next(f for f in fits if f["group"] == {"parametrization": "mup", "width": 1024})
     card = tmp_path / "card.yaml"
-    common = ["--preset", "gpt-tiny", "--target-width", "2048", "--tokens", "1e8"]
+    common = ["--preset", "gpt-tiny", "--target-width", "2048", "--tokens", "1e8", "--batch-size", "16"]
     assert main(["transfer", "--fit", str(fit), *common, "--out", str(card)]) == 0
     c = yaml.safe_load(card.read_text())
     assert c["optimizer"]["lr"] == widest["x_opt"]

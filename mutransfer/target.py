@@ -1,0 +1,660 @@
+"""The target of a transfer: a whole model (not a width) and the plan for its run.
+
+Two halves, both used by ``mutransfer transfer``:
+
+- :func:`resolve_target` turns a preset plus ``KEY=VALUE`` overrides, or a YAML/JSON
+  model config, into a :class:`TargetModel` (config, parameter counts), and
+  :func:`transfer_builder` gives the ``builder(width, depth)`` a
+  :class:`~mutransfer.parametrization.Parametrization` needs: the target's own config at
+  the target width, and the *proxy's* head and MLP shape scheme at the base and delta
+  widths, so the μP multipliers are measured against the shapes that were tuned.
+- :func:`plan_run` moves the proxy's optimum to the target's batch and token budget
+  with the laws of ``mutransfer fit scaling`` (:class:`ScalingLaws`, read from its
+  FIT.json) and gives batch, steps, warmup, weight decay (through the AdamW timescale
+  tau) and the WSD decay fraction, each with its interval and extrapolation factor.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch.nn as nn
+
+from mutransfer.models import GPT, MLP, GPTConfig, MLPConfig, get_preset
+
+__all__ = [
+    "ALIASES",
+    "RunPlan",
+    "ScalingLaws",
+    "TargetModel",
+    "build_target_model",
+    "parse_overrides",
+    "plan_run",
+    "read_scaling_fit",
+    "resolve_target",
+    "transfer_builder",
+]
+
+#: Other names for config fields (Megatron / Hugging Face spellings). ``d_ff`` (the MLP
+#: hidden size) is special: it sets ``mlp_ratio = d_ff / width``.
+ALIASES: dict[str, str] = {
+    "d_model": "width", "hidden_size": "width", "n_embd": "width",
+    "n_layers": "depth", "n_layer": "depth", "num_layers": "depth", "num_hidden_layers": "depth",
+    "heads": "n_head", "n_heads": "n_head", "num_heads": "n_head", "num_attention_heads": "n_head",
+    "vocab": "vocab_size", "context": "seq_len", "seq_length": "seq_len",
+    "max_position_embeddings": "seq_len", "ffn_hidden_size": "d_ff", "intermediate_size": "d_ff",
+}
+_KINDS: dict[str, tuple[type, type[nn.Module]]] = {"gpt": (GPTConfig, GPT), "mlp": (MLPConfig, MLP)}
+
+
+# ---- the target model -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TargetModel:
+    """A resolved target architecture."""
+
+    kind: str
+    """``gpt`` or ``mlp``: which model class builds it."""
+    config: GPTConfig | MLPConfig
+    """The full model config."""
+    preset: str | None
+    """The preset it started from, if any."""
+
+    def build(self) -> nn.Module:
+        """A fresh model of this architecture (on the current default device)."""
+        return _KINDS[self.kind][1](self.config)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The card's ``target.model``: kind, preset and every config field."""
+        return {"kind": self.kind, "preset": self.preset, **dataclasses.asdict(self.config)}
+
+    def n_params(self) -> tuple[int, int]:
+        """(total, non-embedding) parameter counts, from a build on the meta device."""
+        import torch
+
+        with torch.device("meta"):
+            model = self.build()
+        total = sum(p.numel() for p in model.parameters())
+        nonembed = model.num_params(non_embedding=True) if hasattr(model, "num_params") else total
+        return int(total), int(nonembed)
+
+
+def _kind_of(cfg: GPTConfig | MLPConfig) -> str:
+    return "gpt" if isinstance(cfg, GPTConfig) else "mlp"
+
+
+def _scalar(text: str) -> Any:
+    """``"64"`` -> 64, ``"4.0"``/``"1e3"`` -> float, true/false/null, else the string."""
+    low = text.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low in ("null", "none"):
+        return None
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text.strip()
+
+
+def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
+    """``["width=4096", "depth=24"]`` -> ``{"width": 4096, "depth": 24}``."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise ValueError(f"--set {item!r} must look like KEY=VALUE (e.g. --set depth=24)")
+        out[key.strip()] = _scalar(value)
+    return out
+
+
+def _coerce(cls: type, name: str, value: Any, current: Any) -> Any:
+    """A value of the type the config field holds; one ValueError naming the field."""
+    ftype = str(next(f.type for f in dataclasses.fields(cls) if f.name == name))
+    is_num = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(current, bool) or ftype == "bool":
+        if not isinstance(value, bool):
+            raise ValueError(f"model field {name} must be true or false, got {value!r}")
+        return value
+    if value is None and "None" in ftype:
+        return None
+    if ftype.startswith("int"):
+        if not is_num or not math.isfinite(value) or value != int(value):
+            raise ValueError(f"model field {name} must be an integer, got {value!r}")
+        return int(value)
+    if ftype.startswith("float"):
+        if not is_num or not math.isfinite(value):
+            raise ValueError(f"model field {name} must be a finite number, got {value!r}")
+        return float(value)
+    if not isinstance(value, str):
+        raise ValueError(f"model field {name} must be a string, got {value!r}")
+    return value
+
+
+def _apply_overrides(cfg: GPTConfig | MLPConfig, overrides: Mapping[str, Any],
+                     what: str) -> GPTConfig | MLPConfig:
+    cls = type(cfg)
+    names = {f.name for f in dataclasses.fields(cls)}
+    changes: dict[str, Any] = {}
+    d_ff = None
+    for raw, value in overrides.items():
+        key = ALIASES.get(raw, raw)
+        if key == "d_ff" and cls is GPTConfig:
+            d_ff = value
+            continue
+        if key not in names:
+            known = sorted(names | ({"d_ff"} if cls is GPTConfig else set()))
+            raise ValueError(f"{what}: unknown model field {raw!r}; {cls.__name__} has "
+                             f"{', '.join(known)}")
+        changes[key] = _coerce(cls, key, value, getattr(cfg, key))
+    if cls is GPTConfig and "head_dim" in changes and "n_head" not in changes:
+        changes["n_head"] = None  # an explicit head dim wins over a preset's head count
+    try:
+        cfg = cfg.replace(**changes)
+        if d_ff is not None:
+            if not (isinstance(d_ff, int) and not isinstance(d_ff, bool) and d_ff >= 1):
+                raise ValueError(f"model field d_ff must be an integer >= 1, got {d_ff!r}")
+            cfg = cfg.replace(mlp_ratio=d_ff / cfg.width)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{what}: {exc}") from None
+    return cfg
+
+
+def resolve_target(
+    proxy: GPTConfig | MLPConfig,
+    *,
+    preset: str | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    model_config: str | Path | None = None,
+    proxy_preset: str | None = None,
+) -> TargetModel:
+    """The target architecture: ``preset`` (default: the proxy's config) with
+    ``overrides``, or a YAML/JSON ``model_config`` file holding config fields (and
+    optionally ``preset`` and ``kind``; a card's ``target.model`` is such a mapping),
+    to which ``overrides`` still apply. Field aliases: :data:`ALIASES`."""
+    from mutransfer._io import read_yaml_mapping
+
+    base, name = (get_preset(preset), preset) if preset else (proxy, proxy_preset)
+    fields: dict[str, Any] = {}
+    what = "--set"
+    if model_config is not None:
+        doc = dict(read_yaml_mapping(model_config, "model config"))
+        what = f"model config {str(model_config)!r}"
+        kind = doc.pop("kind", None)
+        if doc.get("preset") is not None:
+            name = str(doc["preset"])
+            base = get_preset(name)
+        doc.pop("preset", None)
+        if kind is not None and kind not in _KINDS:
+            raise ValueError(f"{what}: kind must be gpt or mlp, got {kind!r}")
+        if kind is not None and kind != _kind_of(base):
+            base = _KINDS[kind][0]()
+            name = None
+        fields.update(doc)
+    cfg = _apply_overrides(base, fields, what)
+    cfg = _apply_overrides(cfg, dict(overrides or {}), "--set")
+    if type(cfg) is not type(proxy):
+        raise ValueError(f"the target is a {_kind_of(cfg)} model but the proxy is a {_kind_of(proxy)}")
+    return TargetModel(_kind_of(cfg), cfg, name)
+
+
+def build_target_model(card: Mapping[str, Any]) -> nn.Module:
+    """A fresh model of a v2 card's ``target.model`` (to pass to ``card.apply``)."""
+    model = card.get("target", {}).get("model")
+    if not isinstance(model, Mapping):
+        raise ValueError("the card has no target.model (a v1 card names only a width)")
+    fields = {k: v for k, v in model.items() if k not in ("kind", "preset")}
+    kind = model.get("kind", "gpt")
+    if kind not in _KINDS:
+        raise ValueError(f"card field target.model.kind: must be gpt or mlp, got {kind!r}")
+    cls = _KINDS[kind][0]
+    cfg = _apply_overrides(cls(), fields, "card field target.model")
+    return _KINDS[kind][1](cfg)
+
+
+def transfer_builder(target: TargetModel, proxy: GPTConfig | MLPConfig
+                     ) -> Callable[..., nn.Module]:
+    """``builder(width, depth=None)`` for a Parametrization of the target.
+
+    At the target width it builds the target. At other widths (the base and delta
+    models μP compares shapes with) it builds the target's config with the proxy's
+    head and MLP scheme (head_dim / n_head / mlp_ratio), i.e. the shapes of the proxy
+    family the LR was tuned on. Everything else (vocab, context, norms, tying) is the
+    target's, so parameter names and fixed dimensions agree.
+    """
+    cls = _KINDS[target.kind][1]
+    scheme: dict[str, Any] = {}
+    if isinstance(proxy, GPTConfig):
+        scheme = {"head_dim": proxy.head_dim, "n_head": proxy.n_head, "mlp_ratio": proxy.mlp_ratio}
+
+    def builder(width: int, depth: int | None = None) -> nn.Module:
+        cfg = target.config if width == target.config.width else target.config.replace(
+            width=width, **scheme)
+        if depth is not None:
+            cfg = cfg.replace(depth=depth)
+        return cls(cfg)
+
+    return builder
+
+
+# ---- the scaling laws -------------------------------------------------------------------
+
+
+def _num(doc: Mapping[str, Any], path: str, where: str, *, positive: bool = False,
+         optional: bool = False) -> float | None:
+    obj: Any = doc
+    for key in path.split("."):
+        obj = obj.get(key) if isinstance(obj, Mapping) else None
+    if obj is None and optional:
+        return None
+    if not isinstance(obj, (int, float)) or isinstance(obj, bool) or not math.isfinite(obj) or (
+            positive and obj <= 0):
+        kind = "a positive finite number" if positive else "a finite number"
+        raise ValueError(f"{where}: field {path} must be {kind}, got {obj!r}")
+    return float(obj)
+
+
+def _pair(obj: Any) -> tuple[float, float] | None:
+    """``[lo, hi]`` or ``{"lo": .., "hi": ..}`` -> (lo, hi); anything else -> None."""
+    if isinstance(obj, Mapping):
+        obj = [obj.get("lo"), obj.get("hi")]
+    if (isinstance(obj, (list, tuple)) and len(obj) == 2 and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in obj)):
+        return float(min(obj)), float(max(obj))
+    return None
+
+
+def _exp_ci(section: Mapping[str, Any], name: str) -> tuple[float, float] | None:
+    ci = section.get("ci")
+    if not isinstance(ci, Mapping):
+        return None
+    exps = ci.get("exponents")
+    return _pair(ci.get(name)) or (_pair(exps.get(name)) if isinstance(exps, Mapping) else None)
+
+
+@dataclass(frozen=True)
+class ScalingLaws:
+    """The laws of ``mutransfer fit scaling`` (its FIT.json):
+    eta*(B, D) = c_eta · B^a · D^b, B*(D) = c_B · D^g, the AdamW timescale
+    tau = B / (eta · lambda · D) at the proxy optimum (Wang & Aitchison 2024; Bergsma et
+    al. 2025, "Power Lines"), the warmup in tokens and the WSD decay fraction, with the
+    measured ranges of tokens and batch (for the extrapolation factors)."""
+
+    lr_exponents: dict[str, float]
+    """a (``batch_tokens``) and b (``tokens``) of eta*(B, D)."""
+    lr_exponent_ci: dict[str, tuple[float, float] | None]
+    batch_coef: float
+    batch_exponent: float
+    batch_exponent_ci: tuple[float, float] | None
+    tau: float | None
+    tau_ci: tuple[float, float] | None
+    warmup: dict[str, Any]
+    decay_fraction: float | None
+    decay_fraction_ci: tuple[float, float] | None
+    measured_tokens: tuple[float, float]
+    measured_batch_tokens: tuple[float, float]
+    level: float = 0.9
+    source: str = "FIT.json"
+    lr_cov: tuple[tuple[float, ...], ...] | None = None
+    """Covariance of (ln c_eta, a, b) over the bootstrap (``lr.cov_log``), if given."""
+    batch_cov: tuple[tuple[float, ...], ...] | None = None
+    """Covariance of (ln c_B, g) over the bootstrap (``batch.cov_log``), if given."""
+
+    @property
+    def z(self) -> float:
+        """Normal quantile of the interval level (two-sided)."""
+        from statistics import NormalDist
+
+        return NormalDist().inv_cdf(0.5 + self.level / 2)
+
+    @classmethod
+    def from_dict(cls, doc: Any, where: str = "scaling fit") -> ScalingLaws:
+        """Read and check the FIT.json mapping; one ValueError naming the bad field."""
+        if not isinstance(doc, Mapping):
+            raise ValueError(f"{where} must hold a JSON object, got {type(doc).__name__}")
+        if doc.get("kind", "scaling") != "scaling" or not isinstance(doc.get("lr"), Mapping):
+            raise ValueError(f"{where} is not the output of `mutransfer fit scaling` "
+                             f"(kind {doc.get('kind')!r}, no lr law)")
+        for section in ("lr", "batch", "measured"):
+            if not isinstance(doc.get(section), Mapping):
+                raise ValueError(f"{where}: field {section} is missing or not an object")
+        lr, batch, measured = doc["lr"], doc["batch"], doc["measured"]
+        exps = {n: _num(doc, f"lr.exponents.{n}", where) for n in ("batch_tokens", "tokens")}
+        _num(doc, "lr.coef", where, positive=True)
+        ranges = {}
+        for axis in ("tokens", "batch_tokens"):
+            r = _pair(measured.get(axis))
+            if r is None or r[0] <= 0:
+                raise ValueError(f"{where}: field measured.{axis} must be [min, max] of positive "
+                                 f"numbers, got {measured.get(axis)!r}")
+            ranges[axis] = r
+        tau = doc.get("tau") if isinstance(doc.get("tau"), Mapping) else {}
+        dec = doc.get("decay_fraction")
+        dec_value = None
+        if isinstance(dec, Mapping):
+            dec_value = _num(doc, "decay_fraction.value", where, optional=True)
+        elif dec is not None:
+            dec_value = _num(doc, "decay_fraction", where)
+        if dec_value is not None and not 0 <= dec_value <= 1:
+            raise ValueError(f"{where}: field decay_fraction must lie in [0, 1], got {dec_value!r}")
+        level = doc.get("level", 0.9)
+        return cls(
+            lr_exponents=exps,  # type: ignore[arg-type]
+            lr_exponent_ci={n: _exp_ci(lr, n) for n in exps},
+            batch_coef=_num(doc, "batch.coef", where, positive=True),  # type: ignore[arg-type]
+            batch_exponent=_num(doc, "batch.exponents.tokens", where),  # type: ignore[arg-type]
+            batch_exponent_ci=_exp_ci(batch, "tokens"),
+            tau=_num({"tau": tau}, "tau.value", where, positive=True, optional=True),
+            tau_ci=_pair(tau.get("ci")),
+            warmup=dict(doc["warmup"]) if isinstance(doc.get("warmup"), Mapping) else {},
+            decay_fraction=dec_value,
+            decay_fraction_ci=_pair(dec.get("ci")) if isinstance(dec, Mapping) else None,
+            measured_tokens=ranges["tokens"],
+            measured_batch_tokens=ranges["batch_tokens"],
+            level=float(level) if isinstance(level, (int, float)) and 0 < level < 1 else 0.9,
+            source=where,
+            lr_cov=_cov(lr.get("cov_log"), 3),
+            batch_cov=_cov(batch.get("cov_log"), 2),
+        )
+
+    def lr_ratio(self, batch: tuple[float, float], tokens: tuple[float, float]
+                 ) -> tuple[float, float, float]:
+        """eta*(B1, D1) / eta*(B0, D0) = (B1/B0)^a (D1/D0)^b and its (lo, hi): from the
+        bootstrap covariance of (a, b) when the fit gives it (ln ratio ± z·sd, with
+        var = x' C x, x = (ln B1/B0, ln D1/D0)), else over the corners of the exponent
+        intervals (the ratio is monotone in each exponent)."""
+        rb, rd = batch[1] / batch[0], tokens[1] / tokens[0]
+        a, b = self.lr_exponents["batch_tokens"], self.lr_exponents["tokens"]
+        if self.lr_cov is not None:
+            x = (0.0, math.log(rb), math.log(rd))
+            var = sum(x[i] * self.lr_cov[i][j] * x[j] for i in range(3) for j in range(3))
+            half = self.z * math.sqrt(max(var, 0.0))
+            r = rb**a * rd**b
+            return r, r * math.exp(-half), r * math.exp(half)
+        ca = self.lr_exponent_ci["batch_tokens"] or (a, a)
+        cb = self.lr_exponent_ci["tokens"] or (b, b)
+        corners = [rb**x * rd**y for x in ca for y in cb]
+        return rb**a * rd**b, min(corners), max(corners)
+
+    def batch_at(self, tokens: float) -> tuple[float, float, float]:
+        """B*(D) = c_B · D^g with its interval: from the bootstrap covariance of
+        (ln c_B, g) when given, else the exponent's interval pivoted at the geometric
+        centre of the measured budgets (where the fitted line is pinned best, so
+        coefficient and exponent are nearly uncorrelated there)."""
+        g = self.batch_exponent
+        value = self.batch_coef * tokens**g
+        if self.batch_cov is not None:  # ln B = ln c + g ln D, var = x' C x, x = (1, ln D)
+            x = (1.0, math.log(tokens))
+            var = sum(x[i] * self.batch_cov[i][j] * x[j] for i in range(2) for j in range(2))
+            half = self.z * math.sqrt(max(var, 0.0))
+            return value, value * math.exp(-half), value * math.exp(half)
+        lo_d, hi_d = self.measured_tokens
+        centre = math.sqrt(lo_d * hi_d)
+        at_centre = self.batch_coef * centre**g
+        ci = self.batch_exponent_ci or (g, g)
+        ends = [at_centre * (tokens / centre) ** x for x in ci]
+        return value, min(ends), max(ends)
+
+    def warmup_tokens(self, tokens: float, batch_tokens: float, n_params: float | None
+                      ) -> float | None:
+        """The fit's warmup rule (Porian et al. 2024): ``per_param · N`` tokens when the
+        model size N is known, else ``fraction · D``; at most ``max_fraction · D``;
+        rounded up to whole steps, at least ``min_steps``. None when the fit has none."""
+        w = self.warmup
+        if not w:
+            return None
+        vals = {}
+        for key, default in (("per_param", None), ("fraction", None), ("max_fraction", 1.0),
+                             ("min_steps", 0)):
+            v = w.get(key, default)
+            if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool)
+                                  or not math.isfinite(v) or v < 0):
+                raise ValueError(f"{self.source}: field warmup.{key} must be a finite number >= 0, "
+                                 f"got {v!r}")
+            vals[key] = v
+        if vals["per_param"] is not None and n_params is not None:
+            raw = vals["per_param"] * n_params
+        elif vals["fraction"] is not None:
+            raw = vals["fraction"] * tokens
+        else:
+            return None
+        raw = min(raw, vals["max_fraction"] * tokens)
+        return float(max(int(vals["min_steps"]), math.ceil(raw / batch_tokens - 1e-9)) * batch_tokens)
+
+
+def _cov(obj: Any, n: int) -> tuple[tuple[float, ...], ...] | None:
+    """An n×n finite covariance matrix with a positive diagonal, else None."""
+    if (isinstance(obj, list) and len(obj) == n and all(
+            isinstance(r, list) and len(r) == n and all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in r)
+            for r in obj) and any(obj[i][i] > 0 for i in range(n))):
+        return tuple(tuple(float(v) for v in r) for r in obj)
+    return None
+
+
+def read_scaling_fit(path: str | Path) -> ScalingLaws:
+    """:class:`ScalingLaws` from the FIT.json of ``mutransfer fit scaling``."""
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"scaling fit {str(p)!r} does not exist")
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"scaling fit {str(p)!r} is not valid JSON: {exc}") from None
+    return ScalingLaws.from_dict(doc, f"scaling fit {p.name!r}")
+
+
+# ---- the run plan -----------------------------------------------------------------------
+
+
+def _estimate(value: float, lo: float | None, hi: float | None, level: float, source: str,
+              extrapolation: float = 1.0) -> dict[str, Any]:
+    """The projection's value record (as ``analysis.project.Estimate.to_dict()``)."""
+    return {"value": float(value), "lo": None if lo is None else float(lo),
+            "hi": None if hi is None else float(hi), "level": float(level), "source": source,
+            "extrapolation": float(extrapolation)}
+
+
+def _factor(target: float, measured: tuple[float, float]) -> float:
+    """How far outside the measured range: target / largest, or smallest / target."""
+    return max(1.0, target / measured[1], measured[0] / target)
+
+
+@dataclass
+class RunPlan:
+    """Batch, steps, LR, weight decay, warmup and schedule of the target run."""
+
+    lr: float
+    batch_sequences: int
+    batch_tokens: int
+    steps: int
+    warmup_tokens: float
+    warmup_steps: int
+    decay_fraction: float
+    weight_decay: float
+    tau: float | None
+    projected: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+
+
+def plan_run(
+    *,
+    proxy_lr: float,
+    proxy_lr_interval: Sequence[float | None] | None,
+    tokens: float,
+    seq_len: int,
+    laws: ScalingLaws | None = None,
+    proxy_batch_tokens: float | None = None,
+    proxy_tokens: float | None = None,
+    batch_tokens: float | None = None,
+    batch_sequences: int | None = None,
+    dp_size: int | None = None,
+    weight_decay: float | None = None,
+    wd_mode: str = "coupled",
+    warmup_tokens: float | None = None,
+    warmup_fraction: float | None = None,
+    decay_fraction: float | None = None,
+    extrapolation_limit: float = 100.0,
+    n_params: float | None = None,
+) -> RunPlan:
+    """Project the run of the target from the proxy optimum and (optionally) the laws.
+
+    - Batch: ``batch_sequences`` or ``batch_tokens`` if given, else B*(D) of the laws;
+      rounded to whole sequences and to a multiple of ``dp_size``. Neither -> ValueError.
+    - Base LR: the proxy's μP optimum ``proxy_lr`` moved by the fitted law's ratio
+      eta*(B_t, D_t) / eta*(B_p, D_p) from the proxy's batch and tokens to the target's.
+    - Weight decay: given, or lambda = B / (eta · tau · D) with the laws' tau (coupled
+      AdamW decay, per step eta·lambda; ``independent`` decay is per step lambda, so
+      lambda = B / (tau · D)). tau is recorded either way.
+    - Steps = ceil(D / B); warmup tokens given, from the laws' rule (``n_params``, the
+      target's non-embedding N, feeds it), or ``warmup_fraction`` of D (default 1%);
+      WSD decay fraction given, from the laws, or 0.2.
+    - Baselines (sqrt and linear LR–batch rules, DeepSeek LLM, Step Law, Power Lines;
+      :func:`analysis.baselines.scaling_baselines`) anchored at the proxy optimum, for
+      comparison only.
+    Each projected value carries its interval and its extrapolation factor (target ÷
+    largest measured, per axis); beyond ``extrapolation_limit`` a warning says so.
+    """
+    warnings: list[str] = []
+    if not (math.isfinite(tokens) and tokens > 0):
+        raise ValueError(f"token budget must be a positive finite number, got {tokens!r}")
+    dp = dp_size or 1
+    level = laws.level if laws else 0.9
+    ext = {"tokens": 1.0, "batch_tokens": 1.0}
+    if laws is not None:
+        ext["tokens"] = _factor(tokens, laws.measured_tokens)
+
+    # batch
+    if batch_sequences is not None:
+        b_est = _estimate(batch_sequences * seq_len, None, None, level, "given (--batch-size)")
+        raw_seqs = float(batch_sequences)
+    elif batch_tokens is not None:
+        b_est = _estimate(batch_tokens, None, None, level, "given (--batch-tokens)")
+        raw_seqs = batch_tokens / seq_len
+    elif laws is not None:
+        b, lo, hi = laws.batch_at(tokens)
+        b_est = _estimate(b, lo, hi, level, f"B*(D) = {laws.batch_coef:.4g} · D^{laws.batch_exponent:.4g}"
+                          f" ({laws.source})", ext["tokens"])
+        raw_seqs = b / seq_len
+    else:
+        raise ValueError("no batch for the target: the batch size needs the scaling fit "
+                         "B*(D) (--scaling-fit FIT.json from `mutransfer fit scaling`), or give it "
+                         "with --batch-tokens or --batch-size")
+    seqs = max(dp, int(round(raw_seqs / dp)) * dp)
+    b_tok = seqs * seq_len
+    if laws is not None:
+        ext["batch_tokens"] = _factor(b_tok, laws.measured_batch_tokens)
+        b_est["extrapolation"] = max(b_est["extrapolation"], ext["batch_tokens"])
+    if tokens < b_tok:
+        raise ValueError(f"the token budget {tokens:.6g} is below one batch of {b_tok} tokens "
+                         f"({seqs} sequences of {seq_len})")
+    steps = math.ceil(tokens / b_tok)
+
+    # base LR
+    # No interval given (--lr): the law's alone. An open side (optimum at the grid's
+    # edge) stays open (None).
+    p_lo, p_hi = (list(proxy_lr_interval) + [None, None])[:2] if proxy_lr_interval else (
+        proxy_lr, proxy_lr)
+    if laws is not None:
+        if proxy_batch_tokens is None or proxy_tokens is None:
+            raise ValueError("--scaling-fit moves the proxy's LR to the target's batch and tokens, so "
+                             "it needs the proxy's batch and token budget: give --proxy-batch-tokens "
+                             "and --proxy-tokens (or --results with batch_tokens and tokens columns)")
+        r, r_lo, r_hi = laws.lr_ratio((proxy_batch_tokens, b_tok), (proxy_tokens, tokens))
+        lr = proxy_lr * r
+        lr_est = _estimate(lr, None if p_lo is None else p_lo * r_lo,
+                           None if p_hi is None else p_hi * r_hi, level,
+                           f"proxy optimum {proxy_lr:.4g} × eta*(B, D) ratio {r:.4g} from (B "
+                           f"{proxy_batch_tokens:.4g}, D {proxy_tokens:.4g}) to (B {b_tok}, D "
+                           f"{tokens:.4g})", max(ext.values()))
+    else:
+        lr = proxy_lr
+        lo_hi = (p_lo, p_hi) if proxy_lr_interval else (None, None)
+        lr_est = _estimate(lr, *lo_hi, level, "proxy optimum (no scaling fit: not moved to the "
+                           "target's batch and tokens)")
+        if proxy_batch_tokens is not None and proxy_batch_tokens != b_tok:
+            warnings.append(f"the batch changes from the proxy's {proxy_batch_tokens:.6g} to {b_tok} "
+                            "tokens but there is no --scaling-fit, so the LR is not moved with it")
+    if not (math.isfinite(lr) and lr > 0):
+        raise ValueError(f"the projected base LR is not a positive finite number ({lr!r})")
+
+    # weight decay through tau
+    def lam_from_tau(t: float) -> float:
+        return b_tok / (t * tokens) if wd_mode == "independent" else b_tok / (lr * t * tokens)
+
+    if weight_decay is not None:
+        if not (math.isfinite(weight_decay) and weight_decay >= 0):
+            raise ValueError(f"--weight-decay must be a finite number >= 0, got {weight_decay!r}")
+        wd = weight_decay
+        tau = (b_tok / ((1.0 if wd_mode == "independent" else lr) * wd * tokens)) if wd > 0 else None
+        wd_est = _estimate(wd, None, None, level, "given (--weight-decay)")
+        tau_est = None if tau is None else _estimate(tau, None, None, level, "from the given weight decay")
+    elif laws is not None and laws.tau is not None:
+        tau = laws.tau
+        wd = lam_from_tau(tau)
+        t_lo, t_hi = laws.tau_ci or (tau, tau)
+        wd_est = _estimate(wd, lam_from_tau(t_hi), lam_from_tau(t_lo), level,
+                           f"lambda = B / ({'' if wd_mode == 'independent' else 'eta · '}tau · D), "
+                           f"tau {tau:.4g}", max(ext.values()))
+        tau_est = _estimate(tau, t_lo, t_hi, level, f"AdamW timescale at the proxy optimum ({laws.source})")
+    else:
+        wd, tau = 0.0, None
+        wd_est = _estimate(0.0, None, None, level, "default (no --weight-decay, no tau in a scaling fit)")
+        tau_est = None
+
+    # warmup and decay
+    w_rule = laws.warmup_tokens(tokens, b_tok, n_params) if laws is not None else None
+    if warmup_tokens is not None:
+        w, w_est = warmup_tokens, _estimate(warmup_tokens, None, None, level, "given (--warmup-tokens)")
+    elif warmup_fraction is None and w_rule is not None:
+        w = w_rule
+        w_est = _estimate(w, None, None, level, f"warmup rule of {laws.source}",  # type: ignore[union-attr]
+                          ext["tokens"])
+    else:
+        frac = 0.01 if warmup_fraction is None else warmup_fraction
+        w = frac * tokens
+        w_est = _estimate(w, None, None, level, f"{frac:g} of the token budget")
+    warmup_steps = min(steps, int(round(w / b_tok)))
+    if decay_fraction is not None:
+        dec, d_est = decay_fraction, _estimate(decay_fraction, None, None, level, "given (--decay-fraction)")
+    elif laws is not None and laws.decay_fraction is not None:
+        dec = laws.decay_fraction
+        lo, hi = laws.decay_fraction_ci or (dec, dec)
+        d_est = _estimate(dec, lo, hi, level, f"WSD decay fraction of {laws.source}")
+    else:
+        dec, d_est = 0.2, _estimate(0.2, None, None, level, "default (Hägele et al. 2024: 10-20%)")
+
+    extrapolated = any(f > extrapolation_limit for f in ext.values())
+    for axis, f in ext.items():
+        if f > extrapolation_limit:
+            warnings.append(f"the target's {axis} lies {f:.3g}× outside the measured range of the "
+                            f"scaling sweep (limit {extrapolation_limit:g}×): treat the projection "
+                            "as a guess")
+    baselines: dict[str, Any] = {}
+    if proxy_batch_tokens and proxy_tokens:
+        # Textbook rules beside ours, anchored at the proxy optimum (shown, never used).
+        from analysis.baselines import scaling_baselines
+
+        baselines = scaling_baselines(tokens=tokens, batch_tokens=b_tok, ref_lr=proxy_lr,
+                                      ref_batch_tokens=proxy_batch_tokens, ref_tokens=proxy_tokens,
+                                      n_params=n_params)
+    projected = {
+        "lr": {**lr_est, "interval": [lr_est["lo"], lr_est["hi"]], "method": lr_est["source"]},
+        "batch_tokens": b_est, "batch_sequences": seqs, "steps": steps,
+        "weight_decay": wd_est, "tau": tau_est, "warmup_tokens": w_est, "decay_fraction": d_est,
+        "extrapolation": ext, "extrapolation_limit": float(extrapolation_limit),
+        "extrapolated": extrapolated, "baselines": baselines,
+        "proxy": {"lr": proxy_lr, "batch_tokens": proxy_batch_tokens, "tokens": proxy_tokens},
+        "warnings": warnings,
+    }
+    return RunPlan(lr=lr, batch_sequences=seqs, batch_tokens=b_tok, steps=steps, warmup_tokens=w,
+                   warmup_steps=warmup_steps, decay_fraction=dec, weight_decay=wd, tau=tau,
+                   projected=projected, warnings=warnings)
