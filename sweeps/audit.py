@@ -4,16 +4,18 @@ point it has not seen?
 For each axis, ``tokens`` and then ``batch_tokens``, :func:`analysis.holdout_audit` fits
 eta*(B, D) and B*(D) on every row but those at the largest value of the axis, predicts the
 optimum at the held-out point and sets it beside the measured one (ours and each textbook
-baseline). Here the predicted config is then *trained* at the held-out point with the same
-recipe as the sweep's runs (trainer, warmup in tokens, held-out set, seeds), and its loss
-against the best measured run there fills ``loss_gap`` (``loss / best - 1``).
+baseline). Here our predicted config (:func:`heldout_point`) is then *trained* at the
+held-out point with the same recipe as the sweep's runs (trainer, warmup in tokens,
+held-out set size, seeds), and its loss against the best measured run there fills
+``loss_gap`` (``loss / best - 1``, :func:`analysis.fill_loss_gap`).
 
 The result, written as ``AUDIT.json`` (``mutransfer transfer --audit``)::
 
     {"holdout": [row, ...],            # analysis.holdout_audit rows, loss_gap filled
      "passed": bool | None,            # ours within the criteria on every axis
      "criteria": {"lr_ratio": 1.3, "loss_gap": 0.0025},
-     "runs": [{"axis", "method", "config", "loss", "losses", "best_loss", "cpu_s"}, ...],
+     "runs": [{"axis", "method", "config", "tokens", "batch_tokens", "predicted_batch_tokens",
+               "loss", "losses", "best_loss", "cpu_s"}, ...],
      "study": ..., "width": ..., "seq_len": ...}
 
 Trained configs are cached in ``audit_runs.json`` beside ``AUDIT.json``, so re-running the
@@ -72,25 +74,34 @@ def _plain(v: Any) -> Any:
     return v
 
 
-def heldout_point(rows: pd.DataFrame, axis: str, row: Mapping[str, Any]) -> dict[str, float]:
-    """(tokens, batch_tokens) of the held-out point of ``row``: the largest value of
-    ``axis``; the other coordinate is the row's when it names one, else the measured
-    optimum's there (for ``tokens``: the predicted batch is what gets trained)."""
+def heldout_point(rows: pd.DataFrame, axis: str, row: Mapping[str, Any],
+                  fit_kwargs: Mapping[str, Any] | None = None) -> dict[str, float]:
+    """The config ours predicts at the held-out point: ``{"tokens", "batch_tokens", "lr"}``.
+
+    ``tokens`` axis: the largest budget D_h, the batch B*(D_h) of the law fitted without
+    D_h, and its eta*(B*, D_h) -- the whole prediction, both laws at once (the row's
+    ``pred_lr`` is eta* at the measured best batch, to isolate the LR law; the run uses
+    the predicted batch). ``batch_tokens`` axis: the largest batch B_h at the largest
+    budget, with the row's ``pred_lr`` = eta*(B_h, D_max) of the law fitted without B_h.
+    """
     if axis not in AXES:
         raise ValueError(f"audit axis {axis!r} must be one of {', '.join(AXES)}")
-    held = float(rows[axis].max())
-    if axis == "tokens":
-        return {"tokens": held, "batch_tokens": float(row["pred_batch_tokens"])}
-    tokens = row.get("tokens")
-    if tokens is None or not math.isfinite(float(tokens)):
-        tokens = float(rows["tokens"].max())
-    return {"tokens": float(tokens), "batch_tokens": held}
+    d_max = float(rows["tokens"].max())
+    if axis == "batch_tokens":
+        return {"tokens": d_max, "batch_tokens": float(rows["batch_tokens"].max()),
+                "lr": float(row["pred_lr"])}
+    from analysis import ScalingLawFit
+
+    train = rows[rows["tokens"] < d_max]
+    fit = ScalingLawFit(n_boot=0).fit(train, **dict(fit_kwargs or {}))
+    batch = float(fit.predict_batch(d_max)[0])
+    return {"tokens": d_max, "batch_tokens": batch, "lr": float(fit.predict_lr(batch, d_max)[0])}
 
 
 def best_measured(rows: pd.DataFrame, axis: str, point: Mapping[str, float]) -> float:
     """Lowest seed-mean loss of a measured config at the held-out point (for ``tokens``:
     every batch at the largest budget; for ``batch_tokens``: the largest batch at the
-    point's budget)."""
+    largest budget)."""
     ok = rows[~rows["diverged"].astype(bool)] if "diverged" in rows.columns else rows
     at = ok[_close(ok["tokens"], point["tokens"])]
     if axis == "batch_tokens":
@@ -149,15 +160,14 @@ def run_holdout_audit(
     out: str | Path | None = None,
     device: str | None = None,
     runner: Callable[..., dict[str, Any]] | str | None = None,
-    baselines: bool = False,
     quiet: bool = True,
     fit_kwargs: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Audit ``table`` (the sweep's results table) on both axes; returns the AUDIT dict
-    (and writes it to ``out`` when given). ``baselines``: also train each textbook
-    baseline's predicted config (default: only ours; the baselines' LR and batch ratios
-    are in the table either way)."""
-    from analysis import holdout_audit
+    (and writes it to ``out`` when given). Ours is trained at each held-out point; the
+    baselines' held-out errors are their LR and batch ratios (their ``loss_gap`` stays
+    None: training each of them would cost five more runs per axis)."""
+    from analysis import fill_loss_gap, holdout_audit
     from mutransfer._io import atomic_write_text
     from sweeps.runners import DEFAULT_RUNNER, load_runner
 
@@ -167,49 +177,49 @@ def run_holdout_audit(
     cache_path = out_path.with_name("audit_runs.json") if out_path is not None else None
     cache = _load_cache(cache_path)
     seeds = tuple(int(s) for s in spec.seeds)
+    seq = spec.seq_len()
     table_rows: list[dict[str, Any]] = []
     runs: list[dict[str, Any]] = []
     for axis in AXES:
-        audited = _rows(holdout_audit(rows, axis=axis, **dict(fit_kwargs or {})))
-        for r in audited:
-            r.setdefault("axis", axis)
-            if r.get("method") != OURS and not baselines:
-                table_rows.append(r)
-                continue
-            point = heldout_point(rows, axis, r)
-            best = best_measured(rows, axis, point)
-            losses, cpu = [], 0.0
-            config = None
-            for seed in seeds:
-                config = predicted_config(spec, float(r["pred_lr"]), point["batch_tokens"], point["tokens"],
-                                          seed, device)
-                key = point_key(config)
-                if key not in cache:
-                    if not quiet:
-                        print(f"audit {axis}/{r.get('method')}: training lr={config['lr']:.4g} "
-                              f"batch={config['batch_size']} steps={config['steps']} seed={seed}", flush=True)
-                    c0 = time.process_time()
-                    row = fn(dict(config), lambda step, value: False)
-                    cache[key] = {"loss": float(row["loss"]), "diverged": bool(row.get("diverged")),
-                                  "gns": _plain(row.get("gns")), "cpu_s": time.process_time() - c0}
-                    if cache_path is not None:
-                        atomic_write_text(cache_path, json.dumps(cache, indent=1, sort_keys=True) + "\n")
-                losses.append(cache[key]["loss"])
-                cpu += float(cache[key].get("cpu_s", 0.0))
-            loss = sum(losses) / len(losses)
-            r["loss_gap"] = loss / best - 1.0
-            r["loss"], r["best_loss"] = loss, best
-            table_rows.append(r)
-            assert config is not None
-            shown = ("lr", "batch_size", "steps", "width", "warmup_steps")
-            runs.append({"axis": axis, "method": r.get("method"),
-                         "config": {k: config[k] for k in shown if k in config},
-                         "tokens": config["steps"] * config["batch_size"] * spec.seq_len(),
-                         "batch_tokens": config["batch_size"] * spec.seq_len(),
-                         "loss": loss, "losses": losses, "best_loss": best, "cpu_s": cpu})
+        audited = holdout_audit(rows, axis=axis, fit_kwargs=fit_kwargs)
+        ours = next((r for r in audited if r.get("method") == OURS), None)
+        if ours is None:
+            raise ValueError(f"the {axis} audit has no row for our fit")
+        point = heldout_point(rows, axis, ours, fit_kwargs)
+        losses, cpu = [], 0.0
+        config: dict[str, Any] = {}
+        for seed in seeds:
+            config = predicted_config(spec, point["lr"], point["batch_tokens"], point["tokens"], seed, device)
+            key = point_key(config)
+            if key not in cache:
+                if not quiet:
+                    print(f"audit, held-out {axis}: training lr={config['lr']:.4g} batch="
+                          f"{config['batch_size']}x{seq} steps={config['steps']} seed={seed}", flush=True)
+                c0 = time.process_time()
+                row = fn(dict(config), lambda step, value: False)
+                loss = float(row["loss"])
+                if bool(row.get("diverged")) or not math.isfinite(loss):
+                    raise ValueError(f"the predicted config diverged at the held-out {axis} point "
+                                     f"(lr {config['lr']:.4g}, batch {config['batch_size']})")
+                cache[key] = {"loss": loss, "gns": _plain(row.get("gns")),
+                              "cpu_s": time.process_time() - c0}
+                if cache_path is not None:
+                    atomic_write_text(cache_path, json.dumps(cache, indent=1, sort_keys=True) + "\n")
+            losses.append(float(cache[key]["loss"]))
+            cpu += float(cache[key].get("cpu_s", 0.0))
+        loss = sum(losses) / len(losses)
+        best = best_measured(rows, axis, {"tokens": point["tokens"], "batch_tokens": point["batch_tokens"]})
+        table_rows += fill_loss_gap(audited, {OURS: loss}, best)
+        shown = ("lr", "batch_size", "steps", "width", "warmup_steps")
+        runs.append({"axis": axis, "method": OURS,
+                     "config": {k: config[k] for k in shown if k in config},
+                     "tokens": config["steps"] * config["batch_size"] * seq,
+                     "batch_tokens": config["batch_size"] * seq,
+                     "predicted_batch_tokens": point["batch_tokens"],
+                     "loss": loss, "losses": losses, "best_loss": best, "cpu_s": cpu})
     audit = {"holdout": [_plain(r) for r in table_rows], "passed": passed(table_rows),
              "criteria": dict(CRITERIA), "runs": _plain(runs), "study": spec.study_name(),
-             "width": spec.width, "seq_len": spec.seq_len(), "seeds": list(seeds)}
+             "width": spec.width, "seq_len": seq, "seeds": list(seeds)}
     if out_path is not None:
         atomic_write_text(out_path, json.dumps(audit, indent=2) + "\n")
     return audit
