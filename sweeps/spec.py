@@ -359,6 +359,10 @@ class GridSweep(SweepSpec):
         return {k: (v[0], v[1]) for k, v in self.search_space.items()} if self.adaptive else {}
 
 
+#: AdamW weight decay of a scaling sweep unless ``base`` sets one (the common 0.1).
+DEFAULT_SCALING_WEIGHT_DECAY = 0.1
+
+
 @dataclass(frozen=True)
 class ScalingSweep(SweepSpec, _LRMixin):
     """Token budget D x batch size B x LR at the base width, plus a check at one wider width.
@@ -378,7 +382,10 @@ class ScalingSweep(SweepSpec, _LRMixin):
 
     Per trial the warmup is ``warmup_tokens`` (the same tokens at every batch) and the
     held-out set ``eval_sequences`` sequences (the same size at every batch): both enter
-    the grid point as ``warmup_steps`` and ``eval_batches``.
+    the grid point as ``warmup_steps`` and ``eval_batches``. The weight decay defaults to
+    :data:`DEFAULT_SCALING_WEIGHT_DECAY` (not the trainer's 0), so the AdamW timescale
+    tau = B/(eta·lambda·D) is measured at the optimum and the card's weight decay can
+    follow it.
     """
 
     kind: ClassVar[str] = "scaling"
@@ -427,6 +434,7 @@ class ScalingSweep(SweepSpec, _LRMixin):
             base.setdefault("schedule", "wsd")
             base.setdefault("grad_accum", 2)
             base.setdefault("eval_every", 0)
+            base.setdefault("weight_decay", DEFAULT_SCALING_WEIGHT_DECAY)
             if "wsd_branches" not in base and len(set(self.tokens or ())) >= 1:
                 base["wsd_branches"] = list(self.fractions())
             object.__setattr__(self, "base", base)

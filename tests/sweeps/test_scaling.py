@@ -32,6 +32,7 @@ def test_grid_counts_branches_and_the_lr_grid_following_the_batch() -> None:
     assert {p["tokens"] for p in pts} == {262144}
     assert s.base["wsd_branches"] == [0.125, 0.25, 0.5, 1.0]
     assert s.base["schedule"] == "wsd" and s.base["grad_accum"] == 2 and s.base["base_width"] == 32
+    assert s.base["weight_decay"] == 0.1  # so tau = B/(eta·lambda·D) is measured
     # the grid is centred on lr_center * sqrt(B / 16): 2^-7 at B=4, 2^-5 at B=64
     for b, centre in ((4, 2.0**-7), (16, 2.0**-6), (32, 2.0**-5.5)):
         lrs = s.lrs_for(b)
