@@ -206,6 +206,52 @@ def synthetic_runner(config: dict[str, Any], report: Report) -> dict[str, Any]:
     }
 
 
+#: The known laws of :func:`synthetic_scaling_runner` (batch and budget in tokens):
+#: eta*(B, D) = lr_coef · B^lr_exp_batch · D^lr_exp_tokens, B*(D) = batch_coef · D^batch_exp_tokens.
+SYNTHETIC_LAWS: dict[str, float] = {"lr_coef": 1e-3, "lr_exp_batch": 0.5, "lr_exp_tokens": -0.1,
+                                    "batch_coef": 15.0, "batch_exp_tokens": 0.4}
+
+
+def synthetic_scaling_loss(lr: float, batch_tokens: float, tokens: float) -> float:
+    """The analytic loss surface of :func:`synthetic_scaling_runner`:
+    ``1 + 50 D^-0.3 + 0.02 log2(lr/eta*)^2 + 0.01 log2(B/B*)^2`` with the laws of
+    :data:`SYNTHETIC_LAWS` (quadratic in log2 lr and log2 B, so a fit recovers them)."""
+    k = SYNTHETIC_LAWS
+    eta = k["lr_coef"] * batch_tokens ** k["lr_exp_batch"] * tokens ** k["lr_exp_tokens"]
+    bstar = k["batch_coef"] * tokens ** k["batch_exp_tokens"]
+    return (1.0 + 50.0 * tokens**-0.3 + 0.02 * math.log2(lr / eta) ** 2
+            + 0.01 * math.log2(batch_tokens / bstar) ** 2)
+
+
+def synthetic_scaling_runner(config: dict[str, Any], report: Report) -> dict[str, Any]:
+    """:func:`synthetic_scaling_loss` for a config, with its WSD branches (``wsd_branches``)
+    as :func:`train_runner` gives them: a stand-in for the trainer in tests of the
+    scaling sweep, its results table, its fits and the held-out audit (microseconds)."""
+    steps = int(config.get("steps") or 10)
+    bs = int(config.get("batch_size") or 8)
+    seq = int(config.get("seq_len") or 64)
+    lr = float(config.get("lr") or 1e-3)
+    fractions = config.get("wsd_branches") or [1.0]
+    rows = []
+    for f in fractions:
+        n = max(1, round(float(f) * steps))
+        tokens = n * bs * seq
+        loss = synthetic_scaling_loss(lr, bs * seq, tokens)
+        bstar = SYNTHETIC_LAWS["batch_coef"] * tokens ** SYNTHETIC_LAWS["batch_exp_tokens"]
+        rows.append({"parametrization": str(config.get("parametrization") or "mup"),
+                     "width": int(config.get("width") or 64), "depth": int(config.get("depth") or 2),
+                     "n_params": 100_000, "tokens": tokens, "steps": n, "batch_size": bs, "seq_len": seq,
+                     "batch_tokens": bs * seq, "lr": lr, "seed": int(config.get("seed") or 0),
+                     "loss": loss, "train_loss": loss, "gns": bstar / seq, "wall_s": 0.0, "diverged": False,
+                     "pruned": False, "weight_decay": float(config.get("weight_decay") or 0.0),
+                     "wsd_fraction": float(f)})
+    report(rows[-1]["steps"], rows[-1]["loss"])
+    top = dict(rows[-1])
+    if "wsd_branches" in config:
+        top["branches"] = rows
+    return top
+
+
 def synthetic_fused_runner(configs: list[dict[str, Any]], reports: list[Report]
                            ) -> list[dict[str, Any] | Exception]:
     """:func:`synthetic_runner` over several configs, one after the other (the fused path's

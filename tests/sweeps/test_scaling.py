@@ -104,6 +104,41 @@ def test_cli_bad_input_exits_2_before_any_study_exists(_verb, tmp_path, capsys, 
     assert not out.exists()
 
 
+def test_known_laws_through_sweep_export_fit_and_holdout_audit(_verb, tmp_path, capsys) -> None:
+    """The synthetic runner's loss surface has known eta*(B, D) and B*(D): the sweep's
+    table feeds ``fit scaling``, which recovers them, and ``--holdout`` predicts the
+    held-out optimum and trains it (LR ratio 1, loss within the issue's 0.25%)."""
+    from sweeps.runners import SYNTHETIC_LAWS
+
+    out = tmp_path / "syn"
+    argv = ["sweep", "scaling", "--preset", "gpt-tiny", "--width", "32", "--batch-sizes", "8,16,32,64",
+            "--tokens", "32768,65536,131072,262144", "--lr-center", "0.0072", "--lr-center-batch", "8",
+            "--set", "seq_len=64", "--runner", "sweeps.runners:synthetic_scaling_runner", "--holdout",
+            "--out", str(out), "--workers", "1", "--quiet", "--json"]
+    assert mutransfer.cli.main(argv) == 0
+    st = json.loads(capsys.readouterr().out)
+    assert st["counts"]["complete"] == 4 * 7 and st["audit"]["passed"] is True
+    audit = json.loads((out / "AUDIT.json").read_text())
+    ours = {r["axis"]: r for r in audit["holdout"] if r["method"] == "ours"}
+    assert set(ours) == {"tokens", "batch_tokens"}
+    for r in ours.values():
+        assert r["lr_ratio"] == pytest.approx(1.0, abs=1e-6)
+        assert abs(r["loss_gap"]) < 0.0025
+    # the run of the held-out budget used the predicted batch B*(D_max), rounded to sequences
+    run = next(r for r in audit["runs"] if r["axis"] == "tokens")
+    assert run["predicted_batch_tokens"] == pytest.approx(15.0 * 262144**0.4, rel=1e-6)
+    assert run["tokens"] == pytest.approx(262144, rel=0.02)
+
+    csv, fit = tmp_path / "r.csv", tmp_path / "fit.json"
+    assert mutransfer.cli.main(["sweep", "export", "--storage", str(out), "--out", str(csv)]) == 0
+    assert mutransfer.cli.main(["fit", "scaling", str(csv), "--out", str(fit), "--n-boot", "50"]) == 0
+    doc = json.loads(fit.read_text())
+    assert doc["n_rows"] == 4 * 7 * 4
+    assert doc["lr"]["exponents"]["batch_tokens"] == pytest.approx(SYNTHETIC_LAWS["lr_exp_batch"], abs=1e-6)
+    assert doc["lr"]["exponents"]["tokens"] == pytest.approx(SYNTHETIC_LAWS["lr_exp_tokens"], abs=1e-6)
+    assert doc["batch"]["exponents"]["tokens"] == pytest.approx(SYNTHETIC_LAWS["batch_exp_tokens"], abs=1e-6)
+
+
 pytest.importorskip("mutransfer.train")
 
 TINY = ["sweep", "scaling", "--preset", "gpt-tiny", "--width", "32", "--check-width", "64",
@@ -138,6 +173,13 @@ def test_tiny_scaling_sweep_with_the_real_trainer(_verb, tmp_path, capsys) -> No
     # each branch is its own run: the loss falls with the budget within every trial
     for _, g in df.groupby("trial"):
         assert g.sort_values("tokens")["loss"].is_monotonic_decreasing
+
+    # the table feeds `fit scaling` as it is
+    fit = tmp_path / "fit.json"
+    assert mutransfer.cli.main(["fit", "scaling", str(csv), "--out", str(fit), "--n-boot", "20"]) == 0
+    doc = json.loads(fit.read_text())
+    assert doc["kind"] == "scaling" and doc["n_rows"] == 36
+    assert doc["measured"]["tokens"] == [256, 1024] and doc["measured"]["seq_len"] == 16
 
     # the audit's predicted-config recipe reproduces a measured run exactly (same warmup in
     # tokens, held-out set, seed): a fresh run of the middle budget equals its WSD branch
