@@ -1,6 +1,7 @@
 """sweeps: Optuna studies over mutransfer proxies.
 
-Specs (:class:`LRSweep`, :class:`BatchSweep`, :class:`GridSweep`) enumerate grid points;
+Specs (:class:`LRSweep`, :class:`BatchSweep`, :class:`ScalingSweep`, :class:`GridSweep`)
+enumerate grid points;
 :func:`run_sweep` creates or resumes the study in a journal file or an RDB and runs
 workers; :func:`results_table` / :func:`write_table` give the tidy table that ``analysis``
 reads. Names load lazily: ``import sweeps`` imports neither optuna nor torch.
@@ -12,19 +13,21 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from sweeps.audit import run_holdout_audit
     from sweeps.export import best_per_group, results_table, status, write_table
     from sweeps.objective import resolve_config, worst_case_loss
     from sweeps.progress import Counts, study_counts
     from sweeps.recovery import requeue, sweep_stale
     from sweeps.runners import DEFAULT_RUNNER, load_runner, synthetic_runner, train_runner
-    from sweeps.spec import BatchSweep, GridSweep, LRSweep, SweepSpec, load_spec, spec_from_dict
+    from sweeps.spec import BatchSweep, GridSweep, LRSweep, ScalingSweep, SweepSpec, load_spec, spec_from_dict
     from sweeps.storage import open_storage, resolve_storage
     from sweeps.study import Plan, SweepResult, prepare, run_sweep
     from sweeps.worker import SweepSettings, open_study, spawn_workers, work
 
 _EXPORTS: dict[str, str] = {
     "SweepSpec": "sweeps.spec", "LRSweep": "sweeps.spec", "BatchSweep": "sweeps.spec",
-    "GridSweep": "sweeps.spec", "load_spec": "sweeps.spec", "spec_from_dict": "sweeps.spec",
+    "GridSweep": "sweeps.spec", "ScalingSweep": "sweeps.spec", "load_spec": "sweeps.spec",
+    "spec_from_dict": "sweeps.spec", "run_holdout_audit": "sweeps.audit",
     "resolve_storage": "sweeps.storage", "open_storage": "sweeps.storage",
     "DEFAULT_RUNNER": "sweeps.runners", "load_runner": "sweeps.runners",
     "train_runner": "sweeps.runners", "synthetic_runner": "sweeps.runners",
@@ -40,9 +43,10 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = [
-    "BatchSweep", "Counts", "DEFAULT_RUNNER", "GridSweep", "LRSweep", "Plan", "SweepResult",
-    "SweepSettings", "SweepSpec", "best_per_group", "load_runner", "load_spec", "open_storage",
-    "open_study", "prepare", "requeue", "resolve_config", "resolve_storage", "results_table",
+    "BatchSweep", "Counts", "DEFAULT_RUNNER", "GridSweep", "LRSweep", "Plan", "ScalingSweep",
+    "SweepResult", "SweepSettings", "SweepSpec", "best_per_group", "load_runner", "load_spec",
+    "open_storage", "open_study", "prepare", "requeue", "resolve_config", "resolve_storage",
+    "results_table", "run_holdout_audit",
     "run_sweep", "spawn_workers", "spec_from_dict", "status", "study_counts", "sweep_stale",
     "synthetic_runner", "train_runner", "work", "worst_case_loss", "write_table",
 ]
