@@ -56,6 +56,8 @@ class ScalingStage:
     target_seq_len: int
     tokens_per_param: float = 20.0
     """Chinchilla's ~20 tokens per parameter (Hoffmann et al. 2022)."""
+    check_batch_sizes: tuple[int, ...] | None = None
+    """Batches of the wider check (None: the middle batch)."""
 
 
 @dataclass(frozen=True)
@@ -82,16 +84,17 @@ class DemoSize:
 SIZES: dict[str, DemoSize] = {
     # 2 CPU cores, <= 15 minutes: 2-block GPTs of width 32..256 (8x), 150 steps of 16x64
     # bytes; SP's grid reaches down to its optimum at width 256, μP's is centred on its own.
-    # The scaling stage: width 32 (check at 64), B = 4..32 sequences (256..2048 tokens),
-    # D = 2^15..2^18 tokens, 7 LRs half an octave apart.
+    # The scaling stage: width 32 (check at 64), B = 2..16 sequences (128..1024 tokens: at
+    # these budgets B* is near 256-512 tokens, and 256 was the low edge of a 4..32 grid),
+    # D = 2^15..2^18 tokens, 5 LRs half an octave apart.
     "small": DemoSize(preset="gpt-small", widths=(32, 64, 128, 256),
                       sp_log2_lrs=tuple(float(x) for x in range(-10, -3)),
                       mup_log2_lrs=tuple(float(x) for x in range(-8, -2)), sp_seeds=(0,), seeds=(0, 1),
                       steps=150, batch_size=16, seq_len=64, coord_widths=(32, 64, 128, 256),
-                      scaling=ScalingStage(batch_sizes=(4, 8, 16, 32), tokens=(2**15, 2**16, 2**17, 2**18),
-                                           log2_lr_offsets=(-1.5, -1.0, -0.5, 0.0, 0.5, 1.0, 1.5),
-                                           check_width=64, eval_sequences=256, target_width=2048,
-                                           target_depth=24, target_seq_len=1024)),
+                      scaling=ScalingStage(batch_sizes=(2, 4, 8, 16), tokens=(2**15, 2**16, 2**17, 2**18),
+                                           log2_lr_offsets=(-1.0, -0.5, 0.0, 0.5, 1.0),
+                                           check_width=64, check_batch_sizes=(16,), eval_sequences=256,
+                                           target_width=2048, target_depth=24, target_seq_len=1024)),
     # A single GPU: 4-block GPTs of width 128..2048 (16x), 1000 steps of 64x256 bytes.
     "gpu": DemoSize(preset="gpt-small", widths=(128, 256, 512, 1024, 2048),
                     sp_log2_lrs=tuple(float(x) for x in range(-14, -3)),
@@ -375,6 +378,7 @@ def _scaling_stage(out: Path, sz: DemoSize, size: str, fit: Any, *, device: str,
     # a quarter-octave grid point, so a re-run (same optimum) resumes the same study
     lr_center = 2.0 ** (round(4 * centre.log2_x_opt) / 4)
     spec = ScalingSweep(preset=sz.preset, width=width, check_width=sc.check_width,
+                        check_batch_sizes=sc.check_batch_sizes,
                         batch_sizes=sc.batch_sizes, tokens=sc.tokens, seeds=(0,), lr_center=lr_center,
                         lr_center_batch=sz.batch_size, log2_lr_offsets=sc.log2_lr_offsets,
                         eval_sequences=sc.eval_sequences,
@@ -396,6 +400,8 @@ def _scaling_stage(out: Path, sz: DemoSize, size: str, fit: Any, *, device: str,
         if "cpu_s" in trials.columns else {}
     info: dict[str, Any] = {
         "width": width, "check_width": sc.check_width, "budgets": list(spec.budgets()),
+        "check_batch_tokens": sorted({p["batch_size"] * sz.seq_len for p in spec.points()
+                                      if p.get("width") == sc.check_width}),
         "batch_sizes": list(sc.batch_sizes), "batch_tokens": [b * sz.seq_len for b in sc.batch_sizes],
         "lr_center": lr_center, "lr_center_batch": sz.batch_size,
         "log2_lr_offsets": list(sc.log2_lr_offsets), "n_trials": int(len(trials)), "n_rows": int(len(table)),
@@ -543,7 +549,8 @@ def _sections(s: dict[str, Any]) -> list[tuple[str, list[str], list[str], list[l
     head, table rows), rendered by both the Markdown and the HTML report."""
     sc, out = s["scaling"], []
     budgets = ", ".join(f"{t:.3g}" for t in sc["budgets"])
-    intro = [f"{sc['n_trials']} runs at width {sc['width']} (and {sc['check_width']} at the middle batch), "
+    intro = [f"{sc['n_trials']} runs at width {sc['width']} (and {sc['check_width']} at batch "
+             f"{sc['check_batch_tokens']} tokens), "
              f"each training the largest of the budgets D = {budgets} tokens with a WSD schedule whose "
              f"branches cool down at every smaller one ({sc['n_rows']} results rows, {sc['n_diverged']} "
              f"diverged); batches {sc['batch_tokens']} tokens; {len(sc['log2_lr_offsets'])} LRs half an "
