@@ -74,7 +74,7 @@ def usable_rows(
 ) -> pd.DataFrame:
     """Rows that did not diverge and whose ``value_columns`` are all finite numbers.
 
-    A diverged trial keeps its row in the results table (DESIGN.md) but must never enter
+    A diverged trial keeps its row in the results table (docs/architecture.md) but must never enter
     a fit; a NaN/inf loss is treated the same way even if the flag was not set.
     """
     keep = np.ones(len(df), dtype=bool)

@@ -12,7 +12,7 @@ L-BFGS from every point of a grid of initializations, keeping the best. The pape
 ``a, b ∈ {0, 5, …, 25}``: 5·5·5·6·6 = **4500** starts (``HOFFMANN_GRID``). The one-term
 law uses the matching 5·5·6 = 150-point grid.
 
-How the grid stays fast (DESIGN.md: < 10 s for the grid, < 60 s for 1000 bootstrap
+How the grid stays fast (docs/architecture.md: < 10 s for the grid, < 60 s for 1000 bootstrap
 fits on 2 cores): all starts run *together* through a batched L-BFGS written in NumPy
 (``analysis/_lbfgs.py``) — one vectorized objective/gradient evaluation per iteration
 for every start, with analytic gradients — instead of 4500 sequential

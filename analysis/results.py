@@ -1,10 +1,11 @@
-"""Reading the results table (one row per trial, CSV or Parquet; see DESIGN.md)."""
+"""Reading the results table (one row per trial, CSV or Parquet; see docs/architecture.md)."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -12,12 +13,32 @@ from ._io import require_columns
 
 __all__ = ["RESULTS_COLUMNS", "read_results"]
 
-#: Column names of the sweeps -> analysis results table (DESIGN.md, "Results table").
+#: Column names of the sweeps -> analysis results table (docs/architecture.md, "Results table").
 RESULTS_COLUMNS: tuple[str, ...] = (
     "study", "trial", "state", "diverged", "parametrization", "width", "depth", "n_params",
     "n_params_nonembed", "tokens", "steps", "batch_size", "seq_len", "batch_tokens", "lr",
     "seed", "loss", "train_loss", "gns", "wall_s",
 )
+
+
+def _read(p: Path, reader: Any) -> pd.DataFrame:
+    """``reader(p)``, with any failure (empty, binary, ragged, truncated) one ValueError
+    naming the file and what is wrong with it."""
+    try:
+        return reader(p)
+    except pd.errors.EmptyDataError:
+        raise ValueError(f"results file {str(p)!r} is empty (no header row).") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"results file {str(p)!r} is not UTF-8 text (a binary file?): byte "
+                         f"{exc.start} cannot be decoded.") from None
+    except pd.errors.ParserError as exc:
+        first = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"results file {str(p)!r} is not a regular table: {first}") from None
+    except OSError as exc:
+        raise ValueError(f"cannot read results file {str(p)!r}: {exc.strerror or exc}") from None
+    except Exception as exc:  # pyarrow's ArrowInvalid and friends
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"results file {str(p)!r} cannot be read: {first}") from None
 
 
 def read_results(
@@ -36,7 +57,7 @@ def read_results(
         raise ValueError(f"results file {str(p)!r} does not exist.")
     suffix = p.suffix.lower()
     if suffix == ".csv":
-        df = pd.read_csv(p)
+        df = _read(p, pd.read_csv)
     elif suffix in (".parquet", ".pq"):
         try:
             import pyarrow  # noqa: F401
@@ -48,7 +69,7 @@ def read_results(
                     f"reading {p.name!r} needs pyarrow (or fastparquet), which is not "
                     "installed; install it or export the table as CSV."
                 ) from None
-        df = pd.read_parquet(p)
+        df = _read(p, pd.read_parquet)
     else:
         raise ValueError(f"results file {p.name!r} must end in .csv or .parquet.")
     require_columns(df, list(required), f"results table {p.name!r}")

@@ -10,7 +10,7 @@ Two measurements:
 2. Against the bare trainer: the same gpt-tiny configs trained directly with
    ``mutransfer.train`` and through a sweep; the difference per trial.
 
-DESIGN target: overhead under 5 % of a 10-second trial (``ratio_overhead_10s_trial``).
+docs/architecture.md target: overhead under 5 % of a 10-second trial (``ratio_overhead_10s_trial``).
 Run: ``python -m benchmarks.sweep_overhead`` (prints JSON, writes
 ``benchmarks/results/sweep_overhead.json`` atomically).
 """
@@ -51,7 +51,7 @@ def _machinery(storage: str | None, out: Path, name: str) -> float:
 def _trainer(out: Path) -> tuple[float, float]:
     from mutransfer.train import TrainConfig, train
     from sweeps import LRSweep, run_sweep
-    from sweeps.objective import resolve_config
+    from sweeps.spec import resolve_config
 
     spec = LRSweep(widths=TRAIN_WIDTHS, parametrizations=("mup",), lrs=TRAIN_LRS, base=TRAIN_BASE)
     configs = [resolve_config(spec, p) for p in spec.points()]
@@ -117,4 +117,9 @@ def run() -> dict[str, Any]:
 
 
 if __name__ == "__main__":
+    import argparse
+
+    # parse first: --help (or a bad flag) answers at once and writes nothing
+    argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                            epilog="writes benchmarks/results/sweep_overhead.json").parse_args()
     print(json.dumps(run(), indent=2))

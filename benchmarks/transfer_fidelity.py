@@ -2,7 +2,7 @@
 
 Runs the demo's LR x width sweep (SP and μP side by side, same model, data, steps and
 seeds) and reads the drift of the seed-averaged optimum in octaves with its bootstrap
-interval. Design targets (DESIGN.md, "Numbers to reach"), over a >= 8x width ladder:
+interval. Design targets (docs/architecture.md, "Numbers to reach"), over a >= 8x width ladder:
 μP drift <= 0.5 octave, SP drift >= 2 octaves; μP wider-is-better; μP's best loss at the
 widest proxy within 1% of SP's (Tensor Programs V, Fig. 1).
 

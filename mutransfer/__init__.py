@@ -23,6 +23,9 @@ _EXPORTS: dict[str, str] = {
     # coordinate check
     "coord_check": "mutransfer.coord_check",
     "CoordCheckResult": "mutransfer.coord_check",
+    # audit of a user's muP
+    "audit": "mutransfer.audit",
+    "AuditResult": "mutransfer.audit",
     # transfer card
     "build_card": "mutransfer.card",
     "save_card": "mutransfer.card",
@@ -35,6 +38,11 @@ _EXPORTS: dict[str, str] = {
     "build_target_model": "mutransfer.target",
     "ScalingLaws": "mutransfer.target",
     "plan_run": "mutransfer.target",
+    # folding and engine exports
+    "fold": "mutransfer.fold",
+    "export_card": "mutransfer.export",
+    "hf_param_groups": "mutransfer.export",
+    "torchtitan_param_groups": "mutransfer.export",
     # models
     "GPT": "mutransfer.models",
     "GPTConfig": "mutransfer.models",

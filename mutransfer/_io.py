@@ -68,3 +68,55 @@ def read_yaml_mapping(path: str | os.PathLike[str], what: str = "file") -> dict[
     if not isinstance(doc, dict):
         raise ValueError(f"{what} {str(p)!r} must hold a mapping, got {type(doc).__name__}")
     return doc
+
+
+def check_output(path: str | os.PathLike[str] | None, *, inputs: tuple[Any, ...] | list[Any] = (),
+                 directory: bool = False, flag: str = "--out") -> Path | None:
+    """Check, before any work starts, that ``path`` can be written: not an existing
+    directory (a file) or file (a directory), under a writable folder, and not one of
+    ``inputs`` (a results table replaced by its own fit). One ValueError naming the path.
+    ``None`` passes through (no output asked for)."""
+    if path is None or path == "":
+        return None
+    p = Path(path)
+    if directory:
+        if p.exists() and not p.is_dir():
+            raise ValueError(f"{flag} {str(p)!r} is a file, not a directory")
+    elif p.is_dir():
+        raise ValueError(f"{flag} {str(p)!r} is a directory; give a file name")
+    for src in inputs:
+        if src is None or src == "":
+            continue
+        q = Path(src)
+        same = p.resolve() == q.resolve()
+        if not same and p.exists() and q.exists():
+            with contextlib.suppress(OSError):
+                same = os.path.samefile(p, q)
+        if same:
+            raise ValueError(f"{flag} {str(p)!r} is the input {str(q)!r}; refusing to overwrite it")
+    anc = p if directory else p.parent
+    anc = anc if str(anc) else Path(".")
+    while not anc.exists():  # the nearest folder that exists must take new entries
+        if anc.parent == anc:
+            break
+        anc = anc.parent
+    if anc.exists() and not anc.is_dir():
+        raise ValueError(f"{flag} {str(p)!r} cannot be made: {str(anc)!r} is a file")
+    if anc.exists() and not os.access(anc, os.W_OK | os.X_OK):
+        raise ValueError(f"{flag} {str(p)!r} cannot be written: permission denied on {str(anc)!r}")
+    if not directory and p.exists() and not os.access(p.parent, os.W_OK | os.X_OK):
+        raise ValueError(f"{flag} {str(p)!r} cannot be replaced: permission denied on {str(p.parent)!r}")
+    return p
+
+
+def check_fresh_dir(path: str | os.PathLike[str] | None, names: tuple[str, ...] | list[str], *,
+                    overwrite: bool, flag: str = "--out") -> None:
+    """Refuse an output folder that already holds an earlier run's files (any of
+    ``names``) unless ``overwrite``: replacing a finished run's results is never silent."""
+    if path is None or overwrite:
+        return
+    p = Path(path)
+    found = [n for n in names if (p / n).exists()]
+    if found:
+        raise ValueError(f"{flag} {str(p)!r} already holds an earlier run ({', '.join(found)}); "
+                         "pass --overwrite to replace it, or choose another folder")

@@ -19,10 +19,38 @@ import torch
 
 from mutransfer._io import atomic_path
 
-__all__ = ["CHECKPOINT_FORMAT", "get_rng_state", "load_checkpoint", "save_checkpoint", "set_rng_state"]
+__all__ = ["CHECKPOINT_FORMAT", "RESUMABLE_FIELDS", "check_resume", "get_rng_state", "load_checkpoint",
+           "save_checkpoint", "set_rng_state"]
 
 CHECKPOINT_FORMAT = "mutransfer.checkpoint/v1"
 _REQUIRED = ("format", "model", "optimizer", "step", "data_offset")
+
+#: TrainConfig fields a resumed run may change: how long it runs, how often it evaluates
+#: and saves, where and on what it runs. Anything else (lr, seed, batch size,
+#: parametrization, ...) would be silently half-applied: the optimizer state restores the
+#: old base LR, the data cursor assumes the old batch; so a resume refuses it.
+RESUMABLE_FIELDS = frozenset({
+    "steps", "eval_every", "eval_batches", "checkpoint_every", "out_dir", "resume", "metrics_format",
+    "device", "threads", "compile", "data_cache", "max_logit_every",
+})
+
+
+def check_resume(saved: dict[str, Any] | None, config: dict[str, Any], step: int) -> None:
+    """Refuse to resume a checkpoint (its config ``saved``, at ``step``) under ``config``
+    when a field outside :data:`RESUMABLE_FIELDS` differs, or the run would end before the
+    checkpoint's step; the ValueError names every changed field, old and new value."""
+    if saved is not None:
+        changed = sorted(k for k in set(saved) | set(config)
+                         if k not in RESUMABLE_FIELDS and saved.get(k) != config.get(k))
+        if changed:
+            what = ", ".join(f"{k} {saved.get(k)!r} -> {config.get(k)!r}" for k in changed)
+            raise ValueError(f"--resume cannot change {what}; only "
+                             f"{', '.join(sorted(RESUMABLE_FIELDS - {'resume'}))} may differ from the "
+                             "checkpoint's run (start a new run to change the others)")
+    steps = config.get("steps")
+    if isinstance(steps, int) and steps < step:
+        raise ValueError(f"steps={steps} is below the checkpoint's step {step}; a resumed run "
+                         "can only go on")
 
 
 def get_rng_state() -> dict[str, Any]:

@@ -7,9 +7,17 @@ training steps begin; under SP with Adam it grows roughly linearly (Yang et al. 
 TP-V §3 and Fig. 5; Yang & Hu 2021 for the coordinate-check method).
 
 The verdict is a fitted slope: for every (module, step) we fit
-log2(mean l1 over seeds) = a + slope · log2(width) and the check passes when no slope
-exceeds ``tol`` (default 0.25: a quarter-power growth, far below SP's ~1 and above the
-noise of a 3-seed mean). The same is done against depth when depths vary.
+log2(mean l1 over seeds) = a + slope · log2(width) and the check passes when every slope
+lies within ±``tol`` (default 0.25: a quarter power, far below SP's ~1 and above the
+noise of a 3-seed mean). Vanishing activations (slope <= -tol) fail too: a layer whose
+output dies with width stops learning features. The one exception is the μP readout:
+TP-V's output layer (init variance 1/fan_in², or a forward 1/m_in) makes the logits
+shrink like width^-1/2 at init by design (Yang et al. 2022, Table 3), and that init part
+fades only as the Θ(1) updates take over (on our GPT at lr 1e-2: slopes -0.49, -0.45,
+-0.36, -0.26 at steps 0-3). So the μP readout may vanish as fast as its init law,
+width^-1/2, plus ``tol``, never faster, and may never grow. Against depth (when depths
+vary) only growth is checked: CompleteP scales each residual branch by 1/L on purpose
+(Dey et al. 2025), so branch outputs shrink with depth while the residual stream holds.
 """
 
 from __future__ import annotations
@@ -79,10 +87,28 @@ class CoordCheckResult:
     """One row per (axis, depth or width held fixed, module, step) with the log2 slope."""
     tol: float
     settings: dict[str, Any] = field(default_factory=dict)
+    readout_modules: tuple[str, ...] = ()
+    """The readout modules whose logits μP shrinks like width^-1/2 at init."""
+
+    def lower_bounds(self) -> pd.Series:
+        """Per slope row, the most negative slope allowed: -tol along width, -(1/2 + tol)
+        for the μP readout (its init law), -inf along depth (see the module docstring)."""
+        s = self.slopes
+        low = pd.Series(-self.tol, index=s.index, dtype=float)
+        low[s["axis"] != "width"] = -math.inf
+        if self.parametrization != "sp" and self.readout_modules:
+            readout = (s["axis"] == "width") & s["module"].isin(self.readout_modules)
+            low[readout] = -(0.5 + self.tol)
+        return low
+
+    def violations(self) -> pd.DataFrame:
+        """Rows that fail: growing (slope > tol) or vanishing (slope <= the lower bound)."""
+        s = self.slopes
+        return s[(s["slope"] > self.tol) | (s["slope"] <= self.lower_bounds())]
 
     @property
     def passed(self) -> bool:
-        return bool((self.slopes["slope"] <= self.tol).all())
+        return len(self.violations()) == 0
 
     def max_slopes(self, axis: str = "width") -> dict[str, float]:
         """Largest slope over steps, per module, along ``axis``."""
@@ -103,7 +129,10 @@ class CoordCheckResult:
         return out
 
     def worst(self) -> dict[str, Any]:
-        row = self.slopes.loc[self.slopes["slope"].idxmax()]
+        """The row closest to (or furthest past) its bound: growing or vanishing."""
+        s = self.slopes
+        margin = (s["slope"] / self.tol).where(s["slope"] >= 0, s["slope"] / self.lower_bounds())
+        row = s.loc[margin.idxmax()]
         return {k: (v.item() if hasattr(v, "item") else v) for k, v in row.items()}
 
     def write(self, out_dir: str | Path, plot: bool = True) -> dict[str, Path]:
@@ -119,7 +148,18 @@ class CoordCheckResult:
         return paths
 
     def plot(self, path: str | Path, axis: str = "width") -> Path:
-        """One panel per step: mean l1 against width (log-log), a line per module."""
+        """One panel per step: mean l1 against width (log-log), a line per module, and a
+        legend naming every line."""
+        import matplotlib.pyplot as plt
+
+        fig = self.figure(axis)
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=110, format="png", bbox_inches="tight")
+        plt.close(fig)
+        return Path(path)
+
+    def figure(self, axis: str = "width") -> Any:
+        """The matplotlib Figure :meth:`plot` saves (the caller closes it)."""
         import matplotlib
 
         matplotlib.use("Agg")
@@ -142,15 +182,14 @@ class CoordCheckResult:
             ax.set_xlabel(axis)
         axes[0][0].set_ylabel("mean |activation|")
         verdict = "passed" if self.passed else "FAILED"
-        fig.suptitle(f"coord check: {self.parametrization} ({verdict}, max slope "
-                     f"{self.slopes['slope'].max():.2f}, tol {self.tol})")
-        if mean["module"].nunique() <= 24:
-            axes[0][-1].legend(fontsize=5, loc="center left", bbox_to_anchor=(1, 0.5))
+        fig.suptitle(f"coord check: {self.parametrization} ({verdict}, worst slope "
+                     f"{self.worst()['slope']:.2f}, tol ±{self.tol})")
         fig.tight_layout()
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, dpi=110, format="png")
-        plt.close(fig)
-        return Path(path)
+        # One legend for the figure, every module named; long lists wrap into columns.
+        handles, labels = axes[0][0].get_legend_handles_labels()
+        fig.legend(handles, labels, fontsize=5, loc="center left", bbox_to_anchor=(1.0, 0.5),
+                   ncol=max(1, math.ceil(len(labels) / 40)), title="module", title_fontsize=6)
+        return fig
 
 
 def _slope(x: np.ndarray, y: np.ndarray) -> float:
@@ -176,6 +215,37 @@ def fit_slopes(data: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def record_activations(model: nn.Module, opt: Any, batch: Any,
+                       loss_fn: Callable[[nn.Module, Any], torch.Tensor],
+                       watched: Sequence[str], steps: int) -> list[tuple[int, str, float, float]]:
+    """Train ``steps`` steps on ``batch`` and return (step, module, l1, loss) for every
+    watched module before each update and after the last (step 0 is the init)."""
+    current: dict[str, float] = {}
+    handles = []
+    for name in watched:
+        def hook(_m: nn.Module, _a: Any, out: Any, name: str = name) -> None:
+            t = out[0] if isinstance(out, tuple) else out
+            current[name] = float(t.detach().abs().float().mean())
+        handles.append(model.get_submodule(name).register_forward_hook(hook))
+    out: list[tuple[int, str, float, float]] = []
+    try:
+        for step in range(steps + 1):
+            current.clear()
+            if step < steps:
+                loss = loss_fn(model, batch)
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+            else:
+                with torch.no_grad():
+                    loss = loss_fn(model, batch)
+            out.extend((step, name, l1, float(loss.detach())) for name, l1 in current.items())
+    finally:
+        for h in handles:
+            h.remove()
+    return out
+
+
 def coord_check(
     builder: Callable[..., nn.Module],
     batch: Batch | Callable[[], Batch],
@@ -191,6 +261,7 @@ def coord_check(
     optimizer: str = "adamw",
     lr: float = 1e-2,
     multipliers: Multipliers | None = None,
+    rules: Sequence[tuple[str, str]] = (),
     loss_fn: LossFn = gpt_loss,
     modules: Callable[[nn.Module], list[str]] = default_modules,
     tol: float = 0.25,
@@ -199,7 +270,8 @@ def coord_check(
     """Run the check. ``builder(width)`` (or ``builder(width, depth)`` when ``depths`` is
     given) builds a model; ``batch`` is the single (inputs, targets) batch fed at every
     step and width. Records l1 before each of ``steps`` updates and after the last, so
-    step 0 is the init."""
+    step 0 is the init. ``rules`` are the Parametrization's ordered ``(regex, role)``
+    overrides, for models whose roles cannot all be inferred."""
     widths = sorted({int(w) for w in widths})
     if len(widths) < 2 and not (depths and len(set(depths)) >= 2):
         raise ValueError(f"a coordinate check needs at least 2 widths (or depths), got {widths}")
@@ -214,42 +286,23 @@ def coord_check(
     rule_set = "sgd" if optimizer == "sgd" else "adam"
     get_batch = batch if callable(batch) else (lambda: batch)
     records: list[dict[str, Any]] = []
+    readouts: set[str] = set()
     for depth in depth_list:
         for width in widths:
             pz = Parametrization(
                 builder, width=width, base_width=min(base_width, width), kind=kind,
                 optimizer=rule_set, depth=depth, base_depth=base_depth if depth else None,
-                depth_alpha=depth_alpha, multipliers=multipliers)
+                depth_alpha=depth_alpha, multipliers=multipliers, rules=rules)
             for seed in range(seeds):
                 model = pz.build(seed=seed)
+                readouts.update(_depth_alias(model, n) if depth else n for n in pz.readout_modules)
                 opt = build_optimizer(pz.param_groups(model, lr), optimizer)
                 watched = modules(model)
                 alias = {n: _depth_alias(model, n) if depth else n for n in watched}
-                current: dict[str, float] = {}
-                handles = []
-                for name in watched:
-                    def hook(_m: nn.Module, _a: Any, out: Any, name: str = name,
-                             current: dict[str, float] = current) -> None:
-                        t = out[0] if isinstance(out, tuple) else out
-                        current[name] = float(t.detach().abs().float().mean())
-                    handles.append(model.get_submodule(name).register_forward_hook(hook))
-                xb = get_batch()
-                for step in range(steps + 1):
-                    current.clear()
-                    if step < steps:
-                        loss = loss_fn(model, xb)
-                        loss.backward()
-                        opt.step()
-                        opt.zero_grad()
-                    else:
-                        with torch.no_grad():
-                            loss = loss_fn(model, xb)
-                    for name, l1 in current.items():
-                        records.append({"width": width, "depth": depth or 0, "seed": seed,
-                                        "module": alias[name], "step": step, "l1": l1,
-                                        "loss": float(loss.detach())})
-                for h in handles:
-                    h.remove()
+                for step, name, l1, loss in record_activations(model, opt, get_batch(), loss_fn,
+                                                               watched, steps):
+                    records.append({"width": width, "depth": depth or 0, "seed": seed,
+                                    "module": alias[name], "step": step, "l1": l1, "loss": loss})
                 if progress is not None:
                     progress()
     data = pd.DataFrame(records)
@@ -260,8 +313,10 @@ def coord_check(
                          f"{r['step']}: lower the learning rate (lr={lr})")
     settings = {"widths": widths, "depths": [d for d in depth_list if d], "steps": steps,
                 "seeds": seeds, "optimizer": optimizer, "lr": lr, "base_width": base_width,
-                "base_depth": base_depth, "depth_alpha": depth_alpha}
-    return CoordCheckResult(kind, data, fit_slopes(data), tol, settings)
+                "base_depth": base_depth, "depth_alpha": depth_alpha,
+                "rules": [list(r) for r in rules]}
+    return CoordCheckResult(kind, data, fit_slopes(data), tol, settings, tuple(sorted(readouts)))
 
 
-__all__ = ["CoordCheckResult", "coord_check", "default_modules", "fit_slopes", "gpt_loss"]
+__all__ = ["CoordCheckResult", "coord_check", "default_modules", "fit_slopes", "gpt_loss",
+           "record_activations"]

@@ -107,6 +107,8 @@ __all__ = [
     "OptimizerList",
     "attention_modules",
     "build_optimizer",
+    "muon_step_batched",
+    "newton_schulz_batched",
     "qk_clip",
     "set_lr",
     "track_max_logits",
@@ -175,3 +177,76 @@ def qk_clip(
                 lin.bias.mul_(row_scale.to(lin.bias))
         clipped += int(over.sum())
     return clipped
+
+
+# ---- Muon over a stack of members (fused training) ---------------------------------------
+
+
+def newton_schulz_batched(g_KAB: torch.Tensor, coefficients: tuple[float, float, float], steps: int,
+                          eps: float | torch.Tensor) -> torch.Tensor:
+    """``torch.optim._muon._zeropower_via_newtonschulz`` over a stack of matrices
+    ``[K, A, B]``: the same bf16 quintic iteration (Jordan et al. 2024), each matrix
+    normalized by its own Frobenius norm, with ``addmm`` become ``baddbmm``. ``eps`` may
+    be a ``[K]`` tensor (one per member)."""
+    a, b, c = coefficients
+    x = g_KAB.bfloat16()
+    tall = g_KAB.size(-2) > g_KAB.size(-1)
+    if tall:
+        x = x.mT
+    norm = torch.linalg.vector_norm(x, dim=(-2, -1))
+    norm = torch.maximum(norm, eps.to(norm)) if isinstance(eps, torch.Tensor) else norm.clamp(min=eps)
+    x = x / norm.view(-1, 1, 1)
+    for _ in range(steps):
+        gram = x @ x.mT
+        update = torch.baddbmm(gram, gram, gram, beta=b, alpha=c)
+        x = torch.baddbmm(x, update, x, beta=a)
+    return x.mT if tall else x
+
+
+_SHARED_MUON_KEYS = ("nesterov", "ns_coefficients", "ns_steps")
+
+
+@torch.no_grad()
+def muon_step_batched(optimizers: list[torch.optim.Muon],
+                      params: list[list[torch.Tensor]] | None = None) -> None:
+    """One ``step()`` of several ``torch.optim.Muon`` optimizers (the members of a fused
+    group), with one batched Newton–Schulz per parameter position instead of one per
+    member. Everything else is torch's ``_single_tensor_muon`` per member: EMA momentum
+    ``lerp``, Nesterov, decoupled weight decay, ``adjust_lr_fn``; the state
+    (``momentum_buffer``) lives in each optimizer as torch keeps it.
+
+    ``params[i]`` lists optimizer i's parameters so that position j has the same shape in
+    every optimizer (default: each optimizer's parameters in group order). Members may
+    group their parameters differently; they must agree on nesterov, ns_coefficients and
+    ns_steps (ValueError otherwise).
+    """
+    from torch.optim._muon import _adjust_lr
+
+    if not optimizers:
+        return
+    if params is None:
+        params = [[p for g in o.param_groups for p in g["params"]] for o in optimizers]
+    group_of = [{id(p): g for g in o.param_groups for p in g["params"]} for o in optimizers]
+    for row in zip(*params, strict=True):
+        if any(p.grad is None for p in row):
+            continue
+        groups = [gmap[id(p)] for gmap, p in zip(group_of, row)]
+        for key in _SHARED_MUON_KEYS:
+            if len({repr(g[key]) for g in groups}) > 1:
+                raise ValueError(f"Muon optimizers differ in {key}: they cannot step together")
+        updates = []
+        for opt, g, p in zip(optimizers, groups, row):
+            state = opt.state[p]
+            if "momentum_buffer" not in state:
+                state["momentum_buffer"] = torch.zeros_like(p.grad, memory_format=torch.preserve_format)
+            buf, mu = state["momentum_buffer"], g["momentum"]
+            buf.lerp_(p.grad, 1 - mu)
+            updates.append(p.grad.lerp(buf, mu) if g["nesterov"] else buf)
+        eps = [float(g["eps"]) for g in groups]
+        eps_t = eps[0] if len(set(eps)) == 1 else torch.tensor(eps, device=row[0].device)
+        g0 = groups[0]
+        ortho = newton_schulz_batched(torch.stack(updates), g0["ns_coefficients"], g0["ns_steps"], eps_t)
+        for j, (g, p) in enumerate(zip(groups, row)):
+            lr = float(g["lr"])
+            p.mul_(1 - lr * g["weight_decay"])
+            p.add_(ortho[j], alpha=-_adjust_lr(lr, g["adjust_lr_fn"], p.shape))

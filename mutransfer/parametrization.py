@@ -3,22 +3,14 @@
 Given a *builder of width* (``builder(width) -> nn.Module``, optionally
 ``builder(width, depth)``), a :class:`Parametrization` builds a base and a delta model on
 the meta device, compares shapes to find which dimensions scale with width (as ``mup``
-does), gives every parameter exactly one *role*, and derives from the role:
-
-============  =====================  =========================  ========================
-role          what it is             init (μP, "model" init)    Adam LR multiplier (μP)
-============  =====================  =========================  ========================
-``input``     embeddings, 1st layer  model's own (constant)     1
-``hidden``    width × width          model's own (∝ 1/fan_in)   1 / m_in
-``output``    readout                × sqrt(m_in): constant     1, forward × 1/m_in
-``vector``    biases, norm gains     model's own                1
-``scalar``    0-d                    model's own                1
-============  =====================  =========================  ========================
-
-m_in (m_out) is fan_in (fan_out) divided by its base value. These are Tensor Programs V
-(Yang et al. 2022) Table 8 / Table 3, in the same form as ``mup``'s ``MuReadout`` and
-``MuAdam``/``MuSGD`` (SGD: vector-like × m, hidden × m_out/m_in, output × m_in). The
-attention softmax scale becomes 1/d_head instead of 1/sqrt(d_head) (TP-V §4).
+does), gives every parameter exactly one *role* (``input``: embeddings and first
+layers; ``hidden``: width × width; ``output``: the readout; ``vector``: biases and norm
+gains; ``scalar``: 0-d) and reads its numbers from the rule table in
+:mod:`mutransfer.rules` (``rules_table()`` prints it): powers of m_in (m_out), fan_in
+(fan_out) over its base value, for the init std, the Adam and SGD LR multipliers and the
+forward multiplier. That table is Tensor Programs V (Yang et al. 2022) Table 3 in the
+form of ``mup``'s ``MuReadout`` and ``MuAdam``/``MuSGD``. The attention softmax scale
+becomes 1/d_head instead of 1/sqrt(d_head) (TP-V §4).
 
 ``completep`` adds depth transfer (Dey et al. 2025, "Don't be lazy: CompleteP", Table 1):
 residual branches × m_L^-alpha, Adam LR of parameters inside the branches × m_L^(alpha-1),
@@ -47,6 +39,15 @@ from typing import Any, Literal
 
 import torch
 import torch.nn as nn
+
+from mutransfer.rules import (
+    ATTENTION_EXPONENT,
+    COMPLETEP,
+    MODEL_INIT_LAW,
+    MUON,
+    role_rule,
+    rule_set,
+)
 
 Role = Literal["input", "hidden", "output", "vector", "scalar"]
 ROLES: tuple[str, ...] = ("input", "hidden", "output", "vector", "scalar")
@@ -145,6 +146,49 @@ def _scale_input(scale: float) -> Callable[..., Any]:
 
 def _is_mup_readout(module: nn.Module) -> bool:
     return any(c.__name__ in ("MuReadout", "MuSharedReadout") for c in type(module).__mro__)
+
+
+def _layer_kind(module: nn.Module) -> str | None:
+    """How a module uses its ``weight``, when that is known; None for a container that
+    holds raw parameters (a positional table, a ``cls`` token, an expert bank).
+
+    ``linear``: ``F.linear(x, weight)``, weight (out, in, ...): torch Linear and convs,
+    mup readouts, and Hugging Face MoE routers (``...TopKRouter``: ``F.linear(hidden,
+    self.weight)`` with weight (experts, hidden)). ``linear_t``: weight (in, out), Hugging
+    Face's GPT-2 ``Conv1D`` (``x @ weight + bias``). ``embedding``: a lookup table (num, dim).
+    Only these get forward-multiplier hooks: scaling the input or output of any other
+    module would scale whatever else flows through it.
+    """
+    names = {c.__name__ for c in type(module).__mro__}
+    if isinstance(module, (nn.Embedding, nn.EmbeddingBag)):
+        return "embedding"
+    if isinstance(module, (nn.Linear, nn.modules.conv._ConvNd)) or _is_mup_readout(module):
+        return "linear"
+    if "Conv1D" in names and hasattr(module, "nf"):
+        return "linear_t"
+    if type(module).__name__.endswith("TopKRouter") and getattr(module, "weight", None) is not None \
+            and module.weight.dim() == 2:
+        return "linear"
+    return None
+
+
+# Attention modules expose their softmax scale as a float attribute: ours (and mup's
+# examples) as ``softmax_scale``, Hugging Face attention modules as ``scaling`` (passed to
+# every attention kernel, eager, sdpa and flash alike).
+_ATTENTION_SCALE_ATTRS: tuple[str, ...] = ("softmax_scale", "scaling")
+
+
+def _attention_scale_attr(module: nn.Module) -> str | None:
+    if not hasattr(module, "head_dim"):
+        return None
+    return next((a for a in _ATTENTION_SCALE_ATTRS
+                 if isinstance(getattr(module, a, None), (int, float))), None)
+
+
+def _looks_like_attention(name: str, module: nn.Module) -> bool:
+    leaf = name.rpartition(".")[2]
+    return (isinstance(module, nn.MultiheadAttention) or "Attention" in type(module).__name__
+            or leaf in ("attn", "self_attn", "attention", "cross_attn"))
 
 
 def _call_builder(builder: Builder, width: int, depth: int | None) -> nn.Module:
@@ -311,12 +355,17 @@ class Parametrization:
                                if _is_mup_readout(m) and getattr(m, "readout_zero_init", False)}
         self.branch_modules = self._find_residual_branches(target)
         self.attention_modules = tuple(
-            n for n, m in target.named_modules()
-            if hasattr(m, "softmax_scale") and hasattr(m, "head_dim"))
+            n for n, m in target.named_modules() if _attention_scale_attr(m) is not None)
         base_modules = dict(base_model.named_modules()) if base_model is not None else self._modules
         self._base_head_dims = {a: int(getattr(base_modules.get(a), "head_dim", self._modules[a].head_dim))
                                 for a in self.attention_modules}
+        self._warn_unscalable_attention(target, base_modules)
         self.specs: dict[str, ParamSpec] = {n: self._spec(n) for n in shapes}
+        # The model's own init law, measured (kinds other than SP keep-init only).
+        self.init_exponents: dict[str, float] = {}
+        if kind != "sp" and init == "model" and base_model is not None:
+            self.init_exponents = self._measure_init_exponents(builder, base_width, delta_w, depth)
+            self._correct_for_init_law()
 
     # ---- shapes and roles ------------------------------------------------------------
 
@@ -350,15 +399,27 @@ class Parametrization:
         pat = re.compile(r"(.*\.)?\d+\.(attn|attention|self_attn|mlp|ffn|feed_forward)")
         return tuple(n for n in names if pat.fullmatch(n))
 
-    def _fan_dims(self, name: str) -> tuple[int | None, int | None]:
+    def _fan_dims(self, name: str, role: str | None = None) -> tuple[int | None, int | None]:
         """(fan_in dim, fan_out dim). Embedding weights are (num, dim): fan_in is the
-        one-hot side (dim 0). Linear/conv weights are (out, in, ...)."""
+        one-hot side (dim 0). Linear/conv weights are (out, in, ...); GPT-2's Conv1D
+        (in, out). A raw parameter with one width dimension (a positional table, a ViT
+        ``cls`` token) is mup's vector-like: its width dim is the fan_out of an input
+        (and the fan_in of an output), whatever its position, so SGD's x m lands on it as
+        in ``MuSGD``. Other raw parameters are batched ``F.linear`` weights (..., out, in),
+        as Hugging Face's MoE expert banks (experts, out, in)."""
         ndim = len(self._shapes[name])
         if ndim < 2:
             return None, None
-        if any(isinstance(m, nn.Embedding) for _, m in self._module_of[name]):
+        kinds = {_layer_kind(m) for _, m in self._module_of[name]}
+        if "embedding" in kinds or "linear_t" in kinds:
             return 0, 1
-        return 1, 0
+        if "linear" in kinds:
+            return 1, 0
+        wd = self._width_dims[name]
+        if len(wd) == 1:
+            other = next(i for i in range(ndim) if i != wd[0])
+            return (wd[0], other) if role == "output" else (other, wd[0])
+        return ndim - 1, ndim - 2
 
     def _infer_role(self, name: str) -> tuple[str, str]:
         shape, wd = self._shapes[name], self._width_dims[name]
@@ -370,6 +431,11 @@ class Parametrization:
         owners = [m for _, m in self._module_of[name]]
         if any(_is_mup_readout(m) for m in owners):
             return "output", "inferred:MuReadout"
+        if len(wd) == 1 and all(_layer_kind(m) is None for m in owners):
+            # mup counts a tensor with one width dimension as vector-like; a raw one is no
+            # layer's weight, so nothing says it is a readout (and no hook may go on the
+            # module that merely holds it).
+            return "vector", "inferred:raw parameter, one width dim"
         in_w, out_w = fan_in in wd, fan_out in wd
         if len(wd) > 2:
             raise ValueError(f"parameter {name} has {len(wd)} width dimensions {wd}; add a rule for it")
@@ -407,47 +473,41 @@ class Parametrization:
     def _spec(self, name: str) -> ParamSpec:
         role, rule = self._role(name)
         shape = self._shapes[name]
-        fi, fo = self._fan_dims(name)
+        fi, fo = self._fan_dims(name, role)
         m_in, m_out = self._mult(name, fi), self._mult(name, fo)
         wdims = self._width_dims[name]
         m_vec = self._mult(name, wdims[-1]) if wdims else 1.0
         mu = self.kind != "sp"
         sgd = self.optimizer == "sgd"
         in_branch = self._in_branch(name)
+        # Every width number below is a row of the table in mutransfer.rules.
+        rr = role_rule(self.kind, role)
+        target_std = rr.init_std
+        lr = rr.get("lr", self.optimizer)(m_in, m_vec if role == "vector" else m_out)
 
-        lr, init, std, opt, eps = 1.0, "keep", None, ("sgd" if sgd else "adamw"), 1.0
-        base_fan_in = self._base_shapes[name][fi] if fi is not None else None
+        init, std, opt, eps = "keep", None, ("sgd" if sgd else "adamw"), 1.0
         if role == "hidden":
-            if mu:
-                lr = (m_out / m_in) if sgd else 1.0 / m_in
             if self.init == "normal":
-                std = self.init_std * (math.sqrt(1.0 / m_in) if mu else 1.0)
+                std = self.init_std * (target_std(m_in, m_out) if target_std else 1.0)
                 init = f"normal:{std:.4g}"
-            elif base_fan_in is not None:
-                std = None
-            if self.kind == "muon" and len(shape) == 2:
-                lr, opt = 1.0, "muon"
+            if self.kind == "muon" and len(shape) == 2 and role in MUON.roles:
+                lr, opt = MUON.lr(m_in, m_out), "muon"
         elif role == "input":
-            if mu and sgd:
-                lr = m_out
             if self.init == "normal":
                 std, init = self.init_std, f"normal:{self.init_std:.4g}"
         elif role == "output":
-            if mu and sgd:
-                lr = m_in
             zero = self.readout_init == "zero" or any(
                 o in self._zero_readouts for o, _ in self._module_of[name])
             if mu and zero:
                 std, init = 0.0, "zeros"
             elif self.init == "normal":
                 std, init = self.init_std, f"normal:{self.init_std:.4g}"
-            elif mu and m_in != 1.0:
-                # torch's fan-in law shrinks the readout as 1/sqrt(fan_in); undo it so the
-                # variance is constant in width, exactly as mup's MuReadout rescale does.
-                init = f"scale:{math.sqrt(m_in):.6g}"
+            elif target_std is not None and m_in != 1.0:
+                # torch's fan-in law shrinks the readout as 1/sqrt(fan_in); rescale it to
+                # the table's law (constant variance), exactly as mup's MuReadout does.
+                scale = target_std(m_in, m_out) / MODEL_INIT_LAW(m_in, m_out)
+                init = f"scale:{scale:.6g}"
         elif role == "vector":
-            if mu and sgd:
-                lr = m_vec
             owner, _, leaf = name.rpartition(".")
             sibling = f"{owner}.weight" if owner else "weight"
             if (mu and leaf == "bias" and sibling in self._shapes and self.init == "model"
@@ -460,12 +520,15 @@ class Parametrization:
                     self.readout_init == "zero" or owner in self._zero_readouts)
                 if zero:
                     std, init = 0.0, "zeros"
-                elif m_w != 1.0:
-                    init = f"scale:{math.sqrt(m_w):.6g}"
+                elif m_w != 1.0 and target_std is not None:
+                    scale = target_std(1.0, m_vec) / MODEL_INIT_LAW(m_w, 1.0)
+                    init = f"scale:{scale:.6g}"
         if self.kind == "completep" and in_branch:
             m_l = self.depth / self.base_depth  # type: ignore[operator]
-            lr *= m_l ** (self.depth_alpha - 1.0)
-            eps = m_l ** (-self.depth_alpha) * ((1.0 / m_in) if role == "hidden" else 1.0)
+            lr *= m_l ** COMPLETEP.lr.exponent(self.depth_alpha)
+            eps = m_l ** COMPLETEP.eps.exponent(self.depth_alpha)
+            if role in COMPLETEP.eps_width:
+                eps *= COMPLETEP.eps_width[role](m_in, m_out)
         return ParamSpec(
             name=name, shape=shape, role=role, rule=rule, width_dims=wdims,
             fan_in_mult=m_in, fan_out_mult=m_out, init=init, init_std=std,
@@ -485,7 +548,7 @@ class Parametrization:
     def residual_scale(self) -> float:
         scale = self.multipliers.residual
         if self.kind == "completep":
-            scale *= self.depth_mult ** (-self.depth_alpha)
+            scale *= self.depth_mult ** COMPLETEP.residual_multiplier.exponent(self.depth_alpha)
         return scale
 
     def attention_scale(self, head_dim: int, base_head_dim: int | None = None) -> float:
@@ -497,10 +560,10 @@ class Parametrization:
         base shape, the premise of tuning there. With the head dim fixed and heads growing
         with width, as in our presets, the scale is SP's at every width.)
         """
-        if self.kind == "sp":
-            return self.multipliers.attention / math.sqrt(head_dim)
         base = head_dim if base_head_dim is None else base_head_dim
-        return self.multipliers.attention * math.sqrt(base) / head_dim
+        e = ATTENTION_EXPONENT[rule_set(self.kind)]
+        # d^e anchored at the base: base^-1/2 · (d/base)^e (SP's e = -1/2 needs no anchor).
+        return self.multipliers.attention * base ** (-0.5 - e) * head_dim**e
 
     def _usage(self, mname: str) -> tuple[str | None, float]:
         """How a module uses its parameters: ("input" | "output" | None, readout m_in).
@@ -515,17 +578,19 @@ class Parametrization:
         roles = {self.specs[n].role for n in names}
         module = self._modules[mname]
         weight = f"{mname}.weight" if mname else "weight"
-        if isinstance(module, nn.Embedding):
+        kind = _layer_kind(module)
+        if kind is None:
+            # Not a layer: its input or output is not the parameter's product (the root
+            # model holding a positional table, a block holding a cls token), so no hook.
+            return ("raw" if roles & {"input", "output"} else None), 1.0
+        if kind == "embedding":
             return ("input" if "input" in roles else None), 1.0
-        if isinstance(module, nn.Linear) and roles & {"input", "output"}:
+        if roles & {"input", "output"}:
             wname = weight if weight in self.specs else names[0]
             wd = self._width_dims[wname]
-            if 1 in wd and 0 not in wd:  # Linear weight is (out, in): fan_in scales
-                return "output", self._mult(wname, 1)
-            return "input", 1.0
-        if "output" in roles:
-            return "output", max(self.specs[n].fan_in_mult for n in names)
-        if "input" in roles:
+            fan_in, fan_out = (0, 1) if kind == "linear_t" else (1, 0)
+            if fan_in in wd and fan_out not in wd:
+                return "output", self._mult(wname, fan_in)
             return "input", 1.0
         return None, 1.0
 
@@ -534,10 +599,11 @@ class Parametrization:
         m = self.multipliers
         for mname in self._params_of_module:
             usage, m_in = self._usage(mname)
-            if usage == "output":
+            if usage == "raw":
+                self._check_raw_multipliers(mname)
+            elif usage == "output":
                 scale = m.output * self._readout_mults.get(mname, 1.0)
-                if self.kind != "sp":
-                    scale /= m_in
+                scale *= role_rule(self.kind, "output").multiplier(m_in, 1.0)
                 if scale != 1.0:
                     hooks.append(_Hook(mname, "pre", scale))
             elif usage == "input" and m.input != 1.0:
@@ -545,6 +611,98 @@ class Parametrization:
         if self.residual_scale != 1.0:
             hooks.extend(_Hook(b, "post", self.residual_scale) for b in self.branch_modules)
         return hooks
+
+    @property
+    def readout_modules(self) -> tuple[str, ...]:
+        """Modules that use a parameter as the readout (the μP output multiplier's home)."""
+        return tuple(m for m in self._params_of_module if self._usage(m)[0] == "output")
+
+    def _check_raw_multipliers(self, mname: str) -> None:
+        """A raw input/output parameter has no layer whose input or output is its own
+        product, so a forward multiplier it needs cannot be placed: one clear error."""
+        module = self._modules[mname]
+        where = f"module {mname!r}" if mname else "the root module"
+        for pname in self._params_of_module[mname]:
+            role = self.specs[pname].role
+            needs = (role == "output" and (self.kind != "sp" or self.multipliers.output != 1.0)) or (
+                role == "input" and self.multipliers.input != 1.0)
+            if needs:
+                raise ValueError(
+                    f"parameter {pname} has role {role!r} but is a raw parameter of {where} "
+                    f"({type(module).__name__}), not the weight of a Linear/Embedding/conv: its "
+                    f"{role} multiplier has no layer to go on (a hook there would scale everything "
+                    f"passing through {where}); give it the role 'vector', or make it a layer's weight")
+
+    def _warn_unscalable_attention(self, target: nn.Module, base_modules: Mapping[str, nn.Module]) -> None:
+        """Attention modules with no settable softmax scale keep 1/sqrt(d_head): harmless
+        when the head dim is fixed in width and the attention multiplier is 1 (μP's scale
+        is then SP's), wrong otherwise, so say so."""
+        if self.kind == "sp":
+            return
+        for name, module in target.named_modules():
+            if name in self.attention_modules or not _looks_like_attention(name, module):
+                continue
+            hd, base = getattr(module, "head_dim", None), getattr(base_modules.get(name), "head_dim", None)
+            if isinstance(hd, int) and hd == base and self.multipliers.attention == 1.0:
+                continue
+            import warnings
+
+            warnings.warn(
+                f"attention module {name!r} ({type(module).__name__}) exposes no softmax scale "
+                f"(an attribute {' or '.join(_ATTENTION_SCALE_ATTRS)} beside head_dim), so its "
+                f"1/sqrt(d_head) stays: the {self.kind} attention scale 1/d_head and the attention "
+                f"multiplier are NOT applied" + (f" (head dim {base} -> {hd})" if hd != base else ""),
+                UserWarning, stacklevel=3)
+
+    def _measure_init_exponents(self, builder: Builder, base_width: int, delta_width: int,
+                                depth: int | None) -> dict[str, float]:
+        """The model's own init law, per weight: std ∝ fan_in^e, e measured from two real
+        builds (base and delta width, a fixed seed, the caller's RNG untouched).
+
+        torch's defaults give e = -1/2 (the law μP's "model" init assumes); Hugging Face
+        initializes every matrix with one std (``initializer_range``), e = 0. Rounded to
+        the nearest 1/2: the std of a >= 256-element tensor is known to ~5%, far inside.
+        """
+        out: dict[str, float] = {}
+        # real tensors even when the caller builds on the meta device (a builder that
+        # itself makes a Parametrization, as `audit` entry points do)
+        with torch.random.fork_rng(devices=[]), torch.device("cpu"):
+            torch.manual_seed(0)
+            base = dict(_call_builder(builder, base_width, depth).named_parameters())
+            delta = dict(_call_builder(builder, delta_width, depth).named_parameters())
+        for name, spec in self.specs.items():
+            fi, _ = self._fan_dims(name, spec.role)
+            if spec.role not in ("hidden", "output") or fi is None or fi not in self._width_dims[name]:
+                continue
+            b, d = base[name].detach().float(), delta[name].detach().float()
+            if min(b.numel(), d.numel()) < 256:
+                continue
+            sb, sd = float(b.std()), float(d.std())
+            if not (sb > 0 and sd > 0):
+                continue  # zero init: no law to read, and scaling zeros changes nothing
+            ratio = d.shape[fi] / b.shape[fi]
+            out[name] = round(2 * math.log(sd / sb) / math.log(ratio)) / 2
+        return out
+
+    def _correct_for_init_law(self) -> None:
+        """μP's "model" init assumes torch's fan-in law (e = -1/2): hidden weights keep
+        it, the readout is multiplied by sqrt(m_in) to make it constant. For a model with
+        another law (Hugging Face: e = 0) multiply by m_in^(-1/2 - e) (hidden) or
+        m_in^(-e) (readout) instead, so the result is the same μP init."""
+        for name, e in self.init_exponents.items():
+            s = self.specs[name]
+            if e == -0.5 or s.init not in ("keep",) and not s.init.startswith("scale:"):
+                continue
+            factor = s.fan_in_mult ** ((-0.5 - e) if s.role == "hidden" else -e)
+            init = "keep" if factor == 1.0 else f"scale:{factor:.6g}"
+            self.specs[name] = dataclasses.replace(
+                s, init=init, rule=f"{s.rule}; model init std ∝ fan_in^{e:g}")
+            # The bias rescale undid torch's fan-in law for the bias too; with another law
+            # the bias keeps the model's own init.
+            owner, _, leaf = name.rpartition(".")
+            bias = f"{owner}.bias" if owner else "bias"
+            if leaf == "weight" and bias in self.specs and self.specs[bias].init.startswith("scale:"):
+                self.specs[bias] = dataclasses.replace(self.specs[bias], init="keep")
 
     # ---- applying it -------------------------------------------------------------------
 
@@ -592,8 +750,17 @@ class Parametrization:
         return {
             "hooks": [dataclasses.asdict(h) for h in self._hooks()],
             "attention": {a: self.attention_scale(int(self._modules[a].head_dim), self._base_head_dims[a])
-                          for a in self.attention_modules},
+                          * self._attention_extra(a) for a in self.attention_modules},
         }
+
+    def _attention_extra(self, aname: str) -> float:
+        """A factor a module applies on top of 1/sqrt(d_head) (GPT-2's
+        ``scale_attn_by_inverse_layer_idx``), kept when the scale is replaced."""
+        module = self._modules[aname]
+        if _attention_scale_attr(module) != "scaling":
+            return 1.0
+        extra = float(module.scaling) * math.sqrt(int(module.head_dim))
+        return 1.0 if abs(extra - 1.0) < 1e-9 else extra
 
     @staticmethod
     def install_forward_multipliers(model: nn.Module, hooks: Sequence[Mapping[str, Any]],
@@ -610,7 +777,10 @@ class Parametrization:
             else:
                 mod.register_forward_hook(_scale_output(scale))
         for aname, scale in attention.items():
-            modules[aname].softmax_scale = float(scale)
+            attr = _attention_scale_attr(modules[aname]) or "softmax_scale"
+            # The architecture's own scale, kept so mutransfer.fold can restore it.
+            modules[aname]._mutransfer_plain_scale = float(getattr(modules[aname], attr))
+            setattr(modules[aname], attr, float(scale))
         # A marker (a plain tuple of strings) that also survives deepcopy, so a second
         # apply is refused instead of stacking hooks.
         model._mutransfer_hooks = tuple(f"{h['kind']}:{h['module']}:{float(h['scale']):g}" for h in hooks)

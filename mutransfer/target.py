@@ -534,6 +534,8 @@ def plan_run(
 
     # batch
     if batch_sequences is not None:
+        if batch_sequences % dp:
+            raise ValueError(f"--batch-size {batch_sequences} is not a multiple of --dp-size {dp}")
         b_est = _estimate(batch_sequences * seq_len, None, None, level, "given (--batch-size)")
         raw_seqs = float(batch_sequences)
     elif batch_tokens is not None:

@@ -5,7 +5,7 @@ CompleteP or Muon; :mod:`mutransfer.parametrization`), trains it on step-indexed
 batches (:mod:`mutransfer.data`) with the parametrization's param groups, a pure-function
 LR schedule (:mod:`mutransfer.schedules`) and the stabilizers of
 :mod:`mutransfer.stabilizers`, and returns a :class:`TrainResult` whose ``to_row()`` is
-one row of the results table (DESIGN.md). See docs/trainer_contract.md.
+one row of the results table (docs/architecture.md). See docs/trainer_contract.md.
 
 The effective LR of every parameter at step t is ``lr × schedule(t) × lr_mult``
 (:func:`mutransfer.optim.set_lr`). A step's data is a pure function of (seed, data step),
@@ -31,13 +31,13 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 
 from mutransfer._io import atomic_write_text, read_yaml_mapping
-from mutransfer.checkpoint import get_rng_state, load_checkpoint, save_checkpoint, set_rng_state
+from mutransfer.checkpoint import check_resume, get_rng_state, load_checkpoint, save_checkpoint, set_rng_state
 from mutransfer.data import DataConfig, TokenDataset, load_dataset
 from mutransfer.models.gpt import GPT, GPTConfig
 from mutransfer.models.presets import PRESETS, get_preset
@@ -65,8 +65,10 @@ __all__ = [
 ]
 
 Callback = Callable[[int, dict[str, Any]], "bool | None"]
+#: What :meth:`Trainer.decide` makes of a step.
+Verdict = Literal["step", "skip", "rollback", "diverged"]
 
-# Row keys required by DESIGN.md's results table, in order.
+# Row keys required by docs/architecture.md's results table, in order.
 ROW_KEYS = ("parametrization", "width", "depth", "n_params", "n_params_nonembed", "tokens", "steps",
             "batch_size", "seq_len", "batch_tokens", "lr", "seed", "loss", "train_loss", "gns",
             "wall_s", "diverged")
@@ -451,7 +453,7 @@ class TrainResult:
         return self.batch_size * self.seq_len
 
     def to_row(self) -> dict[str, Any]:
-        """DESIGN.md's results-table keys, then ``pruned``, ``steps_done`` and every
+        """docs/architecture.md's results-table keys, then ``pruned``, ``steps_done`` and every
         hyperparameter of the config (not where/how it ran) under its field name."""
         row: dict[str, Any] = {k: getattr(self, k) for k in ROW_KEYS}
         row.update(pruned=self.pruned, steps_done=self.steps_done, stop_reason=self.stop_reason,
@@ -508,6 +510,23 @@ def _finite_or_none(v: Any) -> Any:
 # ---- the trainer -------------------------------------------------------------------------
 
 
+def build_parametrization(cfg: TrainConfig, gcfg: GPTConfig) -> Parametrization:
+    """The parametrization a run of ``cfg`` trains its ``gcfg`` model under (the
+    trainer's, and ``mutransfer fold``'s to rebuild a checkpoint's model)."""
+
+    def builder(width: int, depth: int) -> GPT:
+        return GPT(gcfg.replace(width=width, depth=depth))
+
+    preset = get_preset(cfg.preset)
+    return Parametrization(
+        builder, width=gcfg.width, base_width=cfg.base_width or min(preset.width, gcfg.width),
+        kind=cfg.parametrization, optimizer="sgd" if cfg.optimizer == "sgd" else "adam",
+        depth=gcfg.depth, base_depth=cfg.base_depth or min(preset.depth, gcfg.depth),
+        depth_alpha=cfg.depth_alpha,
+        multipliers=Multipliers(cfg.input_mult, cfg.output_mult, cfg.attn_mult, cfg.residual_mult),
+        readout_init=cfg.readout_init)
+
+
 class Trainer:
     """The training loop as an object, for :func:`train`, WSD branching and tests.
 
@@ -552,19 +571,7 @@ class Trainer:
             raise ValueError(f"batch_size={cfg.batch_size} is not divisible by world_size × grad_accum = "
                              f"{self.world} × {cfg.grad_accum}")
 
-        gcfg = self.gcfg
-
-        def builder(width: int, depth: int) -> GPT:
-            return GPT(gcfg.replace(width=width, depth=depth))
-
-        preset = get_preset(cfg.preset)
-        self.pz = Parametrization(
-            builder, width=gcfg.width, base_width=cfg.base_width or min(preset.width, gcfg.width),
-            kind=cfg.parametrization, optimizer="sgd" if cfg.optimizer == "sgd" else "adam",
-            depth=gcfg.depth, base_depth=cfg.base_depth or min(preset.depth, gcfg.depth),
-            depth_alpha=cfg.depth_alpha,
-            multipliers=Multipliers(cfg.input_mult, cfg.output_mult, cfg.attn_mult, cfg.residual_mult),
-            readout_init=cfg.readout_init)
+        self.pz = build_parametrization(cfg, self.gcfg)
         self.raw_model = self.pz.build(seed=cfg.seed, device=dev)
         groups = self.pz.param_groups(self.raw_model, cfg.lr, weight_decay=cfg.weight_decay,
                                       wd_mode=cfg.wd_mode, eps=cfg.eps)
@@ -661,51 +668,65 @@ class Trainer:
                 torch.distributed.all_reduce(g_small)
                 g_small /= self.world
         loss_v = float(loss_t)
-        if self.initial_loss is None and math.isfinite(loss_v):
-            self.initial_loss = loss_v
         rec: dict[str, Any] = {"step": step + 1, "loss": loss_v, "lr": cfg.lr * mult}
         if max_logits:
             rec["max_attn_logit"] = max(float(s.max()) for s in max_logits.values())
-        bound = divergence_bound(cfg.diverge_factor, self.data.vocab_size, self.initial_loss)
-        if is_diverged(loss_v, bound):
-            self.diverged = True
+        verdict = self.decide(rec, loss_v, g_small)
+        if verdict == "rollback":
             self.opt.zero_grad(set_to_none=True)
-            return self._finish_record(rec, t0)
+            return self._rollback(rec, t0)
+        if verdict == "step":
+            self.opt.step()
+            if cfg.qk_clip and max_logits:
+                rec["qk_clipped_heads"] = qk_clip(self.raw_model, cfg.qk_clip_tau, max_logits)
+        self.opt.zero_grad(set_to_none=True)
+        self.advance(verdict)
+        return self._finish_record(rec, t0)
 
-        spike = cfg.spike_policy != "off" and self.detector.is_spike(loss_v)
-        if spike:
-            self.spikes.append(step + 1)
+    def decide(self, rec: dict[str, Any], loss_v: float, g_small: torch.Tensor | float | None) -> Verdict:
+        """The stabilizers' verdict on one step whose gradients are in place; shared by
+        :meth:`train_step` and every member of a fused group (:mod:`mutransfer.fused`).
+
+        In order: divergence (loss; :func:`divergence_bound`), the spike policy, the
+        gradient norm and its clipping (Pascanu et al. 2013), divergence again (a
+        non-finite norm), and the gradient-noise-scale update from ``g_small`` (the
+        squared norm of one micro-batch's gradient). Records go into ``rec``. Returns
+        ``"step"`` (take the optimizer step), ``"skip"`` (drop it, the batch is spent),
+        ``"rollback"`` or ``"diverged"``.
+        """
+        cfg = self.cfg
+        if self.initial_loss is None and math.isfinite(loss_v):
+            self.initial_loss = loss_v
+        if is_diverged(loss_v, divergence_bound(cfg.diverge_factor, self.data.vocab_size, self.initial_loss)):
+            self.diverged = True
+            return "diverged"
+        if cfg.spike_policy != "off" and self.detector.is_spike(loss_v):
+            self.spikes.append(self.step + 1)
             rec["spike"] = True
             if cfg.spike_policy == "rollback" and self.ring and len(self.rollbacks) < cfg.max_rollbacks:
-                self.opt.zero_grad(set_to_none=True)
-                return self._rollback(rec, t0)
+                return "rollback"
             if cfg.spike_policy in ("skip", "rollback"):
-                # Drop this batch's update; the step (and its batch) is consumed.
-                self.opt.zero_grad(set_to_none=True)
                 rec["skipped"] = True
-                self.step += 1
-                return self._finish_record(rec, t0)
+                return "skip"
         else:
             self.detector.update(loss_v)
-
         g_big = grad_sq_norm(self.params)
-        grad_norm = clip_grad_norm(self.params, cfg.grad_clip or None)
-        gn = float(grad_norm)
+        gn = float(clip_grad_norm(self.params, cfg.grad_clip or None))
         rec["grad_norm"] = gn
         if not math.isfinite(gn):
             self.diverged = True
-            self.opt.zero_grad(set_to_none=True)
-            return self._finish_record(rec, t0)
+            return "diverged"
         if g_small is not None and math.isfinite(float(g_small)):
-            b_small = cfg.batch_size // (self.world * n)
+            b_small = cfg.batch_size // (self.world * cfg.grad_accum)
             rec["gns"] = self.gns.update(float(g_small), float(g_big), b_small, cfg.batch_size)
-        self.opt.step()
-        if cfg.qk_clip and max_logits:
-            rec["qk_clipped_heads"] = qk_clip(self.raw_model, cfg.qk_clip_tau, max_logits)
-        self.opt.zero_grad(set_to_none=True)
-        self.step += 1
-        self.tokens += cfg.batch_size * self.seq_len
-        return self._finish_record(rec, t0)
+        return "step"
+
+    def advance(self, verdict: Verdict) -> None:
+        """Count a finished step: a skipped one consumes its batch but trains no tokens."""
+        if verdict in ("step", "skip"):
+            self.step += 1
+        if verdict == "step":
+            self.tokens += self.cfg.batch_size * self.seq_len
 
     def _finish_record(self, rec: dict[str, Any], t0: float) -> dict[str, Any]:
         self.train_time += time.perf_counter() - t0
@@ -758,7 +779,11 @@ class Trainer:
 
     def _eval_and_callback(self) -> bool:
         """Evaluate, record, call the callback; True when the run should stop."""
-        val = self.evaluate()
+        return self.record_eval(self.evaluate())
+
+    def record_eval(self, val: float) -> bool:
+        """Record a held-out loss and call the callback; True when the run should stop
+        (a non-finite loss, or the callback prunes). Shared with fused members."""
         self.evals.append((self.step, val))
         if not math.isfinite(val):
             self.diverged = True
@@ -887,7 +912,9 @@ class Trainer:
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict` (a model mismatch raises ValueError)."""
+        """Restore :meth:`state_dict` (a model mismatch, or a config change outside
+        :data:`mutransfer.checkpoint.RESUMABLE_FIELDS`, raises ValueError)."""
+        check_resume(state.get("config"), self.cfg.to_dict(), int(state.get("step", 0)))
         try:
             self.raw_model.load_state_dict(state["model"])
             self.opt.load_state_dict(state["optimizer"])

@@ -2,9 +2,11 @@
 
 Specs (:class:`LRSweep`, :class:`BatchSweep`, :class:`ScalingSweep`, :class:`GridSweep`)
 enumerate grid points;
-:func:`run_sweep` creates or resumes the study in a journal file or an RDB and runs
-workers; :func:`results_table` / :func:`write_table` give the tidy table that ``analysis``
-reads. Names load lazily: ``import sweeps`` imports neither optuna nor torch.
+:func:`run_sweep` checks every grid point's config (:func:`check_trials`), creates or
+resumes the study in a journal file or an RDB and runs workers, which claim and run trials
+through :class:`SweepStudy` on Optuna's public API; :func:`results_table` /
+:func:`write_table` give the tidy table that ``analysis`` reads. Names load lazily:
+``import sweeps`` imports neither optuna nor torch.
 """
 
 from __future__ import annotations
@@ -15,23 +17,39 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from sweeps.audit import run_holdout_audit
     from sweeps.export import best_per_group, results_table, status, write_table
-    from sweeps.objective import resolve_config, worst_case_loss
+    from sweeps.lifecycle import SweepStudy, run_group
+    from sweeps.objective import worst_case_loss
     from sweeps.progress import Counts, study_counts
     from sweeps.recovery import requeue, sweep_stale
-    from sweeps.runners import DEFAULT_RUNNER, load_runner, synthetic_runner, train_runner
-    from sweeps.spec import BatchSweep, GridSweep, LRSweep, ScalingSweep, SweepSpec, load_spec, spec_from_dict
+    from sweeps.runners import (
+        DEFAULT_RUNNER,
+        load_runner,
+        registered_runners,
+        synthetic_runner,
+        train_runner,
+    )
+    from sweeps.spec import (
+        BatchSweep,
+        GridSweep,
+        LRSweep,
+        ScalingSweep,
+        SweepSpec,
+        check_trials,
+        load_spec,
+        resolve_config,
+        spec_from_dict,
+    )
     from sweeps.storage import open_storage, resolve_storage
     from sweeps.study import Plan, SweepResult, prepare, run_sweep
     from sweeps.worker import SweepSettings, open_study, spawn_workers, work
 
 _EXPORTS: dict[str, str] = {
     "SweepSpec": "sweeps.spec", "LRSweep": "sweeps.spec", "BatchSweep": "sweeps.spec",
-    "GridSweep": "sweeps.spec", "ScalingSweep": "sweeps.spec", "load_spec": "sweeps.spec",
-    "spec_from_dict": "sweeps.spec", "run_holdout_audit": "sweeps.audit",
+    "GridSweep": "sweeps.spec", "load_spec": "sweeps.spec", "spec_from_dict": "sweeps.spec",
     "resolve_storage": "sweeps.storage", "open_storage": "sweeps.storage",
     "DEFAULT_RUNNER": "sweeps.runners", "load_runner": "sweeps.runners",
     "train_runner": "sweeps.runners", "synthetic_runner": "sweeps.runners",
-    "resolve_config": "sweeps.objective", "worst_case_loss": "sweeps.objective",
+    "resolve_config": "sweeps.spec", "worst_case_loss": "sweeps.objective",
     "requeue": "sweeps.recovery", "sweep_stale": "sweeps.recovery",
     "Counts": "sweeps.progress", "study_counts": "sweeps.progress",
     "SweepSettings": "sweeps.worker", "open_study": "sweeps.worker", "work": "sweeps.worker",
@@ -40,13 +58,17 @@ _EXPORTS: dict[str, str] = {
     "run_sweep": "sweeps.study",
     "results_table": "sweeps.export", "write_table": "sweeps.export", "status": "sweeps.export",
     "best_per_group": "sweeps.export",
+    "SweepStudy": "sweeps.lifecycle", "run_group": "sweeps.lifecycle", "check_trials": "sweeps.spec",
+    "registered_runners": "sweeps.runners", "ScalingSweep": "sweeps.spec",
+    "run_holdout_audit": "sweeps.audit",
 }
 
 __all__ = [
     "BatchSweep", "Counts", "DEFAULT_RUNNER", "GridSweep", "LRSweep", "Plan", "ScalingSweep",
-    "SweepResult", "SweepSettings", "SweepSpec", "best_per_group", "load_runner", "load_spec",
-    "open_storage", "open_study", "prepare", "requeue", "resolve_config", "resolve_storage",
-    "results_table", "run_holdout_audit",
+    "SweepResult", "run_holdout_audit",
+    "SweepSettings", "SweepSpec", "SweepStudy", "best_per_group", "check_trials", "registered_runners",
+    "run_group", "load_runner", "load_spec", "open_storage",
+    "open_study", "prepare", "requeue", "resolve_config", "resolve_storage", "results_table",
     "run_sweep", "spawn_workers", "spec_from_dict", "status", "study_counts", "sweep_stale",
     "synthetic_runner", "train_runner", "work", "worst_case_loss", "write_table",
 ]

@@ -1,4 +1,4 @@
-"""The results table (DESIGN.md "Results table") and the study status.
+"""The results table (docs/architecture.md "Results table") and the study status.
 
 One row per trial, tidy: ``study, trial, state, diverged`` then the trainer's row
 (``parametrization, width, depth, n_params, ..., loss, train_loss, gns, wall_s``) and every
@@ -15,6 +15,8 @@ import math
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from sweeps import attrs
 
 if TYPE_CHECKING:
     import optuna
@@ -37,14 +39,14 @@ def trial_rows(study: optuna.Study, include_failed: bool = False) -> list[dict[s
     rows = []
     for t in study.get_trials(deepcopy=False, states=states):
         row: dict[str, Any] = {"study": study.study_name, "trial": t.number, "state": t.state.name,
-                               "diverged": bool(t.user_attrs.get("diverged", False))}
-        trained = dict(t.user_attrs.get("row") or {})
+                               "diverged": bool(t.user_attrs.get(attrs.DIVERGED, False))}
+        trained = dict(t.user_attrs.get(attrs.ROW) or {})
         for k, v in trained.items():
             if k not in row and k not in _INTERNAL:
                 row[k] = v
         for k, v in t.params.items():
             row.setdefault(k, v)
-        for k, v in (t.user_attrs.get("point") or {}).items():
+        for k, v in (t.user_attrs.get(attrs.POINT) or {}).items():
             row.setdefault(k, v)
         if "loss" not in row:
             row["loss"] = t.value if t.value is not None and not row["diverged"] else math.nan
@@ -106,9 +108,9 @@ def best_per_group(study: optuna.Study, group_keys: list[str]) -> list[dict[str,
 
     best: dict[tuple[Any, ...], dict[str, Any]] = {}
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        if t.user_attrs.get("diverged") or t.value is None or not math.isfinite(t.value):
+        if t.user_attrs.get(attrs.DIVERGED) or t.value is None or not math.isfinite(t.value):
             continue
-        params = {**(t.user_attrs.get("point") or {}), **t.params}
+        params = {**(t.user_attrs.get(attrs.POINT) or {}), **t.params}
         key = tuple(params.get(k) for k in group_keys)
         if key not in best or t.value < best[key]["loss"]:
             best[key] = {**{k: params.get(k) for k in group_keys}, "trial": t.number,
@@ -118,8 +120,9 @@ def best_per_group(study: optuna.Study, group_keys: list[str]) -> list[dict[str,
 
 def status(study: optuna.Study) -> dict[str, Any]:
     """Counts by state and the best trial per group, as a JSON-able dict."""
+    from sweeps.attrs import STUDY_ATTR
     from sweeps.progress import study_counts
-    from sweeps.worker import STUDY_ATTR, SweepSettings
+    from sweeps.worker import SweepSettings
 
     attr = study.user_attrs.get(STUDY_ATTR)
     keys: list[str] = []

@@ -19,11 +19,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
-from sweeps.recovery import ATTR_POINT, ATTR_POINT_KEY
-from sweeps.spec import SweepSpec
+from sweeps import attrs
+from sweeps.spec import SweepSpec, train_config
 
 if TYPE_CHECKING:
     import optuna
+
+    from sweeps.lifecycle import SweepStudy
 
 AUTO = "auto"
 #: ``None`` | K >= 1 | ``"auto"`` (see the module docstring).
@@ -54,15 +56,6 @@ def is_fused(fuse: Fuse) -> bool:
     return fuse is not None and fuse != 1
 
 
-def train_config(spec: SweepSpec, point: Mapping[str, Any]) -> Any:
-    """The :class:`mutransfer.train.TrainConfig` of a grid point (adaptive dimensions such
-    as a searched lr take the base value: they are fusible, so they never change the key)."""
-    from mutransfer.train import TrainConfig
-    from sweeps.objective import resolve_config
-
-    return TrainConfig.from_overrides(None, resolve_config(spec, point))
-
-
 def point_fusion_key(spec: SweepSpec, point: Mapping[str, Any]) -> tuple[Any, ...] | None:
     """The fusion key of a grid point, or None when it must run alone (cannot run fused,
     or its config does not even resolve: the unfused path then records the error)."""
@@ -91,47 +84,29 @@ def group_size(fuse: Fuse, spec: SweepSpec, point: Mapping[str, Any]) -> int:
     return int(fuse)
 
 
-def pop_group(study: optuna.Study, spec: SweepSpec, fuse: Fuse,
-              limit: int | None = None) -> list[optuna.Trial]:
-    """Atomically take the oldest WAITING trial and up to K-1 more WAITING trials with the
-    same fusion key (oldest first), all now RUNNING and owned by this worker; [] when
-    nothing waits. ``limit`` caps the group (a worker's ``max_trials``).
-
-    Each extra member is claimed with the storage's own WAITING -> RUNNING transition, the
-    same atomic step as :func:`sweeps.worker.pop_waiting`: when two workers race for a
-    trial exactly one gets it, the other skips it.
-    """
-    import optuna
-    from optuna.exceptions import UpdateFinishedTrialError
-    from optuna.trial import TrialState
-
-    from sweeps.worker import pop_waiting
-
-    lead = pop_waiting(study)
-    if lead is None:
-        return []
-    lead_point = dict(lead.user_attrs.get(ATTR_POINT, {}))
+def claim_group(study: SweepStudy, spec: SweepSpec, fuse: Fuse,
+                limit: int | None = None) -> list[optuna.Trial]:
+    """Claim the oldest WAITING trial and up to K-1 more WAITING trials with the same
+    fusion key (oldest first), all RUNNING and this worker's; [] when nothing waits.
+    Unfused (``fuse`` None or 1, or a lead that cannot run fused) is a group of one.
+    ``limit`` caps the group (a worker's ``max_trials``). Both steps are
+    :meth:`sweeps.lifecycle.SweepStudy.claim`, atomic per trial across workers."""
+    group = study.claim(1)
+    if not group or not is_fused(fuse):
+        return group
+    lead_point = dict(group[0].user_attrs.get(attrs.POINT, {}))
     k = group_size(fuse, spec, lead_point)
     if limit is not None:
         k = min(k, limit)
     key = point_fusion_key(spec, lead_point) if k > 1 else None
     if key is None:
-        return [lead]
-    group = [lead]
-    keys: dict[Any, tuple[Any, ...] | None] = {lead.user_attrs.get(ATTR_POINT_KEY): key}
-    storage = study._storage
-    for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
-        if len(group) >= k:
-            break
-        pk = t.user_attrs.get(ATTR_POINT_KEY)
-        if pk not in keys or pk is None:
-            keys[pk] = point_fusion_key(spec, dict(t.user_attrs.get(ATTR_POINT, {})))
-        if keys[pk] != key:
-            continue
-        try:
-            claimed = storage.set_trial_state_values(t._trial_id, state=TrialState.RUNNING)
-        except (UpdateFinishedTrialError, KeyError):
-            continue  # finished (or gone) since the listing
-        if claimed:
-            group.append(optuna.Trial(study, t._trial_id))
-    return group
+        return group
+    keys: dict[Any, tuple[Any, ...] | None] = {group[0].user_attrs.get(attrs.POINT_KEY): key}
+
+    def same_key(t: optuna.trial.FrozenTrial) -> bool:
+        pk = t.user_attrs.get(attrs.POINT_KEY)
+        if pk is None or pk not in keys:
+            keys[pk] = point_fusion_key(spec, dict(t.user_attrs.get(attrs.POINT, {})))
+        return keys[pk] == key
+
+    return group + study.claim(k - 1, accept=same_key)

@@ -7,6 +7,8 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from sweeps import attrs
+
 if TYPE_CHECKING:
     import optuna
 
@@ -43,7 +45,7 @@ def study_counts(study: optuna.Study) -> Counts:
     for t in study.get_trials(deepcopy=False):
         if t.state == TrialState.COMPLETE:
             c["complete"] += 1
-            if t.user_attrs.get("diverged"):
+            if t.user_attrs.get(attrs.DIVERGED):
                 c["diverged"] += 1
             elif t.value is not None and math.isfinite(t.value) and (best is None or t.value < best):
                 best = t.value

@@ -23,35 +23,28 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from sweeps import attrs
 from sweeps.provenance import hostname, pid_alive
 
 if TYPE_CHECKING:
     import optuna
 
-# trial user attrs written by the worker that runs a trial
-ATTR_POINT = "point"
-ATTR_POINT_KEY = "point_key"
-ATTR_RETRIES = "retries"
-ATTR_RETRY_OF = "retry_of"
-ATTR_HOST = "host"
-ATTR_PID = "pid"
-ATTR_PID_START = "pid_start"
-ATTR_HEARTBEAT = "heartbeat"
+    from sweeps.lifecycle import SweepStudy
 
 
 def requeue(study: optuna.Study, trial: optuna.trial.FrozenTrial, max_retries: int = 3,
             reason: str = "stale") -> bool:
     """Enqueue a fresh WAITING trial with the same parameters as the failed ``trial``."""
-    retries = int(trial.user_attrs.get(ATTR_RETRIES, 0))
+    retries = int(trial.user_attrs.get(attrs.RETRIES, 0))
     if retries >= max_retries:
         return False
-    point = dict(trial.user_attrs.get(ATTR_POINT, {}))
+    point = dict(trial.user_attrs.get(attrs.POINT, {}))
     params = {**point, **trial.params}
-    attrs: dict[str, Any] = {
-        k: trial.user_attrs[k] for k in (ATTR_POINT, ATTR_POINT_KEY, "group") if k in trial.user_attrs
+    kept: dict[str, Any] = {
+        k: trial.user_attrs[k] for k in (attrs.POINT, attrs.POINT_KEY, attrs.GROUP) if k in trial.user_attrs
     }
-    attrs.update({ATTR_RETRIES: retries + 1, ATTR_RETRY_OF: trial.number, "retry_reason": reason})
-    study.enqueue_trial(params, user_attrs=attrs)
+    kept.update({attrs.RETRIES: retries + 1, attrs.RETRY_OF: trial.number, attrs.RETRY_REASON: reason})
+    study.enqueue_trial(params, user_attrs=kept)
     return True
 
 
@@ -65,19 +58,7 @@ class RequeueCallback:
         requeue(study, trial, self.max_retries, reason="heartbeat")
 
 
-def _fail(study: optuna.Study, trial_id: int) -> bool:
-    from optuna.exceptions import UpdateFinishedTrialError
-    from optuna.trial import TrialState
-
-    try:
-        return bool(study._storage.set_trial_state_values(trial_id, state=TrialState.FAIL))
-    except UpdateFinishedTrialError:
-        return False  # another worker got there first
-    except KeyError:
-        return False
-
-
-def sweep_stale(study: optuna.Study, *, grace_period: float, journal: bool,
+def sweep_stale(study: SweepStudy, *, grace_period: float, journal: bool,
                 max_retries: int = 3) -> list[int]:
     """Fail and re-enqueue lost RUNNING trials; returns the numbers of the trials failed."""
     from optuna.trial import TrialState
@@ -100,16 +81,16 @@ def sweep_stale(study: optuna.Study, *, grace_period: float, journal: bool,
         ua = t.user_attrs
         dead = False
         reason = ""
-        if journal and ua.get(ATTR_HOST) == host and ATTR_PID in ua:
-            if not pid_alive(int(ua[ATTR_PID]), ua.get(ATTR_PID_START)):
-                dead, reason = True, f"worker pid {ua[ATTR_PID]} died"
+        if journal and ua.get(attrs.HOST) == host and attrs.PID in ua:
+            if not pid_alive(int(ua[attrs.PID]), ua.get(attrs.PID_START)):
+                dead, reason = True, f"worker pid {ua[attrs.PID]} died"
         if not dead:
-            beat = ua.get(ATTR_HEARTBEAT) if journal else None
-            if beat is None and ATTR_PID not in ua and t.datetime_start is not None:
+            beat = ua.get(attrs.HEARTBEAT) if journal else None
+            if beat is None and attrs.PID not in ua and t.datetime_start is not None:
                 beat = t.datetime_start.timestamp()  # popped but never started (any storage)
             if beat is not None and now - float(beat) > grace_period:
                 dead, reason = True, f"no heartbeat for {now - float(beat):.0f} s"
-        if dead and _fail(study, t._trial_id):
+        if dead and study.fail(t.number):
             failed.append(t.number)
             requeue(study, t, max_retries, reason=reason)
     return failed
@@ -118,45 +99,36 @@ def sweep_stale(study: optuna.Study, *, grace_period: float, journal: bool,
 class Heartbeat:
     """Context manager: a daemon thread that keeps running trials' heartbeats fresh.
 
-    ``trial_id`` may be one id or several (a fused group: one thread beats for all its
-    members). A trial that can no longer be beaten (finished elsewhere, e.g. failed by
+    ``trials`` are trial numbers, one or several (a fused group: one thread beats for all
+    its members). A trial that can no longer be beaten (finished elsewhere, e.g. failed by
     another worker's stale sweep) is dropped; the others keep beating.
     """
 
-    def __init__(self, study: optuna.Study, trial_id: int | Sequence[int], interval: float,
+    def __init__(self, study: SweepStudy, trials: int | Sequence[int], interval: float,
                  journal: bool) -> None:
         self.study = study
-        self.trial_ids = [trial_id] if isinstance(trial_id, int) else list(trial_id)
+        self.numbers = [trials] if isinstance(trials, int) else list(trials)
         self.interval = interval
         self.journal = journal
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="sweeps-heartbeat", daemon=True)
 
-    @property
-    def trial_id(self) -> int:
-        """The first (for a single trial: the only) trial beaten."""
-        return self.trial_ids[0]
-
     def beat(self) -> None:
         """Beat every trial still held; raises if none could be beaten."""
-        storage = self.study._storage
         alive = []
         error: Exception | None = None
-        for tid in self.trial_ids:
+        for number in self.numbers:
             try:
-                if self.journal:
-                    storage.set_trial_user_attr(tid, ATTR_HEARTBEAT, time.time())
-                else:
-                    storage.record_heartbeat(tid)
-                alive.append(tid)
+                self.study.heartbeat(number, self.journal)
+                alive.append(number)
             except Exception as exc:  # finished elsewhere: stop beating this one only
                 error = exc
-        self.trial_ids = alive
+        self.numbers = alive
         if not alive and error is not None:
             raise error
 
     def _loop(self) -> None:
-        while self.trial_ids and not self._stop.wait(self.interval):
+        while self.numbers and not self._stop.wait(self.interval):
             try:
                 self.beat()
             except Exception:  # every trial finished elsewhere, storage hiccup: stop beating

@@ -1,6 +1,6 @@
 """Trial runners: ``run_trial(config, report) -> row``.
 
-A runner trains one configuration and returns one results-table row (DESIGN.md). It calls
+A runner trains one configuration and returns one results-table row (docs/architecture.md). It calls
 ``report(step, val_loss)`` after each evaluation; when that returns True the runner stops
 early (pruning) and sets ``row["pruned"] = True``. Divergence never raises: the row has
 ``diverged=True`` and a finite worst-case ``loss``.
@@ -11,8 +11,10 @@ runner would return, or the exception that member failed with. A runner names it
 variant in :data:`FUSED_RUNNERS` (or by a ``fused`` attribute); :func:`fused_runner_for`
 finds it.
 
-Workers load a runner by import path (``"module:function"``), so any process on any
-machine can run the study. :func:`train_runner` (the default) calls ``mutransfer.train``;
+Workers load a runner by name or import path from the registry (:data:`RUNNERS` and the
+``mutransfer.runners`` entry points), so any process on any machine can run the study and
+nobody who can write the study can make the workers import anything else.
+:func:`train_runner` (the default) calls ``mutransfer.train``;
 :func:`synthetic_runner` is an analytic stand-in for tests and overhead benchmarks.
 """
 
@@ -34,8 +36,41 @@ DEFAULT_RUNNER = "sweeps.runners:train_runner"
 SYNTHETIC_RUNNER = "sweeps.runners:synthetic_runner"
 
 
+#: Runners a study may name. A study's runner is loaded by every worker that joins it, so
+#: it cannot be an arbitrary import path (whoever can write the study would pick the code
+#: every worker runs): only these, and those installed packages declare under the
+#: ``mutransfer.runners`` entry-point group (``name = "package.module:function"``).
+RUNNERS: dict[str, str] = {
+    "train": DEFAULT_RUNNER,
+    "synthetic": SYNTHETIC_RUNNER,
+    "synthetic-scaling": "sweeps.runners:synthetic_scaling_runner",
+}
+ENTRY_POINT_GROUP = "mutransfer.runners"
+
+
+def registered_runners() -> dict[str, str]:
+    """Name -> import path of every registered runner (built-in, then entry points)."""
+    out = dict(RUNNERS)
+    try:
+        from importlib.metadata import entry_points
+
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            out.setdefault(ep.name, ep.value)
+    except Exception:  # broken package metadata never hides the built-ins
+        pass
+    return out
+
+
 def load_runner(path: str) -> Runner:
-    """Import ``"package.module:function"``; a bad path -> ValueError naming it."""
+    """Import a registered runner, by name (``"synthetic"``) or by its import path
+    (``"sweeps.runners:synthetic_runner"``); anything else -> ValueError naming it."""
+    known = registered_runners()
+    if path in known:
+        path = known[path]
+    elif path not in known.values():
+        raise ValueError(f"runner {path!r} is not registered; choose from "
+                         f"{', '.join(f'{k} ({v})' for k, v in known.items())} or register one "
+                         f"under the {ENTRY_POINT_GROUP!r} entry-point group")
     module_name, sep, attr = path.partition(":")
     if not sep or not module_name or not attr:
         raise ValueError(f"runner {path!r} must look like 'package.module:function'")
@@ -137,6 +172,12 @@ def train_fused_runner(configs: list[dict[str, Any]], reports: list[Report]
     cfgs: list[Any] = []
     ok: list[int] = []
     for i, c in enumerate(configs):
+        if "wsd_branches" in c:  # WSD branches train alone (one trunk, several rows)
+            try:
+                out[i] = train_runner(c, reports[i])
+            except Exception as exc:
+                out[i] = exc
+            continue
         try:
             cfgs.append(TrainConfig.from_overrides(None, c))
             ok.append(i)

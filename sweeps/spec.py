@@ -24,6 +24,7 @@ import dataclasses
 import itertools
 import json
 import math
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -125,8 +126,11 @@ class SweepSpec:
             raise ValueError(f"unknown sampler {self.sampler!r}; choose from {', '.join(SAMPLERS)}")
         if self.pruner not in PRUNERS:
             raise ValueError(f"unknown pruner {self.pruner!r}; choose from {', '.join(PRUNERS)}")
-        if self.trials is not None and self.trials < 1:
-            raise ValueError(f"trials must be >= 1, got {self.trials}")
+        for name in ("trials", "sampler_seed"):
+            v = getattr(self, name)
+            if (v is not None or name == "sampler_seed") and (
+                    isinstance(v, bool) or not isinstance(v, int) or v < (1 if name == "trials" else 0)):
+                raise ValueError(f"{name} must be an integer >= {1 if name == 'trials' else 0}, got {v!r}")
         known = CONTRACT_FIELDS | set(self.base) if _TRUSTED else train_config_fields() | PSEUDO_FIELDS
         bad = sorted(set(self.base) - known)
         if bad:
@@ -666,3 +670,85 @@ def load_spec(path: str | Path, kind: str | None = None) -> SweepSpec:
     from mutransfer._io import read_yaml_mapping
 
     return spec_from_dict(read_yaml_mapping(path, "spec file"), kind)
+
+
+# ---- config resolution: spec + grid point -> TrainConfig overrides ---------------------------
+
+_DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
+
+
+def resolve_config(spec: SweepSpec, params: Mapping[str, Any]) -> dict[str, Any]:
+    """TrainConfig overrides of one trial: preset + spec.base + the trial's parameters.
+
+    The pseudo-field ``tokens`` becomes ``steps = round(tokens / (batch_size * seq_len))``.
+    """
+    cfg: dict[str, Any] = {"preset": spec.preset, **dict(spec.base), **dict(params)}
+    tokens = cfg.pop("tokens", None)
+    if tokens is not None:
+        bs = cfg.get("batch_size") or _train_default("batch_size", 32)
+        seq = cfg.get("seq_len") or preset_attr(spec.preset, "seq_len", 64)
+        steps = round(int(tokens) / (int(bs) * int(seq)))
+        if steps < 1:
+            raise ValueError(f"token budget {tokens} is below one step of {bs} x {seq} tokens")
+        cfg["steps"] = steps
+    return cfg
+
+
+def train_config(spec: SweepSpec, point: Mapping[str, Any]) -> Any:
+    """The :class:`mutransfer.train.TrainConfig` of a grid point (adaptive dimensions such
+    as a searched lr take their lower bound, else the base value)."""
+    from mutransfer.train import TrainConfig
+
+    params = {**{k: lo for k, (lo, _) in spec.search().items()}, **dict(point)}
+    cfg = resolve_config(spec, params)
+    cfg.pop("wsd_branches", None)  # the runner's pseudo-field (one row per branch), not the trainer's
+    return TrainConfig.from_overrides(None, cfg)
+
+
+def check_trials(spec: SweepSpec) -> int:
+    """Resolve the whole trial config of every grid point (and both ends of a searched
+    range) and validate it as the trainer will, before any study exists; returns the
+    number of points. The first bad point -> ValueError naming it and its bad value."""
+    dims = {n for n, _ in spec.grid_dims()} | set(spec.search())
+    if not dims:
+        raise ValueError("empty grid: the sweep has no dimension (give grid: {field: [values]})")
+    both = sorted(dims & set(spec.base) - {"base_width", "base_depth"})
+    if "tokens" in dims and "steps" in spec.base:  # a token budget sets the steps
+        both.append("steps (from tokens)")
+    if both:
+        raise ValueError(f"{', '.join(both)} is set in base and is also a sweep dimension; "
+                         "set it in one place")
+    device = spec.base.get("device")
+    if device is not None and not (isinstance(device, str) and _DEVICE.fullmatch(device)):
+        raise ValueError(f"device must be auto, cpu, cuda[:N] or mps, got {device!r}")
+    ends = [dict(zip(spec.search(), combo)) for combo in itertools.product(*spec.search().values())]
+    points = spec.points()
+    for point in points:
+        for end in ends or [{}]:
+            try:
+                train_config(spec, {**point, **end})
+            except ValueError as exc:
+                where = ", ".join(f"{k}={v}" for k, v in {**point, **end}.items()) or "the base config"
+                raise ValueError(f"trial {where}: {exc}") from None
+    return len(points)
+
+
+def _train_default(name: str, fallback: Any) -> Any:
+    try:
+        from mutransfer.train import TrainConfig  # type: ignore[import-not-found]
+
+        for f in dataclasses.fields(TrainConfig):
+            if f.name == name and f.default is not dataclasses.MISSING:
+                return f.default
+    except ImportError:
+        pass
+    return fallback
+
+
+def preset_attr(preset: str, name: str, fallback: Any) -> Any:
+    try:
+        from mutransfer.models import get_preset
+
+        return getattr(get_preset(preset), name, fallback)
+    except Exception:
+        return fallback

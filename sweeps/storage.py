@@ -25,16 +25,91 @@ JOURNAL_NAME = "optuna.journal"
 RDB_SCHEMES = ("postgresql", "postgres", "mysql", "sqlite", "mariadb", "oracle", "mssql")
 
 
+#: Environment variable a worker reads the storage URL from (never its argv: ``ps`` shows argv
+#: to every local user, while /proc/PID/environ is readable only by the owner).
+STORAGE_ENV = "MUTRANSFER_STORAGE"
+_SCHEME = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]+):(?P<slashes>/*)")
+_SECRET_KEYS = re.compile(r"(?i)((?:^|[?&;])(?:password|passwd|pwd|pass|secret|token|sslpassword|"
+                          r"sslkey|api_key|apikey)=)[^&;#]*")
+
+
 def mask_url(url: str) -> str:
-    """The URL with any password replaced by ``***`` (for messages and attrs)."""
-    return re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", url)
+    """``url`` with every secret replaced by ``***``: the password of the user info (also an
+    empty user name, ``://:pw@``, and passwords holding ``@`` or ``/``), and query values such
+    as ``?password=``. The one function every message and record goes through.
+
+    SQLAlchemy's own parser (:func:`sqlalchemy.engine.make_url`) supplies the password and
+    query values it sees, which are then scrubbed wherever they occur; the user info is cut
+    at the *last* ``@`` of the authority, so a raw ``@`` in the password cannot leak a tail.
+    """
+    text = str(url)
+    m = _SCHEME.match(text)
+    if m is None and "@" not in text:
+        return text
+    # without "//" the first "x:" may be a user name (``user:pw@host``): mask from the start
+    cut = m.end() if m is not None and m.group("slashes") else 0
+    head, rest = text[:cut], text[cut:]
+    main, qmark, query = rest.partition("?")
+    at = main.rfind("@")
+    if at >= 0:
+        user, colon, _ = main[:at].partition(":")
+        main = user + (":***" if colon else "") + main[at:]
+    if qmark:
+        query = _SECRET_KEYS.sub(r"\1***", query)
+    masked = head + main + qmark + query
+    for secret in _parsed_secrets(text):
+        if len(secret) >= 3:  # scrub what SQLAlchemy sees too, wherever it shows up
+            masked = masked.replace(secret, "***")
+    return masked
+
+
+def scrub(message: str, url: str) -> str:
+    """``message`` with ``url`` and every secret in it masked (driver errors may echo them)."""
+    message = message.replace(url, mask_url(url))
+    for secret in _parsed_secrets(url):
+        if len(secret) >= 3:
+            message = message.replace(secret, "***")
+    return message
+
+
+def _parsed_secrets(url: str) -> list[str]:
+    try:
+        from sqlalchemy.engine import make_url
+
+        u = make_url(url)
+    except Exception:  # not an SQLAlchemy URL (or SQLAlchemy missing): the regex did it
+        return []
+    out = [u.password] if u.password else []
+    for k, v in u.query.items():
+        if re.fullmatch(r"(?i)password|passwd|pwd|pass|secret|token|sslpassword|api_?key", k):
+            out += [v] if isinstance(v, str) else list(v)
+    return [str(s) for s in out if s]
+
+
+def _check_rdb_url(url: str) -> None:
+    """SQLAlchemy must parse ``url`` the way its author meant: a raw ``@`` in the password
+    would silently make the host ``rest@host``."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        u = make_url(url)
+    except (ArgumentError, ValueError) as exc:
+        raise ValueError(f"malformed storage URL {mask_url(url)!r}: {exc}") from None
+    if u.host and "@" in u.host:
+        raise ValueError(f"malformed storage URL {mask_url(url)!r}: a password holding '@' must be "
+                         "percent-encoded (%40)")
 
 
 def resolve_storage(storage: str | None, out_dir: str | os.PathLike[str] | None = None) -> str:
-    """Normalize a ``--storage`` value: ``journal:/abs/path`` or an RDB URL."""
+    """Normalize a ``--storage`` value: ``journal:/abs/path`` or an RDB URL.
+
+    A string that looks like a URL but is malformed (``postgresql:/u:pw@h/db`` with one
+    slash, ``user:pw@host``) is refused, never taken as a local file name."""
     if storage is None or storage == "":
         if out_dir is None:
-            raise ValueError("give --out DIR (for the default journal file) or --storage URL")
+            raise ValueError("give --out DIR (for the default journal file), --storage URL, "
+                             f"or set ${STORAGE_ENV}")
         return "journal:" + str((Path(out_dir) / JOURNAL_NAME).resolve())
     if storage.startswith("journal:"):
         path = storage[len("journal:"):]
@@ -43,18 +118,65 @@ def resolve_storage(storage: str | None, out_dir: str | os.PathLike[str] | None 
         if not path:
             raise ValueError(f"storage {storage!r} names no journal file")
         return "journal:" + str(Path(path).resolve())
-    scheme = storage.split("://", 1)[0].split("+", 1)[0] if "://" in storage else ""
-    if scheme in ("postgres",):
-        return "postgresql" + storage[len("postgres"):]
-    if scheme in RDB_SCHEMES:
-        return storage
-    if "://" in storage:
+    m = _SCHEME.match(storage)
+    scheme = m.group("scheme").lower().split("+", 1)[0] if m else ""
+    if m and m.group("slashes").startswith("//"):
+        if scheme == "postgres":
+            storage = "postgresql" + storage[len("postgres"):]
+            scheme = "postgresql"
+        if scheme in RDB_SCHEMES:
+            _check_rdb_url(storage)
+            return storage
         raise ValueError(f"unsupported storage URL scheme {scheme!r} in {mask_url(storage)!r}; "
                          "use a journal file or an RDB URL (postgresql://, mysql://, sqlite:///)")
+    if m and (scheme in RDB_SCHEMES or "@" in storage or m.group("slashes")):
+        raise ValueError(f"malformed storage URL {mask_url(storage)!r}: write {scheme}://..., "
+                         "or journal:PATH for a journal file")
+    if "@" in storage:
+        raise ValueError(f"storage {mask_url(storage)!r} looks like a URL without a scheme; "
+                         "write postgresql://user:pw@host/db, or journal:PATH for a journal file")
     path = Path(storage)
     if path.is_dir():  # an output directory: its journal file
         path = path / JOURNAL_NAME
     return "journal:" + str(path.resolve())
+
+
+def storage_from_env(storage: str | None) -> str | None:
+    """``storage``, else the URL in :data:`STORAGE_ENV` (how workers receive a secret URL)."""
+    if storage:
+        return storage
+    return os.environ.get(STORAGE_ENV) or None
+
+
+def worker_storage(storage: str | None, storage_file: str | os.PathLike[str] | None) -> str:
+    """The storage a worker joins: ``--storage-file``, else ``--storage``, else
+    :data:`STORAGE_ENV`; one of them must be given."""
+    if storage_file is not None:
+        if storage:
+            raise ValueError("give --storage or --storage-file, not both")
+        return read_storage_file(storage_file)
+    url = storage_from_env(storage)
+    if not url:
+        raise ValueError(f"give --storage (journal file or directory), --storage-file FILE, "
+                         f"or set {STORAGE_ENV}")
+    return url
+
+
+def read_storage_file(path: str | os.PathLike[str]) -> str:
+    """The storage URL in a file that only its owner may read (``chmod 600``); a group- or
+    world-readable file is refused, since the URL may hold a password."""
+    p = Path(path)
+    try:
+        mode = p.stat().st_mode
+        text = p.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ValueError(f"cannot read storage file {str(p)!r}: {exc.strerror or exc}") from None
+    if mode & 0o077:
+        raise ValueError(f"storage file {str(p)!r} is readable by others (mode {mode & 0o777:o}); "
+                         f"chmod 600 {p}")
+    if not text or "\n" in text:
+        raise ValueError(f"storage file {str(p)!r} must hold exactly one URL on one line")
+    return text
 
 
 def is_journal(url: str) -> bool:
@@ -72,7 +194,7 @@ def is_rdb(url: str) -> bool:
 def check_workers(url: str, workers: int) -> None:
     """SQLite serializes writers and locks up under several processes: refuse it."""
     if is_sqlite(url) and workers > 1:
-        raise ValueError(f"SQLite storage {url!r} supports one worker, got --workers {workers}; "
+        raise ValueError(f"SQLite storage {mask_url(url)!r} supports one worker, got --workers {workers}; "
                          "use the default journal file for many workers on one machine, "
                          "or PostgreSQL across machines")
 
@@ -94,11 +216,16 @@ def open_storage(
         path = Path(url[len("journal:"):])
         if not create and not path.is_file():
             raise ValueError(f"journal file {str(path)!r} does not exist")
+        if path.is_dir():
+            raise ValueError(f"journal file {str(path)!r} is a directory")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
+            backend = _torn_safe_backend(JournalFileBackend)(str(path))
+            return optuna.storages.JournalStorage(backend)
         except OSError as exc:
             raise ValueError(f"cannot open journal file {str(path)!r}: {exc.strerror or exc}") from None
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:  # damaged or not a journal
+            raise ValueError(_journal_error(path, exc)) from None
     if is_sqlite(url) and not create:
         path = url.split(":///", 1)[-1]
         if path and not Path(path).is_file():
@@ -126,7 +253,90 @@ def open_storage(
                          "(pip install 'psycopg[binary]' for PostgreSQL)") from None
     except Exception as exc:  # sqlalchemy OperationalError, ArgumentError, ...
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ValueError(f"cannot reach storage {mask_url(url)!r}: {first}") from None
+        raise ValueError(scrub(f"cannot reach storage {mask_url(url)!r}: {first}", url)) from None
+
+
+def _torn_safe_backend(base: type) -> type:
+    """A ``JournalFileBackend`` whose appends first cut a torn last line.
+
+    A writer killed mid-append leaves a last line without its newline. Optuna's reader
+    skips such a line, but the next append would glue a whole record onto it: one bad
+    JSON line in the middle, and every later read fails for good. So each append, holding
+    the journal's lock (no other writer is mid-append then), checks the last byte and
+    truncates the file back to its last complete line: the torn record was never
+    committed, so dropping it loses nothing that any reader saw."""
+    from optuna.storages.journal import JournalFileSymlinkLock
+
+    class TornSafeJournalFileBackend(base):  # type: ignore[misc, valid-type]
+        def __init__(self, file_path: str) -> None:
+            self._write_lock = JournalFileSymlinkLock(file_path)
+            super().__init__(file_path, lock_obj=self._write_lock)
+            self._path = file_path
+
+        def append_logs(self, logs: list[dict[str, Any]]) -> None:
+            import json
+
+            text = "".join(json.dumps(log, separators=(",", ":")) + "\n" for log in logs)
+            self._write_lock.acquire()
+            try:
+                cut_torn_tail(self._path)
+                with open(self._path, "ab") as f:
+                    f.write(text.encode("utf-8"))
+                    f.flush()
+                    os.fsync(f.fileno())
+            finally:
+                self._write_lock.release()
+
+    return TornSafeJournalFileBackend
+
+
+def cut_torn_tail(path: str | os.PathLike[str]) -> int:
+    """Truncate a journal whose last line has no newline back to its last complete line
+    (call it holding the journal's lock); returns the bytes dropped."""
+    with open(path, "rb+") as f:
+        size = f.seek(0, os.SEEK_END)
+        if size == 0:
+            return 0
+        f.seek(size - 1)
+        if f.read(1) == b"\n":
+            return 0
+        pos = size
+        keep = 0
+        while pos > 0:  # scan back in blocks for the last newline
+            step = min(65536, pos)
+            pos -= step
+            f.seek(pos)
+            nl = f.read(step).rfind(b"\n")
+            if nl >= 0:
+                keep = pos + nl + 1
+                break
+        f.truncate(keep)
+        f.flush()
+        os.fsync(f.fileno())
+        return size - keep
+
+
+def _journal_error(path: Path, exc: Exception) -> str:
+    """One line naming the journal and its first unreadable line."""
+    import json
+
+    line_no = None
+    try:
+        with open(path, "rb") as f:
+            for i, line in enumerate(f, start=1):
+                if not line.endswith(b"\n"):
+                    break  # a torn last line is skipped by readers, repaired by writers
+                try:
+                    json.loads(line)
+                except ValueError:
+                    line_no = i
+                    break
+    except OSError:
+        pass
+    where = f" at line {line_no}" if line_no is not None else ""
+    return (f"{str(path)!r} is not a readable Optuna journal{where} ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}); if a writer was killed mid-write by an "
+            "older version, keep a copy and delete the damaged line")
 
 
 def _pick_pg_driver(url: str) -> str:

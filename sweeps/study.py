@@ -16,12 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sweeps import attrs
+from sweeps.attrs import STUDY_ATTR
 from sweeps.fusion import Fuse, check_fuse
 from sweeps.progress import Counts, StudyBar, study_counts
-from sweeps.runners import DEFAULT_RUNNER, Runner
-from sweeps.spec import SweepSpec, point_key
+from sweeps.runners import DEFAULT_RUNNER, Runner, load_runner
+from sweeps.spec import SweepSpec, check_trials, point_key
 from sweeps.storage import check_workers, is_journal, is_sqlite, open_storage, resolve_storage
-from sweeps.worker import STUDY_ATTR, SweepSettings
+from sweeps.worker import SweepSettings
 
 if TYPE_CHECKING:
     import optuna
@@ -80,11 +82,16 @@ def prepare(
     fuse: Fuse | str = None,
 ) -> Plan:
     """Create (or load) the study and enqueue the grid points it still needs. ``fuse`` is
-    stored as the default for workers that join without one (:mod:`sweeps.fusion`)."""
+    stored as the default for workers that join without one (:mod:`sweeps.fusion`).
+
+    Everything is checked before the storage is touched: the runner is registered, and the
+    resolved trial config of every grid point is valid (:func:`sweeps.spec.check_trials`);
+    bad input -> ValueError naming it, and no study is created."""
     import optuna
     from optuna.trial import TrialState
 
-    from sweeps.recovery import ATTR_POINT, ATTR_POINT_KEY, RequeueCallback, sweep_stale
+    from sweeps.lifecycle import SweepStudy
+    from sweeps.recovery import RequeueCallback, sweep_stale
     from sweeps.storage import study_names
 
     fuse = check_fuse(fuse)
@@ -92,26 +99,30 @@ def prepare(
     if heartbeat_interval < 1 or grace_period <= heartbeat_interval:
         raise ValueError(f"grace period {grace_period} s must exceed the heartbeat interval "
                          f"{heartbeat_interval} s (>= 1)")
+    if max_retries < 0:
+        raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+    load_runner(runner)
+    check_trials(spec)
     settings = SweepSettings(spec=spec, runner=runner, heartbeat_interval=heartbeat_interval,
                              grace_period=grace_period, max_retries=max_retries, fuse=fuse)
     name = study_name or spec.study_name()
     storage = open_storage(storage_url, heartbeat_interval=heartbeat_interval, grace_period=grace_period,
                            stale_callback=RequeueCallback(max_retries))
     if name in study_names(storage):
-        attrs = storage.get_study_user_attrs(storage.get_study_id_from_name(name))
-        if STUDY_ATTR not in attrs:
+        existing = storage.get_study_user_attrs(storage.get_study_id_from_name(name))
+        if STUDY_ATTR not in existing:
             raise ValueError(f"study {name!r} exists in the storage but was not created by mutransfer sweep")
-        _check_compatible(attrs[STUDY_ATTR], settings, name)
+        _check_compatible(existing[STUDY_ATTR], settings, name)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(study_name=name, storage=storage, direction="minimize",
-                                load_if_exists=True)
+    optuna.create_study(study_name=name, storage=storage, direction="minimize", load_if_exists=True)
+    study = SweepStudy(name, storage)
     study.set_user_attr(STUDY_ATTR, settings.to_attr())
     sweep_stale(study, grace_period=grace_period, journal=is_journal(storage_url), max_retries=max_retries)
     alive = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
     have: Counter[str] = Counter()
     finished: Counter[str] = Counter()
     for t in study.get_trials(deepcopy=False, states=alive):
-        key = t.user_attrs.get(ATTR_POINT_KEY)
+        key = t.user_attrs.get(attrs.POINT_KEY)
         have[key] += 1
         if t.state in (TrialState.COMPLETE, TrialState.PRUNED):
             finished[key] += 1
@@ -125,7 +136,8 @@ def prepare(
         n_finished += min(per, finished[key])
         group = {k: point[k] for k in group_keys if k in point}
         for _ in range(per - have[key]):
-            study.enqueue_trial(point, user_attrs={ATTR_POINT: point, ATTR_POINT_KEY: key, "group": group})
+            study.enqueue_trial(point, user_attrs={attrs.POINT: point, attrs.POINT_KEY: key,
+                                                   attrs.GROUP: group})
             enqueued += 1
     return Plan(storage_url=storage_url, study_name=name, total=per * len(points),
                 finished=n_finished, enqueued=enqueued)

@@ -5,24 +5,28 @@ recovery settings live in the study's user attrs (written by :func:`sweeps.study
 So ``mutransfer sweep worker --storage postgresql://... --study lr`` (or
 ``python -m sweeps.worker --storage ... --study ...``) joins a study from any machine.
 
-Loop: sweep stale trials (dead workers) -> pop a WAITING trial (atomic in the storage) ->
-run it -> tell. With ``fuse`` (``--fuse K``, or the study's setting) a worker pops up to K
-WAITING trials that can train as one batched model (:mod:`sweeps.fusion`), runs them with
-the runner's fused variant and tells each member its own result. With nothing waiting, a
+Loop: sweep stale trials (dead workers) -> claim a group of WAITING trials (atomic in the
+storage; :func:`sweeps.fusion.claim_group`) -> run it -> tell
+(:func:`sweeps.lifecycle.run_group`). Unfused, a group is one trial; with ``fuse``
+(``--fuse K``, or the study's setting) it is up to K trials that train as one batched model
+with the runner's fused variant, each member told its own result. With nothing waiting, a
 worker stays while other trials are RUNNING (one of them may die and be re-enqueued), then
 exits.
 
 Many machines (PostgreSQL + a SLURM array)::
 
+    # the URL holds a password: keep it out of argv (``ps`` shows argv to every user)
+    export MUTRANSFER_STORAGE=postgresql://user:pw@db/sweeps   # or --storage-file F (chmod 600)
     # once, on the login node: create the study and enqueue the grid, run no trial here
-    mutransfer sweep lr SPEC.yaml --storage postgresql://user:pw@db/sweeps --prepare-only
+    mutransfer sweep lr SPEC.yaml --prepare-only
     # sbatch --array=0-31 --gres=gpu:1 job.sh, where job.sh runs
-    mutransfer sweep worker --storage postgresql://user:pw@db/sweeps --study lr \
-        --worker-index $SLURM_ARRAY_TASK_ID
+    mutransfer sweep worker --study lr --worker-index $SLURM_ARRAY_TASK_ID
 
 (A Kubernetes Job with ``parallelism: 32`` runs the same worker command.) Every worker
 leaves when the grid is done; a killed one's trial is retried by the others after the
-heartbeat grace period (``--grace``).
+heartbeat grace period (``--grace``). Workers started by :func:`spawn_workers` get the URL
+in their environment, never on their command line, and die with the process that started
+them (``PR_SET_PDEATHSIG`` on Linux, a parent-pid check elsewhere).
 """
 
 from __future__ import annotations
@@ -38,15 +42,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sweeps import attrs
+from sweeps.attrs import STUDY_ATTR
 from sweeps.fusion import Fuse, check_fuse, is_fused
 from sweeps.runners import DEFAULT_RUNNER, Runner, fused_runner_for, load_runner
 from sweeps.spec import SweepSpec, spec_from_dict, trusted
-from sweeps.storage import is_journal, open_storage
+from sweeps.storage import STORAGE_ENV, is_journal, open_storage
 
 if TYPE_CHECKING:
     import optuna
 
-STUDY_ATTR = "mutransfer_sweep"
+    from sweeps.lifecycle import SweepStudy
+
+#: set by :func:`spawn_workers`: the pid a worker must outlive no longer than
+PARENT_ENV = "MUTRANSFER_PARENT_PID"
 
 
 @dataclass(frozen=True)
@@ -101,20 +110,19 @@ def make_pruner(spec: SweepSpec) -> optuna.pruners.BasePruner:
 
 def open_study(storage_url: str, study_name: str, *, worker_index: int = 0,
                storage: optuna.storages.BaseStorage | None = None,
-               ) -> tuple[optuna.Study, SweepSettings]:
+               ) -> tuple[SweepStudy, SweepSettings]:
     """Load an existing sweep study with the sampler and pruner its spec asks for."""
-    import optuna
-
+    from sweeps.lifecycle import SweepStudy
     from sweeps.recovery import RequeueCallback
     from sweeps.storage import default_study_name
 
     if storage is None:
         probe = open_storage(storage_url, create=False)
         study_name = default_study_name(probe, study_name)
-        attrs = probe.get_study_user_attrs(probe.get_study_id_from_name(study_name))
-        if STUDY_ATTR not in attrs:
+        study_attrs = probe.get_study_user_attrs(probe.get_study_id_from_name(study_name))
+        if STUDY_ATTR not in study_attrs:
             raise ValueError(f"study {study_name!r} was not created by mutransfer sweep")
-        settings = SweepSettings.from_attr(attrs[STUDY_ATTR])
+        settings = SweepSettings.from_attr(study_attrs[STUDY_ATTR])
         if is_journal(storage_url):
             storage = probe
         else:
@@ -122,37 +130,24 @@ def open_study(storage_url: str, study_name: str, *, worker_index: int = 0,
                                    grace_period=settings.grace_period,
                                    stale_callback=RequeueCallback(settings.max_retries))
     else:
-        attrs = storage.get_study_user_attrs(storage.get_study_id_from_name(study_name))
-        settings = SweepSettings.from_attr(attrs[STUDY_ATTR])
+        study_attrs = storage.get_study_user_attrs(storage.get_study_id_from_name(study_name))
+        settings = SweepSettings.from_attr(study_attrs[STUDY_ATTR])
     seed = settings.spec.sampler_seed + worker_index
-    study = optuna.load_study(study_name=study_name, storage=storage,
-                              sampler=make_sampler(settings.spec, seed),
-                              pruner=make_pruner(settings.spec))
+    study = SweepStudy(study_name, storage, sampler=make_sampler(settings.spec, seed),
+                       pruner=make_pruner(settings.spec))
     return study, settings
 
 
-def pop_waiting(study: optuna.Study) -> optuna.Trial | None:
-    """Atomically take the oldest WAITING trial, or None: unlike ``study.ask`` this never
-    creates a new, unplanned trial when the queue is empty."""
-    import optuna
-
-    study._thread_local.cached_all_trials = None
-    tid = study._pop_waiting_trial_id()
-    if tid is None:
-        return None
-    return optuna.Trial(study, tid)
-
-
-def _has_complete_twin(study: optuna.Study, trial: optuna.Trial, spec: SweepSpec) -> bool:
+def _has_complete_twin(study: SweepStudy, trial: optuna.Trial, spec: SweepSpec) -> bool:
     """Grid sweeps: is this point already COMPLETE (e.g. enqueued twice by two launchers)?"""
     from optuna.trial import TrialState
 
     if spec.adaptive:
         return False
-    key = trial.user_attrs.get("point_key")
+    key = trial.user_attrs.get(attrs.POINT_KEY)
     if key is None:
         return False
-    return any(t.user_attrs.get("point_key") == key and t.number != trial.number
+    return any(t.user_attrs.get(attrs.POINT_KEY) == key and t.number != trial.number
                for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
 
 
@@ -183,8 +178,8 @@ def work(
     """
     from optuna.trial import TrialState
 
-    from sweeps.fusion import pop_group
-    from sweeps.objective import run_group, run_one
+    from sweeps.fusion import claim_group
+    from sweeps.lifecycle import run_group
     from sweeps.recovery import sweep_stale
 
     fuse = check_fuse(fuse)
@@ -201,14 +196,12 @@ def work(
     done = 0
     seed = settings.spec.sampler_seed + worker_index
     while max_trials is None or done < max_trials:
+        if orphaned():
+            break
         rep.swept += sweep_stale(study, grace_period=settings.grace_period, journal=journal,
                                  max_retries=settings.max_retries)
-        if fused_fn is not None:
-            limit = None if max_trials is None else max_trials - done
-            trials = pop_group(study, settings.spec, fuse, limit)
-        else:
-            one = pop_waiting(study)
-            trials = [one] if one is not None else []
+        limit = None if max_trials is None else max_trials - done
+        trials = claim_group(study, settings.spec, fuse if fused_fn is not None else 1, limit)
         if not trials:
             running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
             if running and wait_for_running:
@@ -218,21 +211,16 @@ def work(
         todo = []
         for trial in trials:
             if _has_complete_twin(study, trial, settings.spec):
-                study._storage.set_trial_user_attr(trial._trial_id, "duplicate", True)
+                trial.set_user_attr(attrs.DUPLICATE, True)
                 study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
                 rep.outcomes["duplicate"] += 1
             else:
                 todo.append(trial)
         if not todo:
             continue
-        if len(todo) == 1:  # a group of one (or unfused) runs exactly as before
-            outcomes = [run_one(study, todo[0], settings.spec, fn, journal=journal,
-                                heartbeat_interval=settings.heartbeat_interval,
-                                sampler_seed=seed, progress=progress)]
-        else:
-            assert fused_fn is not None
-            outcomes = run_group(study, todo, settings.spec, fused_fn, journal=journal,
-                                 heartbeat_interval=settings.heartbeat_interval, sampler_seed=seed)
+        outcomes = run_group(study, todo, settings.spec, fn, fused_runner=fused_fn, journal=journal,
+                             heartbeat_interval=settings.heartbeat_interval, sampler_seed=seed,
+                             progress=progress)
         rep.outcomes.update(outcomes)
         done += len(todo)
         if on_trial is not None:
@@ -240,13 +228,40 @@ def work(
     return rep
 
 
-def worker_command(storage_url: str, study_name: str, worker_index: int,
-                   fuse: Fuse = None) -> list[str]:
-    cmd = [sys.executable, "-m", "sweeps.worker", "--storage", storage_url, "--study", study_name,
+def worker_command(study_name: str, worker_index: int, fuse: Fuse = None) -> list[str]:
+    """argv of a worker process; the storage URL travels in :data:`STORAGE_ENV`."""
+    cmd = [sys.executable, "-m", "sweeps.worker", "--study", study_name,
            "--worker-index", str(worker_index)]
     if fuse is not None:
         cmd += ["--fuse", str(fuse)]
     return cmd
+
+
+def orphaned() -> bool:
+    """Was this worker started by :func:`spawn_workers` of a process that is gone?"""
+    parent = os.environ.get(PARENT_ENV)
+    return bool(parent) and parent.isdigit() and os.getppid() != int(parent)
+
+
+def die_with_parent() -> None:
+    """For a worker started by :func:`spawn_workers` (:data:`PARENT_ENV` set), on Linux:
+    ask the kernel to SIGTERM this process when its parent dies (even by SIGKILL), so no
+    orphaned worker keeps training; then check the parent did not die already. Elsewhere
+    the worker loop checks :func:`orphaned` between groups. A worker started by hand
+    (``nohup``, a SLURM job) is left alone."""
+    if not os.environ.get(PARENT_ENV):  # started by hand (nohup, SLURM): outlives its shell
+        return
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+        except (OSError, AttributeError):
+            pass
+    if orphaned():
+        raise SystemExit(1)
 
 
 def spawn_workers(
@@ -262,13 +277,17 @@ def spawn_workers(
 ) -> list[subprocess.Popen[bytes]]:
     """Start ``n`` worker processes. On CPU each is single-threaded (one per core measured
     faster than one multi-threaded worker); on CUDA worker k sees GPU k mod #GPUs.
-    ``fuse`` is passed on (None: the study's setting)."""
+    ``fuse`` is passed on (None: the study's setting). The storage URL (it may hold a
+    password) goes in each worker's environment, not its argv; a worker dies with the
+    thread that started it."""
     fuse = check_fuse(fuse)
     procs = []
     root = str(Path(__file__).resolve().parent.parent)
     for k in range(n):
         env = dict(os.environ)
         env.update(extra_env or {})
+        env[STORAGE_ENV] = storage_url
+        env[PARENT_ENV] = str(os.getpid())
         env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "") if env.get("PYTHONPATH") else root
         if device == "cpu":
             env.setdefault("OMP_NUM_THREADS", "1")
@@ -279,7 +298,7 @@ def spawn_workers(
         if log_dir is not None:
             Path(log_dir).mkdir(parents=True, exist_ok=True)
             out = open(Path(log_dir) / f"worker-{k}.log", "ab")  # noqa: SIM115 - closed by the child's exit
-        procs.append(subprocess.Popen(worker_command(storage_url, study_name, k, fuse), env=env,
+        procs.append(subprocess.Popen(worker_command(study_name, k, fuse), env=env,
                                       stdout=out, stderr=subprocess.STDOUT if out is not subprocess.DEVNULL
                                       else subprocess.DEVNULL))
         if out is not subprocess.DEVNULL:
@@ -289,17 +308,22 @@ def spawn_workers(
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m sweeps.worker", description="join a sweep study")
-    p.add_argument("--storage", required=True, help="storage URL (journal:PATH or an RDB URL)")
+    p.add_argument("--storage", default=None,
+                   help=f"journal:PATH or an output directory (an RDB URL: set ${STORAGE_ENV}, "
+                        "or --storage-file, to keep its password off the command line)")
+    p.add_argument("--storage-file", default=None, metavar="FILE",
+                   help="read the storage URL from FILE (chmod 600)")
     p.add_argument("--study", default=None, help="study name (default: the only one)")
     p.add_argument("--worker-index", type=int, default=0, help="offsets the sampler seed")
     p.add_argument("--max-trials", type=int, default=None, help="stop after this many trials")
     p.add_argument("--fuse", default=None, metavar="K|auto",
                    help="train up to K fusible trials as one batched model (default: the study's setting)")
     args = p.parse_args(argv)
-    from sweeps.storage import resolve_storage
+    from sweeps.storage import resolve_storage, worker_storage
 
     try:
-        url = resolve_storage(args.storage)
+        die_with_parent()
+        url = resolve_storage(worker_storage(args.storage, args.storage_file))
         rep = work(url, args.study, worker_index=args.worker_index, max_trials=args.max_trials,
                    fuse=args.fuse)
     except ValueError as exc:

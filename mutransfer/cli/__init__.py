@@ -8,7 +8,8 @@ Each verb lives in its own module under ``mutransfer.cli`` and defines
 
 Verb modules are imported only when that verb runs (``--help`` of the top level reads
 only ``VERBS`` below), so the CLI starts fast. User-input errors raise
-:class:`UsageError` or ``ValueError``; ``main`` prints one line and exits 2.
+:class:`UsageError` or ``ValueError``; ``main`` prints one line and exits 2, as it does for
+an ``OSError`` (an unwritable output path) that a verb did not catch first.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import sys
 # verb -> (module, one-line help). Keep in the order of the user's day.
 VERBS: dict[str, tuple[str, str]] = {
     "coord-check": ("mutransfer.cli.coord_check", "coordinate check: is the parametrization right?"),
+    "audit": ("mutransfer.cli.audit", "is someone else's muP right? per layer, with a verdict"),
     "explain": ("mutransfer.cli.explain", "print the per-parameter table of roles, init std, LR mult, WD"),
     "train": ("mutransfer.cli.train", "train one proxy on the embedded corpus or your data"),
     "sweep": ("mutransfer.cli.sweep", "Optuna sweeps: lr | batch | run | worker | status | export"),
@@ -29,6 +31,8 @@ VERBS: dict[str, tuple[str, str]] = {
     "demo": ("mutransfer.cli.demo", "all of it, end to end, on the embedded corpus"),
     "transfer": ("mutransfer.cli.transfer", "project to the target scale and write the transfer card"),
     "memory": ("mutransfer.cli.memory", "optimizer memory bill: bytes per parameter and total"),
+    "fold": ("mutransfer.cli.fold", "fold the μP forward multipliers into the weights: a plain checkpoint"),
+    "export": ("mutransfer.cli.export", "write a card as an engine's config: megatron | torchtitan | hf"),
 }
 
 
@@ -77,6 +81,10 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `mutransfer ... --json | head`: the reader left, not an error
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
         return 0
+    except OSError as exc:  # a directory where a file should go, permission denied, disk full
+        where = f"{exc.filename!s}: " if exc.filename is not None else ""
+        print(f"mutransfer {args.verb}: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(f"mutransfer {args.verb}: interrupted", file=sys.stderr)
         return 130

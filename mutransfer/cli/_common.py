@@ -68,6 +68,25 @@ def non_negative_int(text: str) -> int:
     return _int_at_least(text, 0)
 
 
+#: Upper bounds of size flags: beyond them a command would allocate or loop without end
+#: (``explain --width 1e8`` asked for 102 GB). Far above any real model or need.
+MAX_WIDTH = 1 << 20
+MAX_DEPTH = 10_000
+MAX_N_BOOT = 100_000
+
+
+def bounded_int(low: int, high: int, what: str = "value") -> Callable[[str], int]:
+    """An argparse type: an integer in [low, high]; outside -> one line naming the limit."""
+    def parse(text: str) -> int:
+        value = _int_at_least(text, low)
+        if value > high:
+            raise argparse.ArgumentTypeError(f"{what} {text!r} is above the limit {high:,}")
+        return value
+
+    parse.__name__ = f"bounded_int({low}, {high})"
+    return parse
+
+
 def add_output_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the machine-readable result to stdout")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

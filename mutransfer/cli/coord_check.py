@@ -36,8 +36,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seq-len", type=positive_int, default=64, help="tokens per sequence")
     p.add_argument("--data", default="stdlib", help="token source (default: the embedded stdlib corpus)")
     p.add_argument("--tol", type=positive_float, default=0.25,
-                   help="largest allowed log2 slope of activation size (default 0.25)")
+                   help="largest allowed |log2 slope| of activation size (default 0.25)")
+    p.add_argument("--rule", action="append", default=[], metavar="REGEX=ROLE",
+                   help="role override, first match wins (repeatable): e.g. 'pos_emb=vector'; "
+                        "roles: input, hidden, output, vector, scalar")
     p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--overwrite", action="store_true", help="replace an earlier coord check in --out")
     p.add_argument("--strict", action="store_true", help="exit 1 when the check fails")
     p.add_argument("--no-plot", action="store_true", help="skip coord_check.png")
     add_output_flags(p)
@@ -46,18 +50,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
+    from mutransfer._io import check_fresh_dir, check_output
     from mutransfer.coord_check import coord_check
     from mutransfer.data import DataConfig, load_dataset
     from mutransfer.parametrization import KINDS
 
     if args.parametrization not in KINDS:
         raise ValueError(f"unknown parametrization {args.parametrization!r}; choose from {', '.join(KINDS)}")
+    check_output(args.out, directory=True)
+    check_fresh_dir(args.out, ("coord_check.json", "coord_check.csv"), overwrite=args.overwrite)
     optimizer = args.optimizer or ("muon" if args.parametrization == "muon" else "adamw")
     if (optimizer == "muon") != (args.parametrization == "muon"):
         raise ValueError(f"optimizer {optimizer!r} does not go with parametrization {args.parametrization!r}")
     if args.parametrization == "completep" and not args.depths:
         raise ValueError("--parametrization completep needs --depths (e.g. --depths 2,4,8)")
     lr = args.lr or (0.1 if optimizer == "sgd" else 1e-2)
+    rules = [_parse_rule(r) for r in args.rule]
     torch.manual_seed(0)
     if args.model == "gpt":
         from mutransfer.models import GPT, gpt_tiny
@@ -98,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
         result = coord_check(
             builder, batch, kind=args.parametrization, widths=args.widths, base_width=args.base_width,
             depths=args.depths, depth_alpha=args.depth_alpha, steps=args.steps, seeds=args.seeds,
-            optimizer=optimizer, lr=lr, tol=args.tol, progress=tick, **kwargs)
+            optimizer=optimizer, lr=lr, tol=args.tol, rules=rules, progress=tick, **kwargs)
     finally:
         close()
     paths = result.write(args.out, plot=not args.no_plot)
@@ -112,3 +120,15 @@ def run(args: argparse.Namespace) -> int:
               f"at {worst['module']}, step {worst['step']}, along {worst['axis']}; tol {args.tol})")
         print("wrote " + ", ".join(str(p) for p in paths.values()))
     return 1 if (args.strict and not result.passed) else 0
+
+
+def _parse_rule(text: str) -> tuple[str, str]:
+    """``REGEX=ROLE`` (split at the last ``=``: a regex may hold one) -> (regex, role),
+    checked as a :class:`~mutransfer.parametrization.Rule` (valid regex, known role)."""
+    from mutransfer.parametrization import Rule
+
+    pattern, sep, role = text.rpartition("=")
+    if not sep or not pattern:
+        raise ValueError(f"--rule {text!r} is not REGEX=ROLE")
+    rule = Rule(pattern, role.strip())
+    return rule.pattern, rule.role

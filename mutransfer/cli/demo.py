@@ -132,6 +132,11 @@ def _log(quiet: bool, msg: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from mutransfer._io import check_output
+
+    # re-running into the same folder resumes its sweep (finished trials are kept) and
+    # rebuilds the figures, table, card and report from it; a different size is refused
+    check_output(args.out, directory=True)
     summary = run_demo(Path(args.out), device=args.device, size=args.size, workers=args.workers,
                        quiet=args.quiet or args.json)
     if args.json:
@@ -199,7 +204,7 @@ def run_demo(out: Path, *, device: str = "auto", size: str | None = None, worker
             cdir = out / "coord_check" / kind
             code = cli_main(["coord-check", "-p", kind, "--widths", ",".join(map(str, sz.coord_widths)),
                              "--steps", "4", "--seeds", "2", "--seq-len", str(min(sz.seq_len, 64)),
-                             "--out", str(cdir), "--quiet"])
+                             "--out", str(cdir), "--overwrite", "--quiet"])
             if code != 0:
                 raise RuntimeError(f"coord-check {kind} failed with exit code {code}")
             coord[kind] = json.loads((cdir / "coord_check.json").read_text())

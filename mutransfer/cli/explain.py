@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from mutransfer.cli._common import positive_int, print_json
+from mutransfer.cli._common import MAX_DEPTH, MAX_WIDTH, bounded_int, print_json
+
+#: explain builds the model in memory (fp32): refuse one above this many parameters
+MAX_PARAMS = 500_000_000
 
 HELP = "print the per-parameter table: role, width dims, init std, LR multiplier, WD"
 
@@ -12,13 +15,15 @@ HELP = "print the per-parameter table: role, width dims, init std, LR multiplier
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", default="gpt-tiny", help="model preset (default gpt-tiny)")
     p.add_argument("--parametrization", "-p", default="mup", help="sp | mup | completep | muon")
-    p.add_argument("--width", type=positive_int, default=None, help="width to build (default: preset's)")
-    p.add_argument("--base-width", type=positive_int, default=None, help="default: the preset's width")
-    p.add_argument("--depth", type=positive_int, default=None, help="depth (completep)")
-    p.add_argument("--base-depth", type=positive_int, default=None, help="base depth (completep)")
+    width = bounded_int(1, MAX_WIDTH, "width")
+    depth = bounded_int(1, MAX_DEPTH, "depth")
+    p.add_argument("--width", type=width, default=None, help="width to build (default: preset's)")
+    p.add_argument("--base-width", type=width, default=None, help="default: the preset's width")
+    p.add_argument("--depth", type=depth, default=None, help="depth (completep)")
+    p.add_argument("--base-depth", type=depth, default=None, help="base depth (completep)")
     p.add_argument("--optimizer", choices=("adam", "sgd"), default="adam", help="rule set")
     p.add_argument("--tie-embeddings", action="store_true", help="tie the GPT's head to its embedding")
-    p.add_argument("--rules", action="store_true", help="also print the ordered role-rule table")
+    p.add_argument("--rules", action="store_true", help="also print the scaling rules and the role rules")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
 
 
@@ -32,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
     width = args.width or cfg.width
     base_width = args.base_width or min(cfg.width, width)
     cls = GPT if isinstance(cfg, GPTConfig) else MLP
+    _check_size(cls, cfg, width, args.depth)
     if args.depth is not None:
         pz = Parametrization(lambda w, d: cls(cfg.replace(width=w, depth=d)), width=width,
                              base_width=base_width, depth=args.depth,
@@ -46,7 +52,24 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(pz.table(model))
     if args.rules:
+        from mutransfer.rules import rules_table
+
+        print()
+        print(rules_table())
         print("\n# role rules, first match wins")
         for i, r in enumerate(pz.rules_table()):
             print(f"{i:>3}  {r.role:<7} {r.source:<8} {r.pattern}")
     return 0
+
+
+def _check_size(cls: type, cfg: object, width: int, depth: int | None) -> None:
+    """Count the parameters on the meta device (no memory) before building for real."""
+    import torch
+
+    changes = {"width": width} if depth is None else {"width": width, "depth": depth}
+    with torch.device("meta"):
+        n = sum(p.numel() for p in cls(cfg.replace(**changes)).parameters())  # type: ignore[attr-defined]
+    if n > MAX_PARAMS:
+        raise ValueError(f"width {width} builds {n:,} parameters, above explain's limit of "
+                         f"{MAX_PARAMS:,} (it builds the model in memory); the rules are the same at "
+                         "any width, so explain a smaller one")

@@ -27,7 +27,7 @@ import math
 from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from mutransfer.cli._common import non_negative_int, positive_float, print_json
+from mutransfer.cli._common import MAX_N_BOOT, bounded_int, positive_float, print_json
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -61,7 +61,7 @@ def add_table_flags(p: argparse.ArgumentParser, n_boot: int = 1000) -> None:
     p.add_argument("--dropna", action="store_true",
                    help="drop rows with a missing/non-finite value in a fitted column instead of "
                    "failing")
-    p.add_argument("--n-boot", type=non_negative_int, default=n_boot,
+    p.add_argument("--n-boot", type=bounded_int(0, MAX_N_BOOT, "--n-boot"), default=n_boot,
                    help=f"bootstrap resamples for the intervals (default {n_boot}; 0: no intervals)")
     p.add_argument("--ci", type=float, default=0.95, help="interval level (default 0.95)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
@@ -478,10 +478,11 @@ def check_level(ci: float) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mutransfer._io import atomic_write_text
+    from mutransfer._io import atomic_write_text, check_output
 
     if not args.out and not args.json:
         raise ValueError("give --out FIT.json (or --json to print the fit)")
+    check_output(args.out, inputs=[args.results])  # before the fit, never onto its input
     check_level(args.ci)
     result = FITTERS[args.kind](args)
     text = dumps(result)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from mutransfer._io import atomic_write_text
+from mutransfer._io import atomic_write_text, check_output
 from mutransfer.memory import GB, GIB, OPTIMIZERS, PRECISIONS, MemoryEstimate, training_memory
 
 HELP = "bytes per parameter and total model-state memory of training, per optimizer"
@@ -85,6 +85,7 @@ def _table(est: MemoryEstimate) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Print the breakdown (table or ``--json``); bad values raise ValueError (exit 2)."""
+    check_output(args.out)
     est = training_memory(
         args.params,
         args.optimizer,

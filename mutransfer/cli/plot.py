@@ -238,6 +238,9 @@ def run(args: argparse.Namespace) -> int:
     if Path(args.out).suffix.lower() not in FORMATS:
         raise ValueError(f"--out {args.out!r} must end in .png, .pdf or .svg")
     check_level(args.ci)
+    from mutransfer._io import check_output
+
+    check_output(args.out, inputs=[args.results])
     import matplotlib
 
     matplotlib.use("Agg", force=True)

@@ -22,9 +22,10 @@ from typing import Any
 
 HELP = "Optuna sweeps over proxies: lr | batch | scaling | run | worker | status | export"
 
-_EPILOG = ("Storage: default OUT/optuna.journal (many workers on one machine); --storage "
-           "postgresql://user:pw@host/db for many machines; sqlite:/// for one worker. "
-           "Dashboard: optuna-dashboard OUT/optuna.journal (or the URL).")
+_EPILOG = ("Storage: default OUT/optuna.journal (many workers on one machine); "
+           "postgresql://user:pw@host/db for many machines (put it in $MUTRANSFER_STORAGE or a "
+           "chmod-600 --storage-file, not on the command line, where ps shows it); sqlite:/// for "
+           "one worker. Dashboard: optuna-dashboard OUT/optuna.journal (or the URL).")
 
 
 def _list(conv: Any, what: str) -> Any:
@@ -142,7 +143,7 @@ def _add_run_flags(p: argparse.ArgumentParser, kind: str) -> None:
     p.add_argument("--set", dest="settings", type=_setting, action="append", default=[], metavar="KEY=VALUE",
                    help="any TrainConfig field shared by all trials (repeatable)")
     p.add_argument("--out", default=None, help="output directory (journal, spec, worker logs)")
-    p.add_argument("--storage", default=None, help="storage URL (default OUT/optuna.journal)")
+    _add_storage_flags(p, "default OUT/optuna.journal, else $MUTRANSFER_STORAGE")
     p.add_argument("--study", default=None, help="study name (default: the sweep kind)")
     p.add_argument("--workers", type=int, default=None,
                    help="worker processes (default: one per CPU core, or one per GPU with --device cuda)")
@@ -165,6 +166,31 @@ def _add_run_flags(p: argparse.ArgumentParser, kind: str) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
+def _add_storage_flags(p: argparse.ArgumentParser, default: str) -> None:
+    p.add_argument("--storage", default=None, help=f"storage: {default}")
+    p.add_argument("--storage-file", default=None, metavar="FILE",
+                   help="read the storage URL (with its password) from FILE, which must be chmod 600")
+
+
+def _storage(args: argparse.Namespace, fallback: str | None) -> str:
+    """The storage URL: --storage-file, --storage, $MUTRANSFER_STORAGE, then ``fallback``
+    (``--out`` given: its journal, never the environment's URL)."""
+    from sweeps.storage import STORAGE_ENV, read_storage_file, resolve_storage
+
+    out = getattr(args, "out", None) if args.sweep_cmd in ("lr", "batch", "scaling", "run") else None
+    if args.storage_file is not None:
+        if args.storage:
+            raise ValueError("give --storage or --storage-file, not both")
+        return resolve_storage(read_storage_file(args.storage_file))
+    if args.storage:
+        return resolve_storage(args.storage, out)
+    import os
+
+    if out is None and os.environ.get(STORAGE_ENV):
+        return resolve_storage(os.environ[STORAGE_ENV])
+    return resolve_storage(fallback, out)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.epilog = _EPILOG
     sub = p.add_subparsers(dest="sweep_cmd", metavar="SUBCOMMAND")
@@ -177,7 +203,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         _add_run_flags(sub.add_parser(kind, help=help_, description=help_, epilog=_EPILOG), kind)
     w = sub.add_parser("worker", help="join an existing study (from any machine)",
                        description="join an existing study (from any machine)")
-    w.add_argument("--storage", required=True, help="storage URL, journal file or output directory")
+    _add_storage_flags(w, "journal file, output directory or URL; default $MUTRANSFER_STORAGE")
     w.add_argument("--study", default=None, help="study name (default: the only one)")
     w.add_argument("--max-trials", type=int, default=None, help="stop after this many trials")
     w.add_argument("--worker-index", type=int, default=0, help="offsets the sampler seed")
@@ -185,14 +211,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=_FUSE_HELP + " (default: the study's --fuse)")
     s = sub.add_parser("status", help="counts by state and the best trial per group",
                        description="counts by state and the best trial per group")
-    s.add_argument("--storage", default=".",
-                   help="storage URL, journal file or output directory (default: .)")
+    _add_storage_flags(s, "journal file, output directory or URL (default: $MUTRANSFER_STORAGE, else .)")
     s.add_argument("--study", default=None)
     s.add_argument("--json", action="store_true")
     e = sub.add_parser("export", help="write the results table (CSV or Parquet)",
                        description="write the results table (one row per trial; CSV or Parquet)")
-    e.add_argument("--storage", default=".",
-                   help="storage URL, journal file or output directory (default: .)")
+    _add_storage_flags(e, "journal file, output directory or URL (default: $MUTRANSFER_STORAGE, else .)")
     e.add_argument("--study", default=None)
     e.add_argument("--out", required=True, help="results.csv | results.csv.gz | results.parquet")
     e.add_argument("--all", action="store_true", help="also failed, running and waiting trials")
@@ -244,9 +268,23 @@ def _spec_from_args(args: argparse.Namespace, kind: str) -> Any:
         base["batch_size"] = args.batch_size
     for k, v in args.settings:
         base[k] = v
+    if args.device is not None:  # --prepare-only records it too: every worker trains there
+        base["device"] = args.device
     if base:
         data["base"] = base
     return spec_from_dict(data, kind)
+
+
+def join_hint(url: str, study: str) -> str:
+    """The command that joins ``study``; a URL holding a password is never printed whole."""
+    from sweeps.storage import mask_url
+
+    if url.startswith("journal:"):
+        return f"mutransfer sweep worker --storage {url[len('journal:'):]} --study {study}"
+    if mask_url(url) != url:  # keep the secret off the screen and off every argv
+        return (f"export MUTRANSFER_STORAGE='{mask_url(url)}' (with the real password), then "
+                f"mutransfer sweep worker --study {study}")
+    return f"mutransfer sweep worker --storage {url} --study {study}"
 
 
 def _print_status(st: dict[str, Any], as_json: bool) -> None:
@@ -263,9 +301,7 @@ def run(args: argparse.Namespace) -> int:
     cmd = args.sweep_cmd
     if cmd in ("lr", "batch", "scaling", "run"):
         return _run_sweep(args, cmd)
-    from sweeps.storage import resolve_storage
-
-    url = resolve_storage(args.storage)
+    url = _storage(args, None if cmd == "worker" else ".")
     if cmd == "worker":
         from sweeps.worker import work
 
@@ -281,6 +317,9 @@ def run(args: argparse.Namespace) -> int:
     if cmd == "status":
         _print_status(status(study), args.json)
         return 0
+    from mutransfer._io import check_output
+
+    check_output(args.out, inputs=[url[len("journal:"):]] if url.startswith("journal:") else [])
     df = results_table(study, include_failed=args.all)
     path = write_table(df, args.out)
     summary = {"study": study.study_name, "rows": len(df), "out": str(path),
@@ -297,7 +336,7 @@ def run(args: argparse.Namespace) -> int:
 def _run_sweep(args: argparse.Namespace, kind: str) -> int:
     from sweeps.export import status
     from sweeps.runners import DEFAULT_RUNNER
-    from sweeps.storage import check_workers, resolve_storage
+    from sweeps.storage import check_workers
     from sweeps.study import run_sweep
     from sweeps.worker import open_study
 
@@ -316,7 +355,10 @@ def _run_sweep(args: argparse.Namespace, kind: str) -> int:
         from pathlib import Path
 
         audit_path = Path(args.audit_out) if args.audit_out else Path(args.out) / "AUDIT.json"
-    url = resolve_storage(args.storage, args.out)
+    url = _storage(args, None)
+    from mutransfer._io import check_output
+
+    check_output(args.out, directory=True)  # a re-run into the same --out resumes its study
     if args.workers is not None:
         check_workers(url, args.workers)
     if args.prepare_only:
@@ -326,8 +368,8 @@ def _run_sweep(args: argparse.Namespace, kind: str) -> int:
                        heartbeat_interval=args.heartbeat, grace_period=args.grace,
                        workers=args.workers or 1, fuse=args.fuse)
         print(f"study {plan.study_name}: {plan.total} trials planned, {plan.finished} finished, "
-              f"{plan.enqueued} enqueued now; join with: mutransfer sweep worker --storage "
-              f"{args.storage or args.out} --study {plan.study_name}", file=sys.stderr)
+              f"{plan.enqueued} enqueued now; join with: {join_hint(url, plan.study_name)}",
+              file=sys.stderr)
         return 0
     res = run_sweep(spec, out=args.out, storage=url, study_name=args.study, workers=args.workers,
                     device=args.device, runner=args.runner, quiet=args.quiet,

@@ -34,6 +34,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default=None, metavar="DIR",
                    help="write result.json, metrics.jsonl (and checkpoints if checkpoint_every) here")
     p.add_argument("--resume", default=None, metavar="CKPT", help="resume from this checkpoint")
+    p.add_argument("--overwrite", action="store_true",
+                   help="let --out replace an earlier run's result.json, metrics and checkpoint")
     p.add_argument("--wsd-branches", default=None,
                    type=functools.partial(float_list, high=1.0, what="WSD branch fraction"),
                    metavar="F,F,...",
@@ -69,12 +71,18 @@ def build_config(args: argparse.Namespace) -> Any:
     return TrainConfig.from_overrides(cfg, overrides)
 
 
+#: what a finished run leaves in --out (a resume continues it; anything else needs --overwrite)
+_RUN_FILES = ("result.json", "metrics.jsonl", "metrics.csv", "checkpoint.pt")
+
+
 def run(args: argparse.Namespace) -> int:
     """Train; print a summary (or ``--json``) and write ``result.json`` under ``--out``."""
-    from mutransfer._io import atomic_write_text
+    from mutransfer._io import atomic_write_text, check_fresh_dir, check_output
     from mutransfer.train import train, train_wsd_branches
 
     cfg = build_config(args)  # every bad value fails here or before the first write
+    check_output(cfg.out_dir, inputs=[cfg.resume, args.config], directory=True)
+    check_fresh_dir(cfg.out_dir, _RUN_FILES, overwrite=args.overwrite or bool(cfg.resume))
     if args.wsd_branches:
         if cfg.resume:
             raise ValueError("--wsd-branches cannot be combined with --resume")

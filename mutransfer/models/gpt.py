@@ -1,4 +1,4 @@
-"""A GPT decoder proxy, written to be parametrized.
+"""A GPT decoder proxy, written to be parametrized and to be fused.
 
 Pre-norm RMSNorm blocks, RoPE or learned positions, optional QK-norm, tied or untied
 head, logit soft-capping and z-loss. The model itself is plain: init is fan-in scaled
@@ -7,7 +7,14 @@ head, logit soft-capping and z-loss. The model itself is plain: init is fan-in s
 inside; ``mutransfer.parametrization`` adds them as forward hooks. That keeps one model
 file for SP, μP, CompleteP and Muon.
 
-Shapes: B batch, T time, C width (d_model), H heads, D head dim, V vocab.
+The forward carries a member dimension K. A plain GPT has ordinary parameters
+(``[out, in]``) and runs as K=1: ``model(idx_BT)`` is ``model(idx_BT[None])[0]``. A
+fused group (:mod:`mutransfer.fused`, HFTA) swaps in stacked parameters ``[K, out, in]``
+and calls ``model(idx_KBT)``: every linear becomes one batched matmul, and per-member
+scales (the forward multipliers, ``softmax_scale``) may be ``[K]`` tensors instead of
+floats. The softmax scale is folded into q, so one SDPA call serves all K members.
+
+Shapes: K members, B batch, T time, C width (d_model), H heads, D head dim, V vocab.
 """
 
 from __future__ import annotations
@@ -92,6 +99,45 @@ class GPTConfig:
         return dataclasses.replace(self, **changes)
 
 
+def member_scale(scale: float | torch.Tensor, like_K: torch.Tensor) -> float | torch.Tensor:
+    """A per-member scale shaped to broadcast against a ``[K, ...]`` tensor. A float stays
+    a float, so a plain model runs exactly the kernel it always ran."""
+    if isinstance(scale, torch.Tensor):
+        return scale.view(-1, *([1] * (like_K.dim() - 1)))
+    return scale
+
+
+class Linear(nn.Linear):
+    """``nn.Linear`` that also takes a stacked weight ``[K, out, in]`` (x ``[K, ..., in]``):
+    one batched matmul for all members. With a 2-D weight it is ``nn.Linear``."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = self.weight
+        if w.dim() == 2:
+            return F.linear(x, w, self.bias)
+        K = w.shape[0]
+        x_KNI = x.reshape(K, -1, x.shape[-1])
+        w_KIO = w.transpose(1, 2)
+        if self.bias is None:
+            y = torch.bmm(x_KNI, w_KIO)
+        else:
+            y = torch.baddbmm(self.bias.unsqueeze(1), x_KNI, w_KIO)
+        return y.view(*x.shape[:-1], w.shape[1])
+
+
+class Embedding(nn.Embedding):
+    """``nn.Embedding`` that also takes a stacked table ``[K, V, C]`` (idx ``[K, ...]``)."""
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        w = self.weight
+        if w.dim() == 2:
+            return F.embedding(idx, w)
+        # One lookup in the K tables laid end to end: member k's rows start at k·V.
+        K, V = w.shape[:2]
+        offsets = (torch.arange(K, device=idx.device) * V).view(K, *([1] * (idx.dim() - 1)))
+        return F.embedding(idx + offsets, w.reshape(K * V, -1))
+
+
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, trainable: bool = True) -> None:
         super().__init__()
@@ -102,8 +148,12 @@ class RMSNorm(nn.Module):
             self.register_buffer("weight", torch.ones(dim), persistent=False)
         self.eps = 1e-6
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+    def forward(self, x_K_D: torch.Tensor) -> torch.Tensor:
+        w, d = self.weight, x_K_D.shape[-1]
+        if w.dim() == 1:
+            return F.rms_norm(x_K_D, (d,), w, self.eps)
+        # Stacked gains [K, D]: rms_norm's own gain is shared by every row, so apply it after.
+        return F.rms_norm(x_K_D, (d,), None, self.eps) * w.view(w.shape[0], *([1] * (x_K_D.dim() - 2)), d)
 
 
 def rope_cache(seq_len: int, d_head: int, device: torch.device | None = None) -> torch.Tensor:
@@ -113,59 +163,68 @@ def rope_cache(seq_len: int, d_head: int, device: torch.device | None = None) ->
     return torch.stack([angles.cos(), angles.sin()], dim=-1)
 
 
-def apply_rope(x_BHTD: torch.Tensor, cache_TD2: torch.Tensor) -> torch.Tensor:
-    T = x_BHTD.shape[-2]
-    x1, x2 = x_BHTD.float().unflatten(-1, (-1, 2)).unbind(-1)  # pairs (even, odd)
+def apply_rope(x_TD: torch.Tensor, cache_TD2: torch.Tensor) -> torch.Tensor:
+    T = x_TD.shape[-2]
+    x1, x2 = x_TD.float().unflatten(-1, (-1, 2)).unbind(-1)  # pairs (even, odd)
     cos, sin = cache_TD2[:T, :, 0], cache_TD2[:T, :, 1]
     out = torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)
-    return out.type_as(x_BHTD)
+    return out.type_as(x_TD)
 
 
 class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
         self.n_head, self.head_dim = cfg.heads, cfg.d_head
-        self.c_q = nn.Linear(cfg.width, cfg.width, bias=cfg.bias)
-        self.c_k = nn.Linear(cfg.width, cfg.width, bias=cfg.bias)
-        self.c_v = nn.Linear(cfg.width, cfg.width, bias=cfg.bias)
-        self.c_proj = nn.Linear(cfg.width, cfg.width, bias=cfg.bias)
+        self.c_q = Linear(cfg.width, cfg.width, bias=cfg.bias)
+        self.c_k = Linear(cfg.width, cfg.width, bias=cfg.bias)
+        self.c_v = Linear(cfg.width, cfg.width, bias=cfg.bias)
+        self.c_proj = Linear(cfg.width, cfg.width, bias=cfg.bias)
         self.q_norm = RMSNorm(self.head_dim) if cfg.qk_norm else None
         self.k_norm = RMSNorm(self.head_dim) if cfg.qk_norm else None
         # SP's 1/sqrt(d_head). μP wants 1/d_head: the parametrization overwrites this
-        # float (it is module metadata, not a tensor, so state_dict is unaffected).
-        self.softmax_scale: float = 1.0 / math.sqrt(self.head_dim)
+        # float (module metadata, not a tensor, so state_dict is unaffected). A fused
+        # group sets a [K] tensor here when its members' scales differ.
+        self.softmax_scale: float | torch.Tensor = 1.0 / math.sqrt(self.head_dim)
         self.rope = cfg.pos_emb == "rope"
-        # Largest pre-softmax logit of the last forward, for QK-clip and logging; only
-        # computed when someone asks (it costs an extra matmul).
+        # Largest pre-softmax logit of the last forward ([H], or [K, H] when stacked), for
+        # QK-clip and logging; only computed when asked for (it costs an extra matmul).
         self.track_max_logit = False
         self.max_logit: torch.Tensor | None = None
 
-    def forward(self, x_BTC: torch.Tensor, rope_TD2: torch.Tensor | None) -> torch.Tensor:
-        B, T, C = x_BTC.shape
-        q = self.c_q(x_BTC).view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # B H T D
-        k = self.c_k(x_BTC).view(B, T, self.n_head, self.head_dim).transpose(1, 2)
-        v = self.c_v(x_BTC).view(B, T, self.n_head, self.head_dim).transpose(1, 2)
+    def forward(self, x_KBTC: torch.Tensor, rope_TD2: torch.Tensor | None) -> torch.Tensor:
+        K, B, T, C = x_KBTC.shape
+        H, D = self.n_head, self.head_dim
+
+        def heads(y_KBTC: torch.Tensor) -> torch.Tensor:
+            return y_KBTC.view(K, B, T, H, D).transpose(2, 3)  # K B H T D
+
+        q, k, v = heads(self.c_q(x_KBTC)), heads(self.c_k(x_KBTC)), heads(self.c_v(x_KBTC))
         if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rope and rope_TD2 is not None:
             q, k = apply_rope(q, rope_TD2), apply_rope(k, rope_TD2)
+        # The softmax scale goes into q, so members with different scales share one SDPA
+        # (a [K] scale would promote bf16 q to fp32: cast back, as q * float does).
+        q = (q * member_scale(self.softmax_scale, q)).to(k.dtype)
         if self.track_max_logit:
-            with torch.no_grad():  # per head max over batch and positions: [H]
-                logits = (q @ k.transpose(-2, -1)) * self.softmax_scale
-                causal = torch.ones(T, T, dtype=torch.bool, device=x_BTC.device).tril()
-                self.max_logit = logits.masked_fill(~causal, float("-inf")).amax(dim=(0, 2, 3))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.softmax_scale)
-        return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
+            with torch.no_grad():  # per member and head, max over batch and positions
+                logits = q @ k.transpose(-2, -1)
+                causal = torch.ones(T, T, dtype=torch.bool, device=x_KBTC.device).tril()
+                s_KH = logits.masked_fill(~causal, float("-inf")).amax(dim=(1, 3, 4))
+                self.max_logit = s_KH if self.c_q.weight.dim() == 3 else s_KH[0]
+        y = F.scaled_dot_product_attention(q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1),
+                                           is_causal=True, scale=1.0)  # KB H T D
+        return self.c_proj(y.view(K, B, H, T, D).transpose(2, 3).reshape(K, B, T, C))
 
 
 class MLP(nn.Module):
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
-        self.c_fc = nn.Linear(cfg.width, cfg.d_mlp, bias=cfg.bias)
-        self.c_proj = nn.Linear(cfg.d_mlp, cfg.width, bias=cfg.bias)
+        self.c_fc = Linear(cfg.width, cfg.d_mlp, bias=cfg.bias)
+        self.c_proj = Linear(cfg.d_mlp, cfg.width, bias=cfg.bias)
 
-    def forward(self, x_BTC: torch.Tensor) -> torch.Tensor:
-        return self.c_proj(F.gelu(self.c_fc(x_BTC)))
+    def forward(self, x_KBTC: torch.Tensor) -> torch.Tensor:
+        return self.c_proj(F.gelu(self.c_fc(x_KBTC)))
 
 
 class Block(nn.Module):
@@ -176,21 +235,44 @@ class Block(nn.Module):
         self.ln_2 = RMSNorm(cfg.width, trainable=not cfg.freeze_norm_gains)
         self.mlp = MLP(cfg)
 
-    def forward(self, x_BTC: torch.Tensor, rope_TD2: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, x_KBTC: torch.Tensor, rope_TD2: torch.Tensor | None) -> torch.Tensor:
         # attn and mlp are the residual branches; CompleteP's L^-alpha hooks onto them.
-        x_BTC = x_BTC + self.attn(self.ln_1(x_BTC), rope_TD2)
-        return x_BTC + self.mlp(self.ln_2(x_BTC))
+        x_KBTC = x_KBTC + self.attn(self.ln_1(x_KBTC), rope_TD2)
+        return x_KBTC + self.mlp(self.ln_2(x_KBTC))
+
+
+def member_losses(logits_KBTV: torch.Tensor, targets_KBT: torch.Tensor, z_loss: float = 0.0) -> torch.Tensor:
+    """Per-member mean cross-entropy in nats/token, plus ``z_loss``·mean(logsumexp²): ``[K]``.
+
+    On CPU (and for K=1) one ``F.cross_entropy`` per member: its mean reduction sums in an
+    order that ``reduction="none"`` + ``mean`` does not repeat, and that last bit is
+    enough to flip bf16 roundings inside Muon's Newton–Schulz, so a fused member would
+    drift from its unfused run. On accelerators with K > 1, one batched call.
+    """
+    K, V = logits_KBTV.shape[0], logits_KBTV.shape[-1]
+    if K == 1 or logits_KBTV.device.type == "cpu":
+        loss = torch.stack([F.cross_entropy(logits_KBTV[i].reshape(-1, V), targets_KBT[i].reshape(-1))
+                            for i in range(K)])
+        if z_loss > 0:
+            loss = loss + z_loss * torch.stack([torch.logsumexp(logits_KBTV[i], dim=-1).pow(2).mean()
+                                                for i in range(K)])
+        return loss
+    ce = F.cross_entropy(logits_KBTV.reshape(-1, V), targets_KBT.reshape(-1), reduction="none")
+    loss = ce.view(K, -1).mean(1)
+    if z_loss > 0:
+        loss = loss + z_loss * torch.logsumexp(logits_KBTV, dim=-1).pow(2).view(K, -1).mean(1)
+    return loss
 
 
 class GPT(nn.Module):
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        self.wte = nn.Embedding(cfg.vocab_size, cfg.width)
-        self.wpe = nn.Embedding(cfg.seq_len, cfg.width) if cfg.pos_emb == "learned" else None
+        self.wte = Embedding(cfg.vocab_size, cfg.width)
+        self.wpe = Embedding(cfg.seq_len, cfg.width) if cfg.pos_emb == "learned" else None
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.depth))
         self.ln_f = RMSNorm(cfg.width, trainable=not cfg.freeze_norm_gains)
-        self.lm_head = nn.Linear(cfg.width, cfg.vocab_size, bias=False)
+        self.lm_head = Linear(cfg.width, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.wte.weight
         # A buffer so it follows .to(device); not persistent: it is derived, not state.
@@ -213,16 +295,20 @@ class GPT(nn.Module):
             nn.init.normal_(self.wpe.weight, std=1.0)
 
     def forward(
-        self, idx_BT: torch.Tensor, targets_BT: torch.Tensor | None = None
+        self, idx: torch.Tensor, targets: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Returns (logits [B, T, V], loss or None). The loss is mean cross-entropy in
-        nats/token plus the z-loss term when configured."""
-        B, T = idx_BT.shape
+        """``idx`` [B, T] -> (logits [B, T, V], loss or None); with stacked parameters
+        ``idx`` [K, B, T] -> (logits [K, B, T, V], per-member losses [K] or None). The loss
+        is mean cross-entropy in nats/token plus the z-loss term when configured."""
+        plain = idx.dim() == 2
+        idx_KBT = idx.unsqueeze(0) if plain else idx
+        K, B, T = idx_KBT.shape
         if T > self.cfg.seq_len:
             raise ValueError(f"sequence length {T} exceeds the model's seq_len {self.cfg.seq_len}")
-        x = self.wte(idx_BT)
+        x = self.wte(idx_KBT)
         if self.wpe is not None:
-            x = x + self.wpe(torch.arange(T, device=idx_BT.device))
+            pos_KT = torch.arange(T, device=idx.device).expand(K, T)
+            x = x + self.wpe(pos_KT).unsqueeze(1)
         rope = self.rope if self.rope.numel() else None
         for block in self.blocks:
             x = block(x, rope)
@@ -230,11 +316,11 @@ class GPT(nn.Module):
         if self.cfg.logit_softcap is not None:
             cap = self.cfg.logit_softcap
             logits = cap * torch.tanh(logits / cap)
-        if targets_BT is None:
-            return logits, None
-        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets_BT.reshape(-1))
-        if self.cfg.z_loss > 0:
-            loss = loss + self.cfg.z_loss * torch.logsumexp(logits, dim=-1).pow(2).mean()
+        loss = None
+        if targets is not None:
+            loss = member_losses(logits, targets.unsqueeze(0) if plain else targets, self.cfg.z_loss)
+        if plain:
+            return logits[0], (None if loss is None else loss[0])
         return logits, loss
 
     def num_params(self, non_embedding: bool = False) -> int:

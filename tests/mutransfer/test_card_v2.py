@@ -288,6 +288,8 @@ CLI_BAD = {
                                         ["--proxy-batch-tokens", "--proxy-tokens"]),
     "negative weight decay": (["--tokens", "1e6", "--batch-size", "8", "--weight-decay", "-1"],
                               ["--weight-decay", "-1"]),
+    "batch not a multiple of dp": (["--tokens", "1e6", "--batch-size", "10", "--dp-size", "8"],
+                                   ["--batch-size 10", "--dp-size 8"]),
     "bogus schedule": (["--tokens", "1e6", "--batch-size", "8", "--schedule", "bogus"],
                        ["--schedule", "bogus"]),
     "bad decay fraction": (["--tokens", "1e6", "--batch-size", "8", "--decay-fraction", "2"],
@@ -325,7 +327,7 @@ def test_cli_refuses_a_results_table_that_fit_refuses(bad: dict[str, Any], words
     assert not out.exists()
     code, err = transfer(["--results", str(results), "--preset", "gpt-tiny", "--tokens", "1e6",
                           "--batch-size", "8", "--out", str(results)], capsys)
-    assert code == 2 and "overwrite the input --results" in err
+    assert code == 2 and "refusing to overwrite" in err
 
 
 @pytest.mark.parametrize(("mutate", "words"), [
@@ -366,6 +368,12 @@ def test_cli_records_the_audit_and_refuses_a_nan_one(tmp_path: Path, capsys) -> 
     code, err = transfer([*PROXY, "--tokens", "1e7", "--batch-size", "8", "--audit", str(audit),
                           "--out", str(out)], capsys)
     assert code == 2 and "lr_ratio" in err and not out.exists()
+    del rows[1]["axis"]
+    rows[0]["lr_ratio"] = 1.0
+    audit.write_text(json.dumps({"holdout": rows}))
+    code, err = transfer([*PROXY, "--tokens", "1e7", "--batch-size", "8", "--audit", str(audit),
+                          "--out", str(out)], capsys)
+    assert code == 2 and "row 1 lacks ['axis']" in err and not out.exists()
 
 
 # ---- end to end with `mutransfer fit scaling` -------------------------------------------
@@ -429,3 +437,21 @@ def test_an_optimum_at_the_grid_edge_keeps_its_interval_open(tmp_path: Path, cap
         lr = load_card(out)["projected"]["lr"]
         assert lr["at_edge"] is True
         assert None in (lr["lo"], lr["hi"]) and ".inf" not in out.read_text()
+
+
+@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step\\(\\)` before")
+def test_apply_a_muon_card_schedules_both_optimizers(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "card.yaml"
+    code, err = transfer([*PROXY, "-p", "muon", "--set", "width=128", "--tokens", "2e4",
+                          "--batch-size", "16", "--warmup-tokens", "4096", "--out", str(out)], capsys)
+    assert code == 0, err
+    card = load_card(out)
+    applied = apply(build_target_model(card), card)
+    assert [type(o).__name__ for o in applied.optimizer] == ["Muon", "AdamW"]
+    schedule = Schedule(schedule_config(card["schedule"]))
+    card_lr = {g["name"]: g["lr"] for g in card["param_groups"]}
+    for step in range(card["schedule"]["total_steps"]):
+        for g in applied.optimizer.param_groups:
+            assert g["lr"] == pytest.approx(card_lr[g["names"][0]] * schedule(step), rel=1e-12)
+        applied.scheduler.step()
+    assert applied.scheduler.last_epoch == card["schedule"]["total_steps"]

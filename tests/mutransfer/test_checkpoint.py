@@ -93,3 +93,21 @@ def test_rng_state_round_trips() -> None:
     a = (random.random(), np.random.rand(), torch.rand(1).item())  # noqa: NPY002
     set_rng_state(state)
     assert (random.random(), np.random.rand(), torch.rand(1).item()) == a  # noqa: NPY002
+
+
+def test_resume_refuses_a_changed_config_naming_the_field(data: TokenDataset, tmp_path) -> None:
+    """A new lr would be ignored (the optimizer state restores the old base LR) while the row
+    reports it; a new seed, batch size or parametrization would be half-applied. Only the
+    resumable fields (steps, eval cadence, out dir, ...) may change."""
+    out = tmp_path / "run"
+    train(cfg(out_dir=str(out), checkpoint_every=8), callback=lambda step, m: step >= 8, data=data)
+    ckpt = str(out / "checkpoint.pt")
+    changes = {"lr": 3e-2, "seed": 1, "batch_size": 4, "parametrization": "sp", "weight_decay": 0.1}
+    for field, value in changes.items():
+        with pytest.raises(ValueError, match=rf"--resume cannot change {field} "):
+            train(cfg(resume=ckpt, **{field: value}), data=data)
+    with pytest.raises(ValueError, match="steps=4 is below the checkpoint's step 8"):
+        train(cfg(resume=ckpt, steps=4), data=data)
+    # steps, eval cadence and the output folder may change
+    resumed = train(cfg(resume=ckpt, steps=20, eval_every=5, out_dir=str(tmp_path / "more")), data=data)
+    assert resumed.steps_done == 20

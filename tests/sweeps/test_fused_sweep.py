@@ -242,7 +242,6 @@ def test_a_member_failed_elsewhere_is_lost_and_the_others_finish(tmp_path) -> No
     from optuna.trial import TrialState
 
     from sweeps import work
-    from sweeps.recovery import _fail
 
     url = f"journal:{tmp_path / 'optuna.journal'}"
     prepare(_spec(widths=(32,)), url, runner="sweeps.runners:synthetic_runner")
@@ -250,7 +249,7 @@ def test_a_member_failed_elsewhere_is_lost_and_the_others_finish(tmp_path) -> No
 
     def fused(configs: list[dict[str, Any]], reports: list[Any]) -> list[Any]:
         victim = min(t.number for t in other.get_trials(states=(TrialState.RUNNING,)))
-        assert _fail(other, other.trials[victim]._trial_id)
+        assert other.fail(victim)
         rows = []
         for config, report in zip(configs, reports, strict=True):
             pruned = report(1, 3.0)  # the victim's report finds its trial finished

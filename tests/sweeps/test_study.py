@@ -153,10 +153,7 @@ def test_stale_sweeper_fails_and_requeues_a_dead_workers_trial(tmp_path) -> None
     url = resolve_storage(None, tmp_path)
     plan = prepare(_spec(widths=(32,), parametrizations=("mup",), lrs=(1e-3,)), url, runner=SYN)
     study, _ = open_study(url, plan.study_name)
-    from sweeps.worker import pop_waiting
-
-    trial = pop_waiting(study)
-    assert trial is not None
+    (trial,) = study.claim()
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     from sweeps.provenance import hostname
@@ -170,7 +167,7 @@ def test_stale_sweeper_fails_and_requeues_a_dead_workers_trial(tmp_path) -> None
     retry = study.get_trials()[1]
     assert retry.user_attrs["retry_of"] == trial.number and retry.user_attrs["retries"] == 1
     # a live but silent worker on another host is failed after the grace period
-    t2 = pop_waiting(study)
+    (t2,) = study.claim()
     t2.set_user_attr("host", "elsewhere")
     t2.set_user_attr("pid", 1)
     t2.set_user_attr("heartbeat", 0.0)

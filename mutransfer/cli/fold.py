@@ -1,0 +1,55 @@
+"""``mutransfer fold``: a plain checkpoint with the forward multipliers in the weights."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from mutransfer.cli._common import add_output_flags, print_json
+
+HELP = "fold the μP forward multipliers into the weights: a plain checkpoint for any tool"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("checkpoint", help="a checkpoint written by `mutransfer train` (checkpoint.pt)")
+    p.add_argument("--out", required=True, help="the plain checkpoint to write (.pt)")
+    add_output_flags(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    import torch
+
+    from mutransfer._io import atomic_path
+    from mutransfer.checkpoint import load_checkpoint
+    from mutransfer.fold import PLAIN_FORMAT, fold
+    from mutransfer.train import TrainConfig, build_parametrization
+
+    doc = load_checkpoint(args.checkpoint)
+    if "config" not in doc or "wte.weight" not in doc["model"]:
+        raise ValueError(f"checkpoint {args.checkpoint!r} holds no trainer config or GPT weights")
+    cfg = TrainConfig.from_overrides(None, doc["config"])
+    gcfg = cfg.model_config(vocab_size=int(doc["model"]["wte.weight"].shape[0]))
+    pz = build_parametrization(cfg, gcfg)
+    model = pz.build(seed=0)
+    try:
+        model.load_state_dict(doc["model"])
+    except RuntimeError as exc:
+        raise ValueError(f"checkpoint {args.checkpoint!r} does not fit its own config: "
+                         f"{str(exc).splitlines()[0]}") from None
+    idx = torch.zeros(1, min(8, gcfg.seq_len), dtype=torch.long)
+    report = fold(model, lambda m: m(idx))
+    plain_cfg = gcfg.replace(tie_embeddings=gcfg.tie_embeddings and not report["untied"])
+    out = Path(args.out)
+    with atomic_path(out) as tmp:
+        torch.save({"format": PLAIN_FORMAT, "model": model.state_dict(),
+                    "model_config": dataclasses.asdict(plain_cfg), "folded": report}, tmp)
+    summary = {"out": str(out), "folded": report["folded"], "untied": report["untied"],
+               "parametrization": pz.kind}
+    if args.json:
+        print_json(summary)
+    elif not args.quiet:
+        print(f"folded {len(report['folded'])} multiplier(s) of a {pz.kind} model into the weights"
+              + (f"; untied {report['untied']}" if report["untied"] else "") + f"; wrote {out}")
+    return 0

@@ -1,0 +1,123 @@
+"""Output paths, earlier runs' folders, bounded size flags and unreadable results files:
+each is one line on stderr and exit 2, checked before any work, with nothing written."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+import mutransfer.cli
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    rc = mutransfer.cli.main(argv)
+    return rc, capsys.readouterr().err
+
+
+def one_line(err: str) -> bool:
+    return len(err.strip().splitlines()) == 1
+
+
+@pytest.fixture()
+def results(tmp_path):
+    path = tmp_path / "results.csv"
+    rows = ["lr,loss,width"] + [f"{lr},{1 + (i - 2) ** 2 / 10},64" for i, lr in
+                                enumerate([1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2])]
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+# ---- 4. output paths ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("verb", [
+    ["fit", "optimum", "{r}", "--n-boot", "5"],
+    ["transfer", "--results", "{r}", "--target-width", "256", "--tokens", "1e6", "--preset", "gpt-tiny"],
+])
+def test_out_never_overwrites_its_own_input(verb, results, capsys) -> None:
+    before = results.read_bytes()
+    argv = [a.format(r=results) for a in verb]
+    for out in (results, results.parent / "." / results.name):
+        rc, err = run([*argv, "--out", str(out)], capsys)
+        assert rc == 2 and "refusing to overwrite" in err and one_line(err)
+    assert results.read_bytes() == before
+
+
+def test_unwritable_outputs_exit_2_before_the_fit(results, tmp_path, capsys) -> None:
+    fit = ["fit", "optimum", str(results), "--n-boot", "5", "--out"]
+    (tmp_path / "adir").mkdir()
+    for out, needle in [(tmp_path / "adir", "is a directory"),
+                        (results / "fit.json", "is a file"),
+                        (tmp_path / "a" / "b" / "fit.json", None)]:
+        rc, err = run([*fit, str(out)], capsys)
+        if needle is None:  # missing folders are made
+            assert rc == 0 and out.is_file()
+        else:
+            assert rc == 2 and needle in err and one_line(err)
+
+
+@pytest.mark.skipif(os.geteuid() == 0 if hasattr(os, "geteuid") else True,
+                    reason="root may write anywhere")
+def test_permission_denied_is_one_line(results, tmp_path, capsys) -> None:
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    rc, err = run(["fit", "optimum", str(results), "--out", str(ro / "f.json")], capsys)
+    assert rc == 2 and "permission denied" in err and one_line(err)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc")
+def test_an_oserror_while_writing_is_one_line_not_a_traceback(capsys) -> None:
+    rc, err = run(["memory", "--params", "1e6", "--out", "/proc/no/such/dir/m.json"], capsys)
+    assert rc == 2 and one_line(err) and "Traceback" not in err
+
+
+# ---- 6. --out into an earlier run's folder -----------------------------------------------------
+
+TRAIN = ["train", "--set", "width=32", "--set", "depth=1", "--set", "head_dim=16", "--set", "seq_len=32",
+         "--set", "batch_size=4", "--set", "steps=2", "--set", "eval_every=2", "--set", "eval_batches=1",
+         "--set", "threads=1", "--set", "data_max_bytes=300000", "--quiet"]
+
+
+def test_train_refuses_an_earlier_runs_folder_without_overwrite(tmp_path, capsys) -> None:
+    out = tmp_path / "run"
+    assert run([*TRAIN, "--out", str(out)], capsys)[0] == 0
+    first = (out / "result.json").read_bytes()
+    rc, err = run([*TRAIN, "--set", "lr=0.02", "--out", str(out)], capsys)
+    assert rc == 2 and "already holds an earlier run" in err and "--overwrite" in err and one_line(err)
+    assert (out / "result.json").read_bytes() == first
+    assert run([*TRAIN, "--set", "lr=0.02", "--out", str(out), "--overwrite"], capsys)[0] == 0
+    assert (out / "result.json").read_bytes() != first
+
+
+# ---- 6. bounded flags ------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["explain", "--width", "100000000"], "above the limit"),
+    (["explain", "--width", "65536"], "above explain's limit"),
+    (["transfer", "--lr", "0.01", "--target-width", "256", "--target-depth", "10000000",
+      "--tokens", "1e6", "--out", "{tmp}/c.yaml"], "above the limit 10,000"),
+    (["fit", "optimum", "{r}", "--n-boot", "100000000", "--json"], "above the limit 100,000"),
+])
+def test_size_flags_are_bounded(argv, needle, results, tmp_path, capsys) -> None:
+    rc, err = run([a.format(r=results, tmp=tmp_path) for a in argv], capsys)
+    assert rc == 2 and needle in err
+    assert not (tmp_path / "c.yaml").exists()
+
+
+# ---- 6. messages that name the file ---------------------------------------------------------
+
+@pytest.mark.parametrize(("content", "needle"), [
+    (b"", "is empty"),
+    (bytes(range(128, 256)) * 4, "not UTF-8 text"),
+    (b"lr,loss\n0.01,2.0\n0.02,1.9,7\n", "not a regular table"),
+])
+def test_unreadable_results_files_are_named(content, needle, tmp_path, capsys) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_bytes(content)
+    for argv in (["fit", "optimum", str(bad), "--json"],
+                 ["transfer", "--results", str(bad), "--target-width", "256", "--tokens", "1e6",
+                  "--out", str(tmp_path / "c.yaml")]):
+        rc, err = run(argv, capsys)
+        assert rc == 2 and needle in err and str(bad) in err and one_line(err)
