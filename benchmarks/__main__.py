@@ -3,6 +3,7 @@
     python -m benchmarks                 # every benchmark
     python -m benchmarks fit_speed ...   # only these
     python -m benchmarks --summary-only  # rebuild SUMMARY.md from the JSON files
+    python -m benchmarks gpu             # the GPU figures (not in the default CPU list)
 
 Each benchmark module exposes ``run() -> dict`` and writes ``results/NAME.json``
 (machine, date, versions, figures; ratios named ``speedup_*`` or ``ratio_*``). This
@@ -24,7 +25,10 @@ from mutransfer._io import atomic_write_text
 HERE = Path(__file__).parent
 RESULTS = HERE / "results"
 # Cheapest first, so a partial run still leaves useful numbers behind.
-BENCHMARKS = ["fit_speed", "trainer_throughput", "sweep_overhead", "fused_sweep", "transfer_fidelity"]
+BENCHMARKS = ["fit_speed", "trainer_throughput", "sweep_overhead", "fused_sweep", "transfer_fidelity",
+              "depth_fidelity", "horizon_shift", "tuned_multipliers"]
+# Run only when named: they need hardware a CPU machine lacks (each says why in unavailable()).
+EXTRA = ["gpu"]
 
 
 def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -77,14 +81,21 @@ def write_summary() -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
-    parser.add_argument("names", nargs="*", help=f"benchmarks to run (default: all of {BENCHMARKS})")
+    parser.add_argument("names", nargs="*",
+                        help=f"benchmarks to run (default: all of {BENCHMARKS}; also {EXTRA})")
     parser.add_argument("--summary-only", action="store_true", help="only rebuild SUMMARY.md")
     args = parser.parse_args(argv)
-    unknown = [n for n in args.names if n not in BENCHMARKS]
+    unknown = [n for n in args.names if n not in BENCHMARKS + EXTRA]
     if unknown:
-        print(f"unknown benchmark(s): {', '.join(unknown)}; choose from {', '.join(BENCHMARKS)}",
+        print(f"unknown benchmark(s): {', '.join(unknown)}; choose from {', '.join(BENCHMARKS + EXTRA)}",
               file=sys.stderr)
         return 2
+    for name in args.names if not args.summary_only else []:
+        if name in EXTRA:
+            why = importlib.import_module(f"benchmarks.{name}").unavailable()
+            if why:
+                print(why, file=sys.stderr)
+                return 2
     if not args.summary_only:
         for name in args.names or BENCHMARKS:
             try:

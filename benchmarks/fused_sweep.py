@@ -83,7 +83,7 @@ def _rel_err(a: list[float], b: list[float]) -> float:
     return max(errs) if errs else 0.0
 
 
-def _measure(device: str, proxy: dict[str, Any]) -> dict[str, Any]:
+def _measure(device: str, proxy: dict[str, Any], ks: tuple[int, ...] = KS) -> dict[str, Any]:
     from mutransfer.data import DataConfig, load_dataset
     from mutransfer.fused import train_fused
     from mutransfer.models.gpt import GPT
@@ -106,7 +106,7 @@ def _measure(device: str, proxy: dict[str, Any]) -> dict[str, Any]:
     figures: dict[str, Any] = {"n_params": n_params}
     exact: dict[str, float] = {}
     fused_s: dict[int, float] = {}
-    for k in KS:
+    for k in ks:
         cfgs = _configs(proxy, k, device)
         if device.startswith("cuda"):
             torch.cuda.reset_peak_memory_stats()

@@ -57,6 +57,7 @@ __all__ = [
     "Callback",
     "TrainConfig",
     "TrainResult",
+    "apply_role_lr_mults",
     "Trainer",
     "load_config",
     "resolve_device",
@@ -123,6 +124,12 @@ class TrainConfig:
     """Multiplier of the attention logits (attn_mult/d_head under μP)."""
     residual_mult: float = 1.0
     """Multiplier of every residual branch."""
+    lr_mult_input: float = 1.0
+    """Tunable LR multiplier of the input role (embeddings), on top of the parametrization's."""
+    lr_mult_output: float = 1.0
+    """Tunable LR multiplier of the output role (readout), on top of the parametrization's."""
+    lr_mult_vector: float = 1.0
+    """Tunable LR multiplier of the vector role (gains, biases), on top of the parametrization's."""
     readout_init: str = "constant"
     """Readout init under μP: ``constant`` (constant variance) or ``zero``."""
 
@@ -255,7 +262,8 @@ class TrainConfig:
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 raise bad(name, "a positive finite number")
-        for name in ("input_mult", "output_mult", "attn_mult", "residual_mult"):
+        for name in ("input_mult", "output_mult", "attn_mult", "residual_mult", "lr_mult_input",
+                     "lr_mult_output", "lr_mult_vector"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 raise bad(name, "a positive finite number")
@@ -464,6 +472,20 @@ class TrainResult:
         return row
 
 
+def apply_role_lr_mults(groups: list[dict[str, Any]], mults: Mapping[str, float], wd_mode: str) -> None:
+    """Multiply each param group's LR multiplier by ``mults[role]`` (tuned per-role LR
+    multipliers, TP-V §F's "learning-rate multipliers"; 1 leaves a role as the
+    parametrization set it). Under ``independent`` weight decay the stored decay is
+    wd / (lr × lr_mult), so it is divided by the same factor to keep the per-step decay."""
+    for g in groups:
+        m = float(mults.get(g.get("role", ""), 1.0))
+        if m != 1.0:
+            g["lr"] *= m
+            g["lr_mult"] = g.get("lr_mult", 1.0) * m
+            if wd_mode == "independent" and g.get("weight_decay"):
+                g["weight_decay"] /= m
+
+
 # ---- device / distributed ----------------------------------------------------------------
 
 
@@ -575,6 +597,8 @@ class Trainer:
         self.raw_model = self.pz.build(seed=cfg.seed, device=dev)
         groups = self.pz.param_groups(self.raw_model, cfg.lr, weight_decay=cfg.weight_decay,
                                       wd_mode=cfg.wd_mode, eps=cfg.eps)
+        apply_role_lr_mults(groups, {"input": cfg.lr_mult_input, "output": cfg.lr_mult_output,
+                                     "vector": cfg.lr_mult_vector}, cfg.wd_mode)
         self.opt = build_optimizer(groups, cfg.optimizer, betas=(cfg.beta1, cfg.beta2),
                                    momentum=cfg.momentum, muon_momentum=cfg.muon_momentum)
         self.params = [p for p in self.raw_model.parameters() if p.requires_grad]

@@ -130,6 +130,7 @@ def test_overrides_parse_strings_check_types_and_reject_unknown_keys(tmp_path) -
     ({"width": 40}, "divisible"),
     ({"spike_policy": "panic"}, "spike_policy must be one of"),
     ({"parametrization": "mup", "optimizer": "muon"}, "does not go with"),
+    ({"lr_mult_output": 0.0}, "lr_mult_output must be a positive"),
 ])
 def test_bad_config_values_are_named(kw: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
@@ -257,3 +258,32 @@ def test_wsd_branches_of_a_diverging_trunk_all_report_divergence(data: TokenData
     bad = cfg(parametrization="sp", lr=1e4, grad_clip=None, steps=16, warmup_steps=0, eval_every=0)
     res = train_wsd_branches(bad, [0.5, 1.0], data=data)
     assert [r.diverged for r in res] == [True, True] and all(math.isfinite(r.loss) for r in res)
+
+
+@pytest.mark.parametrize("wd_mode", ["coupled", "independent"])
+def test_role_lr_mults_scale_only_their_role_and_keep_the_per_step_decay(data: TokenDataset,
+                                                                         wd_mode: str) -> None:
+    kw = dict(steps=2, eval_every=0, weight_decay=0.1, wd_mode=wd_mode, base_width=16)
+    plain = Trainer(cfg(**kw), data=data)
+    tuned = Trainer(cfg(**kw, lr_mult_input=4.0, lr_mult_output=0.5, lr_mult_vector=2.0), data=data)
+    want = {"input": 4.0, "output": 0.5, "vector": 2.0, "hidden": 1.0}
+    a = {g["role"]: g for g in plain.opt.param_groups}
+    b = {g["role"]: g for g in tuned.opt.param_groups}
+    assert set(a) == set(b) == set(want)
+    for role, m in want.items():
+        assert b[role]["lr"] == pytest.approx(m * a[role]["lr"]), role
+        assert b[role]["lr_mult"] == pytest.approx(m * a[role]["lr_mult"]), role
+        # torch AdamW decays by lr x weight_decay per step: independent decay must not move.
+        decay_a, decay_b = a[role]["lr"] * a[role]["weight_decay"], b[role]["lr"] * b[role]["weight_decay"]
+        if wd_mode == "independent":
+            assert decay_b == pytest.approx(decay_a), role
+        else:
+            assert b[role]["weight_decay"] == a[role]["weight_decay"], role
+    # The schedule composes with the multiplier: after a step the ratio is unchanged.
+    plain.train_step()
+    tuned.train_step()
+    a = {g["role"]: g for g in plain.opt.param_groups}
+    b = {g["role"]: g for g in tuned.opt.param_groups}
+    assert b["output"]["lr"] == pytest.approx(0.5 * a["output"]["lr"])
+    plain.close()
+    tuned.close()

@@ -1,0 +1,98 @@
+"""Shared parts of the fidelity benchmarks: a resumable LR scan of small proxy runs and the
+record's machine/date/versions block.
+
+A scan starts on a short log2-LR grid around a guess and widens it one octave at a time
+while the best point sits on an edge, so the optimum is bracketed without paying for a
+wide grid at every depth or horizon. Every finished trial is appended to a JSONL file, so
+an interrupted benchmark resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+Rows = list[dict[str, Any]]
+
+
+def record_header(name: str) -> dict[str, Any]:
+    """``benchmark``, ``machine``, ``date`` and ``versions`` of a result record."""
+    import torch
+
+    import mutransfer
+
+    cuda = torch.cuda.is_available()
+    return {
+        "benchmark": name,
+        "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(),
+                    "device": torch.cuda.get_device_name() if cuda else "cpu"},
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "versions": {"python": sys.version.split()[0], "torch": torch.__version__,
+                     "mutransfer": mutransfer.__version__},
+    }
+
+
+class TrialLog:
+    """Append-only JSONL of finished trials keyed by a JSON string of their point."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.rows: dict[str, dict[str, Any]] = {}
+        if path.exists():
+            for line in path.read_text().splitlines():
+                if line.strip():
+                    row = json.loads(line)
+                    self.rows[row["key"]] = row
+
+    @staticmethod
+    def key(point: Mapping[str, Any]) -> str:
+        return json.dumps(dict(point), sort_keys=True)
+
+    def get(self, point: Mapping[str, Any]) -> dict[str, Any] | None:
+        return self.rows.get(self.key(point))
+
+    def add(self, point: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:
+        row = {"key": self.key(point), **point, **values}
+        with self.path.open("a") as f:  # one line per trial: a torn last line is just re-run
+            f.write(json.dumps(row) + "\n")
+        self.rows[row["key"]] = row
+        return row
+
+
+def bracket_scan(run_at: Callable[[float], Sequence[float]], start: Sequence[float],
+                 lo: float, hi: float, step: float = 1.0) -> dict[float, float]:
+    """Seed-averaged loss at each log2 LR, widening ``start`` while the best is on an edge.
+
+    ``run_at(log2_lr)`` returns the losses of that LR's seeds (diverged runs count as
+    their reported, large loss). The grid grows by ``step`` octaves past whichever edge
+    holds the minimum, never beyond ``[lo, hi]``.
+    """
+    losses: dict[float, float] = {}
+
+    def at(t: float) -> None:
+        if t not in losses:
+            v = list(run_at(t))
+            losses[t] = sum(v) / len(v)
+
+    for t in start:
+        at(float(t))
+    while True:
+        ts = sorted(losses)
+        best = min(ts, key=losses.__getitem__)
+        if best == ts[0] and ts[0] - step >= lo - 1e-9:
+            at(ts[0] - step)
+        elif best == ts[-1] and ts[-1] + step <= hi + 1e-9:
+            at(ts[-1] + step)
+        else:
+            return losses
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)

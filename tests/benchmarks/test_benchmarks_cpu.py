@@ -1,0 +1,112 @@
+"""CPU-side behaviour of the fidelity and GPU benchmarks: the LR bracket scan finds an
+interior optimum, the trial log resumes, and ``benchmarks gpu`` refuses without CUDA."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks._proxy import TrialLog, bracket_scan
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("true_opt, start", [(-9.3, [-5.0, -4.0, -3.0]), (-1.6, [-8.0, -7.0, -6.0]),
+                                             (-5.2, [-6.0, -5.0, -4.0])])
+def test_bracket_scan_widens_until_the_minimum_is_interior(true_opt: float, start: list[float]) -> None:
+    calls: list[float] = []
+
+    def run_at(t: float) -> list[float]:
+        calls.append(t)
+        return [(t - true_opt) ** 2 + 1.0, (t - true_opt) ** 2 + 1.2]
+
+    losses = bracket_scan(run_at, start, lo=-14.0, hi=0.0)
+    ts = sorted(losses)
+    best = min(ts, key=losses.__getitem__)
+    assert ts[0] < best < ts[-1]  # bracketed
+    assert best == round(true_opt)
+    assert len(calls) == len(set(calls))  # no LR is trained twice
+    assert losses[best] == pytest.approx((best - true_opt) ** 2 + 1.1)  # seed mean
+    # it stops one point past the minimum: nothing further than needed was run
+    assert ts[0] >= min(start[0], best - 1) and ts[-1] <= max(start[-1], best + 1)
+
+
+def test_bracket_scan_stops_at_the_search_bounds() -> None:
+    losses = bracket_scan(lambda t: [t], [-3.0, -2.0, -1.0], lo=-5.0, hi=0.0)
+    assert sorted(losses) == [-5.0, -4.0, -3.0, -2.0, -1.0]
+
+
+def test_trial_log_resumes_and_ignores_nothing(tmp_path: Path) -> None:
+    log = TrialLog(tmp_path / "t.jsonl")
+    log.add({"depth": 4, "log2_lr": -5.0}, {"loss": 2.5})
+    again = TrialLog(tmp_path / "t.jsonl")
+    assert again.get({"log2_lr": -5.0, "depth": 4})["loss"] == 2.5  # key order does not matter
+    assert again.get({"depth": 8, "log2_lr": -5.0}) is None
+
+
+@pytest.mark.parametrize("argv", [["-m", "benchmarks", "gpu"], ["-m", "benchmarks.gpu"]])
+def test_gpu_benchmark_refuses_in_one_line_without_cuda(argv: list[str]) -> None:
+    out = ROOT / "benchmarks" / "results" / "gpu.json"
+    before = out.stat().st_mtime_ns if out.exists() else None
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT)}
+    p = subprocess.run([sys.executable, *argv], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 2
+    assert p.stdout == ""
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no CUDA device" in lines[0]
+    assert (out.stat().st_mtime_ns if out.exists() else None) == before  # nothing written
+
+
+def test_gpu_help_answers_and_writes_nothing(tmp_path: Path) -> None:
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT)}
+    for mod in ("benchmarks.gpu", "benchmarks.depth_fidelity", "benchmarks.horizon_shift"):
+        p = subprocess.run([sys.executable, "-m", mod, "--help"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0 and "usage:" in p.stdout, mod
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_best_loss_ratio_recovers_known_minima_and_its_interval_holds_them() -> None:
+    import numpy as np
+    import pandas as pd
+
+    from benchmarks.tuned_multipliers import best_loss_ratio
+
+    rows = []
+    # Two arms, quadratic in log2 lr with minima 2.0 (at 2^-6) and 1.9 (at 2^-8); the seeds
+    # shift each curve by +-0.01, so the seed mean is the noiseless curve.
+    for arm, (t0, floor) in {"a": (-6.0, 2.0), "b": (-8.0, 1.9)}.items():
+        for seed, shift in ((0, 0.01), (1, -0.01)):
+            for t in np.arange(-11.0, -2.0):
+                loss = floor + 0.05 * (t - t0) ** 2 + shift
+                rows.append({"arm": arm, "seed": seed, "lr": 2.0**t, "loss": loss, "diverged": False})
+    out = best_loss_ratio(pd.DataFrame(rows), "a", "b", n_boot=50)
+    named = best_loss_ratio(pd.DataFrame(rows).rename(columns={"arm": "parametrization"}), "a", "b",
+                            n_boot=50, by="parametrization")
+    assert named == out
+    assert out["ratio"] == pytest.approx(2.0 / 1.9, rel=1e-9)
+    lo, hi = out["ci"]
+    assert lo <= out["ratio"] <= hi
+    assert (2.0 - 0.01) / (1.9 + 0.01) - 1e-9 <= lo and hi <= (2.0 + 0.01) / (1.9 - 0.01) + 1e-9
+
+
+def test_multiplier_spec_searches_only_trainconfig_fields_and_its_corners_are_valid() -> None:
+    import itertools
+
+    from benchmarks.tuned_multipliers import SPEC
+    from mutransfer.train import TrainConfig
+    from sweeps import load_spec
+
+    spec = load_spec(SPEC)
+    assert spec.kind == "run" and spec.sampler == "tpe" and spec.base["wd_mode"] == "independent"
+    space = spec.search()
+    assert {"lr", "lr_mult_input", "lr_mult_output", "lr_mult_vector", "input_mult", "output_mult",
+            "attn_mult", "weight_decay", "beta2", "eps"} == set(space)
+    base = dict(spec.base)
+    for corner in itertools.product(*space.values()):  # every extreme combination builds
+        TrainConfig(preset=spec.preset, **base, **dict(zip(space, corner)))
