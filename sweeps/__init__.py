@@ -1,6 +1,7 @@
 """sweeps: Optuna studies over mutransfer proxies.
 
-Specs (:class:`LRSweep`, :class:`BatchSweep`, :class:`GridSweep`) enumerate grid points;
+Specs (:class:`LRSweep`, :class:`BatchSweep`, :class:`ScalingSweep`, :class:`GridSweep`)
+enumerate grid points;
 :func:`run_sweep` checks every grid point's config (:func:`check_trials`), creates or
 resumes the study in a journal file or an RDB and runs workers, which claim and run trials
 through :class:`SweepStudy` on Optuna's public API; :func:`results_table` /
@@ -14,6 +15,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from sweeps.audit import run_holdout_audit
     from sweeps.export import best_per_group, results_table, status, write_table
     from sweeps.lifecycle import SweepStudy, run_group
     from sweeps.objective import worst_case_loss
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
         BatchSweep,
         GridSweep,
         LRSweep,
+        ScalingSweep,
         SweepSpec,
         check_trials,
         load_spec,
@@ -56,11 +59,13 @@ _EXPORTS: dict[str, str] = {
     "results_table": "sweeps.export", "write_table": "sweeps.export", "status": "sweeps.export",
     "best_per_group": "sweeps.export",
     "SweepStudy": "sweeps.lifecycle", "run_group": "sweeps.lifecycle", "check_trials": "sweeps.spec",
-    "registered_runners": "sweeps.runners",
+    "registered_runners": "sweeps.runners", "ScalingSweep": "sweeps.spec",
+    "run_holdout_audit": "sweeps.audit",
 }
 
 __all__ = [
-    "BatchSweep", "Counts", "DEFAULT_RUNNER", "GridSweep", "LRSweep", "Plan", "SweepResult",
+    "BatchSweep", "Counts", "DEFAULT_RUNNER", "GridSweep", "LRSweep", "Plan", "ScalingSweep",
+    "SweepResult", "run_holdout_audit",
     "SweepSettings", "SweepSpec", "SweepStudy", "best_per_group", "check_trials", "registered_runners",
     "run_group", "load_runner", "load_spec", "open_storage",
     "open_study", "prepare", "requeue", "resolve_config", "resolve_storage", "results_table",

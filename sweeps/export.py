@@ -2,7 +2,9 @@
 
 One row per trial, tidy: ``study, trial, state, diverged`` then the trainer's row
 (``parametrization, width, depth, n_params, ..., loss, train_loss, gns, wall_s``) and every
-searched hyperparameter by its name. By default the table holds the finished trials
+searched hyperparameter by its name. A trial that trained WSD branches (the ``scaling``
+sweep) gives one row per branch, each with its own ``tokens``, ``steps``, ``loss``,
+``gns`` and ``diverged`` and its ``wsd_fraction``. By default the table holds the finished trials
 (COMPLETE and PRUNED; diverged trials keep their row with ``diverged=True``); failed trials
 of crashed workers were retried, and appear only with ``include_failed=True``.
 """
@@ -25,7 +27,7 @@ RESULT_COLUMNS: tuple[str, ...] = (
     "n_params_nonembed", "tokens", "steps", "batch_size", "seq_len", "batch_tokens", "lr", "seed",
     "loss", "train_loss", "gns", "wall_s",
 )
-_INTERNAL = {"pruned"}
+_INTERNAL = {"pruned", "branches"}
 
 
 def trial_rows(study: optuna.Study, include_failed: bool = False) -> list[dict[str, Any]]:
@@ -49,8 +51,22 @@ def trial_rows(study: optuna.Study, include_failed: bool = False) -> list[dict[s
         if "loss" not in row:
             row["loss"] = t.value if t.value is not None and not row["diverged"] else math.nan
         row["value"] = t.value
-        rows.append(row)
+        branches = trained.get("branches")
+        if isinstance(branches, list) and branches:
+            rows += [_branch_row(row, b) for b in branches if isinstance(b, dict)]
+        else:
+            rows.append(row)
     return rows
+
+
+def _branch_row(trial_row: dict[str, Any], branch: dict[str, Any]) -> dict[str, Any]:
+    """One WSD branch's row: the trial's columns, overridden by the branch's own."""
+    row = dict(trial_row)
+    row.update({k: v for k, v in branch.items() if k not in _INTERNAL})
+    loss = branch.get("loss")
+    finite = isinstance(loss, (int, float)) and math.isfinite(loss)
+    row["diverged"] = bool(branch.get("diverged")) or not finite
+    return row
 
 
 def results_table(study: optuna.Study, include_failed: bool = False) -> pd.DataFrame:

@@ -43,6 +43,7 @@ SYNTHETIC_RUNNER = "sweeps.runners:synthetic_runner"
 RUNNERS: dict[str, str] = {
     "train": DEFAULT_RUNNER,
     "synthetic": SYNTHETIC_RUNNER,
+    "synthetic-scaling": "sweeps.runners:synthetic_scaling_runner",
 }
 ENTRY_POINT_GROUP = "mutransfer.runners"
 
@@ -87,9 +88,50 @@ def train_runner(config: dict[str, Any], report: Report, *, progress: bool = Fal
     """Train ``config`` (TrainConfig fields) with ``mutransfer.train`` and return its row."""
     from mutransfer.train import TrainConfig, train  # type: ignore[import-not-found]
 
+    config = dict(config)
+    branches = config.pop("wsd_branches", None)
     cfg = TrainConfig.from_overrides(None, config)
+    if branches is not None:
+        return _train_wsd_row(cfg, branches, report, progress=progress)
     result = train(cfg, callback=_train_callback(report), progress=progress)
     return _train_row(result)
+
+
+def _train_wsd_row(cfg: Any, fractions: Any, report: Report, *, progress: bool = False) -> dict[str, Any]:
+    """One trial, several token budgets: WSD branches at ``fractions`` of ``cfg.steps``
+    (:func:`mutransfer.train.train_wsd_branches`). The row is the longest branch's (its
+    loss is the value told to the study) with ``branches``, every branch's own row in the
+    order of ``fractions``; the results table (:mod:`sweeps.export`) has one row per
+    branch. ``cpu_s``: the CPU seconds of the whole trial (shared by its branches)."""
+    from mutransfer.train import train_wsd_branches  # type: ignore[import-not-found]
+
+    if isinstance(fractions, (str, bytes)) or not hasattr(fractions, "__iter__"):
+        raise ValueError(f"wsd_branches {fractions!r} must be a list of fractions in (0, 1]")
+    fracs = [float(f) for f in fractions]
+    inner = _train_callback(report)
+    last = [0]
+
+    def callback(step: int, metrics: dict[str, Any]) -> bool:
+        # branches restart from the trunk: report only steps past the last one reported,
+        # so the study sees one increasing curve (the longest branch's end included)
+        if step <= last[0]:
+            return False
+        last[0] = step
+        return inner(step, metrics)
+
+    c0 = time.process_time()
+    results = train_wsd_branches(cfg, fracs, callback=callback, progress=progress)
+    cpu = time.process_time() - c0
+    rows = []
+    for f, r in zip(fracs, results):
+        row = _train_row(r)
+        row["wsd_fraction"] = f
+        row["cpu_s"] = cpu
+        rows.append(row)
+    longest = max(range(len(fracs)), key=lambda i: (fracs[i], i))
+    top = dict(rows[longest])
+    top["branches"] = rows
+    return top
 
 
 def _train_callback(report: Report) -> Callable[[int, dict[str, Any]], bool]:
@@ -130,6 +172,12 @@ def train_fused_runner(configs: list[dict[str, Any]], reports: list[Report]
     cfgs: list[Any] = []
     ok: list[int] = []
     for i, c in enumerate(configs):
+        if "wsd_branches" in c:  # WSD branches train alone (one trunk, several rows)
+            try:
+                out[i] = train_runner(c, reports[i])
+            except Exception as exc:
+                out[i] = exc
+            continue
         try:
             cfgs.append(TrainConfig.from_overrides(None, c))
             ok.append(i)
@@ -197,6 +245,52 @@ def synthetic_runner(config: dict[str, Any], report: Report) -> dict[str, Any]:
         "gns": float("nan"), "wall_s": time.perf_counter() - t0,
         "diverged": diverged, "pruned": pruned,
     }
+
+
+#: The known laws of :func:`synthetic_scaling_runner` (batch and budget in tokens):
+#: eta*(B, D) = lr_coef · B^lr_exp_batch · D^lr_exp_tokens, B*(D) = batch_coef · D^batch_exp_tokens.
+SYNTHETIC_LAWS: dict[str, float] = {"lr_coef": 1e-3, "lr_exp_batch": 0.5, "lr_exp_tokens": -0.1,
+                                    "batch_coef": 15.0, "batch_exp_tokens": 0.4}
+
+
+def synthetic_scaling_loss(lr: float, batch_tokens: float, tokens: float) -> float:
+    """The analytic loss surface of :func:`synthetic_scaling_runner`:
+    ``1 + 50 D^-0.3 + 0.02 log2(lr/eta*)^2 + 0.01 log2(B/B*)^2`` with the laws of
+    :data:`SYNTHETIC_LAWS` (quadratic in log2 lr and log2 B, so a fit recovers them)."""
+    k = SYNTHETIC_LAWS
+    eta = k["lr_coef"] * batch_tokens ** k["lr_exp_batch"] * tokens ** k["lr_exp_tokens"]
+    bstar = k["batch_coef"] * tokens ** k["batch_exp_tokens"]
+    return (1.0 + 50.0 * tokens**-0.3 + 0.02 * math.log2(lr / eta) ** 2
+            + 0.01 * math.log2(batch_tokens / bstar) ** 2)
+
+
+def synthetic_scaling_runner(config: dict[str, Any], report: Report) -> dict[str, Any]:
+    """:func:`synthetic_scaling_loss` for a config, with its WSD branches (``wsd_branches``)
+    as :func:`train_runner` gives them: a stand-in for the trainer in tests of the
+    scaling sweep, its results table, its fits and the held-out audit (microseconds)."""
+    steps = int(config.get("steps") or 10)
+    bs = int(config.get("batch_size") or 8)
+    seq = int(config.get("seq_len") or 64)
+    lr = float(config.get("lr") or 1e-3)
+    fractions = config.get("wsd_branches") or [1.0]
+    rows = []
+    for f in fractions:
+        n = max(1, round(float(f) * steps))
+        tokens = n * bs * seq
+        loss = synthetic_scaling_loss(lr, bs * seq, tokens)
+        bstar = SYNTHETIC_LAWS["batch_coef"] * tokens ** SYNTHETIC_LAWS["batch_exp_tokens"]
+        rows.append({"parametrization": str(config.get("parametrization") or "mup"),
+                     "width": int(config.get("width") or 64), "depth": int(config.get("depth") or 2),
+                     "n_params": 100_000, "tokens": tokens, "steps": n, "batch_size": bs, "seq_len": seq,
+                     "batch_tokens": bs * seq, "lr": lr, "seed": int(config.get("seed") or 0),
+                     "loss": loss, "train_loss": loss, "gns": bstar / seq, "wall_s": 0.0, "diverged": False,
+                     "pruned": False, "weight_decay": float(config.get("weight_decay") or 0.0),
+                     "wsd_fraction": float(f)})
+    report(rows[-1]["steps"], rows[-1]["loss"])
+    top = dict(rows[-1])
+    if "wsd_branches" in config:
+        top["branches"] = rows
+    return top
 
 
 def synthetic_fused_runner(configs: list[dict[str, Any]], reports: list[Report]

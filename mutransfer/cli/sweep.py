@@ -1,7 +1,9 @@
-"""``mutransfer sweep``: Optuna studies over proxies (lr | batch | run | worker | status | export).
+"""``mutransfer sweep``: Optuna studies over proxies (lr | batch | scaling | run | worker | status | export).
 
     mutransfer sweep lr --preset gpt-tiny --widths 32,64,128 --parametrization sp,mup --out d
     mutransfer sweep batch --widths 64 --batch-sizes 8,16,32 --tokens 1e6,4e6 --out d
+    mutransfer sweep scaling --width 32 --check-width 64 --batch-sizes 4,8,16,32 \
+        --tokens 32768,65536,131072,262144 --lr-center 0.016 --out d --holdout
     mutransfer sweep run SPEC.yaml --out d            # any TrainConfig field as a dimension
     mutransfer sweep worker --storage postgresql://... --study lr    # join from any machine
     mutransfer sweep lr ... --fuse 16     # 16 same-shape trials as one batched model per worker
@@ -20,7 +22,7 @@ from typing import Any
 
 from mutransfer.cli._common import key_value, seed_list
 
-HELP = "Optuna sweeps over proxies: lr | batch | run | worker | status | export"
+HELP = "Optuna sweeps over proxies: lr | batch | scaling | run | worker | status | export"
 
 _EPILOG = ("Storage: default OUT/optuna.journal (many workers on one machine); "
            "postgresql://user:pw@host/db for many machines (put it in $MUTRANSFER_STORAGE or a "
@@ -86,6 +88,7 @@ def _add_run_flags(p: argparse.ArgumentParser, kind: str) -> None:
     if kind in ("lr", "batch"):
         p.add_argument("--widths", type=_list(_int, "an integer"), default=None,
                        help="comma-separated widths")
+    if kind in ("lr", "batch", "scaling"):
         p.add_argument("--seeds", type=seed_list, default=None, help="comma-separated seeds, e.g. 0,1")
         p.add_argument("--lrs", type=_list(float, "a number"), default=None,
                        help="comma-separated learning rates (default the log2 grid)")
@@ -96,12 +99,35 @@ def _add_run_flags(p: argparse.ArgumentParser, kind: str) -> None:
                        help="comma-separated depths")
         p.add_argument("--parametrization", "-p", type=_list(str, "a name"), default=None,
                        help="comma-separated: sp,mup,completep,muon (default sp,mup)")
-    if kind == "batch":
+    if kind in ("batch", "scaling"):
         p.add_argument("--batch-sizes", type=_list(_int, "an integer"), default=None,
-                       help="comma-separated batch sizes in sequences (default 8,16,32,64)")
+                       help="comma-separated batch sizes in sequences (default 8,16,32,64; "
+                            "scaling: 4,8,16,32)")
         p.add_argument("--tokens", type=_list(_int, "an integer"), default=None,
-                       help="comma-separated token budgets (steps = tokens / batch tokens)")
+                       help="comma-separated token budgets (steps = tokens / batch tokens; scaling: "
+                            "the largest is trained, the others are WSD branches of it)")
         p.add_argument("--parametrization", "-p", default=None, help="one parametrization (default mup)")
+    if kind == "scaling":
+        p.add_argument("--width", type=_int, default=None, help="base width (default: the preset's)")
+        p.add_argument("--check-width", type=_int, default=None, help="one wider width to check at")
+        p.add_argument("--check-batch-sizes", type=_list(_int, "an integer"), default=None,
+                       help="batch sizes of the wider check (default: the middle batch)")
+        p.add_argument("--lr-center", type=float, default=None,
+                       help="centre a per-batch LR grid here (the LR at --lr-center-batch)")
+        p.add_argument("--lr-center-batch", type=_int, default=None,
+                       help="batch (sequences) of --lr-center (default: the smallest batch)")
+        p.add_argument("--lr-batch-exponent", type=float, default=None,
+                       help="the centre moves as batch^exponent (default 0.5)")
+        p.add_argument("--log2-lr-offsets", type=_list(float, "a number"), default=None,
+                       help="octaves around the centre (default -1.5,-1,...,1.5)")
+        p.add_argument("--warmup-tokens", type=_int, default=None,
+                       help="warmup in tokens at every batch (default 10%% of the smallest budget)")
+        p.add_argument("--eval-sequences", type=_int, default=None,
+                       help="held-out sequences per evaluation at every batch (default 256)")
+        p.add_argument("--holdout", action="store_true",
+                       help="after the sweep: the held-out audit (fit without the largest budget, "
+                            "then without the largest batch; run each predicted config) -> OUT/AUDIT.json")
+        p.add_argument("--audit-out", default=None, help="where --holdout writes (default OUT/AUDIT.json)")
     p.add_argument("--steps", type=int, default=None, help="training steps per trial")
     p.add_argument("--batch-size", type=int, default=None, help="sequences per batch (lr/run sweeps)")
     p.add_argument("--set", dest="settings", type=key_value, action="append", default=[], metavar="KEY=VALUE",
@@ -141,7 +167,7 @@ def _storage(args: argparse.Namespace, fallback: str | None) -> str:
     (``--out`` given: its journal, never the environment's URL)."""
     from sweeps.storage import STORAGE_ENV, read_storage_file, resolve_storage
 
-    out = getattr(args, "out", None) if args.sweep_cmd in ("lr", "batch", "run") else None
+    out = getattr(args, "out", None) if args.sweep_cmd in ("lr", "batch", "scaling", "run") else None
     if args.storage_file is not None:
         if args.storage:
             raise ValueError("give --storage or --storage-file, not both")
@@ -161,6 +187,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sub.required = True
     for kind, help_ in (("lr", "LR x width (x depth) x parametrization x seed: the transfer check"),
                         ("batch", "LR x batch size x widths / token budgets: scaling laws"),
+                        ("scaling", "token budget (WSD branches) x batch x LR at the base width, plus "
+                                    "a wider check; every run logs its noise scale: eta*(B,D), B*(D)"),
                         ("run", "a generic sweep from SPEC.yaml (any TrainConfig field as a dimension)")):
         _add_run_flags(sub.add_parser(kind, help=help_, description=help_, epilog=_EPILOG), kind)
     w = sub.add_parser("worker", help="join an existing study (from any machine)",
@@ -202,6 +230,10 @@ def _spec_from_args(args: argparse.Namespace, kind: str) -> Any:
         "preset": "preset", "widths": "widths", "seeds": "seeds", "lrs": "lrs", "depths": "depths",
         "batch_sizes": "batch_sizes", "tokens": "tokens", "trials": "trials", "sampler": "sampler",
         "pruner": "pruner", "sampler_seed": "sampler_seed", "study": "name",
+        "width": "width", "check_width": "check_width", "check_batch_sizes": "check_batch_sizes",
+        "lr_center": "lr_center", "lr_center_batch": "lr_center_batch",
+        "lr_batch_exponent": "lr_batch_exponent", "log2_lr_offsets": "log2_lr_offsets",
+        "warmup_tokens": "warmup_tokens", "eval_sequences": "eval_sequences",
     }
     for attr, fname in flags.items():
         v = getattr(args, attr, None)
@@ -215,6 +247,10 @@ def _spec_from_args(args: argparse.Namespace, kind: str) -> Any:
         data.update(log2_lr_min=lo, log2_lr_max=hi, log2_lr_step=step)
         if args.lrs is None:
             data.pop("lrs", None)
+    if kind == "scaling" and args.lrs is not None:
+        data.pop("lr_center", None)  # a flag beats the spec file: one LR grid for every batch
+    if kind == "scaling" and args.lr_center is not None:
+        data.pop("lrs", None)
     base = dict(data.get("base") or {})
     if args.steps is not None:
         base["steps"] = args.steps
@@ -253,7 +289,7 @@ def _print_status(st: dict[str, Any], as_json: bool) -> None:
 
 def run(args: argparse.Namespace) -> int:
     cmd = args.sweep_cmd
-    if cmd in ("lr", "batch", "run"):
+    if cmd in ("lr", "batch", "scaling", "run"):
         return _run_sweep(args, cmd)
     url = _storage(args, None if cmd == "worker" else ".")
     if cmd == "worker":
@@ -301,6 +337,16 @@ def _run_sweep(args: argparse.Namespace, kind: str) -> int:
     if args.heartbeat < 1 or args.grace <= args.heartbeat:
         raise ValueError(f"--grace {args.grace} must exceed --heartbeat {args.heartbeat} (>= 1)")
     spec = _spec_from_args(args, kind)
+    holdout = bool(getattr(args, "holdout", False))
+    audit_path = None
+    if holdout:
+        if args.prepare_only:
+            raise ValueError("--holdout needs the finished sweep; it cannot go with --prepare-only")
+        if args.audit_out is None and args.out is None:
+            raise ValueError("--holdout writes AUDIT.json: give --out or --audit-out")
+        from pathlib import Path
+
+        audit_path = Path(args.audit_out) if args.audit_out else Path(args.out) / "AUDIT.json"
     url = _storage(args, None)
     from mutransfer._io import check_output
 
@@ -325,6 +371,13 @@ def _run_sweep(args: argparse.Namespace, kind: str) -> int:
     st["storage"] = url if url.startswith("journal:") else None
     st["wall_s"] = res.wall_s
     st["workers"] = res.workers
+    if holdout and res.complete:
+        from sweeps.audit import audit_summary, run_holdout_audit
+        from sweeps.export import results_table
+
+        audit = run_holdout_audit(spec, results_table(study), out=audit_path, device=args.device,
+                                  runner=args.runner, quiet=args.quiet or args.json)
+        st["audit"] = {"path": str(audit_path), **audit_summary(audit)}
     _print_status(st, args.json)
     if not res.complete:
         print(f"mutransfer sweep {kind}: {res.counts.failed} failed, {res.counts.pending} unfinished; "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 from mutransfer.cli import main
 
@@ -15,16 +16,44 @@ def test_demo_tiny_writes_report_summary_card_and_reuses_trials(tmp_path, capsys
     assert s["n_trials"] == 4 * 4 * 2 and s["ladder_ratio"] == 8
     assert all(v is not None and v >= 0 for v in s["drift_octaves"].values())
     assert s["coord_check"]["sp"]["passed"] is False
-    assert s["target"]["width"] == 16 * 256
+    # the scaling stage: 4 batches x 3 LRs at width 32 + 3 LRs at width 64, one row per budget
+    sc = s["scaling"]
+    assert "error" not in sc, sc.get("error")
+    assert sc["n_trials"] == 4 * 3 + 3 and sc["n_rows"] == 4 * sc["n_trials"]
+    assert set(sc["laws"]) >= {"lr", "batch", "tau"}
+    # the held-out audit: ours trained at the held-out budget and batch, loss gap filled
+    h = s["holdout"]
+    assert set(h) >= {"lr_ratio", "batch_ratio", "loss_gap"}
+    assert set(h["by_axis"]) == {"tokens", "batch_tokens"}
+    assert all(isinstance(v, float) and math.isfinite(v) for a in h["by_axis"].values() for v in a.values())
+    audit = json.loads((out / "AUDIT.json").read_text())
+    ours = [r for r in audit["holdout"] if r["method"] == "ours"]
+    assert len(ours) == 2 and all(r["loss_gap"] is not None for r in ours)
+    assert {r["method"] for r in audit["holdout"]} >= {"sqrt_rule", "power_lines", "step_law"}
+    # the card is for a 24-layer target at the projected batch, not the proxy's
+    c, t = s["card"], s["target"]
+    assert t["depth"] == 24 and t["width"] == 512
+    assert set(c) >= {"batch_tokens", "steps", "lr", "weight_decay", "warmup_tokens"}
+    assert c["lr"] > 0 and c["weight_decay"] >= 0 and 0 < c["warmup_tokens"] < t["tokens"]
+    assert c["batch_tokens"] == c["batch_sequences"] * t["seq_len"]
+    assert abs(c["steps"] * c["batch_tokens"] - t["tokens"]) <= c["batch_tokens"]
+    assert set(s["stages"]) >= {"lr_sweep", "scaling_sweep", "holdout_audit", "card"}
+    assert all(v["wall_s"] >= 0 and v["cpu_s"] >= 0 for v in s["stages"].values())
     for rel in s["images"].values():
         assert (out / rel).read_bytes()[:4] == b"\x89PNG"
+    assert any("B*(D)" in k for k in s["images"]) and any("critical batch" in k for k in s["images"])
     md = (out / "report.md").read_text()
     assert "| SP |" in md and "| muP |" in md and "card.yaml" in md
+    assert "## Held-out audit" in md and "| tokens | ours |" in md and "## The card for the big run" in md
     assert (out / "report.html").read_text().startswith("<!doctype html>")
     assert (out / "card.yaml").exists() and (out / "results.csv").exists()
-    # Re-running reuses the finished trials: same table, same numbers.
-    before = (out / "results.csv").read_text()
+    assert (out / "scaling_results.csv").exists() and (out / "scaling_fit.json").exists()
+    # Re-running reuses the finished trials and the audit's runs: same tables, same numbers.
+    before = (out / "results.csv").read_text(), (out / "scaling_results.csv").read_text()
+    runs = (out / "audit_runs.json").read_text()
     assert main(["demo", "--size", "tiny", "--out", str(out), "--workers", "1", "--json"]) == 0
     again = json.loads(capsys.readouterr().out)
-    assert (out / "results.csv").read_text() == before
+    assert ((out / "results.csv").read_text(), (out / "scaling_results.csv").read_text()) == before
+    assert (out / "audit_runs.json").read_text() == runs
     assert again["drift_octaves"] == s["drift_octaves"]
+    assert again["holdout"] == s["holdout"] and again["card"]["steps"] == c["steps"]

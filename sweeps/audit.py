@@ -1,0 +1,243 @@
+"""The held-out audit of a scaling sweep (issue 10, part 5): does the fitted law predict a
+point it has not seen?
+
+For each axis, ``tokens`` and then ``batch_tokens``, :func:`analysis.holdout_audit` fits
+eta*(B, D) and B*(D) on every row but those at the largest value of the axis, predicts the
+optimum at the held-out point and sets it beside the measured one (ours and each textbook
+baseline). Here our predicted config (:func:`heldout_point`) is then *trained* at the
+held-out point with the same recipe as the sweep's runs (trainer, warmup in tokens,
+held-out set size, seeds), and its loss against the best measured run there fills
+``loss_gap`` (``loss / best - 1``, :func:`analysis.fill_loss_gap`).
+
+The result, written as ``AUDIT.json`` (``mutransfer transfer --audit``)::
+
+    {"holdout": [row, ...],            # analysis.holdout_audit rows, loss_gap filled
+     "passed": bool | None,            # ours within the criteria on every axis
+     "criteria": {"lr_ratio": 1.3, "loss_gap": 0.0025},
+     "runs": [{"axis", "method", "config", "tokens", "batch_tokens", "predicted_batch_tokens",
+               "loss", "losses", "best_loss", "cpu_s"}, ...],
+     "study": ..., "width": ..., "seq_len": ...}
+
+Trained configs are cached in ``audit_runs.json`` beside ``AUDIT.json``, so re-running the
+audit (or the demo) trains nothing twice.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sweeps.spec import PSEUDO_FIELDS, ScalingSweep, point_key
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+#: Issue 10's target on the CPU proxies: LR within 1.3x of the measured optimum, loss
+#: within 0.25% of the best measured run.
+CRITERIA: dict[str, float] = {"lr_ratio": 1.3, "loss_gap": 0.0025}
+AXES: tuple[str, ...] = ("tokens", "batch_tokens")
+OURS = "ours"
+
+
+def audit_rows(table: pd.DataFrame, spec: ScalingSweep) -> pd.DataFrame:
+    """The rows the audit fits: the base width's finished rows (the wider check is not
+    part of the fit; it checks the transfer of the fitted optimum across width)."""
+    df = table
+    if "width" in df.columns and spec.width is not None:
+        df = df[df["width"] == spec.width]
+    if "state" in df.columns:
+        df = df[df["state"] == "COMPLETE"]
+    if df.empty:
+        raise ValueError("the scaling sweep has no finished rows at its base width to audit")
+    return df.reset_index(drop=True)
+
+
+def _rows(obj: Any) -> list[dict[str, Any]]:
+    if hasattr(obj, "to_dict") and hasattr(obj, "columns"):
+        return [dict(r) for r in obj.to_dict(orient="records")]
+    return [dict(r) for r in obj]
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, Mapping):
+        return {str(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if hasattr(v, "item") and not isinstance(v, (str, bytes)):
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+def heldout_point(rows: pd.DataFrame, axis: str, row: Mapping[str, Any],
+                  fit_kwargs: Mapping[str, Any] | None = None) -> dict[str, float]:
+    """The config ours predicts at the held-out point: ``{"tokens", "batch_tokens", "lr"}``.
+
+    ``tokens`` axis: the largest budget D_h, the batch B*(D_h) of the law fitted without
+    D_h, and its eta*(B*, D_h) -- the whole prediction, both laws at once (the row's
+    ``pred_lr`` is eta* at the measured best batch, to isolate the LR law; the run uses
+    the predicted batch). ``batch_tokens`` axis: the largest batch B_h at the largest
+    budget, with the row's ``pred_lr`` = eta*(B_h, D_max) of the law fitted without B_h.
+    """
+    if axis not in AXES:
+        raise ValueError(f"audit axis {axis!r} must be one of {', '.join(AXES)}")
+    d_max = float(rows["tokens"].max())
+    if axis == "batch_tokens":
+        return {"tokens": d_max, "batch_tokens": float(rows["batch_tokens"].max()),
+                "lr": float(row["pred_lr"])}
+    from analysis import ScalingLawFit
+
+    train = rows[rows["tokens"] < d_max]
+    fit = ScalingLawFit(n_boot=0).fit(train, **dict(fit_kwargs or {}))
+    batch = float(fit.predict_batch(d_max)[0])
+    return {"tokens": d_max, "batch_tokens": batch, "lr": float(fit.predict_lr(batch, d_max)[0])}
+
+
+def best_measured(rows: pd.DataFrame, axis: str, point: Mapping[str, float]) -> float:
+    """Lowest seed-mean loss of a measured config at the held-out point (for ``tokens``:
+    every batch at the largest budget; for ``batch_tokens``: the largest batch at the
+    largest budget)."""
+    ok = rows[~rows["diverged"].astype(bool)] if "diverged" in rows.columns else rows
+    at = ok[_close(ok["tokens"], point["tokens"])]
+    if axis == "batch_tokens":
+        at = at[_close(at["batch_tokens"], point["batch_tokens"])]
+    if at.empty:
+        raise ValueError(f"no finished run at the held-out point {dict(point)}")
+    keys = [k for k in ("batch_tokens", "lr") if k in at.columns]
+    return float(at.groupby(keys)["loss"].mean().min())
+
+
+def _close(col: Any, value: float, rtol: float = 0.02) -> Any:
+    return (col.astype(float) - value).abs() <= rtol * abs(value)
+
+
+def predicted_config(spec: ScalingSweep, lr: float, batch_tokens: float, tokens: float,
+                     seed: int, device: str | None = None) -> dict[str, Any]:
+    """The TrainConfig overrides of the predicted config: the sweep's recipe (base,
+    warmup in tokens, held-out set size) at ``lr``, the batch rounded to whole
+    sequences (a multiple of ``grad_accum``) and ``tokens`` rounded to whole steps."""
+    if not (lr > 0 and math.isfinite(lr)):
+        raise ValueError(f"predicted LR {lr!r} must be a positive finite number")
+    if not (batch_tokens > 0 and math.isfinite(batch_tokens)):
+        raise ValueError(f"predicted batch {batch_tokens!r} tokens must be positive and finite")
+    seq = spec.seq_len()
+    accum = int(spec.base.get("grad_accum", 1))
+    b = max(accum, accum * round(batch_tokens / seq / accum))
+    steps = round(tokens / (b * seq))
+    if steps < 1:
+        raise ValueError(f"token budget {tokens:.0f} is below one batch of {b} x {seq} tokens")
+    cfg: dict[str, Any] = {"preset": spec.preset,
+                           **{k: v for k, v in spec.base.items() if k not in PSEUDO_FIELDS}}
+    if spec.width is not None:
+        cfg["width"] = spec.width
+    cfg.update(parametrization=spec.parametrization, lr=float(lr), batch_size=b, steps=steps,
+               seed=int(seed), warmup_steps=min(spec.warmup_steps(b), steps),
+               eval_batches=max(1, math.ceil(spec.eval_sequences / b)))
+    if device is not None:
+        cfg["device"] = device
+    return cfg
+
+
+def _load_cache(path: Path | None) -> dict[str, Any]:
+    if path is None or not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def run_holdout_audit(
+    spec: ScalingSweep,
+    table: pd.DataFrame,
+    *,
+    out: str | Path | None = None,
+    device: str | None = None,
+    runner: Callable[..., dict[str, Any]] | str | None = None,
+    quiet: bool = True,
+    fit_kwargs: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Audit ``table`` (the sweep's results table) on both axes; returns the AUDIT dict
+    (and writes it to ``out`` when given). Ours is trained at each held-out point; the
+    baselines' held-out errors are their LR and batch ratios (their ``loss_gap`` stays
+    None: training each of them would cost five more runs per axis)."""
+    from analysis import fill_loss_gap, holdout_audit
+    from mutransfer._io import atomic_write_text
+    from sweeps.runners import DEFAULT_RUNNER, load_runner
+
+    fn = load_runner(runner or DEFAULT_RUNNER) if not callable(runner) else runner
+    rows = audit_rows(table, spec)
+    out_path = Path(out) if out is not None else None
+    cache_path = out_path.with_name("audit_runs.json") if out_path is not None else None
+    cache = _load_cache(cache_path)
+    seeds = tuple(int(s) for s in spec.seeds)
+    seq = spec.seq_len()
+    table_rows: list[dict[str, Any]] = []
+    runs: list[dict[str, Any]] = []
+    for axis in AXES:
+        audited = holdout_audit(rows, axis=axis, fit_kwargs=fit_kwargs)
+        ours = next((r for r in audited if r.get("method") == OURS), None)
+        if ours is None:
+            raise ValueError(f"the {axis} audit has no row for our fit")
+        point = heldout_point(rows, axis, ours, fit_kwargs)
+        losses, cpu = [], 0.0
+        config: dict[str, Any] = {}
+        for seed in seeds:
+            config = predicted_config(spec, point["lr"], point["batch_tokens"], point["tokens"], seed, device)
+            key = point_key(config)
+            if key not in cache:
+                if not quiet:
+                    print(f"audit, held-out {axis}: training lr={config['lr']:.4g} batch="
+                          f"{config['batch_size']}x{seq} steps={config['steps']} seed={seed}", flush=True)
+                c0 = time.process_time()
+                row = fn(dict(config), lambda step, value: False)
+                loss = float(row["loss"])
+                if bool(row.get("diverged")) or not math.isfinite(loss):
+                    raise ValueError(f"the predicted config diverged at the held-out {axis} point "
+                                     f"(lr {config['lr']:.4g}, batch {config['batch_size']})")
+                cache[key] = {"loss": loss, "gns": _plain(row.get("gns")),
+                              "cpu_s": time.process_time() - c0}
+                if cache_path is not None:
+                    atomic_write_text(cache_path, json.dumps(cache, indent=1, sort_keys=True) + "\n")
+            losses.append(float(cache[key]["loss"]))
+            cpu += float(cache[key].get("cpu_s", 0.0))
+        loss = sum(losses) / len(losses)
+        best = best_measured(rows, axis, {"tokens": point["tokens"], "batch_tokens": point["batch_tokens"]})
+        table_rows += fill_loss_gap(audited, {OURS: loss}, best)
+        shown = ("lr", "batch_size", "steps", "width", "warmup_steps")
+        runs.append({"axis": axis, "method": OURS,
+                     "config": {k: config[k] for k in shown if k in config},
+                     "tokens": config["steps"] * config["batch_size"] * seq,
+                     "batch_tokens": config["batch_size"] * seq,
+                     "predicted_batch_tokens": point["batch_tokens"],
+                     "loss": loss, "losses": losses, "best_loss": best, "cpu_s": cpu})
+    audit = {"holdout": [_plain(r) for r in table_rows], "passed": passed(table_rows),
+             "criteria": dict(CRITERIA), "runs": _plain(runs), "study": spec.study_name(),
+             "width": spec.width, "seq_len": seq, "seeds": list(seeds)}
+    if out_path is not None:
+        atomic_write_text(out_path, json.dumps(audit, indent=2) + "\n")
+    return audit
+
+
+def passed(rows: Sequence[Mapping[str, Any]]) -> bool | None:
+    """Ours within :data:`CRITERIA` on every audited axis (None when nothing was run)."""
+    ours = [r for r in rows if r.get("method") == OURS]
+    if not ours or any(r.get("loss_gap") is None or r.get("lr_ratio") is None for r in ours):
+        return None
+    return all(max(float(r["lr_ratio"]), 1.0 / float(r["lr_ratio"])) <= CRITERIA["lr_ratio"]
+               and float(r["loss_gap"]) <= CRITERIA["loss_gap"] for r in ours)
+
+
+def audit_summary(audit: Mapping[str, Any]) -> dict[str, Any]:
+    """Ours per axis: ``{axis: {lr_ratio, batch_ratio, loss_gap}}`` and ``passed``."""
+    out: dict[str, Any] = {"passed": audit.get("passed")}
+    for r in audit.get("holdout", []):
+        if r.get("method") == OURS:
+            out[str(r.get("axis"))] = {k: r.get(k) for k in ("lr_ratio", "batch_ratio", "loss_gap")}
+    return out
