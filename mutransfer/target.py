@@ -312,6 +312,8 @@ class ScalingLaws:
     """Covariance of (ln c_eta, a, b) over the bootstrap (``lr.cov_log``), if given."""
     batch_cov: tuple[tuple[float, ...], ...] | None = None
     """Covariance of (ln c_B, g) over the bootstrap (``batch.cov_log``), if given."""
+    batch_edges: tuple[int, int] = (0, 0)
+    """(budgets whose best batch sat at the edge of the batch grid, budgets measured)."""
 
     @property
     def z(self) -> float:
@@ -368,7 +370,26 @@ class ScalingLaws:
             source=where,
             lr_cov=_cov(lr.get("cov_log"), 3),
             batch_cov=_cov(batch.get("cov_log"), 2),
+            batch_edges=_batch_edges(doc.get("budgets")),
         )
+
+    def batch_law_doubts(self, tokens: float, limit: float) -> list[str]:
+        """Why B*(D) of this fit should not set the target's batch (empty: it may).
+        A best batch at the edge of the grid is a bound, not an optimum; an exponent whose
+        interval reaches 0 says nothing about growth; beyond ``limit``× the measured
+        budgets the law is a guess."""
+        out = []
+        edge, n = self.batch_edges
+        if n and 2 * edge >= n:
+            out.append(f"the best batch sat at the edge of the batch grid at {edge} of {n} budgets")
+        lo = (self.batch_exponent_ci or (self.batch_exponent, self.batch_exponent))[0]
+        if not lo > 0:
+            out.append(f"the exponent's interval reaches {lo:.3g} (no growth with D is resolved)")
+        f = _factor(tokens, self.measured_tokens)
+        if f > limit:
+            out.append(f"the target's {tokens:.3g} tokens lie {f:.3g}x beyond the measured budgets "
+                       f"(limit {limit:g}x)")
+        return out
 
     def lr_ratio(self, batch: tuple[float, float], tokens: tuple[float, float]
                  ) -> tuple[float, float, float]:
@@ -490,6 +511,19 @@ class RunPlan:
     warnings: list[str] = field(default_factory=list)
 
 
+def _batch_edges(budgets: Any) -> tuple[int, int]:
+    if not isinstance(budgets, Sequence) or isinstance(budgets, (str, bytes)):
+        return 0, 0
+    rows = [b for b in budgets if isinstance(b, Mapping)]
+    return sum(1 for b in rows if b.get("edge")), len(rows)
+
+
+#: How the target's batch is chosen when none is given: ``fit`` = our B*(D); ``deepseek``
+#: = DeepSeek LLM's B_opt(C); ``auto`` = ours unless it is in doubt
+#: (:meth:`ScalingLaws.batch_law_doubts`), then DeepSeek's, flagged.
+BATCH_RULES = ("auto", "fit", "deepseek")
+
+
 def plan_run(
     *,
     proxy_lr: float,
@@ -509,6 +543,7 @@ def plan_run(
     decay_fraction: float | None = None,
     extrapolation_limit: float = 100.0,
     n_params: float | None = None,
+    batch_rule: str = "auto",
 ) -> RunPlan:
     """Project the run of the target from the proxy optimum and (optionally) the laws.
 
@@ -527,8 +562,17 @@ def plan_run(
       comparison only.
     Each projected value carries its interval and its extrapolation factor (target ÷
     largest measured, per axis); beyond ``extrapolation_limit`` a warning says so.
+
+    ``batch_rule`` (:data:`BATCH_RULES`): small proxies measure B* over a few hundred
+    thousand tokens, and a law fitted there can be 10^5x short of a real budget, or not
+    resolved at all. Then ``auto`` takes DeepSeek LLM's B_opt = 0.2920·C^0.3271 tokens
+    (Bi et al. 2024; C = 6·N·D FLOPs, N = ``n_params``), fitted on 1e17–3e20 FLOPs, and
+    says so; our law's value stays in the card as ``batch_fit`` beside it.
     """
+    if batch_rule not in BATCH_RULES:
+        raise ValueError(f"batch rule must be one of {', '.join(BATCH_RULES)}, got {batch_rule!r}")
     warnings: list[str] = []
+    projected_batch_fit = None
     if not (math.isfinite(tokens) and tokens > 0):
         raise ValueError(f"token budget must be a positive finite number, got {tokens!r}")
     dp = dp_size or 1
@@ -546,11 +590,31 @@ def plan_run(
     elif batch_tokens is not None:
         b_est = _estimate(batch_tokens, None, None, level, "given (--batch-tokens)")
         raw_seqs = batch_tokens / seq_len
-    elif laws is not None:
-        b, lo, hi = laws.batch_at(tokens)
-        b_est = _estimate(b, lo, hi, level, f"B*(D) = {laws.batch_coef:.4g} · D^{laws.batch_exponent:.4g}"
-                          f" ({laws.source})", ext["tokens"])
-        raw_seqs = b / seq_len
+    elif laws is not None or batch_rule == "deepseek":
+        doubts: list[str] = []
+        fit_est = None
+        if laws is not None:
+            b, lo, hi = laws.batch_at(tokens)
+            fit_est = _estimate(b, lo, hi, level, f"B*(D) = {laws.batch_coef:.4g} · "
+                                f"D^{laws.batch_exponent:.4g} ({laws.source})", ext["tokens"])
+            doubts = laws.batch_law_doubts(tokens, extrapolation_limit)
+        if batch_rule == "deepseek" or (batch_rule == "auto" and doubts):
+            if n_params is None:
+                raise ValueError("DeepSeek's batch law needs the target's parameter count (C = 6·N·D)")
+            from analysis.baselines import deepseek_llm
+
+            compute = 6.0 * float(n_params) * tokens
+            b = float(deepseek_llm(compute)["batch_tokens"])
+            why = "; ".join(doubts) if doubts else "asked for (--batch-rule deepseek)"
+            b_est = _estimate(b, None, None, level, f"DeepSeek LLM B_opt = 0.2920·C^0.3271 tokens at "
+                              f"C = 6·N·D = {compute:.3g} FLOPs (Bi et al. 2024), because {why}")
+            if fit_est is not None:
+                projected_batch_fit = fit_est
+                warnings.append(f"batch from DeepSeek LLM's law ({b:.4g} tokens), not from the fitted "
+                                f"B*(D) ({fit_est['value']:.4g} tokens): {why}")
+        else:
+            b_est = fit_est
+        raw_seqs = b_est["value"] / seq_len
     else:
         raise ValueError("no batch for the target: the batch size needs the scaling fit "
                          "B*(D) (--scaling-fit FIT.json from `mutransfer fit scaling`), or give it "
@@ -662,6 +726,8 @@ def plan_run(
         "proxy": {"lr": proxy_lr, "batch_tokens": proxy_batch_tokens, "tokens": proxy_tokens},
         "warnings": warnings,
     }
+    if projected_batch_fit is not None:  # the fitted law's batch, shown beside the one used
+        projected["batch_fit"] = projected_batch_fit
     return RunPlan(lr=lr, batch_sequences=seqs, batch_tokens=b_tok, steps=steps, warmup_tokens=w,
                    warmup_steps=warmup_steps, decay_fraction=dec, weight_decay=wd, tau=tau,
                    projected=projected, warnings=warnings)

@@ -80,6 +80,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     j = p.add_argument_group("projection")
     j.add_argument("--scaling-fit", metavar="FIT.json", default=None,
                    help="laws of `mutransfer fit scaling`: batch, LR vs batch and tokens, tau, warmup, decay")
+    j.add_argument("--batch-rule", choices=("auto", "fit", "deepseek"), default="auto",
+                   help="where the batch comes from without --batch-size/--batch-tokens: fit = the "
+                   "fitted B*(D); deepseek = DeepSeek LLM's B_opt(C); auto (default) = fit unless it "
+                   "is at the grid's edge, unresolved or beyond --extrapolation-limit, then deepseek")
     j.add_argument("--audit", metavar="AUDIT.json", default=None,
                    help="held-out audit to record in the card (rows of the audit table)")
     j.add_argument("--extrapolation-limit", type=positive_float, default=100.0,
@@ -162,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
         batch_sequences=args.batch_size, dp_size=args.dp_size, weight_decay=args.weight_decay,
         wd_mode=args.wd_mode, warmup_tokens=args.warmup_tokens, warmup_fraction=args.warmup_fraction,
         decay_fraction=args.decay_fraction, extrapolation_limit=args.extrapolation_limit,
-        n_params=n_nonembed)
+        n_params=n_nonembed, batch_rule=args.batch_rule)
     warnings += plan.warnings
     at_edge = projected.pop("at_edge", None)
     projected.update(plan.projected)

@@ -53,10 +53,39 @@ def transfer(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, 
 # ---- the projection ---------------------------------------------------------------------
 
 
+def test_batch_law_in_doubt_falls_back_to_deepseek_and_says_so(tmp_path: Path, capsys) -> None:
+    """25x beyond the measured budgets with a limit of 10x (and, separately, a best batch
+    at the grid's edge at most budgets): the batch is DeepSeek LLM's B_opt(6·N·D), the
+    fitted B*(D) stays beside it as batch_fit, and a warning names why."""
+    from analysis.baselines import deepseek_llm
+
+    fit = write_fit(tmp_path)
+    out = tmp_path / "card.yaml"
+    code, err = transfer([*PROXY, "--set", "width=256", "--tokens", "2e8", "--scaling-fit", str(fit),
+                          "--extrapolation-limit", "10", "--out", str(out)], capsys)
+    assert code == 0, err
+    card = load_card(out)
+    n = card["target"]["n_params_nonembed"]
+    b_ds = deepseek_llm(6.0 * n * 2e8)["batch_tokens"]
+    assert card["batch"]["sequences"] == max(1, round(b_ds / 64))
+    proj = card["projected"]
+    assert "DeepSeek" in proj["batch_tokens"]["source"] and "25x beyond" in proj["batch_tokens"]["source"]
+    assert proj["batch_fit"]["value"] == pytest.approx(2.0 * 2e8**0.4, rel=1e-9)
+    assert "not from the fitted B*(D)" in err
+    # inside the limit but at the grid's edge at 3 of 4 budgets: in doubt too
+    edged = {**FIT, "budgets": [{"tokens": t, "edge": e} for t, e in
+                                ((1e6, "low"), (2e6, "low"), (4e6, ""), (8e6, "low"))]}
+    code, err = transfer([*PROXY, "--set", "width=256", "--tokens", "4e6", "--scaling-fit",
+                          str(write_fit(tmp_path, edged)), "--out", str(out)], capsys)
+    assert code == 0, err
+    assert "edge of the batch grid at 3 of 4 budgets" in load_card(out)["projected"]["batch_tokens"]["source"]
+
+
 def test_projection_from_the_scaling_fit_has_the_known_answers(tmp_path: Path, capsys) -> None:
     out = tmp_path / "card.yaml"
     code, err = transfer([*PROXY, "--set", "width=256", "--tokens", "2e8", "--dp-size", "8",
                           "--scaling-fit", str(write_fit(tmp_path)), "--extrapolation-limit", "10",
+                          "--batch-rule", "fit",
                           "--study", "lr-sweep", "--storage", "postgresql://me:s3cret@db/sweeps",
                           "--out", str(out)], capsys)
     assert code == 0, err
