@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPTS = sorted(p for p in (ROOT / "benchmarks").glob("*.py") if p.name != "__init__.py")
+SCRIPTS = sorted(p for p in (ROOT / "benchmarks").glob("*.py")
+                 if p.name == "__main__.py" or not p.name.startswith("_"))  # _x.py: helpers, not scripts
 
 
 def _snapshot() -> dict[str, float]:
