@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import os
 import platform
 import sys
@@ -20,6 +21,11 @@ from typing import Any
 
 Rows = list[dict[str, Any]]
 
+
+
+def finite_or_none(x: float) -> float | None:
+    """JSON has no NaN or inf: a missing bound is null."""
+    return float(x) if math.isfinite(x) else None
 
 def record_header(name: str) -> dict[str, Any]:
     """``benchmark``, ``machine``, ``date`` and ``versions`` of a result record."""

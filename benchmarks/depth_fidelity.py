@@ -35,7 +35,7 @@ def run(depths: tuple[int, ...] = (2, 4, 8, 16), width: int = 32, steps: int = 1
     import pandas as pd
 
     from analysis import OptimumFit, plot_lr_curves, plot_optimum_vs_width
-    from benchmarks._proxy import TrialLog, bracket_scan, log, record_header
+    from benchmarks._proxy import TrialLog, bracket_scan, finite_or_none, log, record_header
     from mutransfer._io import atomic_write_text
     from mutransfer.train import TrainConfig, train
 
@@ -88,8 +88,8 @@ def run(depths: tuple[int, ...] = (2, 4, 8, 16), width: int = 32, steps: int = 1
         d = fit.drift("depth", where={"param": label})
         res = fit.results_[fit.results_["param"] == label]
         figures[label] = {
-            "drift_octaves": d.octaves, "drift_ci": [_num(c) for c in d.ci],
-            "slope": d.slope, "slope_ci": [_num(c) for c in d.slope_ci] if d.slope_ci else None,
+            "drift_octaves": d.octaves, "drift_ci": [finite_or_none(c) for c in d.ci],
+            "slope": d.slope, "slope_ci": [finite_or_none(c) for c in d.slope_ci] if d.slope_ci else None,
             "any_at_edge": d.any_at_edge,
             "log2_lr_opt": {str(int(r["depth"])): float(r["log2_x_opt"]) for _, r in res.iterrows()},
             "best_loss": {str(int(r["depth"])): float(r["loss_opt"]) for _, r in res.iterrows()},
@@ -119,20 +119,15 @@ def run(depths: tuple[int, ...] = (2, 4, 8, 16), width: int = 32, steps: int = 1
     return record
 
 
-def _num(x: float) -> float | None:
-    return float(x) if math.isfinite(x) else None
-
-
-def _ints(s: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in s.split(",") if x.strip())
-
-
 if __name__ == "__main__":
+    from mutransfer.cli._common import int_list, seed_list
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--depths", type=_ints, default=(2, 4, 8, 16), help="depth ladder (default 2,4,8,16)")
+    parser.add_argument("--depths", type=int_list, default=(2, 4, 8, 16),
+                        help="depth ladder (default 2,4,8,16)")
     parser.add_argument("--width", type=int, default=32, help="fixed width (default 32)")
     parser.add_argument("--steps", type=int, default=100, help="steps per trial (default 100)")
-    parser.add_argument("--seeds", type=_ints, default=(0,), help="seeds (default 0)")
+    parser.add_argument("--seeds", type=seed_list, default=(0,), help="seeds (default 0)")
     parser.add_argument("--out", default=None, help="trial log dir (default runs/depth_fidelity)")
     a = parser.parse_args()
     print(json.dumps(run(a.depths, a.width, a.steps, a.seeds, out=a.out)["figures"], indent=2))

@@ -38,7 +38,7 @@ def run(horizons: tuple[int, ...] = (150, 300, 600, 1200), width: int = 64, base
 
     from analysis import OptimumFit, plot_lr_curves, plot_optimum_vs_width
     from analysis._stats import percentile_interval
-    from benchmarks._proxy import TrialLog, log, record_header
+    from benchmarks._proxy import TrialLog, finite_or_none, log, record_header
     from mutransfer._io import atomic_write_text
     from mutransfer.train import TrainConfig, train_wsd_branches
 
@@ -105,13 +105,14 @@ def run(horizons: tuple[int, ...] = (150, 300, 600, 1200), width: int = 64, base
     res = fit.results_
     figures = {
         "slope_log2_lr_per_doubling_tokens": d.slope,
-        "slope_ci": [_num(c) for c in d.slope_ci] if d.slope_ci else None,
+        "slope_ci": [finite_or_none(c) for c in d.slope_ci] if d.slope_ci else None,
         "slope_ci_bootstrap_optima": [float(c) for c in percentile_interval(boot_slopes, 0.95)],
-        "drift_octaves_150_to_1200": d.octaves, "drift_ci": [_num(c) for c in d.ci],
+        "drift_octaves_150_to_1200": d.octaves, "drift_ci": [finite_or_none(c) for c in d.ci],
         "any_at_edge": d.any_at_edge,
         "log2_lr_opt": {str(int(r["steps"])): float(r["log2_x_opt"]) for _, r in res.iterrows()},
-        "log2_lr_opt_ci": {str(int(r["steps"])): [_num(math.log2(r["ci_lo"])) if r["ci_lo"] > 0 else None,
-                                                   _num(math.log2(r["ci_hi"]))] for _, r in res.iterrows()},
+        "log2_lr_opt_ci": {
+            str(int(r["steps"])): [finite_or_none(math.log2(r["ci_lo"])) if r["ci_lo"] > 0 else None,
+                                   finite_or_none(math.log2(r["ci_hi"]))] for _, r in res.iterrows()},
         "best_loss": {str(int(r["steps"])): float(r["loss_opt"]) for _, r in res.iterrows()},
         "wall_s": time.perf_counter() - t0,
     }
@@ -133,20 +134,14 @@ def run(horizons: tuple[int, ...] = (150, 300, 600, 1200), width: int = 64, base
     return record
 
 
-def _num(x: float) -> float | None:
-    return float(x) if math.isfinite(x) else None
-
-
-def _ints(s: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in s.split(",") if x.strip())
-
-
 if __name__ == "__main__":
+    from mutransfer.cli._common import int_list, seed_list
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--horizons", type=_ints, default=(150, 300, 600, 1200),
+    parser.add_argument("--horizons", type=int_list, default=(150, 300, 600, 1200),
                         help="token budgets in steps (default 150,300,600,1200)")
     parser.add_argument("--width", type=int, default=64, help="proxy width (default 64)")
-    parser.add_argument("--seeds", type=_ints, default=(0,), help="seeds (default 0)")
+    parser.add_argument("--seeds", type=seed_list, default=(0,), help="seeds (default 0)")
     parser.add_argument("--out", default=None, help="trial log dir (default runs/horizon_shift)")
     a = parser.parse_args()
     print(json.dumps(run(a.horizons, a.width, seeds=a.seeds, out=a.out)["figures"], indent=2))

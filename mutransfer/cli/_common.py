@@ -37,34 +37,28 @@ def key_value(text: str) -> tuple[str, Any]:
     return key.strip().replace("-", "_"), parse_scalar(value)
 
 
-def int_list(text: str) -> list[int]:
-    """``"64,128,256"`` -> [64, 128, 256]; a bad item is named in the error."""
+def _ints(text: str, minimum: int, what: str) -> list[int]:
     out = []
     for item in text.split(","):
         item = item.strip()
         try:
             value = int(item)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{item!r} is not an integer (in {text!r})") from None
-        if value < 1:
-            raise argparse.ArgumentTypeError(f"{value} must be >= 1 (in {text!r})")
+            raise argparse.ArgumentTypeError(f"{what}{item!r} is not an integer (in {text!r})") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{what}{value} must be >= {minimum} (in {text!r})")
         out.append(value)
     return out
+
+
+def int_list(text: str) -> list[int]:
+    """``"64,128,256"`` -> [64, 128, 256]; a bad item is named in the error."""
+    return _ints(text, 1, "")
 
 
 def seed_list(text: str) -> list[int]:
     """``"0,1,2"`` -> [0, 1, 2]: the ``--seeds`` of every verb (a count is ``--n-seeds``)."""
-    out = []
-    for item in text.split(","):
-        item = item.strip()
-        try:
-            value = int(item)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"seed {item!r} is not an integer (in {text!r})") from None
-        if value < 0:
-            raise argparse.ArgumentTypeError(f"seed {value} must be >= 0 (in {text!r})")
-        out.append(value)
-    return out
+    return _ints(text, 0, "seed ")
 
 
 def float_list(text: str, *, high: float = float("inf"), what: str = "value") -> list[float]:
