@@ -82,18 +82,20 @@ class DemoSize:
 
 
 SIZES: dict[str, DemoSize] = {
-    # 2 CPU cores, <= 15 minutes: 2-block GPTs of width 32..256 (8x), 150 steps of 16x64
-    # bytes; SP's grid reaches down to its optimum at width 256, μP's is centred on its own.
-    # The scaling stage: width 32 (check at 64, batch 8), B = 4..32 sequences (256..2048
-    # tokens), D = 2^15..2^18 tokens, 7 LRs half an octave apart (measured: 634 CPU s).
+    # 2 CPU cores, <= 15 minutes: 2-block GPTs of width 32..256 (8x), 125 steps of 16x64
+    # bytes; SP's grid reaches down to its optimum at width 256, μP's is centred on its own
+    # (~2^-5.5 at every width). The scaling stage: width 32 (check at 64, batch 16), B =
+    # 4..32 sequences (256..2048 tokens), D = 2^15..2^18 tokens, 7 LRs half an octave apart.
+    # Measured at 150 steps, μP 2^-8..2^-3 and the check at batch 8: 1125 s, too long.
     "small": DemoSize(preset="gpt-small", widths=(32, 64, 128, 256),
                       sp_log2_lrs=tuple(float(x) for x in range(-10, -3)),
-                      mup_log2_lrs=tuple(float(x) for x in range(-8, -2)), sp_seeds=(0,), seeds=(0, 1),
-                      steps=150, batch_size=16, seq_len=64, coord_widths=(32, 64, 128, 256),
+                      mup_log2_lrs=tuple(float(x) for x in range(-7, -2)), sp_seeds=(0,), seeds=(0, 1),
+                      steps=125, batch_size=16, seq_len=64, coord_widths=(32, 64, 128, 256),
                       scaling=ScalingStage(batch_sizes=(4, 8, 16, 32), tokens=(2**15, 2**16, 2**17, 2**18),
                                            log2_lr_offsets=(-1.5, -1.0, -0.5, 0.0, 0.5, 1.0, 1.5),
                                            check_width=64, eval_sequences=256, target_width=2048,
-                                           target_depth=24, target_seq_len=1024)),
+                                           target_depth=24, target_seq_len=1024,
+                                           check_batch_sizes=(16,))),
     # A single GPU: 4-block GPTs of width 128..2048 (16x), 1000 steps of 64x256 bytes.
     "gpu": DemoSize(preset="gpt-small", widths=(128, 256, 512, 1024, 2048),
                     sp_log2_lrs=tuple(float(x) for x in range(-14, -3)),
