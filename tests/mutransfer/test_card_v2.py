@@ -408,25 +408,13 @@ def test_cli_records_the_audit_and_refuses_a_nan_one(tmp_path: Path, capsys) -> 
 # ---- end to end with `mutransfer fit scaling` -------------------------------------------
 
 
-def test_card_from_a_real_scaling_fit_lands_on_the_true_laws(tmp_path: Path, capsys) -> None:
+def test_card_from_a_real_scaling_fit_lands_on_the_true_laws(tmp_path: Path, capsys,
+                                                              scaling_sweep) -> None:
     """Sweep on known laws, eta* = 2^-12·B^0.5·D^-0.25 and B* = 16·D^0.5 (tokens, as in
     the fit's own tests) -> `fit scaling` -> `transfer`: the card's batch and LR at an 8x
     larger budget are the laws' values."""
-    import numpy as np
-
-    rng = np.random.default_rng(0)
-    rows = []
-    for d in (2**20, 2**21, 2**22, 2**23):
-        for b in (2.0**12, 2.0**13, 2.0**14, 2.0**15, 2.0**16):
-            t_opt = np.log2(2.0**-12 * b**0.5 * d**-0.25)
-            for t in np.arange(-14.0, -5.5):
-                for s in range(2):
-                    loss = (3 + 0.02 * (t - t_opt) ** 2 + 0.01 * (np.log2(b) - np.log2(16 * d**0.5)) ** 2
-                            + rng.normal(0, 0.001))
-                    rows.append(dict(lr=2.0**t, batch_tokens=b, tokens=d, loss=loss, seed=s,
-                                     diverged=False, weight_decay=0.1, seq_len=128))
     sweep = tmp_path / "scaling.csv"
-    pd.DataFrame(rows).to_csv(sweep, index=False)
+    scaling_sweep().to_csv(sweep, index=False)
     fit = tmp_path / "fit.json"
     assert main(["fit", "scaling", str(sweep), "--n-boot", "50", "--out", str(fit), "--quiet"]) == 0
     out = tmp_path / "card.yaml"

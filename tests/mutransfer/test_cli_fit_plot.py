@@ -378,25 +378,10 @@ def test_help_documents_the_flags(argv: list[str], capsys: pytest.CaptureFixture
 
 
 # ------------------------------------------------------------------ fit/plot scaling
-def scaling_sweep(budgets: tuple[float, ...] = (2**20, 2**21, 2**22, 2**23),
-                  batches: tuple[float, ...] = (2.0**12, 2.0**13, 2.0**14, 2.0**15, 2.0**16),
-                  seed: int = 0) -> pd.DataFrame:
-    """Optima on known laws: eta* = 2^-12·B^0.5·D^-0.25, B* = 16·D^0.5 (tokens), 2 seeds."""
-    rng = np.random.default_rng(seed)
-    rows = []
-    for d in budgets:
-        for b in batches:
-            t_opt = np.log2(2.0**-12 * b**0.5 * d**-0.25)
-            for t in np.arange(-14.0, -5.5):
-                for s in range(2):
-                    loss = (3 + 0.02 * (t - t_opt) ** 2 + 0.01 * (np.log2(b) - np.log2(16 * d**0.5)) ** 2
-                            + rng.normal(0, 0.001))
-                    rows.append(dict(lr=2.0**t, batch_tokens=b, tokens=d, loss=loss, seed=s,
-                                     diverged=False, weight_decay=0.1, seq_len=128))
-    return pd.DataFrame(rows)
 
 
-def test_fit_scaling_contract(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_fit_scaling_contract(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                              scaling_sweep) -> None:
     df = scaling_sweep()
     df.loc[df["lr"] == 2.0**-6, ["loss", "diverged"]] = [np.nan, True]
     path = tmp_path / "scaling.csv"
@@ -425,7 +410,8 @@ def test_fit_scaling_contract(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert p.batch_sequences % 4 == 0 and p.steps * p.batch_tokens.value >= 2.0**26
 
 
-def test_fit_scaling_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_fit_scaling_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                       scaling_sweep) -> None:
     out = tmp_path / "fit.json"
     o = ["--out", str(out), "--n-boot", "10"]
     few_d = tmp_path / "few_d.csv"
@@ -441,7 +427,8 @@ def test_fit_scaling_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFix
     assert not out.exists() and not list(tmp_path.glob(".*.tmp"))
 
 
-def test_plot_scaling_draws_the_fit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_plot_scaling_draws_the_fit(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                    scaling_sweep) -> None:
     path = tmp_path / "scaling.csv"
     scaling_sweep().to_csv(path, index=False)
     fig = tmp_path / "scaling.png"
