@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -120,3 +121,18 @@ def check_fresh_dir(path: str | os.PathLike[str] | None, names: tuple[str, ...] 
     if found:
         raise ValueError(f"{flag} {str(p)!r} already holds an earlier run ({', '.join(found)}); "
                          "pass --overwrite to replace it, or choose another folder")
+
+
+def plain(obj: Any, *, nonfinite_to_none: bool = False) -> Any:
+    """What JSON and YAML hold: mappings -> dicts with string keys, tuples -> lists, numpy
+    and torch scalars -> Python scalars, recursively. ``nonfinite_to_none`` writes NaN and
+    inf as null (JSON has neither); otherwise they stay, for a validator to refuse."""
+    if isinstance(obj, Mapping):
+        return {str(k): plain(v, nonfinite_to_none=nonfinite_to_none) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [plain(v, nonfinite_to_none=nonfinite_to_none) for v in obj]
+    if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):
+        obj = obj.item()
+    if nonfinite_to_none and isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj

@@ -38,7 +38,7 @@ from typing import Any, NamedTuple
 import torch
 import torch.nn as nn
 
-from mutransfer._io import atomic_write_text, read_yaml_mapping
+from mutransfer._io import atomic_write_text, plain, read_yaml_mapping
 from mutransfer.optim import OPTIMIZER_NAMES, OptimizerList, build_optimizer
 from mutransfer.parametrization import KINDS, ROLES, WD_MODES, Parametrization
 from mutransfer.schedules import DECAY_SHAPES, SCHEDULE_KINDS, Schedule, ScheduleConfig
@@ -132,18 +132,8 @@ def build_card(
         "audit": dict(audit) if audit else {"holdout": [], "passed": None},
         "provenance": prov,
     }
-    return validate_card(_plain(card))
+    return validate_card(plain(card))
 
-
-def _plain(obj: Any) -> Any:
-    """Plain YAML-safe values: tuples to lists, numpy scalars to Python scalars."""
-    if isinstance(obj, Mapping):
-        return {str(k): _plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_plain(v) for v in obj]
-    if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):
-        obj = obj.item()
-    return obj
 
 
 # ---- the validator ----------------------------------------------------------------------

@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mutransfer._io import plain
 from sweeps.spec import PSEUDO_FIELDS, ScalingSweep, point_key
 
 if TYPE_CHECKING:
@@ -61,17 +62,6 @@ def _rows(obj: Any) -> list[dict[str, Any]]:
         return [dict(r) for r in obj.to_dict(orient="records")]
     return [dict(r) for r in obj]
 
-
-def _plain(v: Any) -> Any:
-    if isinstance(v, Mapping):
-        return {str(k): _plain(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_plain(x) for x in v]
-    if hasattr(v, "item") and not isinstance(v, (str, bytes)):
-        v = v.item()
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v
 
 
 def heldout_point(rows: pd.DataFrame, axis: str, row: Mapping[str, Any],
@@ -201,7 +191,7 @@ def run_holdout_audit(
                 if bool(row.get("diverged")) or not math.isfinite(loss):
                     raise ValueError(f"the predicted config diverged at the held-out {axis} point "
                                      f"(lr {config['lr']:.4g}, batch {config['batch_size']})")
-                cache[key] = {"loss": loss, "gns": _plain(row.get("gns")),
+                cache[key] = {"loss": loss, "gns": plain(row.get("gns"), nonfinite_to_none=True),
                               "cpu_s": time.process_time() - c0}
                 if cache_path is not None:
                     atomic_write_text(cache_path, json.dumps(cache, indent=1, sort_keys=True) + "\n")
@@ -217,8 +207,9 @@ def run_holdout_audit(
                      "batch_tokens": config["batch_size"] * seq,
                      "predicted_batch_tokens": point["batch_tokens"],
                      "loss": loss, "losses": losses, "best_loss": best, "cpu_s": cpu})
-    audit = {"holdout": [_plain(r) for r in table_rows], "passed": passed(table_rows),
-             "criteria": dict(CRITERIA), "runs": _plain(runs), "study": spec.study_name(),
+    audit = {"holdout": [plain(r, nonfinite_to_none=True) for r in table_rows],
+             "passed": passed(table_rows), "criteria": dict(CRITERIA),
+             "runs": plain(runs, nonfinite_to_none=True), "study": spec.study_name(),
              "width": spec.width, "seq_len": seq, "seeds": list(seeds)}
     if out_path is not None:
         atomic_write_text(out_path, json.dumps(audit, indent=2) + "\n")

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from mutransfer._io import plain
+
 PARAMETRIZATIONS: tuple[str, ...] = ("sp", "mup", "completep", "muon")
 SAMPLERS: tuple[str, ...] = ("grid", "tpe", "gp", "random")
 PRUNERS: tuple[str, ...] = ("divergence", "median", "hyperband")
@@ -208,17 +210,9 @@ class SweepSpec:
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"kind": self.kind}
         for f in dataclasses.fields(self):
-            d[f.name] = _plain(getattr(self, f.name))
+            d[f.name] = plain(getattr(self, f.name))  # tuples -> lists, as JSON/YAML give back
         return d
 
-
-def _plain(v: Any) -> Any:
-    """Tuples -> lists, mappings -> dicts, recursively (what JSON and YAML give back)."""
-    if isinstance(v, Mapping):
-        return {str(k): _plain(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_plain(x) for x in v]
-    return v
 
 
 def _lr_values(spec: Any) -> tuple[float, ...]:
