@@ -28,7 +28,7 @@ def full_config(config: Mapping[str, Any]) -> dict[str, Any]:
     try:
         from mutransfer.train import TrainConfig  # type: ignore[import-not-found]
 
-        return _jsonable(TrainConfig.from_overrides(None, config).to_dict())
+        return _jsonable(TrainConfig.from_flat(config).to_flat())
     except Exception:
         return _jsonable(dict(config))
 

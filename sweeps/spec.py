@@ -51,12 +51,13 @@ PSEUDO_FIELDS: frozenset[str] = frozenset({"tokens", "wsd_branches"})
 
 
 def train_config_fields() -> frozenset[str]:
-    """Names a sweep may set: the real TrainConfig's fields if it imports, else the contract's."""
+    """Names a sweep may set: the real TrainConfig's flat field names
+    (:data:`mutransfer.config.ALIASES`) if it imports, else the contract's."""
     try:
-        from mutransfer.train import TrainConfig  # type: ignore[import-not-found]
+        from mutransfer.config import ALIASES  # type: ignore[import-not-found]
     except ImportError:
         return CONTRACT_FIELDS
-    return frozenset(f.name for f in dataclasses.fields(TrainConfig))
+    return frozenset(ALIASES)
 
 
 def log2_grid(lo: float, hi: float, step: float = 1.0) -> tuple[float, ...]:
@@ -728,14 +729,18 @@ def check_trials(spec: SweepSpec) -> int:
 
 
 def _train_default(name: str, fallback: Any) -> Any:
+    """The default of the TrainConfig field with flat name ``name`` (``fallback`` without
+    the trainer or for an unknown name)."""
     try:
-        from mutransfer.train import TrainConfig  # type: ignore[import-not-found]
-
-        for f in dataclasses.fields(TrainConfig):
-            if f.name == name and f.default is not dataclasses.MISSING:
-                return f.default
+        from mutransfer.config import ALIASES, SECTIONS  # type: ignore[import-not-found]
     except ImportError:
-        pass
+        return fallback
+    if name not in ALIASES:
+        return fallback
+    sec, fname = ALIASES[name]
+    for f in dataclasses.fields(SECTIONS[sec]):  # type: ignore[arg-type]
+        if f.name == fname and f.default is not dataclasses.MISSING:
+            return f.default
     return fallback
 
 
