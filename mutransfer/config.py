@@ -18,6 +18,7 @@ fused group (``PER_MEMBER``; :func:`mutransfer.fused.fusion_key` is the rest).
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import math
 import os
@@ -584,7 +585,8 @@ def _lookup(key: str) -> tuple[str, str]:
         sec, name = key.split(".", 1)
         return sec, name
     names = sorted(_DOTTED if "." in key else ALIASES)
-    close = [n for n in names if key.replace("-", "_") == n or key in n]
+    close = [n for n in names if key.replace("-", "_") == n or key in n] or difflib.get_close_matches(
+        key, names, n=1, cutoff=0.75)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     raise ValueError(f"unknown config field {key!r}{hint}")
 

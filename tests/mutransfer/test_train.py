@@ -218,6 +218,8 @@ def test_cli_wsd_branches(cli, tmp_path, capsys) -> None:
     (["--preset", "gpt-giant"], "unknown preset 'gpt-giant'"),
     (["--set", "lrr=1"], "unknown config field 'lrr'"),
     (["--set", "lr=0"], "lr must be a positive"),
+    (["--set", "optim.lr=0"], "lr must be a positive"),
+    (["--set", "optim.lrr=1"], "unknown config field 'optim.lrr'"),
     (["--set", "batch_size=-4"], "batch_size must be a positive integer"),
     (["--set", "seq_len=10000000"], "seq_len=10000000 is longer than the data"),
     (["--set", "steps=many"], "'steps' expects int"),
