@@ -55,7 +55,7 @@ _RENAMES: dict[tuple[str, str], str] = {
     ("schedule", "kind"): "schedule",
 }
 
-S = TypeVar("S")
+_S = TypeVar("_S")
 
 
 class _Section:
@@ -99,12 +99,12 @@ class _Section:
                 raise self._bad(name, "in [0, 1)")
 
 
-def _section(name: str) -> Callable[[type[S]], type[S]]:
+def _section(name: str) -> Callable[[type[_S]], type[_S]]:
     """Make ``cls`` a frozen dataclass section named ``name``, whose ``==`` refuses a
     string: ``cfg.parametrization == "mup"`` (a flat read left over from before the
     sections) raises TypeError instead of being silently False."""
 
-    def wrap(cls: type[S]) -> type[S]:
+    def wrap(cls: type[_S]) -> type[_S]:
         cls.NAME = name  # type: ignore[attr-defined]
         dc = dataclass(frozen=True)(cls)
         eq = dc.__eq__

@@ -1,7 +1,8 @@
 """The proxy trainer: one sweep trial is one call of :func:`train`.
 
-``train(TrainConfig(...))`` builds a GPT proxy from a preset, parametrizes it (SP, μP,
-CompleteP or Muon; :mod:`mutransfer.parametrization`), trains it on step-indexed
+``train(cfg)`` (a :class:`mutransfer.config.TrainConfig`, re-exported here; e.g.
+``TrainConfig.from_flat({"lr": 1e-2})``) builds a GPT proxy from a preset, parametrizes
+it (SP, μP, CompleteP or Muon; :mod:`mutransfer.parametrization`), trains it on step-indexed
 batches (:mod:`mutransfer.data`) with the parametrization's param groups, a pure-function
 LR schedule (:mod:`mutransfer.schedules`) and the stabilizers of
 :mod:`mutransfer.stabilizers`, and returns a :class:`TrainResult` whose ``to_row()`` is
