@@ -61,8 +61,8 @@ def run(depths: tuple[int, ...] = (2, 4, 8, 16), width: int = 32, steps: int = 1
                     row = trials.add(point, {k: twin[k] for k in ("lr", "loss", "diverged", "wall_s")}
                                      | {"shared_with": "mup"})
                 if row is None:
-                    res = train(TrainConfig(**base, depth=depth, parametrization=kind, depth_alpha=alpha,
-                                            lr=2.0**t, seed=seed))
+                    res = train(TrainConfig.from_flat(dict(**base, depth=depth, parametrization=kind,
+                                                           depth_alpha=alpha, lr=2.0**t, seed=seed)))
                     row = trials.add(point, {"lr": 2.0**t, "loss": res.loss, "diverged": res.diverged,
                                              "wall_s": res.wall_s})
                     log(f"  {label} depth {depth} lr 2^{t:g} seed {seed}: loss {res.loss:.4f}"

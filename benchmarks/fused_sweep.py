@@ -30,7 +30,6 @@ Run: ``python -m benchmarks.fused_sweep`` (prints JSON, writes
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as _dt
 import json
 import math
@@ -59,10 +58,10 @@ CUDA_PROXY = dict(preset="gpt-small", width=256, depth=4, head_dim=32, seq_len=1
 def _configs(proxy: dict[str, Any], k: int, device: str) -> list[Any]:
     from mutransfer.train import TrainConfig
 
-    base = TrainConfig(parametrization="mup", base_width=64, device=device, data_max_bytes=2_000_000,
-                       **proxy)
+    base = TrainConfig.from_flat(dict(parametrization="mup", base_width=64, device=device,
+                                      data_max_bytes=2_000_000, **proxy))
     lrs = [2.0 ** (-12 + 6 * i / max(1, k - 1)) for i in range(k)]  # 2^-12 .. 2^-6
-    return [dataclasses.replace(base, lr=lr) for lr in lrs]
+    return [base.replace(lr=lr) for lr in lrs]
 
 
 def _sync(device: str) -> None:
@@ -93,7 +92,7 @@ def _measure(device: str, proxy: dict[str, Any], ks: tuple[int, ...] = KS) -> di
     cfg0 = _configs(proxy, 1, device)[0]
     with torch.device("meta"):
         n_params = GPT(cfg0.model_config(vocab_size=data.vocab_size)).num_params()
-    warm = dataclasses.replace(cfg0, steps=2)
+    warm = cfg0.replace(steps=2)
     train(warm, data=data)
     train_fused([warm, warm], data=data)
 

@@ -18,7 +18,6 @@ kept in ``OUT/trials.jsonl`` (default ``runs/horizon_shift``), so a re-run resum
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import os
@@ -48,9 +47,10 @@ def run(horizons: tuple[int, ...] = (150, 300, 600, 1200), width: int = 64, base
     fractions = [h / total for h in horizons]
     out = Path(out or Path("runs") / "horizon_shift")
     trials = TrialLog(out / "trials.jsonl")
-    cfg0 = TrainConfig(preset="gpt-small", width=width, base_width=base_width, parametrization="mup",
-                       steps=total, batch_size=batch_size, seq_len=seq_len, eval_every=0, eval_batches=8,
-                       warmup_steps=warmup_steps, schedule="wsd", threads=threads, device="cpu")
+    cfg0 = TrainConfig.from_flat(dict(
+        preset="gpt-small", width=width, base_width=base_width, parametrization="mup", steps=total,
+        batch_size=batch_size, seq_len=seq_len, eval_every=0, eval_batches=8, warmup_steps=warmup_steps,
+        schedule="wsd", threads=threads, device="cpu"))
 
     def run_at(t: float) -> dict[int, float]:
         """Seed-mean loss per horizon at LR 2^t (one WSD trunk per seed)."""
@@ -60,7 +60,7 @@ def run(horizons: tuple[int, ...] = (150, 300, 600, 1200), width: int = 64, base
             row = trials.get(point)
             if row is None:
                 t1 = time.perf_counter()
-                res = train_wsd_branches(dataclasses.replace(cfg0, lr=2.0**t, seed=seed), fractions)
+                res = train_wsd_branches(cfg0.replace(lr=2.0**t, seed=seed), fractions)
                 row = trials.add(point, {"lr": 2.0**t, "loss": [r.loss for r in res],
                                          "diverged": [r.diverged for r in res],
                                          "wall_s": time.perf_counter() - t1})

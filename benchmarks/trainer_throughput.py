@@ -103,9 +103,10 @@ def _variants(batches: list[tuple[torch.Tensor, torch.Tensor]]) -> dict[str, Cal
 def _trainer_step() -> tuple[Callable[[int], None], Any]:
     from mutransfer.train import TrainConfig, Trainer
 
-    cfg = TrainConfig(preset="gpt-small", width=WIDTH, depth=DEPTH, head_dim=HEAD_DIM, seq_len=SEQ,
-                      batch_size=BATCH, base_width=BASE_WIDTH, steps=10_000, lr=1e-3, device="cpu",
-                      eval_every=0, max_logit_every=0, data_max_bytes=2_000_000)
+    cfg = TrainConfig.from_flat(dict(
+        preset="gpt-small", width=WIDTH, depth=DEPTH, head_dim=HEAD_DIM, seq_len=SEQ, batch_size=BATCH,
+        base_width=BASE_WIDTH, steps=10_000, lr=1e-3, device="cpu", eval_every=0, max_logit_every=0,
+        data_max_bytes=2_000_000))
     trainer = Trainer(cfg)
     return (lambda i: trainer.train_step()), trainer
 
@@ -148,8 +149,9 @@ def cuda_figures(steps: int = 30, batch: int = 64) -> dict[str, Any]:
     """gpt-40m with bf16 autocast + torch.compile through the Trainer: tokens/s and MFU."""
     from mutransfer.train import TrainConfig, Trainer
 
-    cfg = TrainConfig(preset="gpt-40m", batch_size=batch, steps=10_000, lr=3e-3, device="cuda", dtype="bf16",
-                      compile=True, eval_every=0, max_logit_every=0, data_max_bytes=20_000_000)
+    cfg = TrainConfig.from_flat(dict(
+        preset="gpt-40m", batch_size=batch, steps=10_000, lr=3e-3, device="cuda", dtype="bf16", compile=True,
+        eval_every=0, max_logit_every=0, data_max_bytes=20_000_000))
     trainer = Trainer(cfg)
     warm = 5
     trainer.run_until(warm)  # compilation happens here

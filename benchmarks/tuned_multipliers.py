@@ -137,7 +137,8 @@ def run(trials: int = 32, width: int = 256, seeds: tuple[int, ...] = (0, 1),
                          "overrides": json.dumps(over, sort_keys=True)}
                 row = trials_log.get(point)
                 if row is None:
-                    r = train(TrainConfig(**{**demo, **over}, width=width, lr=2.0**t, seed=seed))
+                    cfg = TrainConfig.from_flat({**demo, **over, "width": width, "lr": 2.0**t, "seed": seed})
+                    r = train(cfg)
                     row = trials_log.add(point, {"lr": 2.0**t, "loss": r.loss, "diverged": r.diverged})
                     log(f"  {arm} lr 2^{t:g} seed {seed}: {r.loss:.4f}{' (diverged)' if r.diverged else ''}")
                 losses.append(row["loss"])

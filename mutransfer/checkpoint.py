@@ -25,8 +25,9 @@ __all__ = ["CHECKPOINT_FORMAT", "RESUMABLE_FIELDS", "check_resume", "get_rng_sta
 CHECKPOINT_FORMAT = "mutransfer.checkpoint/v1"
 _REQUIRED = ("format", "model", "optimizer", "step", "data_offset")
 
-#: TrainConfig fields a resumed run may change: how long it runs, how often it evaluates
-#: and saves, where and on what it runs. Anything else (lr, seed, batch size,
+#: TrainConfig fields (flat names, :data:`mutransfer.config.ALIASES`) a resumed run may
+#: change: how long it runs, how often it evaluates and saves, where and on what it runs.
+#: Anything else (lr, seed, batch size,
 #: parametrization, ...) would be silently half-applied: the optimizer state restores the
 #: old base LR, the data cursor assumes the old batch; so a resume refuses it.
 RESUMABLE_FIELDS = frozenset({

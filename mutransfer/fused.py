@@ -37,9 +37,10 @@ SGD and Muon, members at different LRs and seeds, one diverging member; the test
 rtol 1e-5). On CUDA the batched kernels sum in other orders: float tolerance, not bits
 (bf16 autocast is not bit-reproducible across batch shapes anyway).
 
-Not fusible (must be equal inside a group; :data:`NON_FUSIBLE_FIELDS`): the model shape
-and architecture switches, the parametrization kind and optimizer kind, steps, batch
-size, grad accumulation, data source, eval cadence, device and dtype. Everything else
+Not fusible (must be equal inside a group; :data:`NON_FUSIBLE_FIELDS`, derived from each
+config section's ``PER_MEMBER`` fields, :mod:`mutransfer.config`): the model shape and
+architecture switches, the parametrization kind and optimizer kind, QK-clip on/off, steps,
+batch size, grad accumulation, data source, eval cadence, device and dtype. Everything else
 (lr, seed, weight decay and its mode, betas, eps, momentum, multipliers, base width and
 depth, depth alpha, readout init, schedule, warmup, grad clip, spike policy log/skip/off,
 diverge factor, QK-clip tau, gns beta, out_dir) may differ per member.
@@ -60,6 +61,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from mutransfer.config import ALIASES, SECTIONS
 from mutransfer.data import DataConfig, TokenDataset, load_dataset
 from mutransfer.models.gpt import GPT, member_losses, member_scale
 from mutransfer.noise_scale import grad_sq_norm
@@ -79,16 +81,12 @@ __all__ = [
     "unsupported_reason",
 ]
 
-#: Model fields compared after resolution against the preset (``width=None`` and
-#: ``width=64`` on a width-64 preset are the same shape).
-_MODEL_FIELDS = ("width", "depth", "head_dim", "seq_len", "tie_embeddings", "qk_norm",
-                 "logit_softcap", "z_loss", "freeze_norm_gains")
-#: Fields that must be equal across the members of one fused group.
-NON_FUSIBLE_FIELDS: tuple[str, ...] = (
-    "preset", *_MODEL_FIELDS, "parametrization", "optimizer", "steps", "batch_size",
-    "grad_accum", "data", "data_dtype", "data_max_bytes", "data_cache", "eval_every",
-    "eval_batches", "max_logit_every", "qk_clip", "device", "dtype",
-)
+#: (flat name, section, field) of every field that must be equal across the members of
+#: one fused group: each section's fields minus its ``PER_MEMBER`` ones.
+_SHARED: tuple[tuple[str, str, str], ...] = tuple(
+    (flat, sec, name) for flat, (sec, name) in ALIASES.items() if name not in SECTIONS[sec].PER_MEMBER)
+#: Fields that must be equal across the members of one fused group (flat names).
+NON_FUSIBLE_FIELDS: tuple[str, ...] = tuple(flat for flat, _, _ in _SHARED)
 #: K on CPU when not given: past ~16 members a CPU step is compute bound and fusion only
 #: adds memory (see benchmarks/fused_sweep.py).
 CPU_DEFAULT_K = 16
@@ -103,38 +101,41 @@ FusedCallback = Callable[[int, int, dict[str, Any]], "bool | None"]
 # ---- grouping ----------------------------------------------------------------------------
 
 
-def _resolved(cfg: TrainConfig, name: str) -> Any:
-    """The value of a non-fusible field as the run will see it."""
-    if name in _MODEL_FIELDS:
-        gc = cfg.model_config()
-        if name == "head_dim":
-            return gc.d_head
-        return getattr(gc, name)
-    if name == "device":
-        return str(resolve_device(cfg.device))
-    if name == "dtype":
-        if cfg.dtype != "auto":
-            return cfg.dtype
-        return "bf16" if resolve_device(cfg.device).type == "cuda" else "fp32"
-    return getattr(cfg, name)
+def _shared_values(cfg: TrainConfig) -> dict[str, Any]:
+    """The non-fusible fields of ``cfg`` by flat name, as the run will see them: the
+    model's resolved against the preset (``width=None`` and ``width=64`` on a width-64
+    preset are the same shape), device and dtype resolved."""
+    gc = cfg.model_config()
+    dev = resolve_device(cfg.run.device)
+    out: dict[str, Any] = {}
+    for flat, sec, name in _SHARED:
+        if sec == "model" and name != "preset":
+            out[flat] = gc.d_head if name == "head_dim" else getattr(gc, name)
+        elif (sec, name) == ("run", "device"):
+            out[flat] = str(dev)
+        elif (sec, name) == ("run", "dtype") and cfg.run.dtype == "auto":
+            out[flat] = "bf16" if dev.type == "cuda" else "fp32"
+        else:
+            out[flat] = getattr(getattr(cfg, sec), name)
+    return out
 
 
 def fusion_key(cfg: TrainConfig) -> tuple[Any, ...]:
-    """The non-fusible fields of ``cfg`` (resolved): trials with equal keys can train as
-    one fused group. Use it to partition pending sweep trials."""
-    return tuple(_resolved(cfg, n) for n in NON_FUSIBLE_FIELDS)
+    """The non-fusible fields of ``cfg`` (resolved), section by section: trials with
+    equal keys can train as one fused group. Use it to partition pending sweep trials."""
+    return tuple(_shared_values(cfg).values())
 
 
 def unsupported_reason(cfg: TrainConfig) -> str | None:
     """Why ``cfg`` cannot run fused at all (run it with :func:`mutransfer.train.train`),
     or None when it can."""
-    if cfg.spike_policy == "rollback":
+    if cfg.stabilizers.spike_policy == "rollback":
         return "spike_policy='rollback' rewinds one member's data stream; run it unfused"
-    if cfg.resume:
+    if cfg.output.resume:
         return "resume is not supported by fused training"
-    if cfg.checkpoint_every:
+    if cfg.output.checkpoint_every:
         return "checkpoint_every > 0 is not supported by fused training"
-    if cfg.compile:
+    if cfg.run.compile:
         return "compile=True is not supported by fused training (it runs eager)"
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         return "fused training is single-process (WORLD_SIZE > 1)"
@@ -152,11 +153,10 @@ def check_fusible(configs: Sequence[TrainConfig]) -> None:
         why = unsupported_reason(c)
         if why is not None:
             raise ValueError(f"config {i} cannot be fused: {why}")
-    first = configs[0]
-    for name in NON_FUSIBLE_FIELDS:
-        a = _resolved(first, name)
-        for i, c in enumerate(configs[1:], start=1):
-            b = _resolved(c, name)
+    values = [_shared_values(c) for c in configs]
+    for name, a in values[0].items():
+        for i, v in enumerate(values[1:], start=1):
+            b = v[name]
             if a != b:
                 raise ValueError(f"cannot fuse trials that differ in non-fusible field {name!r}: "
                                  f"{a!r} (config 0) vs {b!r} (config {i})")
@@ -196,7 +196,7 @@ def member_bytes(cfg: TrainConfig, vocab_size: int = 256) -> int:
     gc = cfg.model_config(vocab_size=vocab_size)
     with torch.device("meta"):
         n = GPT(gc).num_params()
-    tokens = cfg.batch_size // cfg.grad_accum * gc.seq_len
+    tokens = cfg.run.batch_size // cfg.run.grad_accum * gc.seq_len
     act = tokens * (40 * gc.width * gc.depth + 12 * gc.vocab_size)
     return int(16 * n + act)
 
@@ -205,7 +205,7 @@ def choose_k(cfg: TrainConfig, device: torch.device | str | None = None, *, head
     """Members per fused group when not given: :data:`CPU_DEFAULT_K` off CUDA; on CUDA,
     ``headroom`` x the free memory (``torch.cuda.mem_get_info``) over
     :func:`member_bytes`, clamped to [1, :data:`MAX_K`]."""
-    dev = torch.device(device) if device is not None else resolve_device(cfg.device)
+    dev = torch.device(device) if device is not None else resolve_device(cfg.run.device)
     if dev.type != "cuda":
         return CPU_DEFAULT_K
     free, _ = torch.cuda.mem_get_info(dev)
@@ -259,8 +259,8 @@ class FusedGroup:
         callbacks = list(callbacks) if callbacks is not None else [None] * len(configs)
         cfg0 = configs[0]
         if data is None:
-            data = load_dataset(DataConfig(source=cfg0.data, dtype=cfg0.data_dtype,
-                                           max_bytes=cfg0.data_max_bytes, cache_dir=cfg0.data_cache))
+            data = load_dataset(DataConfig(source=cfg0.run.data, dtype=cfg0.run.data_dtype,
+                                           max_bytes=cfg0.run.data_max_bytes, cache_dir=cfg0.run.data_cache))
         self.data = data
         # Each member's Trainer builds its model exactly as the unfused run does.
         self.members = [_Member(i, Trainer(c, data=data, callback=cb))
@@ -372,18 +372,18 @@ class FusedGroup:
     def _batches(self, split: str, step: int, micro: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
         """``[K, B, T]`` inputs and targets: member j's batch of its own seed (one fetch
         per distinct seed)."""
-        b = self.configs[0].batch_size
+        b = self.configs[0].run.batch_size
         cache: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         for m in self.alive:
-            if m.cfg.seed not in cache:
-                cache[m.cfg.seed] = self.data.get_batch(split, step, b, self.seq_len, m.cfg.seed, micro=micro,
-                                                        device=self.device)
+            if m.cfg.run.seed not in cache:
+                cache[m.cfg.run.seed] = self.data.get_batch(split, step, b, self.seq_len, m.cfg.run.seed,
+                                                            micro=micro, device=self.device)
         if len(cache) == 1:
             x, y = next(iter(cache.values()))
             k = len(self.alive)
             return x.unsqueeze(0).expand(k, *x.shape), y.unsqueeze(0).expand(k, *y.shape)
-        return (torch.stack([cache[m.cfg.seed][0] for m in self.alive]),
-                torch.stack([cache[m.cfg.seed][1] for m in self.alive]))
+        return (torch.stack([cache[m.cfg.run.seed][0] for m in self.alive]),
+                torch.stack([cache[m.cfg.run.seed][1] for m in self.alive]))
 
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
         if self.amp_dtype is None:
@@ -407,8 +407,9 @@ class FusedGroup:
         ``eval_batches`` fixed val batches, no z-loss)."""
         cfg = self.configs[0]
         if self._val is None:
-            self._val = [self.data.get_batch("val", b, cfg.batch_size, self.seq_len, 0, device=self.device)
-                         for b in range(cfg.eval_batches)]
+            run = cfg.run
+            self._val = [self.data.get_batch("val", b, run.batch_size, self.seq_len, 0, device=self.device)
+                         for b in range(run.eval_batches)]
         for _, a in self.attn:
             a.track_max_logit = False
         k = len(self.alive)
@@ -417,7 +418,7 @@ class FusedGroup:
             with self._autocast():
                 logits, _ = self.model(x.unsqueeze(0).expand(k, *x.shape))
             total += member_losses(logits.float(), y.unsqueeze(0).expand(k, *y.shape))
-        return [t / cfg.eval_batches for t in total.tolist()]
+        return [t / cfg.run.eval_batches for t in total.tolist()]
 
     # ---- the loop ------------------------------------------------------------------------
 
@@ -425,7 +426,7 @@ class FusedGroup:
         """One step of every member still in the stack: one forward and backward for all,
         then each member's own decision (:meth:`Trainer.decide`) and optimizer."""
         cfg0 = self.configs[0]
-        n = cfg0.grad_accum
+        n = cfg0.run.grad_accum
         t0 = time.perf_counter()
         at_forward = list(self.alive)
         mults = [m.trainer.schedule(step) for m in at_forward]
@@ -458,17 +459,17 @@ class FusedGroup:
         recs: list[dict[str, Any]] = []
         verdicts: list[Verdict] = []
         for j, m in enumerate(at_forward):
-            rec: dict[str, Any] = {"step": step + 1, "loss": loss_vals[j], "lr": m.cfg.lr * mults[j]}
+            rec: dict[str, Any] = {"step": step + 1, "loss": loss_vals[j], "lr": m.cfg.optim.lr * mults[j]}
             if ml_vals is not None:
                 rec["max_attn_logit"] = ml_vals[j]
             recs.append(rec)
             verdicts.append(m.trainer.decide(rec, loss_vals[j], g_small[j] if g_small else None))
         stepping = [j for j, v in enumerate(verdicts) if v == "step"]
         self._optimizer_step([at_forward[j] for j in stepping])
-        if cfg0.qk_clip and max_logits:
+        if cfg0.optim.qk_clip and max_logits:
             for j in stepping:
                 m = at_forward[j]
-                recs[j]["qk_clipped_heads"] = qk_clip(m.trainer.raw_model, m.cfg.qk_clip_tau,
+                recs[j]["qk_clipped_heads"] = qk_clip(m.trainer.raw_model, m.cfg.optim.qk_clip_tau,
                                                       {name: s[j] for name, s in max_logits.items()})
         for m in at_forward:
             m.trainer.opt.zero_grad(set_to_none=True)
@@ -495,14 +496,14 @@ class FusedGroup:
         """Train every member to ``steps`` (or until it diverges or is pruned); one
         TrainResult per config, in order, as :func:`mutransfer.train.train` returns it."""
         cfg0 = self.configs[0]
-        total = cfg0.steps
+        total = cfg0.run.steps
         step = 0
         while step < total and self.alive:
             self.train_step(step)
             step += 1
-            if self.alive and ((cfg0.eval_every and step % cfg0.eval_every == 0) or step == total):
+            if self.alive and ((cfg0.run.eval_every and step % cfg0.run.eval_every == 0) or step == total):
                 self._eval_and_callbacks()
-            if cfg0.eval_every and step % cfg0.eval_every == 0:
+            if cfg0.run.eval_every and step % cfg0.run.eval_every == 0:
                 for m in self.alive:
                     m.trainer.write_metrics()
         self._drop(set(range(len(self.alive))))  # detach everyone's final weights
@@ -558,9 +559,9 @@ def train_fused(
             raise ValueError(f"got {len(callbacks)} callbacks for {len(configs)} configs")
     kk = k if k is not None else choose_k(configs[0])
     if data is None:
-        c0 = configs[0]
-        data = load_dataset(DataConfig(source=c0.data, dtype=c0.data_dtype, max_bytes=c0.data_max_bytes,
-                                       cache_dir=c0.data_cache))
+        r0 = configs[0].run
+        data = load_dataset(DataConfig(source=r0.data, dtype=r0.data_dtype, max_bytes=r0.data_max_bytes,
+                                       cache_dir=r0.data_cache))
     results: list[TrainResult] = []
     for start in range(0, len(configs), kk):
         chunk = configs[start:start + kk]

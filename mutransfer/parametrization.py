@@ -32,6 +32,7 @@ import dataclasses
 import inspect
 import math
 import re
+import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +52,8 @@ from mutransfer.rules import (
 
 Role = Literal["input", "hidden", "output", "vector", "scalar"]
 ROLES: tuple[str, ...] = ("input", "hidden", "output", "vector", "scalar")
-KINDS: tuple[str, ...] = ("sp", "mup", "completep", "muon")
+Kind = Literal["sp", "mup", "completep", "muon"]
+KINDS: tuple[str, ...] = typing.get_args(Kind)
 OPTIMIZERS: tuple[str, ...] = ("adam", "sgd")
 WD_MODES: tuple[str, ...] = ("coupled", "independent")
 

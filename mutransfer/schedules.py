@@ -22,8 +22,9 @@ training, in multiples of the micro-batch.
 from __future__ import annotations
 
 import math
+import typing
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 __all__ = [
     "DECAY_SHAPES",
@@ -37,8 +38,10 @@ __all__ = [
     "make_schedule",
 ]
 
-SCHEDULE_KINDS = ("constant", "cosine", "linear", "inverse_sqrt", "wsd")
-DECAY_SHAPES = ("linear", "1-sqrt", "exp", "cosine")
+ScheduleKind = Literal["constant", "cosine", "linear", "inverse_sqrt", "wsd"]
+DecayShape = Literal["linear", "1-sqrt", "exp", "cosine"]
+SCHEDULE_KINDS: tuple[str, ...] = typing.get_args(ScheduleKind)
+DECAY_SHAPES: tuple[str, ...] = typing.get_args(DecayShape)
 
 
 @dataclass(frozen=True)

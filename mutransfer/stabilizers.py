@@ -20,9 +20,10 @@ restart from a checkpoint ~100 steps before the spike and skip the data batches 
 from __future__ import annotations
 
 import math
+import typing
 from collections import deque
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -38,7 +39,8 @@ __all__ = [
     "robust_stats",
 ]
 
-SPIKE_POLICIES = ("off", "log", "skip", "rollback")
+SpikePolicy = Literal["off", "log", "skip", "rollback"]
+SPIKE_POLICIES: tuple[str, ...] = typing.get_args(SpikePolicy)
 # 1 / Phi^-1(3/4): MAD * 1.4826 estimates sigma for normal data (Rousseeuw & Croux 1993).
 MAD_TO_SIGMA = 1.4826
 

@@ -15,7 +15,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from sweeps.spec import SweepSpec, preset_attr
+from sweeps.spec import SweepSpec, preset_attr, to_train_config
 
 if TYPE_CHECKING:
     import optuna
@@ -26,9 +26,7 @@ OUTCOMES = ("complete", "diverged", "pruned", "failed", "lost")
 def full_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """Every TrainConfig field of ``config`` (defaults filled) when the trainer imports."""
     try:
-        from mutransfer.train import TrainConfig  # type: ignore[import-not-found]
-
-        return _jsonable(TrainConfig.from_overrides(None, config).to_dict())
+        return _jsonable(to_train_config(config).to_flat())
     except Exception:
         return _jsonable(dict(config))
 

@@ -86,11 +86,12 @@ def load_runner(path: str) -> Runner:
 
 def train_runner(config: dict[str, Any], report: Report, *, progress: bool = False) -> dict[str, Any]:
     """Train ``config`` (TrainConfig fields) with ``mutransfer.train`` and return its row."""
-    from mutransfer.train import TrainConfig, train  # type: ignore[import-not-found]
+    from mutransfer.train import train  # type: ignore[import-not-found]
+    from sweeps.spec import to_train_config
 
     config = dict(config)
     branches = config.pop("wsd_branches", None)
-    cfg = TrainConfig.from_overrides(None, config)
+    cfg = to_train_config(config)
     if branches is not None:
         return _train_wsd_row(cfg, branches, report, progress=progress)
     result = train(cfg, callback=_train_callback(report), progress=progress)
@@ -164,7 +165,8 @@ def train_fused_runner(configs: list[dict[str, Any]], reports: list[Report]
     only its own members (their entry is the exception).
     """
     from mutransfer.fused import partition, train_fused, unsupported_reason
-    from mutransfer.train import TrainConfig, train  # type: ignore[import-not-found]
+    from mutransfer.train import train  # type: ignore[import-not-found]
+    from sweeps.spec import to_train_config
 
     if len(configs) != len(reports):
         raise ValueError(f"got {len(reports)} report functions for {len(configs)} configs")
@@ -179,7 +181,7 @@ def train_fused_runner(configs: list[dict[str, Any]], reports: list[Report]
                 out[i] = exc
             continue
         try:
-            cfgs.append(TrainConfig.from_overrides(None, c))
+            cfgs.append(to_train_config(c))
             ok.append(i)
         except Exception as exc:  # this member's config is bad: fail it alone
             out[i] = exc

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import itertools
 import json
 import math
@@ -51,12 +52,13 @@ PSEUDO_FIELDS: frozenset[str] = frozenset({"tokens", "wsd_branches"})
 
 
 def train_config_fields() -> frozenset[str]:
-    """Names a sweep may set: the real TrainConfig's fields if it imports, else the contract's."""
+    """Names a sweep may set: the real TrainConfig's flat field names
+    (:data:`mutransfer.config.ALIASES`) if it imports, else the contract's."""
     try:
-        from mutransfer.train import TrainConfig  # type: ignore[import-not-found]
+        from mutransfer.config import ALIASES  # type: ignore[import-not-found]
     except ImportError:
         return CONTRACT_FIELDS
-    return frozenset(f.name for f in dataclasses.fields(TrainConfig))
+    return frozenset(ALIASES)
 
 
 def log2_grid(lo: float, hi: float, step: float = 1.0) -> tuple[float, ...]:
@@ -691,12 +693,35 @@ def resolve_config(spec: SweepSpec, params: Mapping[str, Any]) -> dict[str, Any]
 def train_config(spec: SweepSpec, point: Mapping[str, Any]) -> Any:
     """The :class:`mutransfer.train.TrainConfig` of a grid point (adaptive dimensions such
     as a searched lr take their lower bound, else the base value)."""
-    from mutransfer.train import TrainConfig
-
     params = {**{k: lo for k, (lo, _) in spec.search().items()}, **dict(point)}
     cfg = resolve_config(spec, params)
     cfg.pop("wsd_branches", None)  # the runner's pseudo-field (one row per branch), not the trainer's
-    return TrainConfig.from_overrides(None, cfg)
+    return to_train_config(cfg)
+
+
+def to_train_config(config: Mapping[str, Any]) -> Any:
+    """``TrainConfig.from_flat(config)``, resolved once per process for equal configs.
+
+    One fused trial's config is needed by the claim (its fusion key, K), by its
+    provenance attrs and by the runner; TrainConfig is frozen, so all of them share one
+    resolution. Keys are sorted (the order of overrides does not matter) and hold each
+    value's type (``1`` and ``True`` are equal and hash alike but are not the same
+    override); a config with unhashable values is not cached."""
+    items = tuple(sorted((k, type(v), v) for k, v in config.items()))
+    try:
+        hash(items)
+    except TypeError:
+        from mutransfer.config import TrainConfig
+
+        return TrainConfig.from_flat(config)
+    return _to_train_config(items)
+
+
+@functools.lru_cache(maxsize=1024)
+def _to_train_config(items: tuple[tuple[str, type, Any], ...]) -> Any:
+    from mutransfer.config import TrainConfig
+
+    return TrainConfig.from_flat({k: v for k, _, v in items})
 
 
 def check_trials(spec: SweepSpec) -> int:
@@ -728,14 +753,18 @@ def check_trials(spec: SweepSpec) -> int:
 
 
 def _train_default(name: str, fallback: Any) -> Any:
+    """The default of the TrainConfig field with flat name ``name`` (``fallback`` without
+    the trainer or for an unknown name)."""
     try:
-        from mutransfer.train import TrainConfig  # type: ignore[import-not-found]
-
-        for f in dataclasses.fields(TrainConfig):
-            if f.name == name and f.default is not dataclasses.MISSING:
-                return f.default
+        from mutransfer.config import ALIASES, SECTIONS  # type: ignore[import-not-found]
     except ImportError:
-        pass
+        return fallback
+    if name not in ALIASES:
+        return fallback
+    sec, fname = ALIASES[name]
+    for f in dataclasses.fields(SECTIONS[sec]):  # type: ignore[arg-type]
+        if f.name == fname and f.default is not dataclasses.MISSING:
+            return f.default
     return fallback
 
 

@@ -20,11 +20,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", default=None, metavar="NAME",
                    help="model preset: gpt-tiny (default), gpt-small, gpt-40m")
     p.add_argument("--config", default=None, metavar="FILE",
-                   help="YAML/JSON file of TrainConfig fields (read with yaml.safe_load)")
+                   help="YAML/JSON file of TrainConfig fields, flat (lr: 3e-3) or by section "
+                        "(optim: {lr: 3e-3}) (read with yaml.safe_load)")
     p.add_argument("--set", dest="overrides", action="append", type=key_value, default=[],
                    metavar="KEY=VALUE",
-                   help="override a TrainConfig field, e.g. --set lr=3e-3 --set width=128 "
-                        "(repeatable; 'none' for None). Applied after --config and --preset")
+                   help="override a TrainConfig field by its flat or dotted name, e.g. --set lr=3e-3 "
+                        "--set model.width=128 (repeatable; 'none' for None). Applied after --config "
+                        "and --preset")
     p.add_argument("--out", default=None, metavar="DIR",
                    help="write result.json, metrics.jsonl (and checkpoints if checkpoint_every) here")
     p.add_argument("--resume", default=None, metavar="CKPT", help="resume from this checkpoint")
@@ -75,10 +77,10 @@ def run(args: argparse.Namespace) -> int:
     from mutransfer.train import train, train_wsd_branches
 
     cfg = build_config(args)  # every bad value fails here or before the first write
-    check_output(cfg.out_dir, inputs=[cfg.resume, args.config], directory=True)
-    check_fresh_dir(cfg.out_dir, _RUN_FILES, overwrite=args.overwrite or bool(cfg.resume))
+    check_output(cfg.output.out_dir, inputs=[cfg.output.resume, args.config], directory=True)
+    check_fresh_dir(cfg.output.out_dir, _RUN_FILES, overwrite=args.overwrite or bool(cfg.output.resume))
     if args.wsd_branches:
-        if cfg.resume:
+        if cfg.output.resume:
             raise ValueError("--wsd-branches cannot be combined with --resume")
         results = train_wsd_branches(cfg, args.wsd_branches, progress=not args.quiet)
     else:
@@ -87,8 +89,8 @@ def run(args: argparse.Namespace) -> int:
                     "rollbacks": [list(x) for x in r.rollbacks]}) for r in results]
     doc: Any = docs[0] if len(docs) == 1 else {"branches": docs}
     text = json.dumps(doc, indent=2, allow_nan=False) + "\n"
-    if cfg.out_dir:
-        atomic_write_text(Path(cfg.out_dir) / "result.json", text)
+    if cfg.output.out_dir:
+        atomic_write_text(Path(cfg.output.out_dir) / "result.json", text)
     if args.json:
         print(text, end="")
     else:

@@ -109,4 +109,4 @@ def test_multiplier_spec_searches_only_trainconfig_fields_and_its_corners_are_va
             "attn_mult", "weight_decay", "beta2", "eps"} == set(space)
     base = dict(spec.base)
     for corner in itertools.product(*space.values()):  # every extreme combination builds
-        TrainConfig(preset=spec.preset, **base, **dict(zip(space, corner)))
+        TrainConfig.from_flat(dict(preset=spec.preset, **base, **dict(zip(space, corner))))

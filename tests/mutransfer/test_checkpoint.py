@@ -19,7 +19,7 @@ def data() -> TokenDataset:
 def cfg(**kw: object) -> TrainConfig:
     base = dict(preset="gpt-tiny", width=32, depth=2, head_dim=16, seq_len=32, batch_size=8, steps=16,
                 lr=1e-2, eval_every=8, eval_batches=1, threads=1, grad_accum=2)
-    return TrainConfig(**{**base, **kw})  # type: ignore[arg-type]
+    return TrainConfig.from_flat({**base, **kw})
 
 
 @pytest.mark.parametrize("parametrization", ["mup", "muon"])

@@ -23,7 +23,7 @@ WORKER = textwrap.dedent("""
     import json, sys
     import torch
     from mutransfer.train import TrainConfig, train
-    r = train(TrainConfig(**json.loads(sys.argv[1])))
+    r = train(TrainConfig.from_flat(json.loads(sys.argv[1])))
     if torch.distributed.get_rank() if torch.distributed.is_initialized() else 0:
         sys.exit(0)
     json.dump({"loss": [h["loss"] for h in r.history], "gns": [h["gns"] for h in r.history],
@@ -47,7 +47,7 @@ def test_two_gloo_processes_match_one(tmp_path) -> None:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-5000:]
     ddp = json.loads(out.read_text())
-    single = train(TrainConfig(**KW))  # type: ignore[arg-type]
+    single = train(TrainConfig.from_flat(dict(**KW)))  # type: ignore[arg-type]
     np.testing.assert_allclose(ddp["loss"], [h["loss"] for h in single.history], rtol=0, atol=1e-5)
     np.testing.assert_allclose(ddp["val"], single.loss, rtol=0, atol=1e-5)
     assert ddp["tokens"] == single.tokens == 6 * 8 * 32

@@ -35,7 +35,7 @@ def tiny(**kw) -> TrainConfig:
                 eval_every=5, eval_batches=1, threads=1, data_max_bytes=300_000, base_width=16,
                 device="cpu", parametrization="mup")
     base.update(kw)
-    return TrainConfig(**base)
+    return TrainConfig.from_flat(base)
 
 
 def assert_same(ref: TrainResult, got: TrainResult) -> None:
@@ -148,7 +148,7 @@ def test_groups_of_k_keep_order(data) -> None:
     cfgs = [tiny(lr=lr, steps=6, eval_every=3) for lr in (1e-3, 3e-3, 1e-2)]
     fused = train_fused(cfgs, k=2, data=data)
     for c, f in zip(cfgs, fused):
-        assert f.lr == c.lr
+        assert f.lr == c.optim.lr
         assert_same(train(c, data=data), f)
 
 

@@ -3,7 +3,6 @@ under a schedule, QK-clip."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import pytest
@@ -61,10 +60,11 @@ def test_muon_step_equals_torch_muon_with_lr_times_mult() -> None:
 
 @pytest.mark.parametrize("parametrization", ["mup", "muon", "sp"])
 def test_effective_lr_is_base_times_schedule_times_mult(parametrization: str) -> None:
-    cfg = TrainConfig(preset="gpt-tiny", width=64, depth=1, head_dim=16, seq_len=16, batch_size=4, steps=10,
-                      lr=3e-3, base_width=32, parametrization=parametrization, warmup_steps=3,
-                      schedule="cosine", lr_floor=0.1, eval_every=0, eval_batches=1, threads=1,
-                      data_max_bytes=100_000)
+    cfg = TrainConfig.from_flat(dict(
+        preset="gpt-tiny", width=64, depth=1, head_dim=16, seq_len=16, batch_size=4, steps=10,
+        lr=3e-3, base_width=32, parametrization=parametrization, warmup_steps=3,
+        schedule="cosine", lr_floor=0.1, eval_every=0, eval_batches=1, threads=1,
+        data_max_bytes=100_000))
     t = Trainer(cfg)
     mults = {n: t.pz.specs[n].lr_mult for n in t.pz.specs}
     for step in range(6):
@@ -119,9 +119,10 @@ def test_qk_clip_bounds_each_head_and_leaves_the_others() -> None:
 
 
 def test_qk_clip_in_training_keeps_logits_bounded() -> None:
-    cfg = TrainConfig(preset="gpt-tiny", width=32, depth=1, head_dim=16, seq_len=32, batch_size=8, steps=30,
-                      lr=5e-2, qk_clip=True, qk_clip_tau=2.0, schedule="constant", warmup_steps=0,
-                      eval_every=0, eval_batches=1, threads=1, data_max_bytes=100_000)
+    cfg = TrainConfig.from_flat(dict(
+        preset="gpt-tiny", width=32, depth=1, head_dim=16, seq_len=32, batch_size=8, steps=30,
+        lr=5e-2, qk_clip=True, qk_clip_tau=2.0, schedule="constant", warmup_steps=0,
+        eval_every=0, eval_batches=1, threads=1, data_max_bytes=100_000))
     r = Trainer(cfg).run()
     clipped = sum(h.get("qk_clipped_heads", 0) for h in r.history)
     assert clipped > 0
@@ -129,6 +130,6 @@ def test_qk_clip_in_training_keeps_logits_bounded() -> None:
     # growth; the same run without QK-clip grows its logits an order of magnitude more.
     late = [h["max_attn_logit"] for h in r.history[10:]]
     assert max(late) < 2.0 * 2.5, late
-    free = Trainer(dataclasses.replace(cfg, qk_clip=False, max_logit_every=1)).run()
+    free = Trainer(cfg.replace(qk_clip=False, max_logit_every=1)).run()
     free_late = [h["max_attn_logit"] for h in free.history[10:] if h["max_attn_logit"] is not None]
     assert max(free_late) > 4 * max(late)

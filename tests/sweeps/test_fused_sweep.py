@@ -264,3 +264,29 @@ def test_a_member_failed_elsewhere_is_lost_and_the_others_finish(tmp_path) -> No
     assert rep.outcomes == Counter({"lost": 1, "complete": 2})
     states = [t.state for t in open_study(url, None)[0].trials]
     assert states == [TrialState.FAIL, TrialState.COMPLETE, TrialState.COMPLETE]
+
+
+def test_a_fused_trial_config_is_resolved_once(tmp_path, fused_calls, monkeypatch) -> None:
+    """#14 §2: validation, the claim (fusion key), the trial's provenance attrs and the
+    fused runner share one TrainConfig per trial instead of resolving it up to 4 times."""
+    from mutransfer.config import TrainConfig
+    from sweeps.spec import _to_train_config, to_train_config
+
+    _to_train_config.cache_clear()
+    resolved: list[dict[str, Any]] = []
+    real = TrainConfig.from_overrides.__func__  # type: ignore[attr-defined]
+
+    def counting(cls: Any, base: Any = None, overrides: Any = None) -> Any:
+        resolved.append(dict(overrides or {}))
+        return real(cls, base, overrides)
+
+    monkeypatch.setattr(TrainConfig, "from_overrides", classmethod(counting))
+    spec = _spec(widths=(32,))
+    fused = run_sweep(spec, out=tmp_path / "fused", device="cpu", fuse=4)
+    assert fused.complete and fused_calls == [3]
+    lrs = sorted(c["lr"] for c in resolved)
+    assert lrs == sorted(LRS), resolved  # one resolution per trial, no more
+    # the memo tells apart values that are equal but of another type
+    assert to_train_config({"qk_norm": True}).model.qk_norm is True
+    with pytest.raises(ValueError, match="'qk_norm' expects bool"):
+        to_train_config({"qk_norm": 1})

@@ -1,0 +1,654 @@
+"""The training run's configuration as a tree: :class:`TrainConfig` of seven sections.
+
+``TrainConfig(model=ModelSection(...), optim=OptimSection(...), ...)``: each section is a
+frozen dataclass that validates its own fields (choices come from the ``Literal`` of the
+field's type); :class:`TrainConfig` checks only what spans sections (the optimizer that
+goes with the parametrization, warmup <= steps, base width <= width).
+
+Every section field also has a *flat* name (:data:`ALIASES`): its own name, except
+``parametrization`` (``parametrization.kind``), ``optimizer`` (``optim.name``) and
+``schedule`` (``schedule.kind``). Flat names are what ``--set key=value``, sweep specs,
+results rows, trial attributes and checkpoints use, so those stay as they were:
+:meth:`TrainConfig.from_overrides` takes flat or dotted keys (``lr`` or ``optim.lr``),
+:meth:`TrainConfig.to_flat` gives the flat dict, :meth:`TrainConfig.replace` derives
+variants. Sections declare which of their fields may differ between the members of a
+fused group (``PER_MEMBER``; :func:`mutransfer.fused.fusion_key` is the rest).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import functools
+import math
+import os
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal, TypeVar
+
+from mutransfer._io import read_yaml_mapping
+from mutransfer.models.gpt import GPTConfig
+from mutransfer.models.presets import PRESETS, get_preset
+from mutransfer.parametrization import Kind
+from mutransfer.schedules import DecayShape, ScheduleConfig, ScheduleKind
+from mutransfer.stabilizers import SpikePolicy
+
+__all__ = [
+    "ALIASES",
+    "SECTIONS",
+    "ModelSection",
+    "OptimSection",
+    "OutputSection",
+    "ParametrizationSection",
+    "RunSection",
+    "ScheduleSection",
+    "StabilizerSection",
+    "TrainConfig",
+    "load_config",
+]
+
+#: Section fields whose flat name is not the field's own name: ``(section, field) -> flat``.
+_RENAMES: dict[tuple[str, str], str] = {
+    ("parametrization", "kind"): "parametrization",
+    ("optim", "name"): "optimizer",
+    ("schedule", "kind"): "schedule",
+}
+
+_S = TypeVar("_S")
+
+
+class _Section:
+    """What every section shares: its name in :class:`TrainConfig`, the fields that may
+    differ per fused member, and the checks its ``__post_init__`` uses (errors name the
+    field by its flat name, as ``--set`` spells it)."""
+
+    #: The section's attribute name on :class:`TrainConfig`.
+    NAME: ClassVar[str] = ""
+    #: Fields that may differ between the members of one fused group (every other
+    #: field is part of :func:`mutransfer.fused.fusion_key`).
+    PER_MEMBER: ClassVar[frozenset[str]] = frozenset()
+
+    def _bad(self, name: str, what: str) -> ValueError:
+        flat = _RENAMES.get((self.NAME, name), name)
+        return ValueError(f"{flat} must be {what}, got {getattr(self, name)!r}")
+
+    def _check_choices(self) -> None:
+        """Every ``Literal``-typed field holds one of its choices."""
+        for name, allowed in _choices(type(self)).items():
+            if getattr(self, name) not in allowed:
+                raise self._bad(name, f"one of {', '.join(map(str, allowed))}")
+
+    def _positive(self, *names: str) -> None:
+        for name in names:
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0):
+                raise self._bad(name, "a positive finite number")
+
+    def _ints(self, names: tuple[str, ...], low: int, what: str, optional: bool = False) -> None:
+        for name in names:
+            v = getattr(self, name)
+            if optional and v is None:
+                continue
+            if not (isinstance(v, int) and not isinstance(v, bool) and v >= low):
+                raise self._bad(name, what)
+
+    def _unit(self, *names: str) -> None:
+        for name in names:
+            if not (0.0 <= getattr(self, name) < 1.0):
+                raise self._bad(name, "in [0, 1)")
+
+
+def _section(name: str) -> Callable[[type[_S]], type[_S]]:
+    """Make ``cls`` a frozen dataclass section named ``name``, whose ``==`` refuses a
+    string: ``cfg.parametrization == "mup"`` (a flat read left over from before the
+    sections) raises TypeError instead of being silently False."""
+
+    def wrap(cls: type[_S]) -> type[_S]:
+        cls.NAME = name  # type: ignore[attr-defined]
+        dc = dataclass(frozen=True)(cls)
+        eq = dc.__eq__
+
+        def __eq__(self: Any, other: object) -> bool:
+            if isinstance(other, str):
+                raise TypeError(f"comparing the {name!r} config section with the string {other!r}; "
+                                f"compare one of its fields (e.g. cfg.{name}.kind)")
+            return eq(self, other)  # type: ignore[no-any-return]
+
+        dc.__eq__ = __eq__  # type: ignore[method-assign,assignment]
+        return dc
+
+    return wrap
+
+
+@_section("model")
+class ModelSection(_Section):
+    """The model: a GPT preset and its overrides (``None``: the preset's value)."""
+
+    preset: str = "gpt-tiny"
+    """Model preset (:data:`mutransfer.models.presets.PRESETS`), a GPT one."""
+    width: int | None = None
+    """Model width d_model (None: the preset's)."""
+    depth: int | None = None
+    """Number of blocks (None: the preset's)."""
+    head_dim: int | None = None
+    """Per-head dimension (None: the preset's); heads = width / head_dim."""
+    seq_len: int | None = None
+    """Tokens per training sequence (None: the preset's context)."""
+    tie_embeddings: bool | None = None
+    """Share the embedding with the readout (None: the preset's)."""
+    qk_norm: bool | None = None
+    """RMS-normalize queries and keys (None: the preset's)."""
+    logit_softcap: float | None = None
+    """Soft-cap logits at cap·tanh(x/cap) (None: the preset's; 0 turns it off)."""
+    z_loss: float | None = None
+    """z-loss coefficient (PaLM's 1e-4 when on; None: the preset's)."""
+    freeze_norm_gains: bool | None = None
+    """Keep RMSNorm gains at 1 (Lingle 2024; None: the preset's)."""
+
+    # The shape is what a fused group batches over: nothing here is per member.
+    PER_MEMBER: ClassVar[frozenset[str]] = frozenset()
+
+    def __post_init__(self) -> None:
+        if self.preset not in PRESETS:
+            raise ValueError(f"unknown preset {self.preset!r}; choose from {', '.join(PRESETS)}")
+        if not isinstance(get_preset(self.preset), GPTConfig):
+            gpts = [n for n in PRESETS if isinstance(get_preset(n), GPTConfig)]
+            raise ValueError(f"preset {self.preset!r} is not a GPT; the trainer takes {', '.join(gpts)}")
+        self._ints(("width", "depth", "head_dim", "seq_len"), 1, "a positive integer or None", optional=True)
+        if self.z_loss is not None and not (self.z_loss >= 0):
+            raise self._bad("z_loss", ">= 0 or None")
+        if self.logit_softcap is not None and not (self.logit_softcap >= 0):
+            raise self._bad("logit_softcap", ">= 0 or None")
+        self.gpt_config()  # width/head divisibility etc., with GPTConfig's own messages
+
+    def gpt_config(self, vocab_size: int | None = None) -> GPTConfig:
+        """The preset's GPTConfig with this section's overrides (and the data's vocab)."""
+        base = get_preset(self.preset)
+        assert isinstance(base, GPTConfig)
+        changes: dict[str, Any] = {}
+        for name in ("width", "depth", "head_dim", "seq_len", "tie_embeddings", "qk_norm",
+                     "z_loss", "freeze_norm_gains"):
+            if getattr(self, name) is not None:
+                changes[name] = getattr(self, name)
+        if self.logit_softcap is not None:
+            changes["logit_softcap"] = self.logit_softcap or None
+        if vocab_size is not None:
+            changes["vocab_size"] = vocab_size
+        if "head_dim" in changes and base.n_head is not None:
+            changes["n_head"] = None
+        return base.replace(**changes)
+
+
+@_section("parametrization")
+class ParametrizationSection(_Section):
+    """How width and depth scale the init, the forward and the per-parameter LR."""
+
+    kind: Kind = "mup"
+    """``sp``, ``mup``, ``completep`` or ``muon`` (flat name ``parametrization``)."""
+    base_width: int | None = None
+    """Width at which the parametrization equals SP: the proxy whose hyperparameters
+    transfer. None: the preset's own width (or the model's width, if smaller), so
+    ``--preset gpt-tiny --set width=512`` is gpt-tiny's tuning carried to width 512."""
+    base_depth: int | None = None
+    """CompleteP's base depth. None: the preset's own depth (or the model's, if smaller)."""
+    depth_alpha: float = 1.0
+    """CompleteP's alpha, 0.5 or 1."""
+    input_mult: float = 1.0
+    """Forward multiplier of the embeddings."""
+    output_mult: float = 1.0
+    """Forward multiplier of the readout (μP divides by the width multiplier on top)."""
+    attn_mult: float = 1.0
+    """Multiplier of the attention logits (attn_mult/d_head under μP)."""
+    residual_mult: float = 1.0
+    """Multiplier of every residual branch."""
+    lr_mult_input: float = 1.0
+    """Tunable LR multiplier of the input role (embeddings), on top of the parametrization's."""
+    lr_mult_output: float = 1.0
+    """Tunable LR multiplier of the output role (readout), on top of the parametrization's."""
+    lr_mult_vector: float = 1.0
+    """Tunable LR multiplier of the vector role (gains, biases), on top of the parametrization's."""
+    readout_init: Literal["constant", "zero"] = "constant"
+    """Readout init under μP: ``constant`` (constant variance) or ``zero``."""
+
+    # The kind decides which optimizer math runs; the rest are per-member scalars.
+    PER_MEMBER: ClassVar[frozenset[str]] = frozenset({
+        "base_width", "base_depth", "depth_alpha", "input_mult", "output_mult", "attn_mult",
+        "residual_mult", "lr_mult_input", "lr_mult_output", "lr_mult_vector", "readout_init"})
+
+    def __post_init__(self) -> None:
+        self._check_choices()
+        self._positive("input_mult", "output_mult", "attn_mult", "residual_mult", "lr_mult_input",
+                       "lr_mult_output", "lr_mult_vector")
+        self._ints(("base_width", "base_depth"), 1, "a positive integer or None", optional=True)
+        if self.depth_alpha not in (0.5, 1.0):
+            raise self._bad("depth_alpha", "0.5 or 1")
+
+    @property
+    def mults(self) -> tuple[float, float, float, float]:
+        """(input, output, attn, residual) forward multipliers."""
+        return self.input_mult, self.output_mult, self.attn_mult, self.residual_mult
+
+    @property
+    def lr_mults(self) -> dict[str, float]:
+        """Tuned per-role LR multipliers, by role."""
+        return {"input": self.lr_mult_input, "output": self.lr_mult_output, "vector": self.lr_mult_vector}
+
+
+@_section("optim")
+class OptimSection(_Section):
+    """The optimizer and its hyperparameters."""
+
+    name: Literal["auto", "adamw", "sgd", "muon"] = "auto"
+    """``adamw``, ``sgd`` or ``muon``; ``auto`` picks muon for the muon parametrization
+    and adamw otherwise (resolved by :class:`TrainConfig`; flat name ``optimizer``)."""
+    lr: float = 1e-2
+    """Base learning rate (per-parameter LR = lr × schedule × μP multiplier)."""
+    beta1: float = 0.9
+    """Adam beta1."""
+    beta2: float = 0.95
+    """Adam beta2."""
+    eps: float = 1e-8
+    """Adam epsilon (CompleteP scales it per parameter)."""
+    momentum: float = 0.0
+    """SGD momentum."""
+    muon_momentum: float = 0.95
+    """Muon momentum (Nesterov)."""
+    weight_decay: float = 0.0
+    """Weight decay of matrix-like parameters (vectors get none)."""
+    wd_mode: Literal["coupled", "independent"] = "coupled"
+    """``coupled`` (torch AdamW: decay lr_t × wd) or ``independent`` (wd × schedule)."""
+    qk_clip: bool = False
+    """Apply QK-clip (MuonClip, Kimi K2) after every step."""
+    qk_clip_tau: float = 100.0
+    """QK-clip threshold tau on the per-head max attention logit."""
+
+    # The optimizer kind and whether QK-clip runs are one code path for the whole group.
+    PER_MEMBER: ClassVar[frozenset[str]] = frozenset({
+        "lr", "beta1", "beta2", "eps", "momentum", "muon_momentum", "weight_decay", "wd_mode", "qk_clip_tau"})
+
+    def __post_init__(self) -> None:
+        self._check_choices()
+        self._positive("lr", "eps", "qk_clip_tau")
+        self._unit("beta1", "beta2", "momentum", "muon_momentum")
+        if not (self.weight_decay >= 0 and math.isfinite(self.weight_decay)):
+            raise self._bad("weight_decay", ">= 0")
+
+
+@_section("schedule")
+class ScheduleSection(_Section):
+    """The LR schedule (a pure function of the step; :mod:`mutransfer.schedules`)."""
+
+    kind: ScheduleKind = "cosine"
+    """LR schedule kind: constant, cosine, linear, inverse_sqrt, wsd (flat name ``schedule``)."""
+    warmup_steps: int | None = None
+    """Linear warmup steps (None: 10% of the steps)."""
+    decay_fraction: float = 0.2
+    """WSD cooldown length as a fraction of the steps."""
+    decay_shape: DecayShape = "1-sqrt"
+    """WSD cooldown shape: linear, 1-sqrt, exp, cosine."""
+    lr_floor: float = 0.0
+    """Final LR as a fraction of the peak (cosine/linear/wsd; inverse_sqrt's clamp)."""
+
+    # Each member computes its own LR multiplier per step.
+    PER_MEMBER: ClassVar[frozenset[str]] = frozenset({
+        "kind", "warmup_steps", "decay_fraction", "decay_shape", "lr_floor"})
+
+    def __post_init__(self) -> None:
+        self._check_choices()
+        # The upper bound (steps) is another section's: TrainConfig checks it.
+        if self.warmup_steps is not None and not (
+                isinstance(self.warmup_steps, int) and not isinstance(self.warmup_steps, bool)
+                and self.warmup_steps >= 0):
+            raise self._bad("warmup_steps", "a non-negative integer or None")
+        if not (0.0 <= self.lr_floor <= 1.0):
+            raise self._bad("lr_floor", "in [0, 1]")
+        if not (0.0 <= self.decay_fraction <= 1.0):
+            raise self._bad("decay_fraction", "in [0, 1]")
+
+
+@_section("run")
+class RunSection(_Section):
+    """How long, on what data and where the run trains."""
+
+    steps: int = 200
+    """Optimizer steps."""
+    batch_size: int = 16
+    """Global batch in sequences (over all micro-batches and ranks)."""
+    grad_accum: int = 1
+    """Micro-batches per step (>= 2 also gives the gradient noise scale)."""
+    seed: int = 0
+    """Seed of the init and of the training-data order (eval data is fixed)."""
+    data: str = "stdlib"
+    """Token source: ``stdlib`` (embedded corpus) or a path (.bin memmap(s), text)."""
+    data_dtype: str | None = None
+    """Token dtype of .bin data (uint8/uint16/uint32; None: sidecar or uint16)."""
+    data_max_bytes: int | None = None
+    """Cap on the stdlib corpus in bytes (tests, quick demos)."""
+    data_cache: str | None = None
+    """Where the stdlib corpus is cached (None: $MUTRANSFER_CACHE or ~/.cache)."""
+    eval_every: int = 50
+    """Evaluate on the held-out split every this many steps (0: only at the end)."""
+    eval_batches: int = 4
+    """Held-out batches (of batch_size sequences) per evaluation."""
+    device: str = "auto"
+    """``auto`` (cuda, then mps, then cpu), ``cpu``, ``cuda``, ``cuda:N`` or ``mps``."""
+    dtype: Literal["auto", "fp32", "bf16"] = "auto"
+    """``auto`` (bf16 autocast on CUDA, fp32 elsewhere), ``fp32`` or ``bf16``."""
+    compile: bool = False
+    """torch.compile the model."""
+    threads: int | None = 1
+    """torch CPU threads (None: leave torch's setting). Default 1: on 2 cores two
+    single-threaded runs side by side beat one two-threaded run (by ~10% at width 256,
+    1.5x at width 32), and with other processes busy a 2-thread gpt-tiny run measured
+    40x slower than a 1-thread one (OpenMP threads waiting on each other)."""
+    gns_beta: float = 0.99
+    """EMA decay of the gradient-noise-scale estimator."""
+    max_logit_every: int = 10
+    """Measure the max attention logit every this many steps (0: never, unless QK-clip)."""
+
+    # A fused group steps, evaluates and fetches data in lock step on one device; the
+    # seed only picks a member's init and batches. ``compile`` is refused by fusion
+    # (mutransfer.fused.unsupported_reason) and ``threads`` is process-wide.
+    PER_MEMBER: ClassVar[frozenset[str]] = frozenset({"seed", "compile", "threads", "gns_beta"})
+
+    def __post_init__(self) -> None:
+        self._check_choices()
+        self._ints(("steps", "batch_size", "grad_accum", "eval_batches"), 1, "a positive integer")
+        self._ints(("threads",), 1, "a positive integer or None", optional=True)
+        self._ints(("seed", "eval_every", "max_logit_every"), 0, "a non-negative integer")
+        self._unit("gns_beta")
+        if self.batch_size % self.grad_accum:
+            raise ValueError(f"batch_size={self.batch_size} is not divisible by grad_accum={self.grad_accum}")
+
+
+@_section("stabilizers")
+class StabilizerSection(_Section):
+    """Gradient clipping, loss-spike handling and divergence (:mod:`mutransfer.stabilizers`)."""
+
+    grad_clip: float | None = 1.0
+    """Clip the global gradient norm to this (None or 0: no clipping; norm still logged)."""
+    spike_policy: SpikePolicy = "log"
+    """Loss spikes: ``off``, ``log``, ``skip`` (drop the update) or ``rollback``."""
+    spike_threshold: float = 6.0
+    """Spike: loss > median + threshold × 1.4826·MAD of the window."""
+    spike_window: int = 50
+    """Recent losses the spike statistics use."""
+    rollback_every: int = 10
+    """Rollback: in-memory ring snapshots every this many steps; a spike restores the
+    oldest of the last two (about 10-20 steps back) and skips the batches since."""
+    max_rollbacks: int = 3
+    """Rollbacks allowed before spikes are just skipped."""
+    diverge_factor: float = 3.0
+    """Diverged when the loss exceeds diverge_factor × max(ln V, initial loss)."""
+
+    # Each member takes its own decision every step (Trainer.decide); ``rollback`` is
+    # refused by fusion (mutransfer.fused.unsupported_reason).
+    PER_MEMBER: ClassVar[frozenset[str]] = frozenset({
+        "grad_clip", "spike_policy", "spike_threshold", "spike_window", "rollback_every",
+        "max_rollbacks", "diverge_factor"})
+
+    def __post_init__(self) -> None:
+        self._check_choices()
+        self._positive("diverge_factor", "spike_threshold")
+        self._ints(("rollback_every",), 1, "a positive integer")
+        self._ints(("max_rollbacks",), 0, "a non-negative integer")
+        if self.grad_clip is not None and not (self.grad_clip >= 0 and math.isfinite(self.grad_clip)):
+            raise self._bad("grad_clip", ">= 0 or None")
+        if self.spike_window < 4:
+            raise self._bad("spike_window", ">= 4")
+
+
+@_section("output")
+class OutputSection(_Section):
+    """What the run writes (metrics, checkpoints) and what it resumes from."""
+
+    out_dir: str | None = None
+    """Where metrics and checkpoints go (None: nothing is written)."""
+    metrics_format: Literal["jsonl", "csv"] = "jsonl"
+    """Per-step metrics file: ``jsonl`` or ``csv``."""
+    checkpoint_every: int = 0
+    """Save out_dir/checkpoint.pt every this many steps and at the end (0: never)."""
+    resume: str | None = None
+    """Checkpoint to resume from."""
+
+    # Where a member writes is its own (checkpointing/resume are refused by fusion).
+    PER_MEMBER: ClassVar[frozenset[str]] = frozenset({
+        "out_dir", "metrics_format", "checkpoint_every", "resume"})
+
+    def __post_init__(self) -> None:
+        self._check_choices()
+        self._ints(("checkpoint_every",), 0, "a non-negative integer")
+
+
+#: The sections of :class:`TrainConfig`, by attribute name, in order.
+SECTIONS: dict[str, type[_Section]] = {
+    "model": ModelSection, "parametrization": ParametrizationSection, "optim": OptimSection,
+    "schedule": ScheduleSection, "run": RunSection, "stabilizers": StabilizerSection,
+    "output": OutputSection,
+}
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """One proxy training run: seven sections. Frozen; derive variants with
+    :meth:`replace` (``cfg.replace(lr=1e-3)`` or ``cfg.replace(**{"optim.lr": 1e-3})``),
+    build from flat fields with :meth:`from_flat`/:meth:`from_overrides`. ``None`` model
+    fields take the preset's value."""
+
+    model: ModelSection = field(default_factory=ModelSection)
+    """The model preset and its shape/architecture overrides."""
+    parametrization: ParametrizationSection = field(default_factory=ParametrizationSection)
+    """The parametrization (SP, μP, CompleteP, Muon), its bases and multipliers."""
+    optim: OptimSection = field(default_factory=OptimSection)
+    """The optimizer and its hyperparameters."""
+    schedule: ScheduleSection = field(default_factory=ScheduleSection)
+    """The LR schedule."""
+    run: RunSection = field(default_factory=RunSection)
+    """Steps, batch, data, evaluation, device."""
+    stabilizers: StabilizerSection = field(default_factory=StabilizerSection)
+    """Gradient clipping, spikes, divergence."""
+    output: OutputSection = field(default_factory=OutputSection)
+    """Metrics, checkpoints, resume."""
+
+    def __post_init__(self) -> None:
+        for name, cls in SECTIONS.items():
+            if not isinstance(getattr(self, name), cls):
+                raise ValueError(f"TrainConfig.{name} must be a {cls.__name__}, got {getattr(self, name)!r}")
+        kind, opt = self.parametrization.kind, self.optim.name
+        if opt == "auto":
+            opt = "muon" if kind == "muon" else "adamw"
+            object.__setattr__(self, "optim", dataclasses.replace(self.optim, name=opt))
+        if (opt == "muon") != (kind == "muon"):
+            raise ValueError(f"optimizer {opt!r} does not go with parametrization {kind!r} "
+                             "(muon pairs with muon)")
+        warmup, steps = self.schedule.warmup_steps, self.run.steps
+        if warmup is not None and warmup > steps:
+            raise ValueError(f"warmup_steps must be in [0, steps={steps}], got {warmup!r}")
+        base_width = self.parametrization.base_width
+        if base_width is not None and base_width > self.model_config().width:
+            raise ValueError(f"base_width={base_width} is larger than the width {self.model_config().width}")
+
+    # ---- derived -------------------------------------------------------------------------
+
+    def model_config(self, vocab_size: int | None = None) -> GPTConfig:
+        """The preset's GPTConfig with this config's overrides (and the data's vocab)."""
+        return self.model.gpt_config(vocab_size)
+
+    def schedule_config(self, total_steps: int | None = None,
+                        decay_start: int | None = None) -> ScheduleConfig:
+        """The ScheduleConfig of this run (``total_steps`` defaults to ``run.steps``)."""
+        s, steps = self.schedule, self.run.steps
+        total = steps if total_steps is None else total_steps
+        warmup = round(0.1 * steps) if s.warmup_steps is None else s.warmup_steps
+        return ScheduleConfig(kind=s.kind, warmup_steps=min(warmup, total), total_steps=total,
+                              floor=s.lr_floor, decay_fraction=s.decay_fraction,
+                              decay_start=decay_start, decay_shape=s.decay_shape)
+
+    # ---- flat view -----------------------------------------------------------------------
+
+    def to_flat(self) -> dict[str, Any]:
+        """Every field under its flat name (:data:`ALIASES`), section by section: the dict
+        results rows, trial attributes, checkpoints and cards store."""
+        return {flat: getattr(getattr(self, sec), name) for flat, (sec, name) in ALIASES.items()}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The flat dict, as before the sections (same as :meth:`to_flat`)."""
+        return self.to_flat()
+
+    @classmethod
+    def from_flat(cls, fields: Mapping[str, Any]) -> TrainConfig:
+        """The defaults with ``fields`` (flat, dotted or nested by section) applied:
+        the inverse of :meth:`to_flat`."""
+        return cls.from_overrides(None, fields)
+
+    def replace(self, **changes: Any) -> TrainConfig:
+        """A copy with ``changes`` (flat names; dotted ones through ``**{"optim.lr": x}``)
+        applied as :meth:`from_overrides` applies them."""
+        return type(self).from_overrides(self, changes)
+
+    @classmethod
+    def from_overrides(cls, base: TrainConfig | None = None,
+                       overrides: Mapping[str, Any] | None = None) -> TrainConfig:
+        """``base`` (default: the defaults) with ``overrides`` applied. Keys are flat
+        (``lr``), dotted (``optim.lr``) or a section name with a mapping of its fields
+        (``{"optim": {"lr": 1e-3}}``, as in a nested YAML file). Values may be strings (as
+        from ``--set key=value``: parsed by the field's type, ``none``/``null`` for None,
+        true/false for booleans) or typed values (type-checked). Unknown keys and values
+        of the wrong type raise ValueError naming them. Changing the parametrization
+        without naming an optimizer re-resolves ``optimizer="auto"``."""
+        base = base or cls()
+        changes: dict[str, dict[str, Any]] = {}
+        for key, value in _expand(overrides or {}).items():
+            sec, name = _lookup(key)
+            flat = _FLAT[(sec, name)]
+            if name in changes.get(sec, {}):
+                raise ValueError(f"config field {flat!r} is given twice (flat and as {sec}.{name})")
+            changes.setdefault(sec, {})[name] = _coerce(flat, value, _hints(SECTIONS[sec])[name])
+        # An explicit optimizer "auto" must re-resolve against the new parametrization.
+        if "kind" in changes.get("parametrization", {}) and "name" not in changes.get("optim", {}):
+            changes.setdefault("optim", {})["name"] = "auto"
+        if not changes:
+            return base
+        sections = {sec: dataclasses.replace(getattr(base, sec), **changes[sec]) if sec in changes
+                    else getattr(base, sec) for sec in SECTIONS}
+        return cls(**sections)  # type: ignore[arg-type]
+
+    @classmethod
+    def from_yaml(cls, path: str | os.PathLike[str],
+                  overrides: Mapping[str, Any] | None = None) -> TrainConfig:
+        """Read a YAML (or JSON) mapping of fields, flat or nested by section, with
+        ``yaml.safe_load``, then apply ``overrides`` on top."""
+        base = load_config(path)
+        return cls.from_overrides(base, overrides) if overrides else base
+
+
+def load_config(path: str | os.PathLike[str]) -> TrainConfig:
+    """A TrainConfig from a YAML/JSON file of ``field: value`` (flat names) or of
+    ``section: {field: value}`` (``yaml.safe_load``)."""
+    return TrainConfig.from_overrides(TrainConfig(), read_yaml_mapping(path, "config file"))
+
+
+# ---- the alias map -----------------------------------------------------------------------
+
+
+def _build_aliases() -> dict[str, tuple[str, str]]:
+    out: dict[str, tuple[str, str]] = {}
+    for sec, cls in SECTIONS.items():
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            flat = _RENAMES.get((sec, f.name), f.name)
+            if flat in out:
+                raise RuntimeError(f"flat config name {flat!r} is both {out[flat]} and {(sec, f.name)}")
+            out[flat] = (sec, f.name)
+    return out
+
+
+#: Flat field name -> (section, field), in section order: ``"lr" -> ("optim", "lr")``.
+ALIASES: dict[str, tuple[str, str]] = _build_aliases()
+_FLAT: dict[tuple[str, str], str] = {v: k for k, v in ALIASES.items()}
+_DOTTED: frozenset[str] = frozenset(f"{s}.{n}" for s, n in ALIASES.values())
+
+
+def _expand(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """Nested ``{section: {field: value}}`` entries as dotted keys; others as given."""
+    out: dict[str, Any] = {}
+    for key, value in overrides.items():
+        if key in SECTIONS and isinstance(value, Mapping):
+            for k, v in value.items():
+                out[f"{key}.{k}"] = v
+        else:
+            out[str(key)] = value
+    return out
+
+
+def _lookup(key: str) -> tuple[str, str]:
+    """(section, field) of a flat or dotted key; unknown -> ValueError with a close match."""
+    if key in ALIASES:
+        return ALIASES[key]
+    if key in _DOTTED:
+        sec, name = key.split(".", 1)
+        return sec, name
+    names = sorted(_DOTTED if "." in key else ALIASES)
+    close = [n for n in names if key.replace("-", "_") == n or key in n] or difflib.get_close_matches(
+        key, names, n=1, cutoff=0.75)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise ValueError(f"unknown config field {key!r}{hint}")
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+@functools.cache
+def _choices(cls: type) -> dict[str, tuple[Any, ...]]:
+    """The allowed values of every ``Literal``-typed field of ``cls``."""
+    out = {}
+    for f in dataclasses.fields(cls):
+        tp = _hints(cls)[f.name]
+        if typing.get_origin(tp) is Literal:
+            out[f.name] = typing.get_args(tp)
+    return out
+
+
+def _coerce(key: str, value: Any, tp: Any) -> Any:
+    """Parse/check ``value`` for a field of type ``tp`` (int, float, str, bool, a str
+    ``Literal``, X | None); the choice of a ``Literal`` is the section's to check."""
+    args = typing.get_args(tp)
+    if typing.get_origin(tp) is Literal:
+        args, tp = (), str
+    optional = type(None) in args
+    inner = next((a for a in args if a is not type(None)), tp) if args else tp
+    if typing.get_origin(inner) is Literal:
+        inner = str
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "null")):
+        if optional:
+            return None
+        raise ValueError(f"config field {key!r} cannot be None")
+    if inner is str and isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, str) and inner is not str:
+        text = value.strip()
+        try:
+            if inner is bool:
+                low = text.lower()
+                if low not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
+                    raise ValueError
+                return low in ("true", "1", "yes", "on")
+            if inner is int:
+                try:
+                    return int(text)
+                except ValueError:
+                    f = float(text)  # "1e3" is a fine integer
+                    if not f.is_integer():
+                        raise
+                    return int(f)
+            if inner is float:
+                return float(text)
+        except ValueError:
+            raise ValueError(f"config field {key!r} expects {inner.__name__}, got {value!r}") from None
+    ok = (isinstance(value, inner) and not (inner is int and isinstance(value, bool))) or (
+        inner is float and isinstance(value, int) and not isinstance(value, bool))
+    if not ok:
+        raise ValueError(f"config field {key!r} expects {inner.__name__}, got {value!r}")
+    return float(value) if inner is float else value
