@@ -77,11 +77,15 @@ def build_card(
     projected: Mapping[str, Any] | None = None,
     audit: Mapping[str, Any] | None = None,
     provenance: Mapping[str, Any] | None = None,
+    role_lr_mults: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     """Assemble a v2 card for the model ``pz`` describes (built at the *target* shape).
 
     ``lr`` is the absolute base LR; each parameter's absolute LR is ``lr × lr_mult`` from
-    ``pz`` (μP / CompleteP / Muon rules). ``optimizer`` holds name, betas, eps,
+    ``pz`` (μP / CompleteP / Muon rules), times ``role_lr_mults[role]``: the per-role LR
+    multipliers tuned at the proxy (TrainConfig ``lr_mult_input/output/vector``, applied
+    exactly as the trainer's :func:`mutransfer.train.apply_role_lr_mults` does, so the
+    card reproduces the tuned proxy at its own shape). ``optimizer`` holds name, betas, eps,
     weight_decay, wd_mode and optionally tau; ``provenance`` adds e.g. the study name
     and the (credential-free) storage to the package, version, git revision and date.
     The result has passed :func:`validate_card`.
@@ -98,14 +102,22 @@ def build_card(
                              f"{'positive' if low is None else 'non-negative'} finite number, got {value!r}")
     wd, eps = float(wd), float(eps)
     wd_mode = optimizer.get("wd_mode", "coupled")
+    role_mults = {str(k): v for k, v in (role_lr_mults or {}).items()}
+    for k, v in role_mults.items():
+        if k not in ROLES:
+            raise ValueError(f"card field parametrization.lr_mults: unknown role {k!r}; use one of {ROLES}")
+        if not (_is_number(v) and 0 < v < math.inf):
+            raise ValueError(f"card field parametrization.lr_mults.{k}: must be a positive finite number, "
+                             f"got {v!r}")
     groups = []
     for s in pz.specs.values():
+        mult = s.lr_mult * float(role_mults.get(s.role, 1.0))
         decay = wd if s.wd else 0.0
         if decay and wd_mode == "independent":
-            decay = decay / (lr * s.lr_mult)
+            decay = decay / (lr * mult)
         groups.append({
             "name": s.name, "shape": list(s.shape), "role": s.role, "optimizer": s.optimizer,
-            "lr": lr * s.lr_mult, "lr_mult": s.lr_mult, "init": s.init, "init_std": s.init_std,
+            "lr": lr * mult, "lr_mult": mult, "init": s.init, "init_std": s.init_std,
             "weight_decay": decay, "eps": eps * s.eps_mult,
         })
     prov = {"package": "mutransfer", "version": __version__, "git_revision": git_revision(),
@@ -120,6 +132,7 @@ def build_card(
             "depth": pz.depth, "base_depth": pz.base_depth, "depth_alpha": pz.depth_alpha,
             "readout_init": pz.readout_init, "init": pz.init,
             "multipliers": dataclasses.asdict(pz.multipliers),
+            "lr_mults": {k: float(v) for k, v in role_mults.items()},
         },
         "optimizer": {"name": optimizer.get("name", "adamw"), "lr": float(lr),
                       "betas": list(optimizer.get("betas", (0.9, 0.95))), "eps": eps,
@@ -267,6 +280,10 @@ def _check_parametrization(p: Mapping[str, Any]) -> None:
     mults = _C.mapping("parametrization.multipliers", p.get("multipliers", {}))
     for k, v in mults.items():
         _C.positive(f"parametrization.multipliers.{k}", v)
+    lr_mults = _C.mapping("parametrization.lr_mults", p.get("lr_mults", {}))
+    for k, v in lr_mults.items():
+        _C.choice("parametrization.lr_mults (role)", k, ROLES)
+        _C.positive(f"parametrization.lr_mults.{k}", v)
 
 
 def _check_optimizer(o: Mapping[str, Any]) -> None:

@@ -544,6 +544,7 @@ def plan_run(
     extrapolation_limit: float = 100.0,
     n_params: float | None = None,
     batch_rule: str = "auto",
+    proxy_tau: float | None = None,
 ) -> RunPlan:
     """Project the run of the target from the proxy optimum and (optionally) the laws.
 
@@ -553,7 +554,10 @@ def plan_run(
       eta*(B_t, D_t) / eta*(B_p, D_p) from the proxy's batch and tokens to the target's.
     - Weight decay: given, or lambda = B / (eta · tau · D) with the laws' tau (coupled
       AdamW decay, per step eta·lambda; ``independent`` decay is per step lambda, so
-      lambda = B / (tau · D)). tau is recorded either way.
+      lambda = B / (tau · D)), else with ``proxy_tau``, the timescale of a tuned proxy
+      (the weight decay its sweep chose, as a fraction of its run: Wang & Aitchison 2024
+      find the optimal tau roughly constant across model and data size). tau is
+      recorded either way.
     - Steps = ceil(D / B); warmup tokens given, from the laws' rule (``n_params``, the
       target's non-embedding N, feeds it), or ``warmup_fraction`` of D (default 1%);
       WSD decay fraction given, from the laws, or 0.2.
@@ -676,6 +680,16 @@ def plan_run(
                            f"lambda = B / ({'' if wd_mode == 'independent' else 'eta · '}tau · D), "
                            f"tau {tau:.4g}", max(ext.values()))
         tau_est = _estimate(tau, t_lo, t_hi, level, f"AdamW timescale at the proxy optimum ({laws.source})")
+    elif proxy_tau is not None:
+        if not (math.isfinite(proxy_tau) and proxy_tau > 0):
+            raise ValueError(f"the proxy's weight-decay timescale tau must be a positive finite number, "
+                             f"got {proxy_tau!r}")
+        tau = proxy_tau
+        wd = lam_from_tau(tau)
+        wd_est = _estimate(wd, None, None, level,
+                           f"lambda = B / ({'' if wd_mode == 'independent' else 'eta · '}tau · D), "
+                           f"tau {tau:.4g} of the tuned proxy")
+        tau_est = _estimate(tau, None, None, level, "the tuned proxy's weight decay (--proxy-config)")
     else:
         wd, tau = 0.0, None
         wd_est = _estimate(0.0, None, None, level, "default (no --weight-decay, no tau in a scaling fit)")

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from sweeps.audit import run_holdout_audit
-    from sweeps.export import best_per_group, results_table, status, write_table
+    from sweeps.export import best_config, best_per_group, results_table, status, write_table
     from sweeps.lifecycle import SweepStudy, run_group
     from sweeps.objective import worst_case_loss
     from sweeps.progress import Counts, study_counts
@@ -29,9 +29,11 @@ if TYPE_CHECKING:
         train_runner,
     )
     from sweeps.spec import (
+        MULTIPLIER_SEARCH_SPACE,
         BatchSweep,
         GridSweep,
         LRSweep,
+        MultiplierSweep,
         ScalingSweep,
         SweepSpec,
         check_trials,
@@ -60,11 +62,13 @@ _EXPORTS: dict[str, str] = {
     "best_per_group": "sweeps.export",
     "SweepStudy": "sweeps.lifecycle", "run_group": "sweeps.lifecycle", "check_trials": "sweeps.spec",
     "registered_runners": "sweeps.runners", "ScalingSweep": "sweeps.spec",
-    "run_holdout_audit": "sweeps.audit",
+    "run_holdout_audit": "sweeps.audit", "MultiplierSweep": "sweeps.spec",
+    "MULTIPLIER_SEARCH_SPACE": "sweeps.spec", "best_config": "sweeps.export",
 }
 
 __all__ = [
-    "BatchSweep", "Counts", "DEFAULT_RUNNER", "GridSweep", "LRSweep", "Plan", "ScalingSweep",
+    "BatchSweep", "Counts", "DEFAULT_RUNNER", "GridSweep", "LRSweep", "MULTIPLIER_SEARCH_SPACE",
+    "MultiplierSweep", "Plan", "ScalingSweep", "best_config",
     "SweepResult", "run_holdout_audit",
     "SweepSettings", "SweepSpec", "SweepStudy", "best_per_group", "check_trials", "registered_runners",
     "run_group", "load_runner", "load_spec", "open_storage",

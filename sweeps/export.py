@@ -118,6 +118,30 @@ def best_per_group(study: optuna.Study, group_keys: list[str]) -> list[dict[str,
     return [best[k] for k in sorted(best, key=lambda k: tuple(str(x) for x in k))]
 
 
+#: Fields of a trial's config that say where it ran or wrote, not what it was: left out
+#: of :func:`best_config`, so the file configures a run anywhere.
+_WHERE_FIELDS = ("out_dir", "resume", "device", "threads", "data_cache")
+
+
+def best_config(study: optuna.Study) -> dict[str, Any]:
+    """The full training config of the study's lowest-loss finished, non-diverged trial
+    (its stored ``config`` attribute: preset, base and searched values, TrainConfig
+    defaults filled), without where-it-ran fields, plus ``loss`` and ``trial`` of that
+    trial. No such trial -> ValueError."""
+    from optuna.trial import TrialState
+
+    done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if not t.user_attrs.get(attrs.DIVERGED) and t.value is not None and math.isfinite(t.value)]
+    if not done:
+        raise ValueError(f"study {study.study_name!r} has no finished, non-diverged trial")
+    best = min(done, key=lambda t: t.value)
+    stored = dict(best.user_attrs.get(attrs.CONFIG) or {})
+    config = {k: v for k, v in stored.items() if k not in _WHERE_FIELDS}
+    if not config:
+        raise ValueError(f"trial {best.number} of study {study.study_name!r} has no stored config")
+    return {"config": config, "loss": float(best.value), "trial": best.number}
+
+
 def status(study: optuna.Study) -> dict[str, Any]:
     """Counts by state and the best trial per group, as a JSON-able dict."""
     from sweeps.attrs import STUDY_ATTR

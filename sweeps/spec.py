@@ -359,6 +359,65 @@ class GridSweep(SweepSpec):
         return {k: (v[0], v[1]) for k, v in self.search_space.items()} if self.adaptive else {}
 
 
+#: The search space of ``mutransfer sweep multipliers``: every dimension is searched on a
+#: log scale. Per-role LR multipliers (input/embedding, output, vector; the hidden role's
+#: LR is the base LR), forward multipliers (input, output, attention), independent weight
+#: decay (timescale 1/weight_decay steps: about 30 to 30,000 steps here) and Adam's
+#: beta2 and eps; the ranges span what TP-V's Fig. 4/§F sweeps tune (Yang et al. 2022).
+MULTIPLIER_SEARCH_SPACE: dict[str, tuple[float, float]] = {
+    "lr": (2.0 ** -8, 2.0 ** -3),
+    "lr_mult_input": (0.125, 32.0),
+    "lr_mult_output": (0.0625, 8.0),
+    "lr_mult_vector": (0.125, 16.0),
+    "input_mult": (0.125, 32.0),
+    "output_mult": (0.0625, 8.0),
+    "attn_mult": (0.25, 8.0),
+    "weight_decay": (3e-5, 3e-2),
+    "beta2": (0.9, 0.999),
+    "eps": (1e-12, 1e-6),
+}
+
+
+@dataclass(frozen=True)
+class MultiplierSweep(GridSweep):
+    """Tune μP's multipliers at the base width: an adaptive (TPE by default) search over
+    :data:`MULTIPLIER_SEARCH_SPACE` (or ``search_space``) at ``width``, under ``mup`` with
+    independent weight decay unless ``base`` says otherwise. Under μP all of these are
+    width-independent, so the best trial's config is the proxy the card transfers
+    (``mutransfer transfer --proxy-config OUT/best.yaml``)."""
+
+    kind: ClassVar[str] = "multipliers"
+    sampler: str = "tpe"
+    """tpe (default), gp or random: the multipliers are searched, not gridded."""
+    trials: int | None = 32
+    """Trials of the search (default 32)."""
+    width: int | None = None
+    """The base width to tune at (default: the preset's width); also ``base_width``."""
+
+    def __post_init__(self) -> None:
+        if not self.search_space:
+            object.__setattr__(self, "search_space", dict(MULTIPLIER_SEARCH_SPACE))
+        base = dict(self.base or {})
+        if self.width is not None:
+            if isinstance(self.width, bool) or not isinstance(self.width, int) or self.width < 1:
+                raise ValueError(f"width must be a positive integer, got {self.width!r}")
+            for key in ("width", "base_width"):
+                if key in base and base[key] != self.width:
+                    raise ValueError(f"width {self.width} contradicts base {key}={base[key]}")
+                base[key] = self.width
+        elif "width" in base:
+            base.setdefault("base_width", base["width"])
+        base.setdefault("parametrization", "mup")
+        base.setdefault("wd_mode", "independent")
+        object.__setattr__(self, "base", base)
+        super().__post_init__()
+        if not self.adaptive:
+            raise ValueError("a multipliers sweep searches: sampler must be tpe, gp or random, got 'grid'")
+        if self.base["parametrization"] == "sp":
+            raise ValueError("parametrization 'sp' has nothing to transfer: tune under mup, completep "
+                             "or muon")
+
+
 #: AdamW weight decay of a scaling sweep unless ``base`` sets one (the common 0.1).
 DEFAULT_SCALING_WEIGHT_DECAY = 0.1
 
@@ -638,7 +697,7 @@ def _default_bases(spec: Any) -> None:
 
 
 KINDS: dict[str, type[SweepSpec]] = {"lr": LRSweep, "batch": BatchSweep, "scaling": ScalingSweep,
-                                     "run": GridSweep}
+                                     "run": GridSweep, "multipliers": MultiplierSweep}
 
 
 def spec_from_dict(data: Mapping[str, Any], kind: str | None = None) -> SweepSpec:

@@ -81,6 +81,10 @@ _FUSE_HELP = ("train up to K trials of one shape (same width, depth, batch, step
 
 
 
+#: The verbs that run a sweep (the others join, report or export one).
+RUN_KINDS = ("lr", "batch", "scaling", "run", "multipliers")
+
+
 def _add_run_flags(p: argparse.ArgumentParser, kind: str) -> None:
     p.add_argument("spec", nargs="?" if kind != "run" else None, metavar="SPEC.yaml",
                    help="sweep spec (YAML); flags below override its fields")
@@ -107,8 +111,11 @@ def _add_run_flags(p: argparse.ArgumentParser, kind: str) -> None:
                        help="comma-separated token budgets (steps = tokens / batch tokens; scaling: "
                             "the largest is trained, the others are WSD branches of it)")
         p.add_argument("--parametrization", "-p", default=None, help="one parametrization (default mup)")
-    if kind == "scaling":
+    if kind in ("scaling", "multipliers"):
         p.add_argument("--width", type=_int, default=None, help="base width (default: the preset's)")
+    if kind == "multipliers":
+        p.add_argument("--parametrization", "-p", default=None, help="mup (default), completep or muon")
+    if kind == "scaling":
         p.add_argument("--check-width", type=_int, default=None, help="one wider width to check at")
         p.add_argument("--check-batch-sizes", type=_list(_int, "an integer"), default=None,
                        help="batch sizes of the wider check (default: the middle batch)")
@@ -167,7 +174,7 @@ def _storage(args: argparse.Namespace, fallback: str | None) -> str:
     (``--out`` given: its journal, never the environment's URL)."""
     from sweeps.storage import STORAGE_ENV, read_storage_file, resolve_storage
 
-    out = getattr(args, "out", None) if args.sweep_cmd in ("lr", "batch", "scaling", "run") else None
+    out = getattr(args, "out", None) if args.sweep_cmd in RUN_KINDS else None
     if args.storage_file is not None:
         if args.storage:
             raise ValueError("give --storage or --storage-file, not both")
@@ -189,7 +196,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         ("batch", "LR x batch size x widths / token budgets: scaling laws"),
                         ("scaling", "token budget (WSD branches) x batch x LR at the base width, plus "
                                     "a wider check; every run logs its noise scale: eta*(B,D), B*(D)"),
-                        ("run", "a generic sweep from SPEC.yaml (any TrainConfig field as a dimension)")):
+                        ("run", "a generic sweep from SPEC.yaml (any TrainConfig field as a dimension)"),
+                        ("multipliers", "tune muP's multipliers at the base width (TPE over per-role LR "
+                                        "and forward multipliers, weight decay, beta2, eps) -> "
+                                        "OUT/best.yaml for `mutransfer transfer --proxy-config`")):
         _add_run_flags(sub.add_parser(kind, help=help_, description=help_, epilog=_EPILOG), kind)
     w = sub.add_parser("worker", help="join an existing study (from any machine)",
                        description="join an existing study (from any machine)")
@@ -240,7 +250,9 @@ def _spec_from_args(args: argparse.Namespace, kind: str) -> Any:
         if v is not None:
             data[fname] = v
     par = getattr(args, "parametrization", None)
-    if par is not None:
+    if par is not None and kind == "multipliers":  # the multipliers sweep keeps it in base
+        data.setdefault("base", {})["parametrization"] = par
+    elif par is not None:
         data["parametrizations" if kind == "lr" else "parametrization"] = par
     if getattr(args, "log2_lr", None) is not None:
         lo, hi, step = args.log2_lr
@@ -289,7 +301,7 @@ def _print_status(st: dict[str, Any], as_json: bool) -> None:
 
 def run(args: argparse.Namespace) -> int:
     cmd = args.sweep_cmd
-    if cmd in ("lr", "batch", "scaling", "run"):
+    if cmd in RUN_KINDS:
         return _run_sweep(args, cmd)
     url = _storage(args, None if cmd == "worker" else ".")
     if cmd == "worker":
@@ -323,6 +335,34 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"wrote {summary['rows']} rows ({summary['diverged']} diverged) to {path}", file=sys.stderr)
     return 0
+
+
+def _write_best_config(study: Any, out: str | None, quiet: bool) -> str | None:
+    """``OUT/best.yaml``: the best trial's training config (the tuned proxy), written
+    whole or not at all; None without ``--out`` or without a finished trial."""
+    from pathlib import Path
+
+    import yaml
+
+    from mutransfer._io import atomic_write_text
+    from sweeps.export import best_config
+
+    if out is None:
+        return None
+    try:
+        best = best_config(study)
+    except ValueError as exc:
+        print(f"mutransfer sweep multipliers: no best.yaml: {exc}", file=sys.stderr)
+        return None
+    path = Path(out) / "best.yaml"
+    header = (f"# The tuned proxy: trial {best['trial']} of study {study.study_name}, held-out loss "
+              f"{best['loss']:.6g}.\n"
+              f"# Carry it to the big run: mutransfer transfer --proxy-config {path} ...\n")
+    atomic_write_text(path, header + yaml.safe_dump(best["config"], sort_keys=False))
+    if not quiet:
+        print(f"best trial {best['trial']} (loss {best['loss']:.4f}) -> {path}; use it with "
+              f"`mutransfer transfer --proxy-config {path}`", file=sys.stderr)
+    return str(path)
 
 
 def _run_sweep(args: argparse.Namespace, kind: str) -> int:
@@ -378,6 +418,8 @@ def _run_sweep(args: argparse.Namespace, kind: str) -> int:
         audit = run_holdout_audit(spec, results_table(study), out=audit_path, device=args.device,
                                   runner=args.runner, quiet=args.quiet or args.json)
         st["audit"] = {"path": str(audit_path), **audit_summary(audit)}
+    if kind == "multipliers":
+        st["best_config"] = _write_best_config(study, args.out, args.json)
     _print_status(st, args.json)
     if not res.complete:
         print(f"mutransfer sweep {kind}: {res.counts.failed} failed, {res.counts.pending} unfinished; "

@@ -15,7 +15,7 @@ import argparse
 import math
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from mutransfer.cli._common import (
     MAX_DEPTH,
@@ -32,7 +32,7 @@ HELP = "project to the target model and token budget and write the transfer card
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    src = p.add_mutually_exclusive_group(required=True)
+    src = p.add_mutually_exclusive_group()
     src.add_argument("--results", help="results table (CSV/Parquet) of an LR sweep")
     src.add_argument("--fit", metavar="F.json",
                      help="optimum JSON of `mutransfer fit optimum` (the widest group, or --group)")
@@ -41,9 +41,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --fit: the group to take the optimum from (default: the largest width "
                    "of this parametrization)")
     g = p.add_argument_group("proxy")
-    g.add_argument("--preset", default=DEFAULT_PRESET,
-                   help=f"proxy model preset, as the sweep used (default {DEFAULT_PRESET})")
-    g.add_argument("--parametrization", "-p", default="mup", help="mup | completep | muon (default mup)")
+    g.add_argument("--proxy-config", metavar="FILE", default=None,
+                   help="the tuned proxy's training config (YAML/JSON of TrainConfig fields, e.g. "
+                   "best.yaml of `mutransfer sweep multipliers`): its forward and per-role LR "
+                   "multipliers, readout init, Adam betas and eps, and weight-decay timescale go into "
+                   "the card; its preset, parametrization, base width and context are the defaults of "
+                   "the flags below, and its lr is the base LR when no --results/--fit/--lr is given")
+    g.add_argument("--preset", default=None,
+                   help=f"proxy model preset, as the sweep used (default: --proxy-config's, else "
+                   f"{DEFAULT_PRESET})")
+    g.add_argument("--parametrization", "-p", default=None,
+                   help="mup | completep | muon (default: --proxy-config's, else mup)")
     g.add_argument("--base-width", type=positive_int, default=None,
                    help="base width of the sweep (default: the smallest width in the results)")
     g.add_argument("--base-depth", type=positive_int, default=None,
@@ -90,7 +98,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="warn when the target lies this many times beyond the measured range (100)")
     j.add_argument("--weight-decay", type=float, default=None,
                    help="weight decay (default: from the fitted tau, else 0)")
-    j.add_argument("--wd-mode", choices=("coupled", "independent"), default="coupled")
+    j.add_argument("--wd-mode", choices=("coupled", "independent"), default=None,
+                   help="coupled (torch AdamW: per-step decay lr x wd) or independent (wd x schedule); "
+                   "default: --proxy-config's, else coupled")
     j.add_argument("--schedule", default="wsd", help="schedule kind: wsd (default), cosine, linear, "
                    "constant, inverse_sqrt")
     j.add_argument("--decay-fraction", type=float, default=None,
@@ -114,6 +124,11 @@ def check_flags(args: argparse.Namespace) -> None:
     from mutransfer.parametrization import KINDS
     from mutransfer.schedules import DECAY_SHAPES, SCHEDULE_KINDS
 
+    if not (args.results or args.fit or args.lr is not None or args.proxy_config):
+        raise ValueError("give the proxy's LR: --results, --fit, --lr or --proxy-config")
+    args.preset = args.preset or DEFAULT_PRESET
+    args.parametrization = args.parametrization or "mup"
+    args.wd_mode = args.wd_mode or "coupled"
     if args.parametrization not in KINDS or args.parametrization == "sp":
         raise ValueError(f"parametrization {args.parametrization!r} does not transfer; use mup, "
                          "completep or muon")
@@ -136,7 +151,8 @@ def check_flags(args: argparse.Namespace) -> None:
     if args.warmup_tokens is not None and args.warmup_fraction is not None:
         raise ValueError("give --warmup-tokens or --warmup-fraction, not both")
     # before the work, never onto an input
-    check_output(args.out, inputs=[args.results, args.fit, args.scaling_fit, args.audit, args.model_config])
+    check_output(args.out, inputs=[args.results, args.fit, args.scaling_fit, args.audit, args.model_config,
+                                   args.proxy_config])
 
 
 def run(args: argparse.Namespace) -> int:
@@ -144,16 +160,17 @@ def run(args: argparse.Namespace) -> int:
     from mutransfer.models import get_preset
     from mutransfer.target import plan_run, read_scaling_fit
 
+    tuned = read_proxy_config(args) if args.proxy_config else None
     check_flags(args)
-    proxy = get_preset(args.preset)
+    proxy = tuned.model if tuned else get_preset(args.preset)  # the target starts from the proxy
     if args.seq_len is not None and hasattr(proxy, "seq_len"):
         proxy = proxy.replace(seq_len=args.seq_len)
     proxy_seq = getattr(proxy, "seq_len", 1)
-    lr, lr_ci, projected, source, widths, proxy_b, proxy_d = proxy_optimum(args, proxy_seq)
+    lr, lr_ci, projected, source, widths, proxy_b, proxy_d = proxy_optimum(args, proxy_seq, tuned)
     base_width = args.base_width or (int(min(widths)) if widths else proxy.width)
     base_depth = args.base_depth or proxy.depth
 
-    target, pz, warnings = target_parametrization(args, proxy, base_width, base_depth)
+    target, pz, warnings = target_parametrization(args, proxy, base_width, base_depth, tuned)
     cfg, kind = target.config, pz.kind
     n_params, n_nonembed = target.n_params()
     tokens = args.tokens if args.tokens is not None else args.tokens_per_param * n_params
@@ -166,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
         batch_sequences=args.batch_size, dp_size=args.dp_size, weight_decay=args.weight_decay,
         wd_mode=args.wd_mode, warmup_tokens=args.warmup_tokens, warmup_fraction=args.warmup_fraction,
         decay_fraction=args.decay_fraction, extrapolation_limit=args.extrapolation_limit,
-        n_params=n_nonembed, batch_rule=args.batch_rule)
+        n_params=n_nonembed, batch_rule=args.batch_rule, proxy_tau=tuned.tau if tuned else None)
     warnings += plan.warnings
     at_edge = projected.pop("at_edge", None)
     projected.update(plan.projected)
@@ -178,7 +195,7 @@ def run(args: argparse.Namespace) -> int:
     source.update({"preset": args.preset, "width": int(max(widths)) if widths else base_width,
                    "depth": base_depth, "base_width": base_width, "base_depth": base_depth,
                    "parametrization": args.parametrization, "study": study, "storage": storage})
-    for flag in ("scaling_fit", "audit"):
+    for flag in ("scaling_fit", "audit", "proxy_config"):
         if getattr(args, flag):
             source[flag] = str(getattr(args, flag))
     schedule: dict[str, Any] = {
@@ -189,7 +206,8 @@ def run(args: argparse.Namespace) -> int:
     card = build_card(
         pz, lr=plan.lr,
         optimizer={"name": "muon" if kind == "muon" else "adamw", "weight_decay": plan.weight_decay,
-                   "wd_mode": args.wd_mode, "tau": plan.tau},
+                   "wd_mode": args.wd_mode, "tau": plan.tau,
+                   **({"betas": tuned.betas, "eps": tuned.eps} if tuned else {})},
         schedule=schedule,
         batch={"sequences": plan.batch_sequences, "tokens": plan.batch_tokens, "seq_len": seq_len,
                "dp_size": args.dp_size},
@@ -198,7 +216,8 @@ def run(args: argparse.Namespace) -> int:
                 "tokens_per_param": float(tokens) / n_params, "seq_len": seq_len,
                 "dp_size": args.dp_size},
         source=source, projected=projected, audit=audit,
-        provenance={"study": study, "storage": storage})
+        provenance={"study": study, "storage": storage},
+        role_lr_mults=tuned.lr_mults if tuned else None)
     path = save_card(card, args.out)
     for w in warnings:
         print(f"mutransfer transfer: warning: {w}", file=sys.stderr)
@@ -212,10 +231,11 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def target_parametrization(args: argparse.Namespace, proxy: Any, base_width: int, base_depth: int
-                           ) -> tuple[Any, Any, list[str]]:
-    """The target model, its Parametrization (CompleteP when the depth changes) and any
-    warning; a target smaller than the proxy is refused."""
+def target_parametrization(args: argparse.Namespace, proxy: Any, base_width: int, base_depth: int,
+                           tuned: TunedProxy | None = None) -> tuple[Any, Any, list[str]]:
+    """The target model, its Parametrization (CompleteP when the depth changes; the tuned
+    proxy's forward multipliers and readout init) and any warning; a target smaller than
+    the proxy is refused."""
     from mutransfer.parametrization import Parametrization
     from mutransfer.target import resolve_target, transfer_builder
 
@@ -235,8 +255,11 @@ def target_parametrization(args: argparse.Namespace, proxy: Any, base_width: int
                          f"the proxy's depth {base_depth}")
     kind, warnings = depth_rules(args.parametrization, base_depth, cfg.depth)
     depth_kw = {"depth": cfg.depth, "base_depth": base_depth} if kind == "completep" else {}
+    if tuned is not None and kind == "completep" and args.parametrization == "completep":
+        depth_kw["depth_alpha"] = tuned.depth_alpha
+    extra = {"multipliers": tuned.multipliers, "readout_init": tuned.readout_init} if tuned else {}
     pz = Parametrization(transfer_builder(target, proxy), width=cfg.width, base_width=base_width,
-                         kind=kind, **depth_kw)
+                         kind=kind, **depth_kw, **extra)
     return target, pz, warnings
 
 
@@ -324,19 +347,87 @@ def read_audit(path: str) -> dict[str, Any]:
     return {"holdout": rows, "passed": passed}
 
 
-def proxy_optimum(args: argparse.Namespace, seq_len: int
+def proxy_optimum(args: argparse.Namespace, seq_len: int, tuned: TunedProxy | None = None
                   ) -> tuple[float, list | None, dict, dict, list[float], float | None, float | None]:
     """The proxy's base LR and where it comes from: ``(lr, interval, projected, source,
-    proxy widths, proxy batch tokens, proxy tokens)``."""
+    proxy widths, proxy batch tokens, proxy tokens)``. The tuned proxy's own LR, batch
+    and token budget are the fallbacks."""
     projected: dict[str, Any] = {}
     source: dict[str, Any] = {}
     if args.results:
         return optimum_from_results(args, seq_len)
+    batch, tokens = (tuned.batch_tokens, tuned.tokens) if tuned else (None, None)
     if args.fit:
         lr, proj, src, widths = optimum_from_fit(args.fit, args.group, args.parametrization)
         extra = {"at_edge": proj["lr"]["at_edge"], **({"drift": proj["drift"]} if "drift" in proj else {})}
-        return lr, proj["lr"]["interval"], extra, src, widths, None, None
-    return args.lr, None, projected, source, [], None, None
+        return lr, proj["lr"]["interval"], extra, src, widths, batch, tokens
+    if args.lr is None and tuned is not None:
+        return tuned.lr, None, projected, source, [float(tuned.width)], batch, tokens
+    return args.lr, None, projected, source, [], batch, tokens
+
+
+class TunedProxy(NamedTuple):
+    """What the card takes from a tuned proxy's training config (``--proxy-config``)."""
+
+    lr: float
+    width: int
+    model: Any
+    multipliers: Any
+    readout_init: str
+    depth_alpha: float
+    lr_mults: dict[str, float]
+    betas: list[float]
+    eps: float
+    tau: float | None
+    batch_tokens: float
+    tokens: float
+
+
+def read_proxy_config(args: argparse.Namespace) -> TunedProxy:
+    """Read ``--proxy-config`` (a TrainConfig file, validated as the trainer validates it)
+    and fill the proxy flags left unset from it; a flag that contradicts it -> ValueError
+    naming both values. Its weight decay becomes a timescale tau = B / (eta·lambda·D)
+    (coupled) or B / (lambda·D) (independent) of its own run, which the target keeps."""
+    from mutransfer.models import get_preset
+    from mutransfer.parametrization import Multipliers
+    from mutransfer.train import load_config
+
+    path = args.proxy_config
+    if not Path(path).is_file():
+        raise ValueError(f"--proxy-config {path!r} does not exist")
+    try:
+        cfg = load_config(path)
+    except ValueError as exc:
+        raise ValueError(f"--proxy-config {path}: {exc}") from None
+    c = cfg.to_dict()
+    model = cfg.model_config()
+    preset = get_preset(c["preset"])  # None base sizes: the preset's, or the model's if smaller
+    base_width = c["base_width"] or min(model.width, preset.width)
+    base_depth = c["base_depth"] or min(model.depth, preset.depth)
+    for flag, attr, value in (("--preset", "preset", c["preset"]),
+                              ("--parametrization", "parametrization", c["parametrization"]),
+                              ("--base-width", "base_width", base_width),
+                              ("--base-depth", "base_depth", base_depth),
+                              ("--seq-len", "seq_len", model.seq_len),
+                              ("--wd-mode", "wd_mode", c["wd_mode"])):
+        given = getattr(args, attr)
+        if given is None:
+            setattr(args, attr, value)
+        elif given != value:
+            raise ValueError(f"{flag} {given} contradicts --proxy-config {path} ({attr}: {value})")
+    batch_tokens = float(c["batch_size"] * model.seq_len)
+    wd = float(c["weight_decay"])
+    tau = None
+    if wd > 0:
+        tau = 1.0 / ((1.0 if c["wd_mode"] == "independent" else c["lr"]) * wd * c["steps"])
+    return TunedProxy(
+        lr=float(c["lr"]), width=int(model.width), model=model,
+        multipliers=Multipliers(c["input_mult"], c["output_mult"], c["attn_mult"], c["residual_mult"]),
+        readout_init=c["readout_init"], depth_alpha=float(c["depth_alpha"]),
+        lr_mults={"input": float(c["lr_mult_input"]), "output": float(c["lr_mult_output"]),
+                  "vector": float(c["lr_mult_vector"])},
+        betas=[float(c["beta1"]), float(c["beta2"])], eps=float(c["eps"]), tau=tau,
+        batch_tokens=batch_tokens, tokens=batch_tokens * c["steps"])
 
 
 def optimum_from_results(args: argparse.Namespace, seq_len: int

@@ -1,0 +1,154 @@
+"""The tuned proxy reaches the card (issue 15 §1): `mutransfer sweep multipliers` writes the
+best trial's config, and `mutransfer transfer --proxy-config` carries its forward and per-role
+LR multipliers, Adam betas/eps and weight-decay timescale into the card. Oracle: a card made
+for the proxy's own shape and budget rebuilds the trainer's optimizer groups and forward."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import yaml
+
+from mutransfer.card import apply, load_card
+from mutransfer.cli import main
+from mutransfer.models import GPT
+from mutransfer.train import TrainConfig, Trainer
+
+TUNED = {"preset": "gpt-tiny", "parametrization": "mup", "width": 32, "base_width": 32, "seq_len": 32,
+         "steps": 40, "batch_size": 4, "lr": 0.02, "lr_mult_input": 6.5, "lr_mult_output": 0.5,
+         "lr_mult_vector": 1.75, "input_mult": 1.3, "output_mult": 1.4, "attn_mult": 1.1,
+         "readout_init": "zero", "weight_decay": 0.01, "beta2": 0.99, "eps": 2e-10,
+         "data_max_bytes": 200_000, "eval_every": 0, "eval_batches": 1}
+
+
+def per_parameter(groups: list[dict[str, Any]]) -> dict[str, tuple[float, float, float]]:
+    return {n: (g["lr"], g["weight_decay"], g["eps"]) for g in groups for n in g["names"]}
+
+
+@pytest.mark.parametrize("wd_mode", ["independent", "coupled"])
+def test_card_of_the_tuned_proxy_rebuilds_the_trainers_groups_and_forward(wd_mode: str,
+                                                                           tmp_path: Path) -> None:
+    tuned = {**TUNED, "wd_mode": wd_mode}
+    path = tmp_path / "best.yaml"
+    path.write_text(yaml.safe_dump(tuned))
+    cfg = TrainConfig.from_overrides(None, tuned)
+    trainer = Trainer(cfg)
+    expected = per_parameter(trainer.opt.param_groups)
+    tokens = cfg.steps * cfg.batch_size * cfg.seq_len  # the proxy's own budget: same tau -> same wd
+    out = tmp_path / "card.yaml"
+    assert main(["transfer", "--proxy-config", str(path), "--tokens", str(tokens),
+                 "--batch-size", str(cfg.batch_size), "--schedule", "constant", "--out", str(out)]) == 0
+    card = load_card(out)
+    assert card["optimizer"]["lr"] == pytest.approx(0.02, rel=1e-12)  # the proxy's LR is the base LR
+    assert card["optimizer"]["betas"] == [0.9, 0.99] and card["optimizer"]["eps"] == 2e-10
+    assert card["optimizer"]["weight_decay"] == pytest.approx(0.01, rel=1e-9)
+    assert card["optimizer"]["wd_mode"] == wd_mode
+    assert card["parametrization"]["lr_mults"] == {"input": 6.5, "output": 0.5, "vector": 1.75}
+    assert card["parametrization"]["multipliers"]["input"] == 1.3
+    assert card["source"]["proxy_config"] == str(path)
+
+    torch.manual_seed(cfg.seed)
+    fresh = GPT(trainer.gcfg)
+    got = per_parameter(apply(fresh, card).param_groups)
+    assert got.keys() == expected.keys()
+    roles = {g["name"]: g["role"] for g in card["param_groups"]}
+    assert {roles[n] for n in got} >= {"input", "hidden", "output", "vector"}
+    for name, (lr, wd, eps) in got.items():
+        assert lr == pytest.approx(expected[name][0], rel=1e-12), name
+        assert wd == pytest.approx(expected[name][1], rel=1e-9), name
+        assert eps == pytest.approx(expected[name][2], rel=1e-12), name
+    x = torch.randint(0, trainer.gcfg.vocab_size, (2, 16))
+    proxy = trainer.raw_model.eval()
+    fresh.eval()
+    for (na, pa), (nb, pb) in zip(fresh.named_parameters(), proxy.named_parameters(), strict=True):
+        assert na == nb and torch.equal(pa, pb), na
+    with torch.no_grad():
+        assert torch.equal(fresh(x)[0], proxy(x)[0])
+
+
+def test_tuned_tau_moves_the_weight_decay_with_batch_and_budget(tmp_path: Path) -> None:
+    """Independent decay keeps tau = B / (lambda D): 4x the tokens at 2x the batch halves lambda."""
+    path = tmp_path / "best.yaml"
+    path.write_text(yaml.safe_dump({**TUNED, "wd_mode": "independent"}))
+    out = tmp_path / "card.yaml"
+    tokens = 4 * TUNED["steps"] * TUNED["batch_size"] * TUNED["seq_len"]
+    assert main(["transfer", "--proxy-config", str(path), "--tokens", str(tokens), "--set", "width=128",
+                 "--batch-size", str(2 * TUNED["batch_size"]), "--out", str(out)]) == 0
+    card = load_card(out)
+    assert card["optimizer"]["weight_decay"] == pytest.approx(0.005, rel=1e-9)
+    assert card["projected"]["tau"]["value"] == pytest.approx(1 / (0.01 * 40), rel=1e-9)
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--preset", "gpt-small"], ["--preset gpt-small", "gpt-tiny"]),
+    (["--parametrization", "completep"], ["--parametrization completep", "mup"]),
+    (["--wd-mode", "coupled"], ["--wd-mode coupled", "independent"]),
+])
+def test_a_flag_that_contradicts_the_proxy_config_exits_2(flags: list[str], words: list[str],
+                                                          tmp_path: Path, capsys) -> None:
+    path = tmp_path / "best.yaml"
+    path.write_text(yaml.safe_dump({**TUNED, "wd_mode": "independent"}))
+    out = tmp_path / "card.yaml"
+    assert main(["transfer", "--proxy-config", str(path), "--tokens", "1e6", *flags, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert all(w in err for w in words), err
+    assert not out.exists()
+
+
+def test_a_bad_proxy_config_exits_2_naming_the_field(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "best.yaml"
+    path.write_text(yaml.safe_dump({**TUNED, "lr_mult_input": -1.0}))
+    out = tmp_path / "card.yaml"
+    assert main(["transfer", "--proxy-config", str(path), "--tokens", "1e6", "--out", str(out)]) == 2
+    assert "lr_mult_input" in capsys.readouterr().err and not out.exists()
+
+
+def test_sweep_multipliers_writes_the_best_trials_config(tmp_path: Path, capsys) -> None:
+    import optuna
+
+    out = tmp_path / "mult"
+    assert main(["sweep", "multipliers", "--preset", "gpt-tiny", "--width", "32", "--steps", "4",
+                 "--batch-size", "4", "--trials", "3", "--set", "seq_len=32", "--set", "eval_every=0",
+                 "--set", "eval_batches=1", "--set", "data_max_bytes=200000", "--workers", "1",
+                 "--out", str(out), "--quiet"]) == 0
+    best = yaml.safe_load((out / "best.yaml").read_text())
+    study = optuna.load_study(study_name="multipliers",
+                              storage=optuna.storages.JournalStorage(
+                                  optuna.storages.journal.JournalFileBackend(str(out / "optuna.journal"))))
+    done = [t for t in study.trials if t.value is not None]
+    assert len(done) == 3
+    winner = min(done, key=lambda t: t.value)
+    for key, value in winner.params.items():  # the searched values of the lowest-loss trial
+        assert best[key] == pytest.approx(value, rel=1e-12), key
+    from sweeps import MULTIPLIER_SEARCH_SPACE
+
+    assert set(winner.params) == set(MULTIPLIER_SEARCH_SPACE)
+    assert best["parametrization"] == "mup" and best["wd_mode"] == "independent"
+    assert best["width"] == best["base_width"] == 32 and "out_dir" not in best
+    TrainConfig.from_overrides(None, best)  # a valid training config as it stands
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--sampler", "grid"], ["grid"]),
+    (["--parametrization", "sp"], ["sp"]),
+])
+def test_sweep_multipliers_refuses_a_grid_or_sp(flags: list[str], words: list[str], tmp_path: Path,
+                                               capsys) -> None:
+    out = tmp_path / "mult"
+    assert main(["sweep", "multipliers", "--preset", "gpt-tiny", "--steps", "4", *flags,
+                 "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert all(w in err for w in words), err
+    assert not (out / "best.yaml").exists()
+
+
+def test_the_documented_spec_searches_what_the_verb_searches() -> None:
+    from sweeps import MULTIPLIER_SEARCH_SPACE, load_spec
+
+    spec = load_spec(Path(__file__).parents[2] / "docs" / "specs" / "multipliers.yaml")
+    assert spec.search_space.keys() == MULTIPLIER_SEARCH_SPACE.keys()
+    for key, (lo, hi) in MULTIPLIER_SEARCH_SPACE.items():
+        assert spec.search_space[key] == (pytest.approx(lo), pytest.approx(hi)), key
