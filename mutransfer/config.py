@@ -492,10 +492,6 @@ class TrainConfig:
         results rows, trial attributes, checkpoints and cards store."""
         return {flat: getattr(getattr(self, sec), name) for flat, (sec, name) in ALIASES.items()}
 
-    def to_dict(self) -> dict[str, Any]:
-        """The flat dict, as before the sections (same as :meth:`to_flat`)."""
-        return self.to_flat()
-
     @classmethod
     def from_flat(cls, fields: Mapping[str, Any]) -> TrainConfig:
         """The defaults with ``fields`` (flat, dotted or nested by section) applied:

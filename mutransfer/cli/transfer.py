@@ -388,9 +388,7 @@ def read_proxy_config(args: argparse.Namespace) -> TunedProxy:
     and fill the proxy flags left unset from it; a flag that contradicts it -> ValueError
     naming both values. Its weight decay becomes a timescale tau = B / (eta·lambda·D)
     (coupled) or B / (lambda·D) (independent) of its own run, which the target keeps."""
-    from mutransfer.models import get_preset
-    from mutransfer.parametrization import Multipliers
-    from mutransfer.train import load_config
+    from mutransfer.train import build_parametrization, load_config
 
     path = args.proxy_config
     if not Path(path).is_file():
@@ -399,35 +397,31 @@ def read_proxy_config(args: argparse.Namespace) -> TunedProxy:
         cfg = load_config(path)
     except ValueError as exc:
         raise ValueError(f"--proxy-config {path}: {exc}") from None
-    c = cfg.to_dict()
     model = cfg.model_config()
-    preset = get_preset(c["preset"])  # None base sizes: the preset's, or the model's if smaller
-    base_width = c["base_width"] or min(model.width, preset.width)
-    base_depth = c["base_depth"] or min(model.depth, preset.depth)
-    for flag, attr, value in (("--preset", "preset", c["preset"]),
-                              ("--parametrization", "parametrization", c["parametrization"]),
-                              ("--base-width", "base_width", base_width),
-                              ("--base-depth", "base_depth", base_depth),
+    pz = build_parametrization(cfg, model)  # the trainer's: base sizes, multipliers, readout init
+    par, opt, run = cfg.parametrization, cfg.optim, cfg.run
+    for flag, attr, value in (("--preset", "preset", cfg.model.preset),
+                              ("--parametrization", "parametrization", par.kind),
+                              ("--base-width", "base_width", pz.base_width),
+                              ("--base-depth", "base_depth", pz.base_depth),
                               ("--seq-len", "seq_len", model.seq_len),
-                              ("--wd-mode", "wd_mode", c["wd_mode"])):
+                              ("--wd-mode", "wd_mode", opt.wd_mode)):
         given = getattr(args, attr)
         if given is None:
             setattr(args, attr, value)
         elif given != value:
             raise ValueError(f"{flag} {given} contradicts --proxy-config {path} ({attr}: {value})")
-    batch_tokens = float(c["batch_size"] * model.seq_len)
-    wd = float(c["weight_decay"])
+    batch_tokens = float(run.batch_size * model.seq_len)
     tau = None
-    if wd > 0:
-        tau = 1.0 / ((1.0 if c["wd_mode"] == "independent" else c["lr"]) * wd * c["steps"])
+    if opt.weight_decay > 0:
+        tau = 1.0 / ((1.0 if opt.wd_mode == "independent" else opt.lr) * opt.weight_decay * run.steps)
     return TunedProxy(
-        lr=float(c["lr"]), width=int(model.width), model=model,
-        multipliers=Multipliers(c["input_mult"], c["output_mult"], c["attn_mult"], c["residual_mult"]),
-        readout_init=c["readout_init"], depth_alpha=float(c["depth_alpha"]),
-        lr_mults={"input": float(c["lr_mult_input"]), "output": float(c["lr_mult_output"]),
-                  "vector": float(c["lr_mult_vector"])},
-        betas=[float(c["beta1"]), float(c["beta2"])], eps=float(c["eps"]), tau=tau,
-        batch_tokens=batch_tokens, tokens=batch_tokens * c["steps"])
+        lr=float(opt.lr), width=int(model.width), model=model, multipliers=pz.multipliers,
+        readout_init=pz.readout_init, depth_alpha=float(pz.depth_alpha),
+        lr_mults={"input": float(par.lr_mult_input), "output": float(par.lr_mult_output),
+                  "vector": float(par.lr_mult_vector)},
+        betas=[float(opt.beta1), float(opt.beta2)], eps=float(opt.eps), tau=tau,
+        batch_tokens=batch_tokens, tokens=batch_tokens * run.steps)
 
 
 def optimum_from_results(args: argparse.Namespace, seq_len: int

@@ -147,7 +147,7 @@ def test_replace_and_flat_round_trip() -> None:
     cfg = TrainConfig.from_flat({"parametrization": "muon", "lr": 0.02, "width": 64, "seed": 3,
                                  "schedule": "wsd", "spike_policy": "skip", "out_dir": "runs/x"})
     assert cfg.optim.name == "muon"  # auto resolved against the parametrization
-    assert TrainConfig.from_flat(cfg.to_flat()) == cfg and cfg.to_dict() == cfg.to_flat()
+    assert TrainConfig.from_flat(cfg.to_flat()) == cfg
     v = cfg.replace(lr=0.01, **{"run.seed": 4})
     assert (v.optim.lr, v.run.seed, v.model.width, cfg.optim.lr) == (0.01, 4, 64, 0.02)
     assert v.to_flat() == {**cfg.to_flat(), "lr": 0.01, "seed": 4}

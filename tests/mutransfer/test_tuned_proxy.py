@@ -37,10 +37,11 @@ def test_card_of_the_tuned_proxy_rebuilds_the_trainers_groups_and_forward(wd_mod
     cfg = TrainConfig.from_overrides(None, tuned)
     trainer = Trainer(cfg)
     expected = per_parameter(trainer.opt.param_groups)
-    tokens = cfg.steps * cfg.batch_size * cfg.seq_len  # the proxy's own budget: same tau -> same wd
+    run = cfg.run
+    tokens = run.steps * run.batch_size * trainer.gcfg.seq_len  # the proxy's own budget: same tau, same wd
     out = tmp_path / "card.yaml"
     assert main(["transfer", "--proxy-config", str(path), "--tokens", str(tokens),
-                 "--batch-size", str(cfg.batch_size), "--schedule", "constant", "--out", str(out)]) == 0
+                 "--batch-size", str(run.batch_size), "--schedule", "constant", "--out", str(out)]) == 0
     card = load_card(out)
     assert card["optimizer"]["lr"] == pytest.approx(0.02, rel=1e-12)  # the proxy's LR is the base LR
     assert card["optimizer"]["betas"] == [0.9, 0.99] and card["optimizer"]["eps"] == 2e-10
@@ -50,7 +51,7 @@ def test_card_of_the_tuned_proxy_rebuilds_the_trainers_groups_and_forward(wd_mod
     assert card["parametrization"]["multipliers"]["input"] == 1.3
     assert card["source"]["proxy_config"] == str(path)
 
-    torch.manual_seed(cfg.seed)
+    torch.manual_seed(run.seed)
     fresh = GPT(trainer.gcfg)
     got = per_parameter(apply(fresh, card).param_groups)
     assert got.keys() == expected.keys()
