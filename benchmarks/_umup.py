@@ -99,6 +99,23 @@ class UmupGPT(nn.Module):
         return U.cross_entropy(logits.flatten(0, 1), targets_BT.flatten())
 
 
+def umup_optimizer(model: UmupGPT, lr: float, betas: tuple[float, float] = (0.9, 0.95), eps: float = 1e-8,
+                   embedding_lr_constant: bool = False) -> torch.optim.AdamW:
+    """``uu.optim.AdamW`` over ``model`` (one group per parameter, LR scaled by u-μP's rule),
+    with ``base_lr`` recorded for ``mutransfer.optim.set_lr``.
+
+    ``embedding_lr_constant`` is an ablation, not u-μP: it undoes the package's
+    η·width^-1/2 for the embedding table only, giving it μP's width-independent Adam LR η
+    (Tensor Programs V, Table 3: input weights Θ(1)), to measure what that one rule costs.
+    """
+    opt = uu.optim.AdamW(model.parameters(), lr=lr, betas=betas, eps=eps, weight_decay=0.0)
+    for g in opt.param_groups:
+        if embedding_lr_constant and g["params"][0] is model.embedding.weight:
+            g["lr"] /= uu.optim.lr_scale_func_adam(model.embedding.weight)
+        g["base_lr"] = g["lr"]  # set_lr scales each group's own (u-μP-scaled) peak LR
+    return opt
+
+
 _DATA: dict[str, Any] = {}
 
 
@@ -110,12 +127,13 @@ def _dataset() -> Any:
     return _DATA["stdlib"]
 
 
-def train_umup(demo: dict[str, Any], width: int, lr: float, seed: int) -> dict[str, Any]:
+def train_umup(demo: dict[str, Any], width: int, lr: float, seed: int,
+               embedding_lr_constant: bool = False) -> dict[str, Any]:
     """One u-μP run of the demo's setup (``demo`` holds TrainConfig fields: steps,
     batch_size, seq_len, eval_batches, warmup_steps, schedule, lr_floor, threads,
-    diverge_factor optional). Returns ``loss`` (final held-out loss; a diverged run gets
-    max(ln V, initial loss), as the trainer reports it), ``diverged``, ``initial_loss``
-    and ``wall_s``."""
+    diverge_factor optional; ``embedding_lr_constant``: see :func:`umup_optimizer`).
+    Returns ``loss`` (final held-out loss; a diverged run gets max(ln V, initial loss), as
+    the trainer reports it), ``diverged``, ``initial_loss`` and ``wall_s``."""
     from mutransfer.optim import set_lr
     from mutransfer.schedules import make_schedule
     from mutransfer.stabilizers import divergence_bound, is_diverged
@@ -131,10 +149,7 @@ def train_umup(demo: dict[str, Any], width: int, lr: float, seed: int) -> dict[s
     torch.manual_seed(seed)
     model = UmupGPT(width, depth=cfg.depth or 2, head_dim=cfg.head_dim or 32, seq_len=seq,
                     vocab_size=data.vocab_size)
-    opt = uu.optim.AdamW(model.parameters(), lr=lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps,
-                         weight_decay=0.0)
-    for g in opt.param_groups:  # set_lr scales each group's own (u-μP-scaled) peak LR
-        g["base_lr"] = g["lr"]
+    opt = umup_optimizer(model, lr, (cfg.beta1, cfg.beta2), cfg.eps, embedding_lr_constant)
     schedule = make_schedule(cfg.schedule_config())
     initial: float | None = None
     diverged = False

@@ -14,7 +14,10 @@ run, side by side:
    best loss and the default's distance from the optimum in octaves;
 2. at width 256, the best loss of u-μP, of the toolkit's μP and of SP (the toolkit's
    trainer, ``mutransfer.train``, over an LR scan each), as ratios with a seed-bootstrap
-   interval (``tuned_multipliers.best_loss_ratio``; 2 seeds make it coarse).
+   interval (``tuned_multipliers.best_loss_ratio``; 2 seeds make it coarse);
+3. an ablation at width 256, ``umup_embconst``: u-μP with μP's width-independent Adam LR
+   for the embedding table instead of its η·width^-1/2 (``_umup.umup_optimizer``), to see
+   how much of the gap to μP that one rule accounts for.
 
 μP's and SP's drift on the same proxy are those of ``results/transfer_fidelity.json``,
 copied into the record when present. u-μP is a benchmark only, not a dependency:
@@ -43,8 +46,10 @@ DEFAULT_LOG2_LR = 1.5
 # u-μP's is centred on its default; μP's and SP's (3 points: a width-256 run costs minutes
 # on a shared 2-core machine) bracket their width-256 optima in transfer_fidelity.json
 # (2^-5.6 and 2^-8.7).
-START = {"umup": [-0.5, 0.5, 1.5, 2.5, 3.5], "mup": [-7.0, -6.0, -5.0], "sp": [-10.0, -9.0, -8.0]}
-BOUNDS = {"umup": (-6.0, 8.0), "mup": (-14.0, 0.0), "sp": (-16.0, 0.0)}
+START = {"umup": [-0.5, 0.5, 1.5, 2.5, 3.5], "mup": [-7.0, -6.0, -5.0], "sp": [-10.0, -9.0, -8.0],
+         "umup_embconst": [-0.5, 0.5, 1.5]}
+BOUNDS = {"umup": (-6.0, 8.0), "mup": (-14.0, 0.0), "sp": (-16.0, 0.0), "umup_embconst": (-6.0, 8.0)}
+ARMS_WIDEST = ("umup", "mup", "sp", "umup_embconst")
 
 
 def unavailable() -> str | None:
@@ -79,10 +84,10 @@ def scan(arm: str, width: int, seeds: tuple[int, ...], out: str, steps: int | No
             point = {"arm": arm, "width": width, "log2_lr": t, "seed": seed, "steps": demo["steps"]}
             row = trials.get(point)
             if row is None:
-                if arm == "umup":
+                if arm in ("umup", "umup_embconst"):
                     from benchmarks._umup import train_umup
 
-                    r = train_umup(demo, width, 2.0**t, seed)
+                    r = train_umup(demo, width, 2.0**t, seed, embedding_lr_constant=arm == "umup_embconst")
                 else:
                     from benchmarks._umup import _dataset
                     from mutransfer.train import TrainConfig, train
@@ -139,10 +144,12 @@ def run(widths: tuple[int, ...] = (32, 64, 128, 256), seeds: tuple[int, ...] = (
     out = Path(out or Path("runs") / "umup_fidelity")
     widest = max(widths)
     demo = _demo(steps)
+    n_before = len(TrialLog(out / "trials.jsonl").rows)
     # Most expensive first, so the two workers finish close together.
-    jobs = [("umup", widest), ("mup", widest), ("sp", widest)] + [
-        ("umup", w) for w in sorted(widths, reverse=True) if w != widest]
-    log(f"u-μP at widths {list(widths)}, μP and SP at {widest}; seeds {list(seeds)}; {workers} worker(s)")
+    jobs = [(a, widest) for a in ARMS_WIDEST] + [("umup", w) for w in sorted(widths, reverse=True)
+                                                if w != widest]
+    log(f"u-μP at widths {list(widths)}; μP, SP and the ablation at {widest}; seeds {list(seeds)}; "
+        f"{workers} worker(s)")
     if workers == 1:
         for arm, w in jobs:
             scan(arm, w, seeds, str(out), steps)
@@ -155,8 +162,9 @@ def run(widths: tuple[int, ...] = (32, 64, 128, 256), seeds: tuple[int, ...] = (
             for f in [pool.submit(scan, arm, w, seeds, str(out), steps) for arm, w in jobs]:
                 log(f"  done: {f.result()}")
 
-    rows = [r for r in TrialLog(out / "trials.jsonl").rows.values()
-            if r["seed"] in seeds and r["steps"] == demo["steps"]
+    logged = TrialLog(out / "trials.jsonl").rows.values()
+    rows = [r for r in logged
+            if r["arm"] in START and r["seed"] in seeds and r["steps"] == demo["steps"]
             and ((r["arm"] == "umup" and r["width"] in widths) or r["width"] == widest)]
     table = pd.DataFrame(rows)
     # Only LRs that every seed finished: the seed bootstrap resamples whole seeds.
@@ -181,7 +189,8 @@ def run(widths: tuple[int, ...] = (32, 64, 128, 256), seeds: tuple[int, ...] = (
         }
     w256 = table[table["width"] == widest]
     ratios = {f"{a}_over_{b}": best_loss_ratio(w256, a, b) for a, b in
-              (("umup", "mup"), ("umup", "sp"), ("mup", "sp"))}
+              (("umup", "mup"), ("umup", "sp"), ("mup", "sp"), ("umup_embconst", "mup"))}
+    ablation = w256[(w256["arm"] == "umup_embconst") & (w256["log2_lr"] == DEFAULT_LOG2_LR)]
     figures: dict[str, Any] = {
         "drift_octaves_umup": drift.octaves,
         "drift_ci_umup": [finite_or_none(c) for c in drift.ci],
@@ -195,13 +204,18 @@ def run(widths: tuple[int, ...] = (32, 64, 128, 256), seeds: tuple[int, ...] = (
         "ratio_best_loss_umup_over_sp_widest_ci": ratios["umup_over_sp"]["ci"],
         "ratio_best_loss_mup_over_sp_widest": ratios["mup_over_sp"]["ratio"],
         "ratio_best_loss_mup_over_sp_widest_ci": ratios["mup_over_sp"]["ci"],
+        "ratio_best_loss_umup_embconst_over_mup_widest": ratios["umup_embconst_over_mup"]["ratio"],
+        "ratio_best_loss_umup_embconst_over_mup_widest_ci": ratios["umup_embconst_over_mup"]["ci"],
+        "ratio_default_over_best_loss_umup_embconst_widest":
+            float(ablation["loss"].mean()) / float(res.loc[("umup_embconst", widest), "loss_opt"]),
         "umup_per_width": per_width,
-        "best_loss_widest": {a: float(res.loc[(a, widest), "loss_opt"]) for a in ("umup", "mup", "sp")},
-        "log2_lr_opt_widest": {a: float(res.loc[(a, widest), "log2_x_opt"]) for a in ("umup", "mup", "sp")},
-        "lr_opt_at_edge_widest": {a: bool(res.loc[(a, widest), "at_edge"]) for a in ("umup", "mup", "sp")},
+        "best_loss_widest": {a: float(res.loc[(a, widest), "loss_opt"]) for a in ARMS_WIDEST},
+        "log2_lr_opt_widest": {a: float(res.loc[(a, widest), "log2_x_opt"]) for a in ARMS_WIDEST},
+        "lr_opt_at_edge_widest": {a: bool(res.loc[(a, widest), "at_edge"]) for a in ARMS_WIDEST},
         "any_at_edge_umup": drift.any_at_edge,
         "reference_drift_same_proxy": _reference_drift(),
         "wall_s": time.perf_counter() - t0,
+        "trials_wall_s_total": float(table["wall_s"].sum()),
     }
     import unit_scaling
 
@@ -217,7 +231,10 @@ def run(widths: tuple[int, ...] = (32, 64, 128, 256), seeds: tuple[int, ...] = (
                           "without gains) + unit_scaling.optim.AdamW, betas (0.9, 0.95), eps 1e-8, "
                           "no weight decay, no gradient clipping",
                   "mup_sp": "mutransfer.train, base width 32, TrainConfig defaults (grad clip 1.0)",
+                  "umup_embconst": "ablation: u-μP with the embedding's LR η (μP's) instead of "
+                                   "η·width^-1/2",
                   "n_trials": len(table), "n_diverged": int(table["diverged"].sum()),
+                  "n_trials_run_now": len(logged) - n_before,
                   "workers": workers},
         "figures": figures,
         "targets": {"drift_octaves_umup_max": 0.5, "ratio_default_over_best_loss_umup_max": 1.01},

@@ -69,6 +69,15 @@ def test_umup_optimizer_scales_each_role_as_the_paper_says() -> None:
     assert lr["readout.weight"] == pytest.approx(1.0)
     assert len(lr) == len(names)  # norms carry no gains: every parameter is a matrix
 
+    # The ablation moves the embedding, and only it, to μP's width-independent Adam LR.
+    from benchmarks._umup import umup_optimizer
+
+    ablated = umup_optimizer(model, lr=1.0, embedding_lr_constant=True)
+    lr2 = {names[id(g["params"][0])]: g["base_lr"] for g in ablated.param_groups}
+    assert lr2["embedding.weight"] == pytest.approx(1.0)
+    assert {k: v for k, v in lr2.items() if k != "embedding.weight"} == pytest.approx(
+        {k: v for k, v in lr.items() if k != "embedding.weight"})
+
 
 def test_train_umup_learns_at_the_default_lr_and_reports_divergence_like_the_trainer() -> None:
     pytest.importorskip("unit_scaling")
