@@ -106,7 +106,8 @@ def umup_optimizer(model: UmupGPT, lr: float, betas: tuple[float, float] = (0.9,
 
     ``embedding_lr_constant`` is an ablation, not u-μP: it undoes the package's
     η·width^-1/2 for the embedding table only, giving it μP's width-independent Adam LR η
-    (Tensor Programs V, Table 3: input weights Θ(1)), to measure what that one rule costs.
+    (μP with Adam gives input weights a width-independent LR; Yang et al. 2022, Tensor
+    Programs V), to measure what that one rule costs.
     """
     opt = uu.optim.AdamW(model.parameters(), lr=lr, betas=betas, eps=eps, weight_decay=0.0)
     for g in opt.param_groups:

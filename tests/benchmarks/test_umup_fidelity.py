@@ -61,7 +61,7 @@ def test_umup_optimizer_scales_each_role_as_the_paper_says() -> None:
     names = {id(p): n for n, p in model.named_parameters()}
     opt = uu.optim.AdamW(model.parameters(), lr=1.0)
     lr = {names[id(g["params"][0])]: g["lr"] for g in opt.param_groups}
-    # Blake et al. 2024 (u-μP), Adam: hidden weights η/sqrt(fan_in)/sqrt(depth), the
+    # u-μP's Adam rule as unit_scaling implements it: hidden weights η/sqrt(fan_in)/sqrt(depth), the
     # embedding η/sqrt(width) (no depth factor), the readout η.
     assert lr["embedding.weight"] == pytest.approx(width**-0.5)
     assert lr["blocks.0.attn_qkv.weight"] == pytest.approx(width**-0.5 * depth**-0.5)
