@@ -20,7 +20,7 @@ It does not clip gradients: unit-scaled gradients have a global norm of order
 sqrt(#params), so the trainer's clip at 1.0 would rescale every step (the package's demo
 trains without clipping).
 
-Needs ``unit_scaling`` (``pip install --no-deps unit-scaling==0.3.5 einops``); a benchmark
+Needs ``unit_scaling`` (the ``[umup]`` extra, installed with ``--no-deps``); a benchmark
 only, not a dependency of the toolkit.
 """
 

@@ -22,7 +22,7 @@ run, side by side:
 μP's and SP's drift on the same proxy are those of ``results/transfer_fidelity.json``,
 copied into the record when present. u-μP is a benchmark only, not a dependency:
 
-    pip install --no-deps unit-scaling==0.3.5 einops      # torch is left alone
+    pip install --no-deps unit-scaling==0.3.5 einops tabulate docstring-parser  # keeps torch
     python -m benchmarks.umup_fidelity [--widths 32,64,128,256] [--seeds 0,1] [--workers 2]
 
 Writes ``results/umup_fidelity.json``. Finished runs are kept in ``OUT/trials.jsonl``
@@ -60,7 +60,7 @@ def unavailable() -> str | None:
         import unit_scaling  # noqa: F401
     except ImportError as exc:
         return (f"benchmarks umup_fidelity: the unit_scaling package is not installed ({exc}); "
-                "pip install --no-deps unit-scaling==0.3.5 einops; nothing was run")
+                "pip install --no-deps unit-scaling==0.3.5 einops tabulate docstring-parser; nothing was run")
     return None
 
 
