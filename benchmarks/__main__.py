@@ -4,6 +4,7 @@
     python -m benchmarks fit_speed ...   # only these
     python -m benchmarks --summary-only  # rebuild SUMMARY.md from the JSON files
     python -m benchmarks gpu             # the GPU figures (not in the default CPU list)
+    python -m benchmarks umup_fidelity   # u-μP as a peer (needs the optional unit_scaling)
 
 Each benchmark module exposes ``run() -> dict`` and writes ``results/NAME.json``
 (machine, date, versions, figures; ratios named ``speedup_*`` or ``ratio_*``). This
@@ -27,8 +28,9 @@ RESULTS = HERE / "results"
 # Cheapest first, so a partial run still leaves useful numbers behind.
 BENCHMARKS = ["fit_speed", "trainer_throughput", "sweep_overhead", "fused_sweep", "transfer_fidelity",
               "depth_fidelity", "horizon_shift", "tuned_multipliers"]
-# Run only when named: they need hardware a CPU machine lacks (each says why in unavailable()).
-EXTRA = ["gpu"]
+# Run only when named: they need hardware or an optional package this machine may lack (each
+# says why in unavailable()). umup_fidelity needs Graphcore's unit_scaling (a peer, not a dependency).
+EXTRA = ["gpu", "umup_fidelity"]
 
 
 def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
