@@ -141,16 +141,18 @@ def train_umup(demo: dict[str, Any], width: int, lr: float, seed: int,
     from mutransfer.train import TrainConfig, _denormals_flushed
 
     t0 = time.perf_counter()
-    cfg = TrainConfig(**{k: v for k, v in demo.items() if k != "base_width"}, width=width, lr=lr, seed=seed)
-    if cfg.threads is not None:
-        torch.set_num_threads(cfg.threads)
+    cfg = TrainConfig.from_flat({**{k: v for k, v in demo.items() if k != "base_width"},
+                                 "width": width, "lr": lr, "seed": seed})
+    run, model_cfg, optim = cfg.run, cfg.model_config(), cfg.optim
+    if run.threads is not None:
+        torch.set_num_threads(run.threads)
     data = _dataset()
-    steps, bs = cfg.steps, cfg.batch_size
-    seq = cfg.seq_len or 64
+    steps, bs = run.steps, run.batch_size
+    seq = model_cfg.seq_len
     torch.manual_seed(seed)
-    model = UmupGPT(width, depth=cfg.depth or 2, head_dim=cfg.head_dim or 32, seq_len=seq,
+    model = UmupGPT(width, depth=model_cfg.depth, head_dim=model_cfg.d_head, seq_len=seq,
                     vocab_size=data.vocab_size)
-    opt = umup_optimizer(model, lr, (cfg.beta1, cfg.beta2), cfg.eps, embedding_lr_constant)
+    opt = umup_optimizer(model, lr, (optim.beta1, optim.beta2), optim.eps, embedding_lr_constant)
     schedule = make_schedule(cfg.schedule_config())
     initial: float | None = None
     diverged = False
@@ -164,7 +166,7 @@ def train_umup(demo: dict[str, Any], width: int, lr: float, seed: int,
             v = float(loss.detach())
             if initial is None and math.isfinite(v):
                 initial = v
-            if is_diverged(v, divergence_bound(cfg.diverge_factor, data.vocab_size, initial)):
+            if is_diverged(v, divergence_bound(cfg.stabilizers.diverge_factor, data.vocab_size, initial)):
                 diverged = True
                 break
             loss.backward()
@@ -175,11 +177,11 @@ def train_umup(demo: dict[str, Any], width: int, lr: float, seed: int,
             model.eval()
             with torch.no_grad():
                 total = 0.0
-                for b in range(cfg.eval_batches):
+                for b in range(run.eval_batches):
                     x, y = data.get_batch("val", b, bs, seq, 0)
                     logits = model(x).float()
                     total += float(F.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1)))
-            val = total / cfg.eval_batches
+            val = total / run.eval_batches
             diverged = not math.isfinite(val)
     finally:
         torch.set_flush_denormal(flush_before)

@@ -94,7 +94,8 @@ def scan(arm: str, width: int, seeds: tuple[int, ...], out: str, steps: int | No
                     from benchmarks._umup import _dataset
                     from mutransfer.train import TrainConfig, train
 
-                    res = train(TrainConfig(**demo, parametrization=arm, width=width, lr=2.0**t, seed=seed),
+                    res = train(TrainConfig.from_flat({**demo, "parametrization": arm, "width": width,
+                                                         "lr": 2.0**t, "seed": seed}),
                                 data=_dataset())
                     r = {"loss": res.loss, "diverged": res.diverged, "wall_s": res.wall_s}
                 row = trials.add(point, {"lr": 2.0**t, "loss": r["loss"], "diverged": r["diverged"],
