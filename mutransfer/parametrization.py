@@ -43,6 +43,7 @@ import torch.nn as nn
 from mutransfer.rules import (
     ATTENTION_EXPONENT,
     COMPLETEP,
+    INPUT_LR,
     MODEL_INIT_LAW,
     MUON,
     role_rule,
@@ -241,6 +242,9 @@ class Parametrization:
             roles inferred from shapes and module types.
         infer_roles: if False, every parameter must be matched by a user rule.
         readout_init: ``constant`` (default: constant variance, non-zero) or ``zero``.
+        input_lr_exponent: e, the input role's (embeddings') LR × m_out^-e on top of μP's
+            constant (:data:`mutransfer.rules.INPUT_LR`): 0 (default) is TP-V's μP, 1/2
+            u-μP's 1/sqrt(fan_out). In [0, 1]; must be 0 under ``sp``.
         init: ``model`` keeps the model's own init (assumed fan-in scaled, as torch's
             defaults are), ``normal`` re-initializes with ``init_std`` at base width.
         init_std: the base-width std for ``init="normal"``.
@@ -264,6 +268,7 @@ class Parametrization:
         rules: Iterable[tuple[str, str] | Rule] = (),
         infer_roles: bool = True,
         readout_init: str = "constant",
+        input_lr_exponent: float = 0.0,
         init: str = "model",
         init_std: float = 0.02,
         residual_branches: Sequence[str] | None = None,
@@ -283,6 +288,13 @@ class Parametrization:
             raise ValueError(f"base width {base_width} is larger than the width {width}")
         if readout_init not in ("constant", "zero"):
             raise ValueError(f"readout_init must be 'constant' or 'zero', got {readout_init!r}")
+        lo, hi = INPUT_LR.bounds
+        if not (isinstance(input_lr_exponent, (int, float)) and lo <= input_lr_exponent <= hi):
+            raise ValueError(f"input_lr_exponent must be a number in [{lo:g}, {hi:g}], "
+                             f"got {input_lr_exponent!r}")
+        if kind == "sp" and input_lr_exponent != 0:
+            raise ValueError(f"input_lr_exponent={input_lr_exponent!r} is a width rule, and the sp "
+                             "parametrization has none: leave it 0 or use a mup kind")
         if init not in ("model", "normal"):
             raise ValueError(f"init must be 'model' or 'normal', got {init!r}")
         if kind == "completep" and depth_alpha not in (0.5, 1.0):
@@ -304,6 +316,7 @@ class Parametrization:
         self.depth_alpha = float(depth_alpha)
         self.multipliers = multipliers or Multipliers()
         self.readout_init, self.init, self.init_std = readout_init, init, float(init_std)
+        self.input_lr_exponent = float(input_lr_exponent)
         self.user_rules = tuple(r if isinstance(r, Rule) else Rule(r[0], r[1]) for r in rules)
         self.infer_roles = infer_roles
         self.residual_branch_patterns = tuple(residual_branches) if residual_branches else None
@@ -486,6 +499,8 @@ class Parametrization:
         lr = rr.get("lr", self.optimizer)(m_in, m_vec if role == "vector" else m_out)
 
         init, std, opt, eps = "keep", None, ("sgd" if sgd else "adamw"), 1.0
+        if mu and role in INPUT_LR.roles:
+            lr *= INPUT_LR.power(self.input_lr_exponent)(m_in, m_out)
         if role == "hidden":
             if self.init == "normal":
                 std = self.init_std * (target_std(m_in, m_out) if target_std else 1.0)
@@ -885,7 +900,8 @@ class Parametrization:
         lines = [
             f"# {self.kind} ({self.optimizer} rules): width {self.width} over base {self.base_width}"
             + (f", depth {self.depth} over base {self.base_depth}" if self.depth else "")
-            + f"; multipliers {dataclasses.asdict(self.multipliers)}",
+            + f"; multipliers {dataclasses.asdict(self.multipliers)}"
+            + (f"; input LR x m_out^-{self.input_lr_exponent:g}" if self.input_lr_exponent else ""),
             fmt.format(*head), fmt.format(*("-" * w for w in widths)),
         ]
         lines += [fmt.format(*b) for b in body]
