@@ -15,13 +15,17 @@ interval (``best_loss_ratio``). m = width / base width:
 - ``readout_sp``: readout with SP's effective init std and Adam LR (forward multiplier
   sqrt(m) on top of μP's 1/m, LR × 1/sqrt(m): by the abc-symmetry the readout of SP);
 - ``readout_zero``: zero-initialized readout;
+- ``readout_fan_in``: only the readout's init made SP's (``readout_init="fan_in"``: the
+  effective std ∝ m^-1/2 instead of μP's m^-1); ``readout_sp`` also changes the raw
+  gradient's scale, which the global-norm gradient clipping sees;
 - ``all_sp``: the three SP ingredients together (SP itself, re-expressed: a sanity check).
 
 (The attention scale needs no arm: the head dim is fixed at 32, so μP's 1/d_head anchored
 at the base equals SP's 1/sqrt(d_head) at every width.)
 
-``transfer``: widths 32-256, SP, μP and the fixed μP (``input_lr_exponent``) side by
-side: LR drift in octaves and best loss ÷ SP's at the widest width.
+``transfer``: widths 32-256, SP, μP and the fixed μP (``--fix``, default
+``readout_fan_in``: ``readout_init="fan_in"``) side by side: LR drift in octaves and best
+loss ÷ SP's at the widest width.
 
     python -m benchmarks.mup_vs_sp [ablate|transfer] [--jobs 2] [--out runs/mup_vs_sp]
 
@@ -54,6 +58,7 @@ ABLATIONS: dict[str, Overrides] = {
     "vector_lr_sp": lambda m: {"parametrization": "mup", "lr_mult_vector": 1.0 / m},
     "readout_sp": lambda m: {"parametrization": "mup", "output_mult": m**0.5, "lr_mult_output": m**-0.5},
     "readout_zero": lambda m: {"parametrization": "mup", "readout_init": "zero"},
+    "readout_fan_in": lambda m: {"parametrization": "mup", "readout_init": "fan_in"},
     "all_sp": lambda m: {"parametrization": "mup", "lr_mult_input": 1.0 / m, "lr_mult_vector": 1.0 / m,
                          "output_mult": m**0.5, "lr_mult_output": m**-0.5},
 }
@@ -212,10 +217,21 @@ def ablate(width: int = 256, seeds: tuple[int, ...] = (0, 1), arms: tuple[str, .
     return record
 
 
-def transfer(exponent: float = 0.5, widths: tuple[int, ...] = (32, 64, 128, 256),
+FIXES: dict[str, Overrides] = {
+    "readout_fan_in": lambda m: {"parametrization": "mup", "readout_init": "fan_in"},
+}
+"""Candidate fixes for ``transfer``: width-independent TrainConfig overrides."""
+SAME_AT_ONE_WIDTH: dict[str, Overrides] = {
+    # at the base width the fan-in readout init is μP's own (a scale of m = 1)
+    "readout_fan_in": lambda m: ABLATIONS["readout_fan_in" if m != 1 else "mup"](m),
+}
+"""The overrides that train a fix's identical run at one width (reused, not re-run)."""
+
+
+def transfer(fix: str = "readout_fan_in", widths: tuple[int, ...] = (32, 64, 128, 256),
              seeds: tuple[int, ...] = (0, 1), out: str | os.PathLike[str] | None = None, jobs: int = 1,
              step: float = 1.0) -> dict[str, Any]:
-    """SP, μP and μP with ``input_lr_exponent=exponent`` over the width ladder, in one run:
+    """SP, μP and the fixed μP (:data:`FIXES`) over the width ladder, in one run:
     the drift of each one's optimal LR (octaves, bootstrap interval) and its best loss ÷
     SP's at the widest width [seed bootstrap]. SP's drift uses seed 0 below the widest
     width (it moves by whole octaves; the demo does the same). Writes
@@ -225,20 +241,17 @@ def transfer(exponent: float = 0.5, widths: tuple[int, ...] = (32, 64, 128, 256)
     from benchmarks.tuned_multipliers import DEMO, best_loss_ratio
     from mutransfer._io import atomic_write_text
 
-    if not 0.0 < exponent <= 1.0:
-        raise ValueError(f"exponent must be in (0, 1], got {exponent!r}")
+    if fix not in FIXES:
+        raise ValueError(f"unknown fix {fix!r}; choose from {', '.join(FIXES)}")
     t0 = time.perf_counter()
-    fix = f"mup_input_lr_e{exponent:g}"
     wide = max(widths)
     work: list[Work] = []
     for w in sorted(widths, reverse=True):
         m = w / DEMO["base_width"]
         work += [("sp", ABLATIONS["sp"](m), w, seeds if w == wide else seeds[:1], None),
                  ("mup", ABLATIONS["mup"](m), w, seeds, None),
-                 # at one width the exponent is lr_mult_input = m^-e (at the base, plain μP):
-                 # the same run to the last bit, so the ablation's and μP's trials are reused
-                 (fix, {"parametrization": "mup", "input_lr_exponent": exponent}, w, seeds,
-                  {"parametrization": "mup", **({"lr_mult_input": m**-exponent} if m != 1 else {})})]
+                 (f"mup_{fix}", FIXES[fix](m), w, seeds, SAME_AT_ONE_WIDTH[fix](m))]
+    fix_overrides, fix = FIXES[fix](2.0), f"mup_{fix}"
     log(f"transfer: sp, mup, {fix} at widths {sorted(widths)} x seeds {list(seeds)}")
     table = scan(work, Path(out or Path("runs") / "mup_vs_sp"), jobs, step)
     fit = OptimumFit(x="lr", y="loss", group_by=("arm", "width"), n_boot=500).fit(table)
@@ -264,7 +277,7 @@ def transfer(exponent: float = 0.5, widths: tuple[int, ...] = (32, 64, 128, 256)
     }
     record = {**record_header("mup_vs_sp"),
               "setup": {**DEMO, "widths": sorted(widths), "seeds": list(seeds),
-                        "sp_seeds_below_widest": list(seeds[:1]), "input_lr_exponent": exponent,
+                        "sp_seeds_below_widest": list(seeds[:1]), "fix": {fix: fix_overrides},
                         "lr_grid_step_octaves": step, "n_trials": len(table),
                         "n_diverged": int(table["diverged"].sum()),
                         "n_reused": int(table["same_as"].notna().sum()) if "same_as" in table else 0},
@@ -287,8 +300,8 @@ if __name__ == "__main__":
     parser.add_argument("--arms", default=None, help=f"ablate: arms, of {','.join(ABLATIONS)} (default all)")
     parser.add_argument("--widths", type=_ints, default=(32, 64, 128, 256),
                         help="transfer: widths (default 32,64,128,256)")
-    parser.add_argument("--exponent", type=float, default=0.5,
-                        help="transfer: the fixed muP's input_lr_exponent (default 0.5)")
+    parser.add_argument("--fix", default="readout_fan_in",
+                        help=f"transfer: the fixed muP, of {','.join(FIXES)} (default readout_fan_in)")
     parser.add_argument("--seeds", type=_ints, default=(0, 1), help="seeds (default 0,1)")
     parser.add_argument("--jobs", type=int, default=1, help="processes (default 1)")
     parser.add_argument("--step", type=float, default=1.0, help="LR grid step in octaves (default 1)")
@@ -302,5 +315,5 @@ if __name__ == "__main__":
         arms = tuple(x for x in a.arms.split(",") if x) if a.arms else None
         rec = ablate(a.width, a.seeds, arms, a.out, a.jobs, a.step)
     else:
-        rec = transfer(a.exponent, a.widths, a.seeds, a.out, a.jobs, a.step)
+        rec = transfer(a.fix, a.widths, a.seeds, a.out, a.jobs, a.step)
     print(json.dumps(rec["figures"], indent=2))

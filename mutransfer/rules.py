@@ -40,6 +40,13 @@ Modifiers, applied on top of the μP row of a parameter:
   Unit-Scaled Maximal Update Parametrization", §4.4, "a new embedding LR rule") scales it
   by 1/sqrt(fan_out), e = 1/2, finding the constant too high at large width; e = 1 keeps
   SP's ratio of embedding to hidden LR (both fall as 1/m). At base width every e is plain μP.
+- :data:`READOUT_INIT`: the readout's init law under the mup kinds (``readout_init``).
+  ``constant`` is the table's row (constant std, so with the 1/m_in forward multiplier the
+  effective std falls as m_in^-1: TP-V Table 3's 1/fan_in^2 variance, initial logits
+  shrinking as m_in^-1/2); ``zero`` starts it at 0 (TP-V suggests it); ``fan_in``
+  stores std ∝ m_in^1/2, so the effective std is m_in^-1/2, SP's (torch's) fan-in law:
+  the initial logits keep one width-independent O(1) scale, as in SP. The readout's
+  effective LR stays μP's. At base width all three but ``zero`` are the same init.
 """
 
 from __future__ import annotations
@@ -188,6 +195,10 @@ class InputLRModifier:
         return Power(fan_out=-float(exponent)) if exponent else ONE
 
 
+READOUT_INIT: dict[str, Power | None] = {"constant": ONE, "fan_in": Power(fan_in=0.5), "zero": None}
+"""``readout_init`` -> the stored readout weight's init std law under the mup kinds (× the
+output row's m_in^-1 forward multiplier for the effective law); None: zeros."""
+
 COMPLETEP = CompletePModifier()
 MUON = MuonModifier()
 INPUT_LR = InputLRModifier()
@@ -242,6 +253,9 @@ def rules_table(kinds: tuple[str, ...] = ("sp", "mup")) -> str:
     lines.append(f"# input_lr_exponent e in [{i.bounds[0]:g}, {i.bounds[1]:g}] (mup kinds; "
                  + ", ".join(f"{k}: {_num(v)}" for k, v in i.named.items()) + f"): {'/'.join(i.roles)} "
                  "LR (Adam and SGD) x m_out^-e")
+    lines.append("# readout_init (mup kinds): " + ", ".join(
+        f"{k}: init std 0" if v is None else f"{k}: init std {v} (effective {Power(v.fan_in - 1)})"
+        for k, v in READOUT_INIT.items()))
     return "\n".join(lines)
 
 
@@ -252,6 +266,7 @@ __all__ = [
     "MODEL_INIT_LAW",
     "MUON",
     "QUANTITIES",
+    "READOUT_INIT",
     "RULE_SETS",
     "WIDTH_RULES",
     "CompletePModifier",

@@ -135,7 +135,9 @@ class TrainConfig:
     lr_mult_vector: float = 1.0
     """Tunable LR multiplier of the vector role (gains, biases), on top of the parametrization's."""
     readout_init: str = "constant"
-    """Readout init under μP: ``constant`` (constant variance) or ``zero``."""
+    """Readout init under μP: ``constant`` (constant variance), ``zero``, or ``fan_in``
+    (SP's fan-in law for the effective readout, std ∝ width^-1/2; the same as ``constant``
+    at the base width; :data:`mutransfer.rules.READOUT_INIT`)."""
 
     # ---- optimizer -----------------------------------------------------------------------
     optimizer: str = "auto"
@@ -249,7 +251,7 @@ class TrainConfig:
             raise ValueError(f"preset {self.preset!r} is not a GPT; the trainer takes {', '.join(gpts)}")
         choices = {"parametrization": KINDS, "optimizer": ("auto", "adamw", "sgd", "muon"),
                    "wd_mode": ("coupled", "independent"), "schedule": SCHEDULE_KINDS,
-                   "decay_shape": DECAY_SHAPES, "readout_init": ("constant", "zero"),
+                   "decay_shape": DECAY_SHAPES, "readout_init": ("constant", "zero", "fan_in"),
                    "spike_policy": SPIKE_POLICIES, "dtype": ("auto", "fp32", "bf16"),
                    "metrics_format": ("jsonl", "csv")}
         for name, allowed in choices.items():
