@@ -26,7 +26,7 @@ HERE = Path(__file__).parent
 RESULTS = HERE / "results"
 # Cheapest first, so a partial run still leaves useful numbers behind.
 BENCHMARKS = ["fit_speed", "trainer_throughput", "sweep_overhead", "fused_sweep", "transfer_fidelity",
-              "depth_fidelity", "horizon_shift", "tuned_multipliers"]
+              "depth_fidelity", "horizon_shift", "tuned_multipliers", "mup_vs_sp"]
 # Run only when named: they need hardware a CPU machine lacks (each says why in unavailable()).
 EXTRA = ["gpu"]
 

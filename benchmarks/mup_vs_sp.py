@@ -71,8 +71,9 @@ def _guess(arm: str, m: float) -> float:
 
 
 def _scan_arm(arm: str, over: dict[str, Any], width: int, seeds: tuple[int, ...], out: str,
-              demo: dict[str, Any], step: float, same_as: dict[str, Any] | None = None) -> str:
-    """LR scan of one arm at one width (one process; trials appended to out/trials.jsonl).
+              demo: dict[str, Any], step: float, same_as: dict[str, Any] | None = None) -> list[float]:
+    """LR scan of one arm at one width (one process; trials appended to out/trials.jsonl);
+    returns the log2 LRs it visited.
     ``same_as``: other overrides that train the identical run at this width (the same
     per-parameter LRs to the last bit); a finished trial under them is reused."""
     from benchmarks._proxy import TrialLog, bracket_scan, log
@@ -104,8 +105,7 @@ def _scan_arm(arm: str, over: dict[str, Any], width: int, seeds: tuple[int, ...]
             losses.append(row["loss"])
         return losses
 
-    bracket_scan(run_at, [c - step, float(c), c + step], lo=-16.0, hi=0.0, step=step)
-    return arm
+    return sorted(bracket_scan(run_at, [c - step, float(c), c + step], lo=-16.0, hi=0.0, step=step))
 
 
 Work = tuple[str, dict[str, Any], int, tuple[int, ...], "dict[str, Any] | None"]
@@ -114,7 +114,9 @@ Work = tuple[str, dict[str, Any], int, tuple[int, ...], "dict[str, Any] | None"]
 
 def scan(work: list[Work], out: Path, jobs: int = 1, step: float = 1.0,
          demo: dict[str, Any] | None = None) -> Any:
-    """Run every LR scan in ``work``; return the trials table (pandas) of exactly these points."""
+    """Run every LR scan in ``work``; return the trials table (pandas) of exactly the points
+    the scans visited (so every arm's optimum is fitted on its own scan's grid, whatever
+    else the trial log holds)."""
     import pandas as pd
 
     from benchmarks._proxy import TrialLog
@@ -124,15 +126,16 @@ def scan(work: list[Work], out: Path, jobs: int = 1, step: float = 1.0,
     out.mkdir(parents=True, exist_ok=True)
     if jobs > 1:
         with ProcessPoolExecutor(jobs) as pool:
-            for fut in [pool.submit(_scan_arm, a, o, w, sd, str(out), demo, step, same)
-                        for a, o, w, sd, same in work]:
-                fut.result()
+            futs = [pool.submit(_scan_arm, a, o, w, sd, str(out), demo, step, same)
+                    for a, o, w, sd, same in work]
+            grids = [f.result() for f in futs]
     else:
-        for a, o, w, sd, same in work:
-            _scan_arm(a, o, w, sd, str(out), demo, step, same)
-    wanted = {(a, w, json.dumps(o, sort_keys=True)): sd for a, o, w, sd, _ in work}
+        grids = [_scan_arm(a, o, w, sd, str(out), demo, step, same) for a, o, w, sd, same in work]
+    wanted = {(a, w, json.dumps(o, sort_keys=True)): (sd, set(g))
+              for (a, o, w, sd, _), g in zip(work, grids, strict=True)}
     rows = [r for r in TrialLog(out / "trials.jsonl").rows.values()
-            if r["seed"] in wanted.get((r["arm"], r["width"], r["overrides"]), ())]
+            if (key := (r["arm"], r["width"], r["overrides"])) in wanted
+            and r["seed"] in wanted[key][0] and r["log2_lr"] in wanted[key][1]]
     return pd.DataFrame(rows)
 
 
@@ -207,7 +210,8 @@ def ablate(width: int = 256, seeds: tuple[int, ...] = (0, 1), arms: tuple[str, .
                       "n_trials": int((table["arm"] == a).sum()),
                       "train_s": float(table.loc[table["arm"] == a, "wall_s"].sum())}
     figures = {f"ratio_{a}_over_sp": v["ratio_best_loss_over_sp"] for a, v in per_arm.items() if a != "sp"}
-    figures |= {"arms": per_arm, "wall_s": time.perf_counter() - t0}
+    figures |= {"arms": per_arm, "wall_s": time.perf_counter() - t0,
+                "train_s": float(table["wall_s"].sum())}
     record = {**record_header("mup_vs_sp_ablation"),
               "setup": {**DEMO, "width": width, "seeds": list(seeds), "lr_grid_step_octaves": step,
                         "lr_grid": "3 points around a guess, widened until the minimum is interior",
@@ -286,6 +290,13 @@ def transfer(fix: str = "readout_fan_in", widths: tuple[int, ...] = (32, 64, 128
               "passed": bool(drift[fix].octaves <= 0.5 and ratios[fix]["ratio"] <= 1.01)}
     atomic_write_text(HERE / "results" / "mup_vs_sp.json", json.dumps(record, indent=2) + "\n")
     return record
+
+
+def run(jobs: int = 2) -> dict[str, Any]:
+    """The whole benchmark (``python -m benchmarks mup_vs_sp``): the ablation, then the
+    width ladder with the fix (sharing the finished trials); returns the ladder's record."""
+    ablate(jobs=jobs)
+    return transfer(jobs=jobs)
 
 
 def _ints(s: str) -> tuple[int, ...]:

@@ -43,7 +43,6 @@ import torch.nn as nn
 from mutransfer.rules import (
     ATTENTION_EXPONENT,
     COMPLETEP,
-    INPUT_LR,
     MODEL_INIT_LAW,
     MUON,
     READOUT_INIT,
@@ -246,9 +245,6 @@ class Parametrization:
         readout_init: ``constant`` (default: constant variance, non-zero), ``zero``, or
             ``fan_in`` (SP's fan-in law for the effective readout: std ∝ m_in^-1/2 after the
             1/m_in multiplier; :data:`mutransfer.rules.READOUT_INIT`).
-        input_lr_exponent: e, the input role's (embeddings') LR × m_out^-e on top of μP's
-            constant (:data:`mutransfer.rules.INPUT_LR`): 0 (default) is TP-V's μP, 1/2
-            u-μP's 1/sqrt(fan_out). In [0, 1]; must be 0 under ``sp``.
         init: ``model`` keeps the model's own init (assumed fan-in scaled, as torch's
             defaults are), ``normal`` re-initializes with ``init_std`` at base width.
         init_std: the base-width std for ``init="normal"``.
@@ -272,7 +268,6 @@ class Parametrization:
         rules: Iterable[tuple[str, str] | Rule] = (),
         infer_roles: bool = True,
         readout_init: str = "constant",
-        input_lr_exponent: float = 0.0,
         init: str = "model",
         init_std: float = 0.02,
         residual_branches: Sequence[str] | None = None,
@@ -292,13 +287,6 @@ class Parametrization:
             raise ValueError(f"base width {base_width} is larger than the width {width}")
         if readout_init not in READOUT_INIT:
             raise ValueError(f"readout_init must be one of {', '.join(READOUT_INIT)}, got {readout_init!r}")
-        lo, hi = INPUT_LR.bounds
-        if not (isinstance(input_lr_exponent, (int, float)) and lo <= input_lr_exponent <= hi):
-            raise ValueError(f"input_lr_exponent must be a number in [{lo:g}, {hi:g}], "
-                             f"got {input_lr_exponent!r}")
-        if kind == "sp" and input_lr_exponent != 0:
-            raise ValueError(f"input_lr_exponent={input_lr_exponent!r} is a width rule, and the sp "
-                             "parametrization has none: leave it 0 or use a mup kind")
         if init not in ("model", "normal"):
             raise ValueError(f"init must be 'model' or 'normal', got {init!r}")
         if kind == "completep" and depth_alpha not in (0.5, 1.0):
@@ -320,7 +308,6 @@ class Parametrization:
         self.depth_alpha = float(depth_alpha)
         self.multipliers = multipliers or Multipliers()
         self.readout_init, self.init, self.init_std = readout_init, init, float(init_std)
-        self.input_lr_exponent = float(input_lr_exponent)
         self.user_rules = tuple(r if isinstance(r, Rule) else Rule(r[0], r[1]) for r in rules)
         self.infer_roles = infer_roles
         self.residual_branch_patterns = tuple(residual_branches) if residual_branches else None
@@ -503,8 +490,6 @@ class Parametrization:
         lr = rr.get("lr", self.optimizer)(m_in, m_vec if role == "vector" else m_out)
 
         init, std, opt, eps = "keep", None, ("sgd" if sgd else "adamw"), 1.0
-        if mu and role in INPUT_LR.roles:
-            lr *= INPUT_LR.power(self.input_lr_exponent)(m_in, m_out)
         if role == "hidden":
             if self.init == "normal":
                 std = self.init_std * (target_std(m_in, m_out) if target_std else 1.0)
@@ -911,8 +896,7 @@ class Parametrization:
         lines = [
             f"# {self.kind} ({self.optimizer} rules): width {self.width} over base {self.base_width}"
             + (f", depth {self.depth} over base {self.base_depth}" if self.depth else "")
-            + f"; multipliers {dataclasses.asdict(self.multipliers)}"
-            + (f"; input LR x m_out^-{self.input_lr_exponent:g}" if self.input_lr_exponent else ""),
+            + f"; multipliers {dataclasses.asdict(self.multipliers)}",
             fmt.format(*head), fmt.format(*("-" * w for w in widths)),
         ]
         lines += [fmt.format(*b) for b in body]

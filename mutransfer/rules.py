@@ -34,12 +34,6 @@ Modifiers, applied on top of the μP row of a parameter:
   residual-branch forward multiplier m_L^-alpha, Adam LR of parameters inside the
   branches m_L^(alpha-1), Adam eps m_L^-alpha (and × m_in^-1 for hidden matrices),
   alpha in {0.5, 1}.
-- :data:`INPUT_LR`: an extra width exponent e of the input role's (embeddings') LR,
-  × m_out^-e on top of μP's constant (``input_lr_exponent``; default 0, plain μP). TP-V
-  keeps the embedding's Adam LR constant in width; u-μP (Blake et al. 2024, "u-μP: The
-  Unit-Scaled Maximal Update Parametrization", §4.4, "a new embedding LR rule") scales it
-  by 1/sqrt(fan_out), e = 1/2, finding the constant too high at large width; e = 1 keeps
-  SP's ratio of embedding to hidden LR (both fall as 1/m). At base width every e is plain μP.
 - :data:`READOUT_INIT`: the readout's init law under the mup kinds (``readout_init``).
   ``constant`` is the table's row (constant std, so with the 1/m_in forward multiplier the
   effective std falls as m_in^-1: TP-V Table 3's 1/fan_in^2 variance, initial logits
@@ -177,31 +171,12 @@ class MuonModifier:
     """torch.optim.Muon's per-shape scaling: sqrt(max(1, fan_out/fan_in))."""
 
 
-@dataclass(frozen=True)
-class InputLRModifier:
-    """The input role's LR × m_out^-e (an update-size rule: the same factor under Adam
-    and SGD, whose updates are both linear in the LR)."""
-
-    roles: tuple[str, ...] = ("input",)
-    """Roles the exponent applies to (embeddings, learned position tables)."""
-    named: dict[str, float] = field(default_factory=lambda: {"mup": 0.0, "u-mup": 0.5, "sp-ratio": 1.0})
-    """Named exponents: TP-V's μP, u-μP's 1/sqrt(fan_out), SP's embedding/hidden LR ratio."""
-    bounds: tuple[float, float] = (0.0, 1.0)
-    """Allowed exponents: from μP's constant LR to SP's 1/m (beyond either end the
-    embedding's update would grow with width, or shrink faster than the hidden ones')."""
-
-    def power(self, exponent: float) -> Power:
-        """The width rule m_out^-exponent."""
-        return Power(fan_out=-float(exponent)) if exponent else ONE
-
-
 READOUT_INIT: dict[str, Power | None] = {"constant": ONE, "fan_in": Power(fan_in=0.5), "zero": None}
 """``readout_init`` -> the stored readout weight's init std law under the mup kinds (× the
 output row's m_in^-1 forward multiplier for the effective law); None: zeros."""
 
 COMPLETEP = CompletePModifier()
 MUON = MuonModifier()
-INPUT_LR = InputLRModifier()
 
 
 def rule_set(kind: str) -> str:
@@ -249,10 +224,6 @@ def rules_table(kinds: tuple[str, ...] = ("sp", "mup")) -> str:
                  f"blocks x m_L^({c.eps})" + "".join(f", {r} also x {p}" for r, p in c.eps_width.items()))
     lines.append(f"# muon: {'/'.join(MUON.roles)} 2-D matrices on torch.optim.Muon "
                  f"(adjust_lr_fn={MUON.adjust_lr_fn!r}), LR x {MUON.lr}; the rest: mup Adam rules")
-    i = INPUT_LR
-    lines.append(f"# input_lr_exponent e in [{i.bounds[0]:g}, {i.bounds[1]:g}] (mup kinds; "
-                 + ", ".join(f"{k}: {_num(v)}" for k, v in i.named.items()) + f"): {'/'.join(i.roles)} "
-                 "LR (Adam and SGD) x m_out^-e")
     lines.append("# readout_init (mup kinds): " + ", ".join(
         f"{k}: init std 0" if v is None else f"{k}: init std {v} (effective {Power(v.fan_in - 1)})"
         for k, v in READOUT_INIT.items()))
@@ -262,7 +233,6 @@ def rules_table(kinds: tuple[str, ...] = ("sp", "mup")) -> str:
 __all__ = [
     "ATTENTION_EXPONENT",
     "COMPLETEP",
-    "INPUT_LR",
     "MODEL_INIT_LAW",
     "MUON",
     "QUANTITIES",
@@ -271,7 +241,6 @@ __all__ = [
     "WIDTH_RULES",
     "CompletePModifier",
     "DepthPower",
-    "InputLRModifier",
     "MuonModifier",
     "Power",
     "RoleRule",

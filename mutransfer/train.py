@@ -126,10 +126,6 @@ class TrainConfig:
     """Multiplier of every residual branch."""
     lr_mult_input: float = 1.0
     """Tunable LR multiplier of the input role (embeddings), on top of the parametrization's."""
-    input_lr_exponent: float = 0.0
-    """Width exponent e of the embeddings' LR under μP kinds: × (width/base_width)^-e on
-    top of μP's constant (0: TP-V's μP; 0.5: u-μP, Blake et al. 2024). In [0, 1]; 0 under
-    sp. Unlike ``lr_mult_input`` it changes with width and is 1 at the base width."""
     lr_mult_output: float = 1.0
     """Tunable LR multiplier of the output role (readout), on top of the parametrization's."""
     lr_mult_vector: float = 1.0
@@ -283,10 +279,6 @@ class TrainConfig:
         for name in ("seed", "eval_every", "checkpoint_every", "max_logit_every", "max_rollbacks"):
             if not (isinstance(getattr(self, name), int) and getattr(self, name) >= 0):
                 raise bad(name, "a non-negative integer")
-        if not (isinstance(self.input_lr_exponent, (int, float)) and 0.0 <= self.input_lr_exponent <= 1.0):
-            raise bad("input_lr_exponent", "a number in [0, 1]")
-        if self.input_lr_exponent and self.parametrization == "sp":
-            raise bad("input_lr_exponent", "0 under the sp parametrization (it has no width rules)")
         if self.warmup_steps is not None and not (0 <= self.warmup_steps <= self.steps):
             raise bad("warmup_steps", f"in [0, steps={self.steps}]")
         for name in ("beta1", "beta2", "momentum", "muon_momentum", "gns_beta"):
@@ -556,7 +548,7 @@ def build_parametrization(cfg: TrainConfig, gcfg: GPTConfig) -> Parametrization:
         depth=gcfg.depth, base_depth=cfg.base_depth or min(preset.depth, gcfg.depth),
         depth_alpha=cfg.depth_alpha,
         multipliers=Multipliers(cfg.input_mult, cfg.output_mult, cfg.attn_mult, cfg.residual_mult),
-        readout_init=cfg.readout_init, input_lr_exponent=cfg.input_lr_exponent)
+        readout_init=cfg.readout_init)
 
 
 class Trainer:

@@ -70,52 +70,6 @@ def test_attention_and_completep_modifiers_as_data() -> None:
     assert COMPLETEP.lr.exponent(0.5) == -0.5 and COMPLETEP.residual_multiplier.exponent(1.0) == -1.0
 
 
-@pytest.mark.parametrize("e", [0.0, 0.5, 1.0])
-@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
-def test_input_lr_exponent_moves_only_the_embedding_lr(e: float, optimizer: str) -> None:
-    """Oracle: the embedding's LR multiplier is plain μP's × (width/base)^-e, nothing else
-    changes, and at the base width every exponent is plain μP exactly."""
-    gpt = lambda w: GPT(GPTConfig(width=w, depth=2, head_dim=16, seq_len=16, vocab_size=64))  # noqa: E731
-    for width in (32, 128):
-        plain = Parametrization(gpt, width=width, base_width=32, optimizer=optimizer)
-        pz = Parametrization(gpt, width=width, base_width=32, optimizer=optimizer, input_lr_exponent=e)
-        m = width / 32
-        for name, s in pz.specs.items():
-            want = plain.specs[name].lr_mult * (m**-e if s.role == "input" else 1.0)
-            assert s.lr_mult == pytest.approx(want, rel=1e-12), name
-            assert s.init == plain.specs[name].init and s.eps_mult == plain.specs[name].eps_mult
-        # μP's own input rule: Adam constant, SGD × m_out (TP-V Table 3)
-        sgd = 1.0 if optimizer == "sgd" else 0.0
-        assert pz.specs["wte.weight"].lr_mult == pytest.approx(m ** (sgd - e))
-        if width == 32:
-            assert pz.specs == plain.specs
-
-
-def test_input_lr_exponent_is_printed_and_bad_values_get_one_clear_error() -> None:
-    from mutransfer.rules import INPUT_LR
-    from mutransfer.train import TrainConfig
-
-    line = next(ln for ln in rules_table().splitlines() if ln.startswith("# input_lr_exponent"))
-    assert "u-mup: 1/2" in line and "m_out^-e" in line and "[0, 1]" in line
-    assert INPUT_LR.power(0.5) == Power(fan_out=-0.5) and str(INPUT_LR.power(0.5)) == "m_out^-1/2"
-    builder = lambda w: MLP(MLP_CFG.replace(width=w))  # noqa: E731
-    with pytest.raises(ValueError, match=r"input_lr_exponent must be a number in \[0, 1\], got 1.5"):
-        Parametrization(builder, width=64, base_width=32, input_lr_exponent=1.5)
-    with pytest.raises(ValueError, match="sp parametrization has none"):
-        Parametrization(builder, width=64, base_width=32, kind="sp", input_lr_exponent=0.5)
-    with pytest.raises(ValueError, match=r"input_lr_exponent must be a number in \[0, 1\], got -0.1"):
-        TrainConfig(input_lr_exponent=-0.1)
-    with pytest.raises(ValueError, match="input_lr_exponent must be 0 under the sp"):
-        TrainConfig(parametrization="sp", input_lr_exponent=0.5)
-    # the trainer's parametrization carries it: embedding LR 4^-1/2 at width 128 over base 32
-    from mutransfer.train import build_parametrization
-
-    cfg = TrainConfig(preset="gpt-small", width=128, base_width=32, input_lr_exponent=0.5)
-    pz = build_parametrization(cfg, cfg.model_config())
-    assert pz.specs["wte.weight"].lr_mult == pytest.approx(0.5)
-    assert "input LR x m_out^-0.5" in pz.table().splitlines()[0]
-
-
 def _readout_mult(pz: Parametrization) -> float:
     hooks = [h for h in pz.forward_multipliers()["hooks"] if h["module"] == "lm_head"]
     return hooks[0]["scale"] if hooks else 1.0
