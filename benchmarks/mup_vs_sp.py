@@ -179,6 +179,11 @@ def import_results(csv: str | os.PathLike[str], out: Path) -> int:
     return added
 
 
+def _n_imported(table: Any) -> int:
+    """Trials taken from an earlier results table (``--import-csv``), not run here."""
+    return int(table["imported_from"].notna().sum()) if "imported_from" in table else 0
+
+
 def ablate(width: int = 256, seeds: tuple[int, ...] = (0, 1), arms: tuple[str, ...] | None = None,
            out: str | os.PathLike[str] | None = None, jobs: int = 1, step: float = 1.0) -> dict[str, Any]:
     """The ablation at one width: per arm the best loss ÷ SP's [95% seed bootstrap] and the
@@ -202,20 +207,21 @@ def ablate(width: int = 256, seeds: tuple[int, ...] = (0, 1), arms: tuple[str, .
     per_arm = {}
     for a in names:
         r = best_loss_ratio(table, a, "sp") if a != "sp" else {"ratio": 1.0, "ci": [1.0, 1.0]}
-        per_arm[a] = {"ratio_best_loss_over_sp": r["ratio"], "ci": r["ci"],
+        per_arm[a] = {"best_loss_over_sp": r["ratio"], "ci": r["ci"],
                       "best_loss": float(res.loc[a, "loss_opt"]),
                       "log2_lr_opt": float(res.loc[a, "log2_x_opt"]),
                       "at_edge": bool(res.loc[a, "at_edge"]),
                       "overrides": ABLATIONS[a](m),
                       "n_trials": int((table["arm"] == a).sum()),
                       "train_s": float(table.loc[table["arm"] == a, "wall_s"].sum())}
-    figures = {f"ratio_{a}_over_sp": v["ratio_best_loss_over_sp"] for a, v in per_arm.items() if a != "sp"}
+    figures = {f"ratio_{a}_over_sp": v["best_loss_over_sp"] for a, v in per_arm.items() if a != "sp"}
     figures |= {"arms": per_arm, "wall_s": time.perf_counter() - t0,
                 "train_s": float(table["wall_s"].sum())}
     record = {**record_header("mup_vs_sp_ablation"),
               "setup": {**DEMO, "width": width, "seeds": list(seeds), "lr_grid_step_octaves": step,
                         "lr_grid": "3 points around a guess, widened until the minimum is interior",
-                        "n_trials": len(table), "n_diverged": int(table["diverged"].sum())},
+                        "n_trials": len(table), "n_diverged": int(table["diverged"].sum()),
+                        "n_imported": _n_imported(table)},
               "figures": figures}
     atomic_write_text(HERE / "results" / "mup_vs_sp_ablation.json", json.dumps(record, indent=2) + "\n")
     return record
@@ -269,8 +275,8 @@ def transfer(fix: str = "readout_fan_in", widths: tuple[int, ...] = (32, 64, 128
                           for a in arms for _, r in res[(res["arm"] == a) & (res["width"] == w)].iterrows()}
                  for w in sorted(widths)}
     figures = {
-        "drift_octaves": {a: d.octaves for a, d in drift.items()},
-        "drift_ci": {a: [finite_or_none(c) for c in d.ci] for a, d in drift.items()},
+        **{f"drift_octaves_{a}": d.octaves for a, d in drift.items()},
+        **{f"drift_ci_{a}": [finite_or_none(c) for c in d.ci] for a, d in drift.items()},
         f"ratio_best_loss_{fix}_over_sp_widest": ratios[fix]["ratio"],
         f"ratio_best_loss_{fix}_over_sp_widest_ci": ratios[fix]["ci"],
         "ratio_best_loss_mup_over_sp_widest": ratios["mup"]["ratio"],
@@ -284,7 +290,8 @@ def transfer(fix: str = "readout_fan_in", widths: tuple[int, ...] = (32, 64, 128
                         "sp_seeds_below_widest": list(seeds[:1]), "fix": {fix: fix_overrides},
                         "lr_grid_step_octaves": step, "n_trials": len(table),
                         "n_diverged": int(table["diverged"].sum()),
-                        "n_reused": int(table["same_as"].notna().sum()) if "same_as" in table else 0},
+                        "n_reused": int(table["same_as"].notna().sum()) if "same_as" in table else 0,
+                        "n_imported": _n_imported(table)},
               "figures": figures,
               "targets": {"drift_octaves_max": 0.5, "ratio_best_loss_over_sp_widest_max": 1.01},
               "passed": bool(drift[fix].octaves <= 0.5 and ratios[fix]["ratio"] <= 1.01)}
