@@ -119,7 +119,8 @@ def test_fan_in_readout_passes_without_the_readouts_vanishing_allowance(batch, w
 
     def init_slope(res):
         s = res.slopes
-        return float(s[(s["axis"] == "width") & (s["module"] == "lm_head") & (s["step"] == 0)]["slope"].iloc[0])
+        row = (s["axis"] == "width") & (s["module"] == "lm_head") & (s["step"] == 0)
+        return float(s[row]["slope"].iloc[0])
 
     assert abs(init_slope(fan_in)) < 0.1
     assert init_slope(width_results["mup"]) == pytest.approx(-0.5, abs=0.1)
