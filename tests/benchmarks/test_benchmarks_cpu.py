@@ -136,6 +136,7 @@ def test_mup_vs_sp_imports_only_rows_of_its_own_setup(tmp_path: Path) -> None:
     assert import_results(csv, tmp_path / "work") == 1
     log = TrialLog(tmp_path / "work" / "trials.jsonl")
     (row,) = log.rows.values()
-    assert (row["arm"], row["width"], row["log2_lr"], row["seed"], row["loss"]) == ("sp", 256, -9.0, 0, 1.9414)
+    got = (row["arm"], row["width"], row["log2_lr"], row["seed"], row["loss"])
+    assert got == ("sp", 256, -9.0, 0, 1.9414)
     assert json.loads(row["overrides"]) == {"parametrization": "sp"}
     assert import_results(csv, tmp_path / "work") == 0  # already there
