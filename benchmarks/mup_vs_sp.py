@@ -30,7 +30,10 @@ loss ÷ SP's at the widest width.
     python -m benchmarks.mup_vs_sp [ablate|transfer] [--jobs 2] [--out runs/mup_vs_sp]
 
 Writes ``results/mup_vs_sp_ablation.json`` or ``results/mup_vs_sp.json``. Finished trials
-are kept in ``--out``/trials.jsonl and reused by both modes.
+are kept in ``--out``/trials.jsonl and reused by both modes; ``--import-csv RESULTS.csv``
+first adds the SP/μP rows of a 150-step demo sweep whose every hyperparameter matches
+(the committed results reused 74 such trials of a ``mutransfer demo`` run; two of them,
+re-run here, matched to the last bit).
 """
 
 from __future__ import annotations
