@@ -208,8 +208,10 @@ class ParametrizationSection(_Section):
     """Tunable LR multiplier of the output role (readout), on top of the parametrization's."""
     lr_mult_vector: float = 1.0
     """Tunable LR multiplier of the vector role (gains, biases), on top of the parametrization's."""
-    readout_init: Literal["constant", "zero"] = "constant"
-    """Readout init under μP: ``constant`` (constant variance) or ``zero``."""
+    readout_init: Literal["constant", "zero", "fan_in"] = "constant"
+    """Readout init under μP: ``constant`` (constant variance), ``zero``, or ``fan_in``
+    (SP's fan-in law for the effective readout, std ∝ width^-1/2; the same as ``constant``
+    at the base width; :data:`mutransfer.rules.READOUT_INIT`)."""
 
     # The kind decides which optimizer math runs; the rest are per-member scalars.
     PER_MEMBER: ClassVar[frozenset[str]] = frozenset({

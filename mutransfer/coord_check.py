@@ -92,11 +92,13 @@ class CoordCheckResult:
 
     def lower_bounds(self) -> pd.Series:
         """Per slope row, the most negative slope allowed: -tol along width, -(1/2 + tol)
-        for the μP readout (its init law), -inf along depth (see the module docstring)."""
+        for the μP readout (its init law; not under ``readout_init="fan_in"``, whose logits
+        do not shrink), -inf along depth (see the module docstring)."""
         s = self.slopes
         low = pd.Series(-self.tol, index=s.index, dtype=float)
         low[s["axis"] != "width"] = -math.inf
-        if self.parametrization != "sp" and self.readout_modules:
+        if (self.parametrization != "sp" and self.readout_modules
+                and self.settings.get("readout_init", "constant") != "fan_in"):
             readout = (s["axis"] == "width") & s["module"].isin(self.readout_modules)
             low[readout] = -(0.5 + self.tol)
         return low
@@ -262,6 +264,7 @@ def coord_check(
     lr: float = 1e-2,
     multipliers: Multipliers | None = None,
     rules: Sequence[tuple[str, str]] = (),
+    readout_init: str = "constant",
     loss_fn: LossFn = gpt_loss,
     modules: Callable[[nn.Module], list[str]] = default_modules,
     tol: float = 0.25,
@@ -271,7 +274,9 @@ def coord_check(
     given) builds a model; ``batch`` is the single (inputs, targets) batch fed at every
     step and width. Records l1 before each of ``steps`` updates and after the last, so
     step 0 is the init. ``rules`` are the Parametrization's ordered ``(regex, role)``
-    overrides, for models whose roles cannot all be inferred."""
+    overrides, for models whose roles cannot all be inferred. ``readout_init`` is the
+    Parametrization's; under ``fan_in`` the readout's logits keep SP's width-independent
+    init scale, so the readout gets no allowance for vanishing (see :meth:`lower_bounds`)."""
     widths = sorted({int(w) for w in widths})
     if len(widths) < 2 and not (depths and len(set(depths)) >= 2):
         raise ValueError(f"a coordinate check needs at least 2 widths (or depths), got {widths}")
@@ -294,7 +299,8 @@ def coord_check(
             pz = Parametrization(
                 builder, width=width, base_width=min(base_width, width), kind=kind,
                 optimizer=rule_set, depth=depth, base_depth=base_depth if depth else None,
-                depth_alpha=depth_alpha, multipliers=multipliers, rules=rules)
+                depth_alpha=depth_alpha, multipliers=multipliers, rules=rules,
+                readout_init=readout_init)
             for seed in seed_list:
                 model = pz.build(seed=seed)
                 readouts.update(_depth_alias(model, n) if depth else n for n in pz.readout_modules)
@@ -316,7 +322,7 @@ def coord_check(
     settings = {"widths": widths, "depths": [d for d in depth_list if d], "steps": steps,
                 "seeds": seeds, "optimizer": optimizer, "lr": lr, "base_width": base_width,
                 "base_depth": base_depth, "depth_alpha": depth_alpha,
-                "rules": [list(r) for r in rules]}
+                "rules": [list(r) for r in rules], "readout_init": readout_init}
     return CoordCheckResult(kind, data, fit_slopes(data), tol, settings, tuple(sorted(readouts)))
 
 

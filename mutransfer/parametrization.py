@@ -46,6 +46,8 @@ from mutransfer.rules import (
     COMPLETEP,
     MODEL_INIT_LAW,
     MUON,
+    READOUT_INIT,
+    Power,
     role_rule,
     rule_set,
 )
@@ -242,7 +244,9 @@ class Parametrization:
         rules: ordered ``(regex, role)`` overrides; the first match wins, before the
             roles inferred from shapes and module types.
         infer_roles: if False, every parameter must be matched by a user rule.
-        readout_init: ``constant`` (default: constant variance, non-zero) or ``zero``.
+        readout_init: ``constant`` (default: constant variance, non-zero), ``zero``, or
+            ``fan_in`` (SP's fan-in law for the effective readout: std ∝ m_in^-1/2 after the
+            1/m_in multiplier; :data:`mutransfer.rules.READOUT_INIT`).
         init: ``model`` keeps the model's own init (assumed fan-in scaled, as torch's
             defaults are), ``normal`` re-initializes with ``init_std`` at base width.
         init_std: the base-width std for ``init="normal"``.
@@ -283,8 +287,8 @@ class Parametrization:
                 raise ValueError(f"{label} must be a positive integer, got {w!r}")
         if base_width > width:
             raise ValueError(f"base width {base_width} is larger than the width {width}")
-        if readout_init not in ("constant", "zero"):
-            raise ValueError(f"readout_init must be 'constant' or 'zero', got {readout_init!r}")
+        if readout_init not in READOUT_INIT:
+            raise ValueError(f"readout_init must be one of {', '.join(READOUT_INIT)}, got {readout_init!r}")
         if init not in ("model", "normal"):
             raise ValueError(f"init must be 'model' or 'normal', got {init!r}")
         if kind == "completep" and depth_alpha not in (0.5, 1.0):
@@ -500,10 +504,14 @@ class Parametrization:
         elif role == "output":
             zero = self.readout_init == "zero" or any(
                 o in self._zero_readouts for o, _ in self._module_of[name])
+            law = READOUT_INIT[self.readout_init] if mu else None
+            if mu and law is not None and target_std is not None:
+                target_std = Power(target_std.fan_in + law.fan_in, target_std.fan_out + law.fan_out)
             if mu and zero:
                 std, init = 0.0, "zeros"
             elif self.init == "normal":
-                std, init = self.init_std, f"normal:{self.init_std:.4g}"
+                std = self.init_std * (target_std(m_in, m_out) if mu and target_std else 1.0)
+                init = f"normal:{std:.4g}"
             elif target_std is not None and m_in != 1.0:
                 # torch's fan-in law shrinks the readout as 1/sqrt(fan_in); rescale it to
                 # the table's law (constant variance), exactly as mup's MuReadout does.
@@ -690,12 +698,15 @@ class Parametrization:
         """μP's "model" init assumes torch's fan-in law (e = -1/2): hidden weights keep
         it, the readout is multiplied by sqrt(m_in) to make it constant. For a model with
         another law (Hugging Face: e = 0) multiply by m_in^(-1/2 - e) (hidden) or
-        m_in^(-e) (readout) instead, so the result is the same μP init."""
+        m_in^(r - e) (readout; r = 0, or 1/2 under ``readout_init="fan_in"``) instead, so the
+        result is the same μP init."""
         for name, e in self.init_exponents.items():
             s = self.specs[name]
             if e == -0.5 or s.init not in ("keep",) and not s.init.startswith("scale:"):
                 continue
-            factor = s.fan_in_mult ** ((-0.5 - e) if s.role == "hidden" else -e)
+            law = READOUT_INIT[self.readout_init]
+            target = -0.5 if s.role == "hidden" else (law.fan_in if law is not None else 0.0)
+            factor = s.fan_in_mult ** (target - e)
             init = "keep" if factor == 1.0 else f"scale:{factor:.6g}"
             self.specs[name] = dataclasses.replace(
                 s, init=init, rule=f"{s.rule}; model init std ∝ fan_in^{e:g}")

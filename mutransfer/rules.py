@@ -34,6 +34,13 @@ Modifiers, applied on top of the μP row of a parameter:
   residual-branch forward multiplier m_L^-alpha, Adam LR of parameters inside the
   branches m_L^(alpha-1), Adam eps m_L^-alpha (and × m_in^-1 for hidden matrices),
   alpha in {0.5, 1}.
+- :data:`READOUT_INIT`: the readout's init law under the mup kinds (``readout_init``).
+  ``constant`` is the table's row (constant std, so with the 1/m_in forward multiplier the
+  effective std falls as m_in^-1: TP-V Table 3's 1/fan_in^2 variance, initial logits
+  shrinking as m_in^-1/2); ``zero`` starts it at 0 (TP-V suggests it); ``fan_in``
+  stores std ∝ m_in^1/2, so the effective std is m_in^-1/2, SP's (torch's) fan-in law:
+  the initial logits keep one width-independent O(1) scale, as in SP. The readout's
+  effective LR stays μP's. At base width all three but ``zero`` are the same init.
 """
 
 from __future__ import annotations
@@ -164,6 +171,10 @@ class MuonModifier:
     """torch.optim.Muon's per-shape scaling: sqrt(max(1, fan_out/fan_in))."""
 
 
+READOUT_INIT: dict[str, Power | None] = {"constant": ONE, "fan_in": Power(fan_in=0.5), "zero": None}
+"""``readout_init`` -> the stored readout weight's init std law under the mup kinds (× the
+output row's m_in^-1 forward multiplier for the effective law); None: zeros."""
+
 COMPLETEP = CompletePModifier()
 MUON = MuonModifier()
 
@@ -213,6 +224,9 @@ def rules_table(kinds: tuple[str, ...] = ("sp", "mup")) -> str:
                  f"blocks x m_L^({c.eps})" + "".join(f", {r} also x {p}" for r, p in c.eps_width.items()))
     lines.append(f"# muon: {'/'.join(MUON.roles)} 2-D matrices on torch.optim.Muon "
                  f"(adjust_lr_fn={MUON.adjust_lr_fn!r}), LR x {MUON.lr}; the rest: mup Adam rules")
+    lines.append("# readout_init (mup kinds): " + ", ".join(
+        f"{k}: init std 0" if v is None else f"{k}: init std {v} (effective {Power(v.fan_in - 1)})"
+        for k, v in READOUT_INIT.items()))
     return "\n".join(lines)
 
 
@@ -222,6 +236,7 @@ __all__ = [
     "MODEL_INIT_LAW",
     "MUON",
     "QUANTITIES",
+    "READOUT_INIT",
     "RULE_SETS",
     "WIDTH_RULES",
     "CompletePModifier",

@@ -110,3 +110,34 @@ def test_multiplier_spec_searches_only_trainconfig_fields_and_its_corners_are_va
     base = dict(spec.base)
     for corner in itertools.product(*space.values()):  # every extreme combination builds
         TrainConfig.from_flat(dict(preset=spec.preset, **base, **dict(zip(space, corner))))
+
+
+
+def test_mup_vs_sp_imports_only_rows_of_its_own_setup(tmp_path: Path) -> None:
+    """Earlier results are reused only when every hyperparameter column equals the
+    benchmark's config at that (parametrization, width, lr, seed)."""
+    import json
+
+    import pandas as pd
+
+    from benchmarks.mup_vs_sp import import_results
+
+    base = {"state": "COMPLETE", "preset": "gpt-small", "depth": 2, "base_width": 32, "steps": 150,
+            "batch_size": 16, "warmup_steps": 15, "lr_floor": 0.1, "schedule": "cosine", "eval_every": 150,
+            "eval_batches": 8, "lr_mult_input": 1.0, "readout_init": "constant", "diverged": False,
+            "wall_s": 3.0, "loss": 2.0}
+    rows = [{**base, "parametrization": "sp", "width": 256, "lr": 2.0**-9, "seed": 0, "loss": 1.9414},
+            {**base, "parametrization": "mup", "width": 64, "lr": 2.0**-6, "seed": 1, "lr_mult_input": 2.0},
+            {**base, "parametrization": "mup", "width": 64, "lr": 2.0**-6, "seed": 0, "steps": 125},
+            {**base, "parametrization": "mup", "width": 64, "lr": 2.0**-6, "seed": 0, "depth": 4},
+            {**base, "parametrization": "mup", "width": 128, "lr": 0.01, "seed": 0},
+            {**base, "parametrization": "completep", "width": 64, "lr": 2.0**-6, "seed": 0}]
+    csv = tmp_path / "results.csv"
+    pd.DataFrame(rows).to_csv(csv, index=False)
+    assert import_results(csv, tmp_path / "work") == 1
+    log = TrialLog(tmp_path / "work" / "trials.jsonl")
+    (row,) = log.rows.values()
+    got = (row["arm"], row["width"], row["log2_lr"], row["seed"], row["loss"])
+    assert got == ("sp", 256, -9.0, 0, 1.9414)
+    assert json.loads(row["overrides"]) == {"parametrization": "sp"}
+    assert import_results(csv, tmp_path / "work") == 0  # already there

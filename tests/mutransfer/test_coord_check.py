@@ -105,3 +105,22 @@ def test_cli_bad_input_exits_2_and_writes_nothing(tmp_path, capsys, argv, messag
     assert main(["coord-check", *argv, "--out", str(out), "--quiet"]) == 2
     assert message in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_fan_in_readout_passes_without_the_readouts_vanishing_allowance(batch, width_results) -> None:
+    """Under readout_init="fan_in" the logits keep one init scale at every width (slope ~0
+    at step 0, where μP's constant-variance readout has its -1/2), and the check passes
+    with the readout held to the same ±tol as every other module."""
+    fan_in = coord_check(lambda w: GPT(CFG.replace(width=w)), batch, kind="mup", widths=(32, 64, 128, 256),
+                         steps=3, seeds=2, lr=1e-2, readout_init="fan_in")
+    assert fan_in.settings["readout_init"] == "fan_in" and fan_in.readout_modules == ("lm_head",)
+    assert (fan_in.lower_bounds() == -fan_in.tol).all()
+    assert fan_in.passed, fan_in.violations()
+
+    def init_slope(res):
+        s = res.slopes
+        row = (s["axis"] == "width") & (s["module"] == "lm_head") & (s["step"] == 0)
+        return float(s[row]["slope"].iloc[0])
+
+    assert abs(init_slope(fan_in)) < 0.1
+    assert init_slope(width_results["mup"]) == pytest.approx(-0.5, abs=0.1)

@@ -68,3 +68,70 @@ def test_attention_and_completep_modifiers_as_data() -> None:
     sp = Parametrization(fixed_heads, width=128, base_width=32, kind="sp")
     assert sp.attention_scale(64, 16) == pytest.approx(64**-0.5)
     assert COMPLETEP.lr.exponent(0.5) == -0.5 and COMPLETEP.residual_multiplier.exponent(1.0) == -1.0
+
+
+def _readout_mult(pz: Parametrization) -> float:
+    hooks = [h for h in pz.forward_multipliers()["hooks"] if h["module"] == "lm_head"]
+    return hooks[0]["scale"] if hooks else 1.0
+
+
+def test_fan_in_readout_init_is_sps_effective_init_with_mups_readout_lr() -> None:
+    """Oracle: with readout_init="fan_in" the effective readout (stored weight × μP's 1/m_in
+    forward multiplier) has SP's init std, torch's fan_in^-1/2; every LR multiplier and
+    every other init stays plain μP's, and at the base width it is plain μP exactly."""
+    gpt = lambda w: GPT(GPTConfig(width=w, depth=2, head_dim=16, seq_len=16, vocab_size=64))  # noqa: E731
+    for width in (32, 128, 512):
+        plain = Parametrization(gpt, width=width, base_width=32)
+        pz = Parametrization(gpt, width=width, base_width=32, readout_init="fan_in")
+        sp = Parametrization(gpt, width=width, base_width=32, kind="sp").build(seed=0)
+        model = pz.build(seed=0)
+        effective = float(model.lm_head.weight.detach().std()) * _readout_mult(pz)
+        assert _readout_mult(pz) == _readout_mult(plain) == pytest.approx(32 / width)
+        assert effective == pytest.approx(width**-0.5, rel=0.05)
+        assert effective == pytest.approx(float(sp.lm_head.weight.detach().std()), rel=0.05)
+        assert pz.specs["lm_head.weight"].init == ("keep" if width == 32 else f"scale:{width / 32:g}")
+        for name, s in pz.specs.items():
+            assert s.lr_mult == plain.specs[name].lr_mult, name
+            if name != "lm_head.weight":
+                assert s.init == plain.specs[name].init, name
+        if width == 32:
+            assert pz.specs == plain.specs
+    # init="normal": the stored std is init_std x sqrt(m_in)
+    pz = Parametrization(gpt, width=128, base_width=32, readout_init="fan_in", init="normal", init_std=0.02)
+    assert pz.specs["lm_head.weight"].init_std == pytest.approx(0.02 * 2.0)
+
+
+def test_fan_in_readout_init_corrects_a_constant_std_model_init() -> None:
+    """A model whose own init has one std at every width (Hugging Face's law, e = 0) gets
+    the same μP readout: stored std ∝ sqrt(m_in) (constant readout_init: constant)."""
+    import torch
+
+    def const_init(w: int) -> GPT:
+        model = GPT(GPTConfig(width=w, depth=1, head_dim=16, seq_len=16, vocab_size=64))
+        with torch.no_grad():
+            for mod in model.modules():
+                if isinstance(mod, torch.nn.Linear):
+                    mod.weight.normal_(0.0, 0.02)
+        return model
+
+    for readout_init, law in (("constant", 0.0), ("fan_in", 0.5)):
+        pz = Parametrization(const_init, width=256, base_width=32, readout_init=readout_init)
+        assert pz.init_exponents["lm_head.weight"] == 0.0
+        std = float(pz.build(seed=0).lm_head.weight.detach().std())
+        assert std == pytest.approx(0.02 * 8.0**law, rel=0.05), readout_init
+
+
+def test_readout_init_table_row_and_one_clear_error() -> None:
+    from mutransfer.rules import READOUT_INIT
+    from mutransfer.train import TrainConfig
+
+    line = next(ln for ln in rules_table().splitlines() if ln.startswith("# readout_init"))
+    assert "fan_in: init std m_in^1/2 (effective m_in^-1/2)" in line
+    assert "constant: init std 1 (effective m_in^-1)" in line and "zero: init std 0" in line
+    assert set(READOUT_INIT) == {"constant", "zero", "fan_in"}
+    builder = lambda w: MLP(MLP_CFG.replace(width=w))  # noqa: E731
+    with pytest.raises(ValueError, match="readout_init must be one of constant, fan_in, zero, got 'fanin'"):
+        Parametrization(builder, width=64, base_width=32, readout_init="fanin")
+    with pytest.raises(ValueError, match="readout_init must be one of constant, zero, fan_in, got 'fanin'"):
+        TrainConfig.from_flat({"readout_init": "fanin"})
+    assert TrainConfig.from_flat({"readout_init": "fan_in"}).parametrization.readout_init == "fan_in"

@@ -28,10 +28,12 @@ def per_parameter(groups: list[dict[str, Any]]) -> dict[str, tuple[float, float,
     return {n: (g["lr"], g["weight_decay"], g["eps"]) for g in groups for n in g["names"]}
 
 
-@pytest.mark.parametrize("wd_mode", ["independent", "coupled"])
-def test_card_of_the_tuned_proxy_rebuilds_the_trainers_groups_and_forward(wd_mode: str,
-                                                                           tmp_path: Path) -> None:
-    tuned = {**TUNED, "wd_mode": wd_mode}
+@pytest.mark.parametrize("wd_mode, readout_init, width", [("independent", "zero", 32),
+                                                          ("coupled", "fan_in", 64)])
+def test_card_of_the_tuned_proxy_rebuilds_the_trainers_groups_and_forward(
+        wd_mode: str, readout_init: str, width: int, tmp_path: Path) -> None:
+    """Also at a proxy wider than its base width, where fan_in's readout differs from constant."""
+    tuned = {**TUNED, "wd_mode": wd_mode, "readout_init": readout_init, "width": width}
     path = tmp_path / "best.yaml"
     path.write_text(yaml.safe_dump(tuned))
     cfg = TrainConfig.from_overrides(None, tuned)
