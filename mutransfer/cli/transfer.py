@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -128,7 +129,6 @@ def check_flags(args: argparse.Namespace) -> None:
         raise ValueError("give the proxy's LR: --results, --fit, --lr or --proxy-config")
     args.preset = args.preset or DEFAULT_PRESET
     args.parametrization = args.parametrization or "mup"
-    args.wd_mode = args.wd_mode or "coupled"
     if args.parametrization not in KINDS or args.parametrization == "sp":
         raise ValueError(f"parametrization {args.parametrization!r} does not transfer; use mup, "
                          "completep or muon")
@@ -167,6 +167,10 @@ def run(args: argparse.Namespace) -> int:
         proxy = proxy.replace(seq_len=args.seq_len)
     proxy_seq = getattr(proxy, "seq_len", 1)
     lr, lr_ci, projected, source, widths, proxy_b, proxy_d = proxy_optimum(args, proxy_seq, tuned)
+    if tuned is None and source.get("proxy_settings"):
+        tuned = tuned_proxy(source["proxy_settings"], lr=lr, model=proxy, batch_tokens=proxy_b,
+                            tokens=proxy_d, args=args, origin=f"--results {args.results}")
+    args.wd_mode = args.wd_mode or "coupled"
     base_width = args.base_width or (int(min(widths)) if widths else proxy.width)
     base_depth = args.base_depth or proxy.depth
 
@@ -379,8 +383,8 @@ class TunedProxy(NamedTuple):
     betas: list[float]
     eps: float
     tau: float | None
-    batch_tokens: float
-    tokens: float
+    batch_tokens: float | None
+    tokens: float | None
 
 
 def read_proxy_config(args: argparse.Namespace) -> TunedProxy:
@@ -399,29 +403,59 @@ def read_proxy_config(args: argparse.Namespace) -> TunedProxy:
         raise ValueError(f"--proxy-config {path}: {exc}") from None
     model = cfg.model_config()
     pz = build_parametrization(cfg, model)  # the trainer's: base sizes, multipliers, readout init
-    par, opt, run = cfg.parametrization, cfg.optim, cfg.run
     for flag, attr, value in (("--preset", "preset", cfg.model.preset),
-                              ("--parametrization", "parametrization", par.kind),
+                              ("--parametrization", "parametrization", cfg.parametrization.kind),
                               ("--base-width", "base_width", pz.base_width),
                               ("--base-depth", "base_depth", pz.base_depth),
-                              ("--seq-len", "seq_len", model.seq_len),
-                              ("--wd-mode", "wd_mode", opt.wd_mode)):
+                              ("--seq-len", "seq_len", model.seq_len)):
         given = getattr(args, attr)
         if given is None:
             setattr(args, attr, value)
         elif given != value:
             raise ValueError(f"{flag} {given} contradicts --proxy-config {path} ({attr}: {value})")
-    batch_tokens = float(run.batch_size * model.seq_len)
+    batch_tokens = float(cfg.run.batch_size * model.seq_len)
+    return tuned_proxy(cfg.to_flat(), lr=cfg.optim.lr, model=model, batch_tokens=batch_tokens,
+                       tokens=batch_tokens * cfg.run.steps, args=args, origin=f"--proxy-config {path}")
+
+
+#: Results-table columns (TrainConfig fields) that configure the proxy beyond its LR and
+#: shape: a card must carry them, or it describes a different model than the one tuned.
+CARRIED = ("input_mult", "output_mult", "attn_mult", "residual_mult", "lr_mult_input", "lr_mult_output",
+           "lr_mult_vector", "readout_init", "depth_alpha", "beta1", "beta2", "eps", "wd_mode",
+           "weight_decay")
+
+
+def tuned_proxy(values: Mapping[str, Any], *, lr: float, model: Any, batch_tokens: float | None,
+                tokens: float | None, args: argparse.Namespace, origin: str) -> TunedProxy:
+    """The proxy settings the card carries (:data:`CARRIED`; absent ones take the
+    TrainConfig defaults, checked as the trainer checks them). ``--wd-mode`` left unset
+    takes the proxy's; one that contradicts it -> ValueError. A weight decay becomes its
+    timescale tau = B / (eta·lambda·D) (coupled) or B / (lambda·D) (independent) over the
+    proxy's own run, which the target keeps (None without the batch and budget)."""
+    from mutransfer.parametrization import Multipliers
+    from mutransfer.train import TrainConfig
+
+    flat = {k: values[k] for k in CARRIED if k in values}
+    try:
+        cfg = TrainConfig.from_overrides(None, {"parametrization": args.parametrization or "mup", **flat})
+    except ValueError as exc:
+        raise ValueError(f"{origin}: {exc}") from None
+    par, opt = cfg.parametrization, cfg.optim
+    if args.wd_mode is None:
+        args.wd_mode = opt.wd_mode
+    elif args.wd_mode != opt.wd_mode:
+        raise ValueError(f"--wd-mode {args.wd_mode} contradicts {origin} (wd_mode: {opt.wd_mode})")
     tau = None
-    if opt.weight_decay > 0:
-        tau = 1.0 / ((1.0 if opt.wd_mode == "independent" else opt.lr) * opt.weight_decay * run.steps)
+    if opt.weight_decay > 0 and batch_tokens and tokens:
+        tau = batch_tokens / ((1.0 if opt.wd_mode == "independent" else lr) * opt.weight_decay * tokens)
     return TunedProxy(
-        lr=float(opt.lr), width=int(model.width), model=model, multipliers=pz.multipliers,
-        readout_init=pz.readout_init, depth_alpha=float(pz.depth_alpha),
+        lr=float(lr), width=int(model.width), model=model,
+        multipliers=Multipliers(par.input_mult, par.output_mult, par.attn_mult, par.residual_mult),
+        readout_init=par.readout_init, depth_alpha=float(par.depth_alpha),
         lr_mults={"input": float(par.lr_mult_input), "output": float(par.lr_mult_output),
                   "vector": float(par.lr_mult_vector)},
         betas=[float(opt.beta1), float(opt.beta2)], eps=float(opt.eps), tau=tau,
-        batch_tokens=batch_tokens, tokens=batch_tokens * run.steps)
+        batch_tokens=batch_tokens, tokens=tokens)
 
 
 def optimum_from_results(args: argparse.Namespace, seq_len: int
@@ -448,6 +482,17 @@ def optimum_from_results(args: argparse.Namespace, seq_len: int
     source = {"results": str(args.results), "n_trials": int(len(df)),
               "proxy_widths": sorted(int(w) for w in fit.params_),
               "optimum_per_width": {str(int(k)): float(v) for k, v in fit.params_.items()}}
+    settings = {}
+    for col in CARRIED:  # the proxy's settings beyond LR and shape, one value per table
+        vals = df[col].dropna().unique() if col in df.columns else []
+        if len(vals) > 1:
+            raise ValueError(f"{args.results}: the {args.parametrization} rows mix {col} values "
+                             f"{', '.join(sorted(map(str, vals)))}; transfer one proxy setting at a time "
+                             "(filter the table first)")
+        if len(vals) == 1:
+            settings[col] = vals[0].item() if hasattr(vals[0], "item") else vals[0]
+    if settings:
+        source["proxy_settings"] = settings
     if "study" in df.columns and df["study"].nunique() == 1:
         source["study"] = str(df["study"].iloc[0])
 

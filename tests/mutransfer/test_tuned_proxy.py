@@ -155,3 +155,60 @@ def test_the_documented_spec_searches_what_the_verb_searches() -> None:
     assert spec.search_space.keys() == MULTIPLIER_SEARCH_SPACE.keys()
     for key, (lo, hi) in MULTIPLIER_SEARCH_SPACE.items():
         assert spec.search_space[key] == (pytest.approx(lo), pytest.approx(hi)), key
+
+
+def _sweep_table(path: Path, **extra: Any) -> Path:
+    """A synthetic μP LR sweep (optimum 2^-6.6 at every width) whose rows carry ``extra``
+    (a value, or a function of the width) as columns, as the trainer's rows do."""
+    import numpy as np
+    import pandas as pd
+
+    rows = []
+    for width in (32, 64, 128):
+        for log2_lr in range(-10, -3):
+            row = {"width": width, "lr": 2.0**log2_lr, "seed": 0, "parametrization": "mup",
+                   "diverged": False, "batch_size": 16, "steps": 100,
+                   "loss": 3.0 - 0.1 * np.log2(width) + 0.05 * (log2_lr + 6.6) ** 2}
+            row.update({k: v(width) if callable(v) else v for k, v in extra.items()})
+            rows.append(row)
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path
+
+
+def test_the_results_tables_proxy_settings_reach_the_card(tmp_path: Path) -> None:
+    """A sweep run with --set readout_init=fan_in, output_mult=2, lr_mult_input=4 and
+    independent decay: the card describes that model, not the defaults."""
+    table = _sweep_table(tmp_path / "results.csv", readout_init="fan_in", output_mult=2.0,
+                         lr_mult_input=4.0, wd_mode="independent", weight_decay=0.01, beta2=0.99)
+    out = tmp_path / "card.yaml"
+    assert main(["transfer", "--results", str(table), "--preset", "gpt-tiny", "--base-width", "32",
+                 "--target-width", "256", "--tokens", str(4 * 100 * 16 * 64), "--batch-size", "32",
+                 "--out", str(out)]) == 0
+    card = load_card(out)
+    assert card["parametrization"]["readout_init"] == "fan_in"
+    assert card["parametrization"]["multipliers"]["output"] == 2.0
+    assert card["parametrization"]["lr_mults"]["input"] == 4.0
+    assert card["optimizer"]["wd_mode"] == "independent" and card["optimizer"]["betas"] == [0.9, 0.99]
+    # tau = B / (lambda D) of the proxy (16 x 64 tokens, 100 steps) kept at 2x the batch, 4x the tokens
+    assert card["projected"]["tau"]["value"] == pytest.approx(1 / (0.01 * 100), rel=1e-9)
+    assert card["optimizer"]["weight_decay"] == pytest.approx(0.01 * 2 / 4, rel=1e-9)
+    assert card["source"]["proxy_settings"]["readout_init"] == "fan_in"
+    embed = next(g for g in card["param_groups"] if g["role"] == "input")
+    assert embed["lr_mult"] == pytest.approx(4.0)
+    # fan_in: the readout is stored with std ~ sqrt(m) where constant keeps it at 1 (m = 256/32)
+    plain = tmp_path / "plain.yaml"
+    assert main(["transfer", "--results", str(_sweep_table(tmp_path / "plain.csv")), "--preset", "gpt-tiny",
+                 "--base-width", "32", "--target-width", "256", "--tokens", "1e6", "--batch-size", "32",
+                 "--out", str(plain)]) == 0
+    readout = {c: next(g for g in load_card(p)["param_groups"] if g["role"] == "output")
+               for c, p in (("fan_in", out), ("constant", plain))}
+    assert readout["fan_in"]["init"] != readout["constant"]["init"]
+
+
+def test_a_table_that_mixes_proxy_settings_exits_2_naming_the_column(tmp_path: Path, capsys) -> None:
+    table = _sweep_table(tmp_path / "results.csv", output_mult=lambda w: 1.0 if w < 128 else 2.0)
+    out = tmp_path / "card.yaml"
+    assert main(["transfer", "--results", str(table), "--preset", "gpt-tiny", "--base-width", "32",
+                 "--target-width", "256", "--tokens", "1e6", "--batch-size", "32", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "output_mult" in err and "1.0, 2.0" in err and not out.exists()
