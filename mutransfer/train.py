@@ -198,6 +198,13 @@ def _finite_or_none(v: Any) -> Any:
 # ---- the trainer -------------------------------------------------------------------------
 
 
+def base_sizes(cfg: TrainConfig, gcfg: GPTConfig) -> tuple[int, int]:
+    """(base width, base depth) of a run of ``cfg`` on ``gcfg``: as set, else the preset's
+    own (or the model's, if smaller)."""
+    preset, pz = get_preset(cfg.model.preset), cfg.parametrization
+    return (pz.base_width or min(preset.width, gcfg.width), pz.base_depth or min(preset.depth, gcfg.depth))
+
+
 def build_parametrization(cfg: TrainConfig, gcfg: GPTConfig) -> Parametrization:
     """The parametrization a run of ``cfg`` trains its ``gcfg`` model under (the
     trainer's, and ``mutransfer fold``'s to rebuild a checkpoint's model)."""
@@ -205,11 +212,12 @@ def build_parametrization(cfg: TrainConfig, gcfg: GPTConfig) -> Parametrization:
     def builder(width: int, depth: int) -> GPT:
         return GPT(gcfg.replace(width=width, depth=depth))
 
-    preset, pz = get_preset(cfg.model.preset), cfg.parametrization
+    pz = cfg.parametrization
+    base_width, base_depth = base_sizes(cfg, gcfg)
     return Parametrization(
-        builder, width=gcfg.width, base_width=pz.base_width or min(preset.width, gcfg.width),
+        builder, width=gcfg.width, base_width=base_width,
         kind=pz.kind, optimizer="sgd" if cfg.optim.name == "sgd" else "adam",
-        depth=gcfg.depth, base_depth=pz.base_depth or min(preset.depth, gcfg.depth),
+        depth=gcfg.depth, base_depth=base_depth,
         depth_alpha=pz.depth_alpha, multipliers=Multipliers(*pz.mults), readout_init=pz.readout_init)
 
 

@@ -392,7 +392,7 @@ def read_proxy_config(args: argparse.Namespace) -> TunedProxy:
     and fill the proxy flags left unset from it; a flag that contradicts it -> ValueError
     naming both values. Its weight decay becomes a timescale tau = B / (eta·lambda·D)
     (coupled) or B / (lambda·D) (independent) of its own run, which the target keeps."""
-    from mutransfer.train import build_parametrization, load_config
+    from mutransfer.train import base_sizes, load_config
 
     path = args.proxy_config
     if not Path(path).is_file():
@@ -402,11 +402,11 @@ def read_proxy_config(args: argparse.Namespace) -> TunedProxy:
     except ValueError as exc:
         raise ValueError(f"--proxy-config {path}: {exc}") from None
     model = cfg.model_config()
-    pz = build_parametrization(cfg, model)  # the trainer's: base sizes, multipliers, readout init
+    base_width, base_depth = base_sizes(cfg, model)  # the trainer's rule
     for flag, attr, value in (("--preset", "preset", cfg.model.preset),
                               ("--parametrization", "parametrization", cfg.parametrization.kind),
-                              ("--base-width", "base_width", pz.base_width),
-                              ("--base-depth", "base_depth", pz.base_depth),
+                              ("--base-width", "base_width", base_width),
+                              ("--base-depth", "base_depth", base_depth),
                               ("--seq-len", "seq_len", model.seq_len)):
         given = getattr(args, attr)
         if given is None:
@@ -432,6 +432,7 @@ def tuned_proxy(values: Mapping[str, Any], *, lr: float, model: Any, batch_token
     takes the proxy's; one that contradicts it -> ValueError. A weight decay becomes its
     timescale tau = B / (eta·lambda·D) (coupled) or B / (lambda·D) (independent) over the
     proxy's own run, which the target keeps (None without the batch and budget)."""
+    from analysis.scaling import tau_from
     from mutransfer.parametrization import Multipliers
     from mutransfer.train import TrainConfig
 
@@ -447,7 +448,8 @@ def tuned_proxy(values: Mapping[str, Any], *, lr: float, model: Any, batch_token
         raise ValueError(f"--wd-mode {args.wd_mode} contradicts {origin} (wd_mode: {opt.wd_mode})")
     tau = None
     if opt.weight_decay > 0 and batch_tokens and tokens:
-        tau = batch_tokens / ((1.0 if opt.wd_mode == "independent" else lr) * opt.weight_decay * tokens)
+        # independent decay is lambda per step, not eta·lambda: tau_from with eta = 1
+        tau = tau_from(batch_tokens, 1.0 if opt.wd_mode == "independent" else lr, opt.weight_decay, tokens)
     return TunedProxy(
         lr=float(lr), width=int(model.width), model=model,
         multipliers=Multipliers(par.input_mult, par.output_mult, par.attn_mult, par.residual_mult),
