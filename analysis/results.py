@@ -99,4 +99,4 @@ def check_single_valued(df: pd.DataFrame, columns: Iterable[str] = ("tokenizer",
             shown = ", ".join(repr(v) for v in values[:6]) + (", ..." if len(values) > 6 else "")
             raise ValueError(f"{where} mixes {len(values)} values of column {col!r} ({shown}): rows of "
                              f"different {col}s cannot be fitted together; keep one (e.g. --where "
-                             f"{col}={values[0]})")
+                             f"{col}={values[0]}) or fit each apart (--group {col})")

@@ -216,6 +216,8 @@ def test_fit_refuses_a_table_that_mixes_tokenizers(tmp_path: Path,
     capsys.readouterr()
     assert main([*fit, "--where", "tokenizer=bytes"]) == 0
     assert len(json.loads(capsys.readouterr().out)["fits"]) == 2
+    assert main([*fit[:4], "width,tokenizer", *fit[5:]]) == 0  # one fit per tokenizer: not mixed
+    assert len(json.loads(capsys.readouterr().out)["fits"]) == 4
     models_ = tmp_path / "models.csv"
     pd.concat([_sweep("bytes", "gpt"), _sweep("bytes", "llama")]).to_csv(models_, index=False)
     _fails(["fit", "optimum", str(models_), "--group", "width", "--n-boot", "20", "--json"], capsys,
