@@ -641,8 +641,8 @@ def prepare_tokens(
     *,
     eos: str | None = "auto",
     val_fraction: float = 0.02,
-    chunk_chars: int = 1 << 20,
-    batch_chars: int = 8 << 20,
+    chunk_chars: int = 1 << 16,
+    batch_chars: int = 1 << 20,
     progress: Any = None,
 ) -> dict[str, Any]:
     """Tokenize ``text`` (a file or a folder of UTF-8 text files) with a local HF
