@@ -44,7 +44,7 @@ from .plots import (
 )
 from .powerlaw import PowerLawFit, PowerLawPrediction
 from .project import Estimate, Projection, project
-from .results import RESULTS_COLUMNS, read_results
+from .results import RESULTS_COLUMNS, check_single_valued, read_results
 from .scaling import (
     AUDIT_KEYS,
     ScalingCurves,
@@ -102,6 +102,7 @@ __all__ = [
     "PowerLawPrediction",
     "Projection",
     "SaturatingPowerLawFit",
+    "check_single_valued",
     "first_crossing",
     "fit_critical_batch",
     "fit_noise_scale",

@@ -11,7 +11,7 @@ import pandas as pd
 
 from ._io import require_columns
 
-__all__ = ["RESULTS_COLUMNS", "read_results"]
+__all__ = ["RESULTS_COLUMNS", "check_single_valued", "read_results"]
 
 #: Column names of the sweeps -> analysis results table (docs/architecture.md, "Results table").
 RESULTS_COLUMNS: tuple[str, ...] = (
@@ -79,3 +79,24 @@ def read_results(
                 str(v).strip().lower(), v) if isinstance(v, str) else v)
         df["diverged"] = mapped.fillna(False).astype(bool)
     return df
+
+
+def check_single_valued(df: pd.DataFrame, columns: Iterable[str] = ("tokenizer", "model"),
+                        where: str = "the results table") -> None:
+    """Refuse a table whose rows come from different tokenizers (or architectures, ...).
+
+    Losses in nats/token of different tokenizers are different quantities, so fitting
+    an optimum or a law across them is meaningless. For each of ``columns`` present in
+    ``df``, the distinct non-missing values must be at most one; otherwise a ValueError
+    names the column, ``where`` the table is, and the values. An absent column, or
+    missing cells (rows written before the column existed), pass.
+    """
+    for col in columns:
+        if col not in df.columns:
+            continue
+        values = sorted({str(v) for v in df[col].dropna()})
+        if len(values) > 1:
+            shown = ", ".join(repr(v) for v in values[:6]) + (", ..." if len(values) > 6 else "")
+            raise ValueError(f"{where} mixes {len(values)} values of column {col!r} ({shown}): rows of "
+                             f"different {col}s cannot be fitted together; keep one (e.g. --where "
+                             f"{col}={values[0]}) or fit each apart (--group {col})")

@@ -11,6 +11,9 @@ Three sources, one object (:class:`TokenDataset`):
   ``train.bin`` (and optionally ``val.bin``), or a single ``.bin`` file. The dtype is
   given, read from a JSON sidecar, or defaults to ``uint16`` (nanoGPT's convention).
 - Plain text files or folders, read as bytes (vocab 256).
+- Your own tokens: :func:`prepare_tokens` (``mutransfer data prepare``) encodes text with a
+  local ``tokenizer.json`` (HF ``tokenizers``) into a ``.bin`` whose sidecar records the
+  vocab, dtype, tokenizer hash, end-of-text handling and train/val boundary.
 
 A batch is a pure function of ``(seed, step)`` (:meth:`TokenDataset.get_batch`), so a
 resumed run replays or skips exactly the batches it should, and the global batch at a
@@ -23,6 +26,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import sys
 import sysconfig
 import time
@@ -41,6 +45,7 @@ __all__ = [
     "build_stdlib_corpus",
     "cache_dir",
     "load_dataset",
+    "prepare_tokens",
     "stdlib_files",
 ]
 
@@ -80,7 +85,8 @@ class DataConfig:
     val_fraction: float = 0.02
     """Fraction held out for validation, in (0, 1). Folders of files are split by file
     (a hash of the relative path); single files and single ``.bin`` memmaps by their
-    tail. Ignored when a ``val.bin`` exists. The default puts 16 stdlib files (~1% of
+    tail. Ignored when a ``val.bin`` exists or the sidecar of a prepared ``.bin`` gives its
+    own boundary (``split.val_start``, see :func:`prepare_tokens`). The default puts 16 stdlib files (~1% of
     the bytes, ~120k tokens on CPython 3.11) in val."""
 
     max_bytes: int | None = None
@@ -271,6 +277,14 @@ class TokenDataset:
         self.vocab_size = vocab_size
         self.meta: dict[str, Any] = dict(meta or {})
 
+    @property
+    def tokenizer(self) -> str:
+        """What made the token ids, for the results table's ``tokenizer`` column:
+        ``sha256[:12]`` of the tokenizer file for tokens written by :func:`prepare_tokens`,
+        ``"bytes"`` for byte-level text and the stdlib corpus, ``"unknown"`` otherwise (a
+        bare ``.bin`` without a tokenizer in its sidecar, arrays built in code)."""
+        return str(self.meta.get("tokenizer") or "unknown")
+
     def tokens(self, split: str) -> np.ndarray:
         """The 1-D token array (a read-only memmap for file sources) of ``split``."""
         return self._tokens[self._check_split(split)]
@@ -440,9 +454,20 @@ def _load_bin(cfg: DataConfig, path: Path) -> TokenDataset:
     sidecar = _read_sidecar(files["train"])
     dtype = _bin_dtype(files["train"], cfg.dtype, sidecar)
     train = _open_bin(files["train"], dtype)
+    split = sidecar.get("split") if isinstance(sidecar.get("split"), dict) else {}
     if "val" in files and files["val"].is_file():
         tokens = {"train": train, "val": _open_bin(files["val"], dtype)}
         split_rule = "val.bin"
+    elif "val_start" in split:
+        n, cut = sidecar.get("n_tokens"), split["val_start"]
+        if n != train.shape[0]:
+            raise ValueError(f"{files['train']} holds {train.shape[0]} tokens but its sidecar says "
+                             f"n_tokens={n!r}: a stale sidecar? prepare the tokens again")
+        if not (isinstance(cut, int) and 0 < cut < n):
+            raise ValueError(f"sidecar of {files['train']} has split.val_start={cut!r}, "
+                             f"not in (0, {n})")
+        tokens = {"train": train[:cut], "val": train[cut:]}
+        split_rule = str(split.get("rule", f"sidecar: tokens from {cut} on -> val"))
     else:
         tokens = _tail_split(train, cfg.val_fraction, str(files["train"]))
         split_rule = f"tail: last {cfg.val_fraction} of the tokens -> val"
@@ -457,7 +482,14 @@ def _load_bin(cfg: DataConfig, path: Path) -> TokenDataset:
             f"{path} holds token id {top} >= vocab_size {vocab}: wrong dtype ({dtype.name}) "
             "or vocab_size?"
         )
-    meta = {"source": str(path), "dtype": dtype.name, "split_rule": split_rule}
+    tok = sidecar.get("tokenizer")
+    if isinstance(tok, dict) and isinstance(tok.get("sha256"), str):
+        tokenizer = tok["sha256"][:12]
+    else:  # a stdlib cache folder opened as .bin is still bytes; anything else is not known
+        tokenizer = "bytes" if sidecar.get("source") == "stdlib" else "unknown"
+    meta = {"source": str(path), "dtype": dtype.name, "split_rule": split_rule, "tokenizer": tokenizer}
+    if isinstance(tok, dict) and tok.get("name"):
+        meta["tokenizer_name"] = str(tok["name"])
     return TokenDataset(tokens, int(vocab), meta)
 
 
@@ -494,7 +526,7 @@ def _load_text(cfg: DataConfig, path: Path) -> TokenDataset:
             raise ValueError(f"{path} is empty")
         tokens = _tail_split(data, cfg.val_fraction, str(path))
         split_rule = f"tail: last {cfg.val_fraction} of the bytes -> val"
-    meta = {"source": str(path), "dtype": "uint8", "split_rule": split_rule}
+    meta = {"source": str(path), "dtype": "uint8", "split_rule": split_rule, "tokenizer": "bytes"}
     return TokenDataset(tokens, _byte_vocab(cfg), meta)
 
 
@@ -523,6 +555,7 @@ def load_dataset(cfg: DataConfig | None = None) -> TokenDataset:
         meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
         tokens = {s: np.memmap(folder / f"{s}.bin", dtype=np.uint8, mode="r") for s in _SPLITS}
         meta["path"] = str(folder)
+        meta["tokenizer"] = "bytes"
         return TokenDataset(tokens, vocab, meta)
     path = Path(cfg.source).expanduser()
     if not path.exists():
@@ -532,3 +565,210 @@ def load_dataset(cfg: DataConfig | None = None) -> TokenDataset:
     if cfg.dtype is not None:
         raise ValueError(f"dtype={cfg.dtype!r} applies only to .bin sources, not to {path}")
     return _load_text(cfg, path)
+
+
+# ---- your own tokens: text -> .bin with a sidecar ---------------------------------------
+
+#: Version of the sidecar :func:`prepare_tokens` writes (``X.bin.json``); bump on a change.
+_PREPARED_FORMAT = 1
+#: End-of-text tokens looked for, in this order, when ``eos="auto"`` (GPT-2, Llama 3,
+#: SentencePiece/T5, Gemma and BERT conventions).
+_EOS_CANDIDATES = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "[SEP]")
+# A name that is not a path on disk and could be a hub repo id (``gpt2``, ``org/name``).
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
+
+
+def _tokenizer_file(spec: str | os.PathLike[str]) -> Path:
+    """The local ``tokenizer.json`` named by ``spec`` (a file, or a folder holding one).
+    Never a download: a missing path is one ValueError naming it."""
+    text = str(spec)
+    p = Path(text).expanduser()
+    if p.is_dir():
+        if not (p / "tokenizer.json").is_file():
+            raise ValueError(f"tokenizer folder {text!r} holds no tokenizer.json")
+        return p / "tokenizer.json"
+    if p.is_file():
+        return p
+    if _HUB_ID.fullmatch(text) and not text.endswith(".json"):
+        raise ValueError(f"tokenizer {text!r} is not a local file (a hub id?); nothing is downloaded: "
+                         "save the tokenizer as tokenizer.json (Tokenizer.save) and pass its path")
+    raise ValueError(f"tokenizer file {text!r} does not exist")
+
+
+def _text_documents(path: Path, skip: set[Path]) -> list[tuple[str, Path]]:
+    """(name, file) of each document under ``path`` (a file, or a folder's files in
+    :func:`_text_files` order), leaving out ``skip`` (the outputs)."""
+    if path.is_file():
+        return [(path.name, path)]
+    if not path.is_dir():
+        raise ValueError(f"--text {str(path)!r} does not exist")
+    docs = [(rel, path / rel) for rel in _text_files(path)]
+    return [(rel, f) for rel, f in docs if f.resolve() not in skip]
+
+
+def _pieces(path: Path, chunk_chars: int) -> Any:
+    """Yield ``(text, last)``: the file in line-aligned pieces of about ``chunk_chars``
+    (a longer line is cut), so a huge file never sits in memory whole. ``newline=""``
+    keeps ``\\r\\n`` as written, so decoding gives back the file's exact text."""
+    prev: str | None = None
+    try:
+        with open(path, encoding="utf-8", newline="") as fh:
+            while True:
+                buf: list[str] = []
+                size = 0
+                while size < chunk_chars:
+                    line = fh.readline(chunk_chars)
+                    if not line:
+                        break
+                    buf.append(line)
+                    size += len(line)
+                if not buf:
+                    break
+                if prev is not None:
+                    yield prev, False
+                prev = "".join(buf)
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"text file {str(path)!r} is not UTF-8 (byte {exc.start} of a read block "
+                         "cannot be decoded); convert it or leave it out") from None
+    if prev is not None:
+        yield prev, True
+
+
+def prepare_tokens(
+    tokenizer: str | os.PathLike[str],
+    text: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
+    eos: str | None = "auto",
+    val_fraction: float = 0.02,
+    chunk_chars: int = 1 << 16,
+    batch_chars: int = 1 << 20,
+    progress: Any = None,
+) -> dict[str, Any]:
+    """Tokenize ``text`` (a file or a folder of UTF-8 text files) with a local HF
+    ``tokenizers`` file into the token memmap ``out`` (``.bin``) and its sidecar
+    ``out + ".json"``; returns the sidecar.
+
+    - Documents: each file is one document; the tokenizer's end-of-text token is appended
+      after every document (``eos="auto"`` takes the first of ``<|endoftext|>``,
+      ``<|end_of_text|>``, ``</s>``, ``<eos>``, ``[SEP]`` the vocab has; a token string
+      names another; ``None`` puts nothing between documents). Encoding adds no other
+      special tokens (no BOS/CLS of a post-processor). Empty files are skipped.
+    - dtype: ``uint16`` when every id fits (vocab <= 65536), else ``uint32``.
+    - Split, as :func:`load_dataset` splits text: a folder of 2+ files by file (the
+      :func:`_split_by_file` hash rule, train files first, then val files), a single file
+      by its tail (the last ``ceil(n * val_fraction)`` tokens). The sidecar's
+      ``split.val_start`` is the first val token; the loader uses it.
+    - Streaming: files are read in line-aligned pieces of ``chunk_chars`` and encoded with
+      ``encode_batch`` ``batch_chars`` at a time, straight into the output, so memory stays
+      bounded whatever the input size. ``progress(n_chars)`` is called after each batch.
+    - Atomic: the ``.bin`` is written to a temp file and renamed, then the sidecar (it
+      records ``n_tokens``; the loader refuses a sidecar that disagrees with the file).
+    """
+    from tokenizers import Tokenizer
+
+    from mutransfer._io import check_output
+
+    _check_fraction(val_fraction)
+    tok_path = _tokenizer_file(tokenizer)
+    src = Path(text).expanduser()
+    dst = Path(out).expanduser()
+    if dst.suffix != ".bin":
+        raise ValueError(f"--out {str(dst)!r} must end in .bin (the loader recognizes token files by it)")
+    side_path = dst.with_name(dst.name + ".json")
+    check_output(dst, inputs=[src, tok_path])
+    check_output(side_path, inputs=[src, tok_path])
+    try:
+        tk = Tokenizer.from_file(str(tok_path))
+    except Exception as exc:  # the Rust side raises plain Exception with serde's message
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"tokenizer file {str(tok_path)!r} is not a tokenizers JSON file: {first}") from None
+    vocab = int(tk.get_vocab_size(with_added_tokens=True))
+    eos_token: str | None
+    if eos == "auto":
+        eos_token = next((t for t in _EOS_CANDIDATES if tk.token_to_id(t) is not None), None)
+        if eos_token is None:
+            raise ValueError(f"tokenizer {str(tok_path)!r} has none of the end-of-text tokens "
+                             f"{list(_EOS_CANDIDATES)}; name one with --eos TOKEN, or --eos none")
+    else:
+        eos_token = eos
+    eos_id = None if eos_token is None else tk.token_to_id(eos_token)
+    if eos_token is not None and eos_id is None:
+        raise ValueError(f"--eos {eos_token!r} is not a token of {str(tok_path)!r}")
+    dtype = np.dtype(np.uint16 if vocab <= 1 << 16 else np.uint32)
+
+    docs = _text_documents(src, {dst.resolve(), side_path.resolve()})
+    if not docs:
+        raise ValueError(f"--text {str(src)!r} holds no text files")
+    if len(docs) >= 2:
+        names = [n for n, _ in docs]
+        groups = _split_by_file(names, val_fraction)
+        by_name = dict(docs)
+        ordered = {s: [(n, by_name[n]) for n in groups[s]] for s in _SPLITS}
+        rule = f"by file: sha256(relative path)[:8] / 2**64 < {val_fraction} -> val; val files last"
+    else:
+        ordered = {"train": docs, "val": []}
+        rule = f"tail: last ceil(n * {val_fraction}) tokens -> val"
+
+    start = time.perf_counter()
+    counts = {s: 0 for s in _SPLITS}
+    n_docs = {s: 0 for s in _SPLITS}
+    with atomic_path(dst) as tmp, open(tmp, "wb") as fh:
+        for split in _SPLITS:
+            pending: list[tuple[str, bool]] = []
+            size = 0
+
+            def flush(split: str = split) -> None:
+                nonlocal pending, size
+                if not pending:
+                    return
+                encs = tk.encode_batch([t for t, _ in pending], add_special_tokens=False)
+                for enc, (_, last) in zip(encs, pending, strict=True):
+                    ids = enc.ids + [eos_id] if last and eos_id is not None else enc.ids
+                    fh.write(np.asarray(ids, dtype=dtype).tobytes())
+                    counts[split] += len(ids)
+                    n_docs[split] += int(last)
+                if progress is not None:
+                    progress(size)
+                pending, size = [], 0
+
+            for _, f in ordered[split]:
+                for piece, last in _pieces(f, chunk_chars):
+                    pending.append((piece, last))
+                    size += len(piece)
+                    if size >= batch_chars:
+                        flush()
+            flush()
+        n = counts["train"] + counts["val"]
+        if n == 0:
+            raise ValueError(f"--text {str(src)!r} holds no text (every file is empty)")
+        if ordered["val"]:
+            val_start = counts["train"]
+            if counts["val"] == 0 or val_start == 0:
+                empty = "val" if counts["val"] == 0 else "train"
+                raise ValueError(f"the {empty} files of {str(src)!r} are all empty: nothing to put in "
+                                 f"{empty}; add text or change --val-fraction")
+        else:
+            val_start = n - max(1, math.ceil(n * val_fraction))
+            if val_start < 1:
+                raise ValueError(f"{str(src)!r} gives only {n} tokens: too few to split into train and val")
+    sha = hashlib.sha256(tok_path.read_bytes()).hexdigest()
+    name = tok_path.parent.name if tok_path.name == "tokenizer.json" else tok_path.stem
+    sidecar = {
+        "format": _PREPARED_FORMAT,
+        "source": "tokenizer",
+        "text": str(src),
+        "dtype": dtype.name,
+        "vocab_size": vocab,
+        "n_tokens": n,
+        "tokenizer": {"name": name or tok_path.name, "sha256": sha, "hash": sha[:12], "file": str(tok_path)},
+        "eos": None if eos_id is None else {"token": eos_token, "id": eos_id,
+                                            "placement": "after every document (one file = one document)"},
+        "n_documents": n_docs,
+        "split": {"val_start": val_start, "n_train": val_start, "n_val": n - val_start,
+                  "val_fraction": val_fraction, "rule": rule},
+        "n_files": {s: len(ordered[s]) for s in _SPLITS},
+        "build_seconds": round(time.perf_counter() - start, 3),
+    }
+    atomic_write_text(side_path, json.dumps(sidecar, indent=2) + "\n")
+    return sidecar

@@ -121,6 +121,9 @@ class TrainResult:
     flops_per_token: int = 0
     tokens_per_s: float = 0.0
     device: str = "cpu"
+    tokenizer: str = "unknown"
+    """What made the token ids (:attr:`mutransfer.data.TokenDataset.tokenizer`): the
+    tokenizer file's sha256[:12], ``bytes`` or ``unknown``; tables mixing them are refused."""
 
     @property
     def batch_tokens(self) -> int:
@@ -131,7 +134,8 @@ class TrainResult:
         hyperparameter of the config (not where/how it ran) under its field name."""
         row: dict[str, Any] = {k: getattr(self, k) for k in ROW_KEYS}
         row.update(pruned=self.pruned, steps_done=self.steps_done, stop_reason=self.stop_reason,
-                   tokens_per_s=self.tokens_per_s, flops_per_token=self.flops_per_token)
+                   tokens_per_s=self.tokens_per_s, flops_per_token=self.flops_per_token,
+                   tokenizer=self.tokenizer)
         for k, v in self.config.to_flat().items():
             if k not in row and k not in _NOT_HYPERPARAMETERS and v is not None:
                 row[k] = v
@@ -597,7 +601,7 @@ class Trainer:
             history=list(self.history), evals=list(self.evals), spikes=list(self.spikes),
             rollbacks=list(self.rollbacks), flops_per_token=model.flops_per_token(),
             tokens_per_s=self.tokens / self.train_time if self.train_time > 0 else 0.0,
-            device=str(self.device))
+            device=str(self.device), tokenizer=self.data.tokenizer)
 
     # ---- state ---------------------------------------------------------------------------
 

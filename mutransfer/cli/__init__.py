@@ -24,6 +24,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "coord-check": ("mutransfer.cli.coord_check", "coordinate check: is the parametrization right?"),
     "audit": ("mutransfer.cli.audit", "is someone else's muP right? per layer, with a verdict"),
     "explain": ("mutransfer.cli.explain", "print the per-parameter table of roles, init std, LR mult, WD"),
+    "data": ("mutransfer.cli.data", "prepare your own tokens: text + a local tokenizer.json -> tokens.bin"),
     "train": ("mutransfer.cli.train", "train one proxy on the embedded corpus or your data"),
     "sweep": ("mutransfer.cli.sweep", "Optuna sweeps: lr | batch | run | worker | status | export"),
     "fit": ("mutransfer.cli.fit", "fit optimum | power-law | critical-batch | loss laws to a results table"),

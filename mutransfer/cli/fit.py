@@ -206,7 +206,8 @@ def load_table(args: argparse.Namespace, value_cols: Sequence[str], group_cols: 
 
     Rows whose ``--state`` is set and not ``COMPLETE`` (pruned or failed trials of a sweep
     export) are left out first and counted. Then checks, each a one-line ValueError:
-    missing columns (named), non-numeric or non-finite
+    missing columns (named), rows of different tokenizers or models after ``--where``
+    unless grouped by that column (:func:`analysis.check_single_valued`), non-numeric or non-finite
     values in ``value_cols`` (rows marked diverged excepted; ``--dropna`` drops them
     instead), ``--where`` matching nothing, a group whose every row diverged. Columns in
     ``inf_ok`` may hold ``+inf`` (e.g. steps never reaching the target); such rows are
@@ -216,7 +217,7 @@ def load_table(args: argparse.Namespace, value_cols: Sequence[str], group_cols: 
     import numpy as np
     import pandas as pd
 
-    from analysis import read_results
+    from analysis import check_single_valued, read_results
 
     diverged = None if args.diverged.lower() == "none" else args.diverged
     where = [_parse_where(w) for w in args.where]
@@ -226,6 +227,9 @@ def load_table(args: argparse.Namespace, value_cols: Sequence[str], group_cols: 
         df = df[_matches(df[col], val)]
         if df.empty:
             raise ValueError(f"no rows of {args.results} match --where {col}={val}")
+    # A column fitted group by group (--group model) is not mixed: each fit sees one value.
+    check_single_valued(df, columns=[c for c in ("tokenizer", "model") if c not in group_cols],
+                        where=f"results table {args.results}")
     if len(df) == 0:
         raise ValueError(f"{args.results} has no rows")
     n_not_complete = 0
