@@ -86,8 +86,9 @@ def build_card(
     Muon rules, times ``role_lr_mults[role]``, the per-role LR multipliers tuned at the
     proxy: TrainConfig ``lr_mult_input/output/vector``), the builder the trainer's param
     groups come from, so the card reproduces the tuned proxy at its own shape. ``optimizer``
-    holds name, betas, eps, weight_decay, wd_mode and optionally tau; ``provenance`` adds e.g. the study name
-    and the (credential-free) storage to the package, version, git revision and date.
+    holds name, betas, eps, weight_decay, wd_mode and optionally tau; ``provenance`` adds
+    e.g. the study name and the (credential-free) storage to the package, version, git
+    revision and date.
     The result has passed :func:`validate_card`.
     """
     from mutransfer import __version__
