@@ -81,13 +81,14 @@ def build_card(
 ) -> dict[str, Any]:
     """Assemble a v2 card for the model ``pz`` describes (built at the *target* shape).
 
-    ``lr`` is the absolute base LR; each parameter's absolute LR is ``lr × lr_mult`` from
-    ``pz`` (μP / CompleteP / Muon rules), times ``role_lr_mults[role]``: the per-role LR
-    multipliers tuned at the proxy (TrainConfig ``lr_mult_input/output/vector``, applied
-    exactly as the trainer's :func:`mutransfer.train.apply_role_lr_mults` does, so the
-    card reproduces the tuned proxy at its own shape). ``optimizer`` holds name, betas, eps,
-    weight_decay, wd_mode and optionally tau; ``provenance`` adds e.g. the study name
-    and the (credential-free) storage to the package, version, git revision and date.
+    ``lr`` is the absolute base LR; each parameter's absolute LR, LR multiplier, weight
+    decay and eps come from :meth:`Parametrization.optimizer_settings` (μP / CompleteP /
+    Muon rules, times ``role_lr_mults[role]``, the per-role LR multipliers tuned at the
+    proxy: TrainConfig ``lr_mult_input/output/vector``), the builder the trainer's param
+    groups come from, so the card reproduces the tuned proxy at its own shape. ``optimizer``
+    holds name, betas, eps, weight_decay, wd_mode and optionally tau; ``provenance`` adds
+    e.g. the study name and the (credential-free) storage to the package, version, git
+    revision and date.
     The result has passed :func:`validate_card`.
     """
     from mutransfer import __version__
@@ -102,6 +103,7 @@ def build_card(
                              f"{'positive' if low is None else 'non-negative'} finite number, got {value!r}")
     wd, eps = float(wd), float(eps)
     wd_mode = optimizer.get("wd_mode", "coupled")
+    _C.choice("optimizer.wd_mode", wd_mode, WD_MODES)
     role_mults = {str(k): v for k, v in (role_lr_mults or {}).items()}
     for k, v in role_mults.items():
         if k not in ROLES:
@@ -109,16 +111,15 @@ def build_card(
         if not (_is_number(v) and 0 < v < math.inf):
             raise ValueError(f"card field parametrization.lr_mults.{k}: must be a positive finite number, "
                              f"got {v!r}")
+    # The trainer's param groups come from the same builder: nothing here re-derives a rule.
+    settings = pz.optimizer_settings(lr, weight_decay=wd, wd_mode=wd_mode, eps=eps, role_lr_mults=role_mults)
     groups = []
     for s in pz.specs.values():
-        mult = s.lr_mult * float(role_mults.get(s.role, 1.0))
-        decay = wd if s.wd else 0.0
-        if decay and wd_mode == "independent":
-            decay = decay / (lr * mult)
+        v = settings[s.name]
         groups.append({
-            "name": s.name, "shape": list(s.shape), "role": s.role, "optimizer": s.optimizer,
-            "lr": lr * mult, "lr_mult": mult, "init": s.init, "init_std": s.init_std,
-            "weight_decay": decay, "eps": eps * s.eps_mult,
+            "name": s.name, "shape": list(s.shape), "role": s.role, "optimizer": v["optimizer"],
+            "lr": v["lr"], "lr_mult": v["lr_mult"], "init": s.init, "init_std": s.init_std,
+            "weight_decay": v["weight_decay"], "eps": v["eps"],
         })
     prov = {"package": "mutransfer", "version": __version__, "git_revision": git_revision(),
             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}

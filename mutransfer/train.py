@@ -57,7 +57,6 @@ __all__ = [
     "Callback",
     "TrainConfig",
     "TrainResult",
-    "apply_role_lr_mults",
     "Trainer",
     "load_config",
     "resolve_device",
@@ -140,20 +139,6 @@ class TrainResult:
             if k not in row and k not in _NOT_HYPERPARAMETERS and v is not None:
                 row[k] = v
         return row
-
-
-def apply_role_lr_mults(groups: list[dict[str, Any]], mults: Mapping[str, float], wd_mode: str) -> None:
-    """Multiply each param group's LR multiplier by ``mults[role]`` (tuned per-role LR
-    multipliers, TP-V §F's "learning-rate multipliers"; 1 leaves a role as the
-    parametrization set it). Under ``independent`` weight decay the stored decay is
-    wd / (lr × lr_mult), so it is divided by the same factor to keep the per-step decay."""
-    for g in groups:
-        m = float(mults.get(g.get("role", ""), 1.0))
-        if m != 1.0:
-            g["lr"] *= m
-            g["lr_mult"] = g.get("lr_mult", 1.0) * m
-            if wd_mode == "independent" and g.get("weight_decay"):
-                g["weight_decay"] /= m
 
 
 # ---- device / distributed ----------------------------------------------------------------
@@ -274,8 +259,8 @@ class Trainer:
         self.raw_model = self.pz.build(seed=cfg.run.seed, device=dev)
         opt = cfg.optim
         groups = self.pz.param_groups(self.raw_model, opt.lr, weight_decay=opt.weight_decay,
-                                      wd_mode=opt.wd_mode, eps=opt.eps)
-        apply_role_lr_mults(groups, cfg.parametrization.lr_mults, opt.wd_mode)
+                                      wd_mode=opt.wd_mode, eps=opt.eps,
+                                      role_lr_mults=cfg.parametrization.lr_mults)
         self.opt = build_optimizer(groups, opt.name, betas=(opt.beta1, opt.beta2),
                                    momentum=opt.momentum, muon_momentum=opt.muon_momentum)
         self.params = [p for p in self.raw_model.parameters() if p.requires_grad]

@@ -152,7 +152,12 @@ def embedding_lr_like_hidden(width: int) -> tuple[nn.Module, Any]:
 def wd_coupled(width: int) -> tuple[nn.Module, Any]:
     """torch AdamW's coupled decay, constant in width (audit it with wd_mode='independent')."""
     model, pz = _ours(width)
-    return model, build_optimizer(pz.param_groups(model, LR, weight_decay=0.1, wd_mode="coupled"))
+    # One coefficient at every width, set by hand: param_groups' coupled decay is now λ / lr_mult.
+    groups = pz.param_groups(model, LR)
+    for g in groups:
+        if g["role"] in ("input", "hidden", "output"):
+            g["weight_decay"] = 0.1
+    return model, build_optimizer(groups)
 
 
 def tied_scaled_twice(width: int) -> tuple[nn.Module, Any]:

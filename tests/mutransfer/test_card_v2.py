@@ -159,7 +159,13 @@ def test_v2_round_trip_and_apply_gives_optimizer_and_scheduler(tmp_path: Path, c
             applied.optimizer.zero_grad()
         applied.scheduler.step()
     assert schedule(0) == pytest.approx(0.1) and schedule(card["schedule"]["total_steps"] - 1) == 0.0
-    assert {g["weight_decay"] for g in applied.param_groups} == {0.0, 0.1}
+    # Per-group λ_g = λ / lr_mult (was one λ for all): every decaying group keeps lr_g·λ_g = lr·λ.
+    decayed = [g for g in applied.param_groups if g["weight_decay"]]
+    assert {g["role"] for g in applied.param_groups if not g["weight_decay"]} == {"vector"}
+    for g in decayed:
+        assert g["lr"] * g["weight_decay"] == pytest.approx(card["optimizer"]["lr"] * 0.1, rel=1e-12)
+    assert {g["role"] for g in decayed} == {"input", "hidden", "output"}
+    assert max(g["weight_decay"] for g in decayed) > 0.1  # hidden matrices: lr_mult < 1, λ_g > λ
 
 
 def test_v1_card_still_loads_and_applies() -> None:

@@ -107,6 +107,86 @@ def test_independent_weight_decay_equals_mup_adamw_decay() -> None:
             assert ours[name] == 0.0 and ref_decay[name] > 0  # documented difference
 
 
+@pytest.mark.parametrize("case", ["mlp", "gpt", "gpt-tied"])
+@pytest.mark.parametrize("rule", ["adam", "sgd"])
+@pytest.mark.parametrize("ratio", [1, 4])
+def test_coupled_weight_decay_equals_mups(case: str, rule: str, ratio: int) -> None:
+    """Coupled decay (torch's lr × weight_decay per step): MuAdamW multiplies a matrix's
+    weight_decay by the factor it divides its LR by (MuSGD the reverse), so lr·wd is
+    width-free. Ours gives every decayed parameter the same lr·wd (vectors: no decay)."""
+    base, lr, wd = 32, 3e-3, 0.1
+    width = base * ratio
+    tie = case == "gpt-tied"
+    mup_make = mup_mlp if case == "mlp" else (lambda w: mup_gpt(w, tie))
+    ours_make = mlp_builder if case == "mlp" else gpt_builder(tie)
+    ref = with_mup_shapes(mup_make, width, base)
+    mu_opt = (mup.MuAdamW if rule == "adam" else mup.MuSGD)(ref.parameters(), lr=lr, weight_decay=wd)
+    names = names_by_id(ref)
+    ref_decay = {names[id(p)]: g["lr"] * g["weight_decay"] for g in mu_opt.param_groups for p in g["params"]}
+    pz = Parametrization(ours_make, width=width, base_width=base, optimizer=rule)
+    model = pz.build(seed=0)
+    groups = pz.param_groups(model, lr, weight_decay=wd, wd_mode="coupled")
+    ours = {names_by_id(model)[id(p)]: g["lr"] * g["weight_decay"] for g in groups for p in g["params"]}
+    assert set(ours) == set(ref_decay)
+    for name, spec in pz.specs.items():
+        if spec.wd:
+            assert ours[name] == pytest.approx(ref_decay[name], rel=1e-12), name
+        else:
+            assert ours[name] == 0.0 and ref_decay[name] > 0  # documented difference
+    # Not vacuous at ratio 4: the hidden matrices' stored weight decay is 4x the base value.
+    hidden = {g["weight_decay"] for g in groups if g["role"] == "hidden"}
+    assert hidden == ({wd * ratio} if rule == "adam" else {wd})  # SGD's hidden LR is m_out/m_in = 1
+
+
+def _gpt_depth(w: int, d: int) -> nn.Module:
+    return GPT(GPT_CFG.replace(width=w, depth=d))
+
+
+@settings(max_examples=6, deadline=None)
+@given(kind=st.sampled_from(["sp", "mup", "completep", "muon"]), rule=st.sampled_from(["adam", "sgd"]),
+       mults=st.dictionaries(st.sampled_from(["input", "hidden", "output", "vector"]),
+                             st.floats(0.125, 8.0), max_size=3),
+       wd=st.floats(1e-4, 0.3))
+def test_coupled_decay_timescale_is_the_base_widths_at_every_width(
+        kind: str, rule: str, mults: dict[str, float], wd: float) -> None:
+    """The property behind the rule: for every coupled-decay group, lr_g·λ_g = lr·λ·r(role)
+    at every width (and depth), identical to the base shape's; built from specs alone."""
+    if kind == "muon":
+        rule = "adam"
+    lr = 2e-3
+    at_base: dict[str, float] = {}
+    for width, depth in ((32, 2), (64, 2), (128, 4)):
+        pz = Parametrization(_gpt_depth, width=width, base_width=32, depth=depth, base_depth=2,
+                             kind=kind, optimizer=rule)
+        got = pz.optimizer_settings(lr, weight_decay=wd, wd_mode="coupled", role_lr_mults=mults)
+        assert set(got) == set(pz.specs)
+        for name, v in got.items():
+            spec = pz.specs[name]
+            want = lr * wd * mults.get(spec.role, 1.0) if spec.wd else 0.0
+            assert v["lr"] * v["weight_decay"] == pytest.approx(want, rel=1e-12), (width, name)
+            assert v["lr_mult"] == pytest.approx(spec.lr_mult * mults.get(spec.role, 1.0), rel=1e-12)
+            at_base.setdefault(name, v["lr"] * v["weight_decay"])
+            assert v["lr"] * v["weight_decay"] == pytest.approx(at_base[name], rel=1e-12), (width, name)
+
+
+def test_param_groups_work_on_a_meta_model_and_match_the_settings() -> None:
+    pz = Parametrization(gpt_builder(), width=128, base_width=32)
+    with torch.device("meta"):
+        model = GPT(GPT_CFG.replace(width=128))
+    groups = pz.param_groups(model, 1e-2, weight_decay=0.1, role_lr_mults={"output": 0.5})
+    settings = pz.optimizer_settings(1e-2, weight_decay=0.1, role_lr_mults={"output": 0.5})
+    for g in groups:
+        for name in g["names"]:
+            assert {k: g[k] for k in settings[name]} == settings[name], name
+    assert settings["blocks.0.attn.c_q.weight"]["weight_decay"] == pytest.approx(0.4)  # λ × m, m = 4
+    assert settings["lm_head.weight"]["lr"] == pytest.approx(5e-3)
+    assert settings["lm_head.weight"]["weight_decay"] == pytest.approx(0.1)  # not divided by the role mult
+    with pytest.raises(ValueError, match="unknown role 'head'"):
+        pz.optimizer_settings(1e-2, role_lr_mults={"head": 2.0})
+    with pytest.raises(ValueError, match="output=0"):
+        pz.optimizer_settings(1e-2, role_lr_mults={"output": 0})
+
+
 # ---- oracle: same init std as mup (statistically) -----------------------------------
 
 

@@ -283,3 +283,43 @@ def test_role_lr_mults_scale_only_their_role_and_keep_the_per_step_decay(data: T
     assert b["output"]["lr"] == pytest.approx(0.5 * a["output"]["lr"])
     plain.close()
     tuned.close()
+
+
+def test_one_builder_gives_the_trainers_and_the_cards_groups(data: TokenDataset, monkeypatch) -> None:
+    """Parametrization.optimizer_settings is the only place that computes per-parameter lr,
+    lr_mult and weight decay: change it and both the trainer's optimizer and the card move."""
+    from mutransfer.card import build_card
+    from mutransfer.parametrization import Parametrization
+
+    c = cfg(steps=2, eval_every=0, weight_decay=0.1, lr_mult_output=0.5, base_width=16)
+
+    def groups_and_card() -> tuple[dict[str, tuple[float, float]], dict[str, tuple[float, float]]]:
+        t = Trainer(c, data=data)
+        opt = c.optim
+        card = build_card(t.pz, lr=opt.lr,
+                          optimizer={"weight_decay": opt.weight_decay, "wd_mode": opt.wd_mode},
+                          schedule={"kind": "constant"}, batch={"sequences": 8}, target={"width": 32},
+                          role_lr_mults=c.parametrization.lr_mults)
+        t.close()
+        return ({n: (g["lr"], g["weight_decay"]) for g in t.opt.param_groups for n in g["names"]},
+                {g["name"]: (g["lr"], g["weight_decay"]) for g in card["param_groups"]})
+
+    plain_t, plain_c = groups_and_card()
+    assert plain_t.keys() == plain_c.keys()
+    for name, want in plain_t.items():  # same numbers at the proxy's own shape
+        assert plain_c[name] == pytest.approx(want, rel=1e-12), name
+    original = Parametrization.optimizer_settings
+
+    def patched(self, *a, **kw):
+        out = original(self, *a, **kw)
+        return {n: {**v, "lr": 2 * v["lr"], "lr_mult": 2 * v["lr_mult"],
+                    "weight_decay": 3 * v["weight_decay"]} for n, v in out.items()}
+
+    monkeypatch.setattr(Parametrization, "optimizer_settings", patched)
+    new_t, new_c = groups_and_card()
+    for got in (new_t, new_c):
+        assert got.keys() == plain_t.keys()
+        for name, (lr, wd) in got.items():
+            assert lr == pytest.approx(2 * plain_t[name][0], rel=1e-12), name
+            assert wd == pytest.approx(3 * plain_t[name][1], rel=1e-12), name
+    assert len({wd for _, wd in new_t.values()}) >= 3  # 0, λ and hidden's λ × 2 (base width 16)
