@@ -138,6 +138,8 @@ class SweepSpec:
             if src.builtin:
                 object.__setattr__(self, "preset", src.ref)
                 object.__setattr__(self, "model", None)
+            else:  # hf: the absolute config.json, so every worker reads the same file
+                object.__setattr__(self, "model", src.spec())
         if "source" in self.base:
             raise ValueError("give your model as the spec's model (or --model), not base.source")
         for fname, _ in self._dims:
@@ -182,6 +184,7 @@ class SweepSpec:
                                  width=w)
                 except ValueError as exc:
                     raise ValueError(f"width {w} does not fit model {self.model}: {exc}") from None
+            self._probe_builder(sorted(widths))
             return
         from mutransfer.models import get_preset
 
@@ -196,6 +199,27 @@ class SweepSpec:
                 raise ValueError(f"width {w} does not fit preset {self.preset}: {exc}") from None
             except TypeError:  # an override the preset does not have (e.g. head_dim on an MLP)
                 cfg.replace(width=w)
+
+    def _probe_builder(self, widths: list[int]) -> None:
+        """A ``module:function`` model is built at every width (on the meta device; for
+        real at the smallest), so a builder that raises or gives no logits is refused
+        before any study exists, not trial by trial."""
+        from mutransfer.models.source import build_model, parse_model
+
+        src = parse_model(str(self.model))
+        if src.kind != "builder":
+            return
+        import torch
+
+        depths = sorted({int(p["depth"]) for p in self.points() if "depth" in p}) or [
+            int(self.base.get("depth") or preset_attr(self.preset, "depth", 2))]
+        for w in widths:
+            for d in depths:
+                if w == widths[0] and d == depths[0]:
+                    build_model(src, w, d)
+                else:
+                    with torch.device("meta"):
+                        build_model(src, w, d)
 
     # -- enumeration ------------------------------------------------------------------
     def grid_dims(self) -> list[tuple[str, tuple[Any, ...]]]:
