@@ -5,6 +5,7 @@ refusals (hub ids, unknown model types, widths a config cannot represent, bad bu
 from __future__ import annotations
 
 import json
+import math
 import socket
 import sys
 import textwrap
@@ -197,3 +198,103 @@ def test_preset_builds_and_logits_of() -> None:
     assert logits_of(m(torch.zeros(1, 2, dtype=torch.long))).shape == (1, 2, 256)
     with pytest.raises(ValueError, match="'mine' returned str"):
         logits_of("x", "'mine'")
+
+
+# ---- the trainer on a source model ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def data():  # type: ignore[no-untyped-def]
+    from mutransfer.data import DataConfig, load_dataset
+
+    return load_dataset(DataConfig(max_bytes=300_000))
+
+
+def _cfg(src: str, **kw: object):  # type: ignore[no-untyped-def]
+    from mutransfer.train import TrainConfig
+
+    base = dict(source=src, width=32, seq_len=32, batch_size=8, steps=12, lr=1e-2, eval_every=6,
+                eval_batches=1, threads=1, grad_accum=2)
+    return TrainConfig.from_flat({**base, **kw})
+
+
+def test_trainer_resume_and_wsd_branch_are_bit_identical_on_hf_llama(tmp_path: Path, data) -> None:
+    from mutransfer.train import train, train_wsd_branches
+
+    src = f"hf:{write_config(tmp_path, **LLAMA)}"
+    full = train(_cfg(src), data=data)
+    assert full.model.startswith("hf:llama@") and full.to_row()["model"] == full.model
+    assert (full.width, full.depth) == (32, 2) and full.gns is not None and math.isfinite(full.loss)
+    assert full.loss < math.log(256)  # it learned something in 12 steps
+    out = tmp_path / "run"
+    first = train(_cfg(src, out_dir=str(out), checkpoint_every=6), callback=lambda step, m: step >= 6,
+                  data=data)
+    assert first.steps_done == 6 and (out / "checkpoint.pt").is_file()
+    resumed = train(_cfg(src, resume=str(out / "checkpoint.pt")), data=data)
+    assert [h["loss"] for h in resumed.history] == [h["loss"] for h in full.history]  # exact
+    assert [h["gns"] for h in resumed.history] == [h["gns"] for h in full.history]
+    assert resumed.loss == full.loss and resumed.evals == full.evals
+    # WSD: the branch at fraction 1 repeats the separate WSD run of 12 steps
+    wsd = train(_cfg(src, schedule="wsd", warmup_steps=1), data=data)
+    branches = train_wsd_branches(_cfg(src, schedule="wsd", warmup_steps=1), [0.5, 1.0], data=data)
+    assert [h["loss"] for h in branches[1].history] == [h["loss"] for h in wsd.history]
+
+
+def test_z_loss_and_softcap_apply_to_logits(tmp_path: Path, data) -> None:
+    """Known answer at step 1 (same init and batch): the loss with z-loss is CE + coef ·
+    mean(logsumexp²) of the same logits, and a soft cap changes the loss."""
+    from mutransfer.train import Trainer
+
+    src = f"hf:{write_config(tmp_path, **LLAMA)}"
+    t = Trainer(_cfg(src, steps=1, grad_accum=1), data=data)
+    x, y = data.get_batch("train", 0, 8, 32, 0)
+    logits = logits_of(t.raw_model(x)).float()
+    ce = torch.nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten())
+    lse2 = torch.logsumexp(logits, -1).pow(2).mean()
+    tz = Trainer(_cfg(src, steps=1, grad_accum=1, z_loss=1e-2), data=data)
+    assert float(tz._loss(x, y)) == pytest.approx(float(ce + 1e-2 * lse2), rel=1e-6)
+    tc = Trainer(_cfg(src, steps=1, grad_accum=1, logit_softcap=0.5), data=data)
+    capped = 0.5 * torch.tanh(logits / 0.5)
+    want = torch.nn.functional.cross_entropy(capped.flatten(0, 1), y.flatten())
+    assert float(tc._loss(x, y)) == pytest.approx(float(want), rel=1e-6)
+
+
+@pytest.mark.parametrize("field, value, why", [
+    ("qk_norm", True, "our attention module"),
+    ("head_dim", 8, "head_rule"),
+    ("tie_embeddings", True, "tie_word_embeddings"),
+    ("freeze_norm_gains", True, "RMSNorm"),
+    ("qk_clip", True, "QK-clip"),
+])
+def test_stabilizers_that_cannot_apply_are_refused(tmp_path: Path, field: str, value: object,
+                                                   why: str) -> None:
+    src = f"hf:{write_config(tmp_path, **LLAMA)}"
+    with pytest.raises(ValueError, match=f"{field}.*{why}|{why}.*{field}") as info:
+        _cfg(src, **{field: value})
+    assert str(write_config(tmp_path, **LLAMA)) in str(info.value)
+
+
+def test_fused_training_refuses_a_source_model(tmp_path: Path) -> None:
+    from mutransfer.fused import check_fusible, partition, unsupported_reason
+
+    cfg = _cfg(f"hf:{write_config(tmp_path, **LLAMA)}", grad_accum=1)
+    assert "our own GPT" in unsupported_reason(cfg)
+    with pytest.raises(ValueError, match="cannot be fused: model .* not a built-in preset"):
+        check_fusible([cfg, cfg.replace(lr=1e-3)])
+    assert partition([cfg, cfg.replace(lr=1e-3)], k=2) == [[0], [1]]  # each alone, unfused
+
+
+def test_config_source_and_base_sizes(tmp_path: Path, builders: str) -> None:
+    from mutransfer.train import base_sizes
+
+    d = write_config(tmp_path, **LLAMA)
+    cfg = _cfg(str(d).join(["hf:", ""]), width=128)
+    assert cfg.model.source == f"hf:{(d / 'config.json').resolve()}"  # absolute, as rows store it
+    assert cfg.model.shape() == (128, 2, 32)
+    assert base_sizes(cfg, cfg.model.shape()) == (64, 2)  # the config's own width: the base
+    assert base_sizes(_cfg(f"hf:{d}", width=32), _cfg(f"hf:{d}", width=32).model.shape()) == (32, 2)
+    b = _cfg(f"{builders}:build", width=None, seq_len=None)
+    assert b.model.shape() == (64, 2, 64)  # a builder's defaults: the preset's (gpt-tiny)
+    assert _cfg("gpt-small", width=None).model.source is None  # a preset name is the preset
+    with pytest.raises(ValueError, match="num_key_value_heads"):
+        _cfg(f"hf:{d}", width=48)
