@@ -151,3 +151,15 @@ def test_fused_sweep_refuses_a_user_model(llama: str, tmp_path: Path, capsys, _v
                                 "--workers", "1", "--quiet"]) == 2
     err = capsys.readouterr().err.strip()
     assert "--fuse 4" in err and "our own GPT" in err and len(err.splitlines()) == 1
+
+
+def test_audit_takes_the_same_model_names(llama: str, capsys) -> None:
+    """``audit --model hf:PATH`` audits mutransfer's own μP on the user's model (it passes);
+    ``--entry`` stays the builder form's alias, one of the two."""
+    assert mutransfer.cli.main(["audit", "--model", llama, "--widths", "32,64,128", "--no-coord-check",
+                                "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["passed"] is True
+    assert mutransfer.cli.main(["audit", "--model", llama, "--entry", "x:y"]) == 2
+    assert mutransfer.cli.main(["audit", "--model", "hf:no/such-hub-id"]) == 2
+    assert "'hf:no/such-hub-id'" in capsys.readouterr().err
