@@ -81,7 +81,7 @@ def read_results(
     return df
 
 
-def check_single_valued(df: pd.DataFrame, columns: Iterable[str] = ("tokenizer", "model"),
+def check_single_valued(df: pd.DataFrame, columns: Iterable[str] = ("tokenizer", "arch"),
                         where: str = "the results table") -> None:
     """Refuse a table whose rows come from different tokenizers (or architectures, ...).
 

@@ -38,6 +38,7 @@ __all__ = [
     "ALIASES",
     "SECTIONS",
     "ModelSection",
+    "ModelShape",
     "OptimSection",
     "OutputSection",
     "ParametrizationSection",
@@ -121,30 +122,60 @@ def _section(name: str) -> Callable[[type[_S]], type[_S]]:
     return wrap
 
 
+class ModelShape(typing.NamedTuple):
+    """Width, depth and training context of a run's model (any source)."""
+
+    width: int
+    depth: int
+    seq_len: int
+
+
+#: Model fields a non-built-in model (``source``) cannot take, and why.
+_BUILTIN_ONLY: dict[str, str] = {
+    "head_dim": "the head dim of an hf: model follows head_rule; a builder sets its own",
+    "tie_embeddings": "tying is the model's own choice (tie_word_embeddings in its config)",
+    "qk_norm": "QK-norm needs our attention module",
+    "freeze_norm_gains": "freezing norm gains needs our RMSNorm modules",
+}
+
+
 @_section("model")
 class ModelSection(_Section):
-    """The model: a GPT preset and its overrides (``None``: the preset's value)."""
+    """The model: a GPT preset and its overrides (``None``: the preset's value), or your
+    own model (``source``: a local Hugging Face config or a ``module:function`` builder)."""
 
     preset: str = "gpt-tiny"
-    """Model preset (:data:`mutransfer.models.presets.PRESETS`), a GPT one."""
+    """Model preset (:data:`mutransfer.models.presets.PRESETS`), a GPT one. With a
+    ``source``, only its context (``seq_len``) and, for a builder, its width and depth are
+    the defaults."""
     width: int | None = None
-    """Model width d_model (None: the preset's)."""
+    """Model width d_model (None: the preset's; an hf: model's own hidden size)."""
     depth: int | None = None
-    """Number of blocks (None: the preset's)."""
+    """Number of blocks (None: the preset's; an hf: model's own layer count)."""
     head_dim: int | None = None
-    """Per-head dimension (None: the preset's); heads = width / head_dim."""
+    """Per-head dimension (None: the preset's); heads = width / head_dim. Presets only."""
     seq_len: int | None = None
-    """Tokens per training sequence (None: the preset's context)."""
+    """Tokens per training sequence (None: the preset's context, capped at an hf: model's)."""
     tie_embeddings: bool | None = None
-    """Share the embedding with the readout (None: the preset's)."""
+    """Share the embedding with the readout (None: the preset's). Presets only."""
     qk_norm: bool | None = None
-    """RMS-normalize queries and keys (None: the preset's)."""
+    """RMS-normalize queries and keys (None: the preset's). Presets only."""
     logit_softcap: float | None = None
-    """Soft-cap logits at cap·tanh(x/cap) (None: the preset's; 0 turns it off)."""
+    """Soft-cap logits at cap·tanh(x/cap) (None: the preset's; 0 turns it off); for a
+    ``source`` applied to its logits."""
     z_loss: float | None = None
-    """z-loss coefficient (PaLM's 1e-4 when on; None: the preset's)."""
+    """z-loss coefficient (PaLM's 1e-4 when on; None: the preset's); for a ``source``
+    computed from its logits."""
     freeze_norm_gains: bool | None = None
-    """Keep RMSNorm gains at 1 (Lingle 2024; None: the preset's)."""
+    """Keep RMSNorm gains at 1 (Lingle 2024; None: the preset's). Presets only."""
+    source: str | None = None
+    """Your model instead of the preset (:func:`mutransfer.models.source.parse_model`):
+    ``hf:PATH`` (a local transformers config.json, or a folder holding one; never a hub id)
+    or ``module:function`` (``function(width, depth)`` returning a module that maps token ids
+    [B, T] to logits [B, T, V]). None: the preset. A preset name here means that preset."""
+    head_rule: Literal["keep_head_dim", "keep_heads"] | None = None
+    """How an ``hf:`` model's attention follows width: ``keep_head_dim`` (heads and KV heads
+    scale together, the GQA ratio kept; None means this) or ``keep_heads`` (head_dim scales)."""
 
     # The shape is what a fused group batches over: nothing here is per member.
     PER_MEMBER: ClassVar[frozenset[str]] = frozenset()
@@ -155,15 +186,79 @@ class ModelSection(_Section):
         if not isinstance(get_preset(self.preset), GPTConfig):
             gpts = [n for n in PRESETS if isinstance(get_preset(n), GPTConfig)]
             raise ValueError(f"preset {self.preset!r} is not a GPT; the trainer takes {', '.join(gpts)}")
+        if self.head_rule is not None and self.head_rule not in ("keep_head_dim", "keep_heads"):
+            raise self._bad("head_rule", "keep_head_dim, keep_heads or None")
         self._ints(("width", "depth", "head_dim", "seq_len"), 1, "a positive integer or None", optional=True)
         if self.z_loss is not None and not (self.z_loss >= 0):
             raise self._bad("z_loss", ">= 0 or None")
         if self.logit_softcap is not None and not (self.logit_softcap >= 0):
             raise self._bad("logit_softcap", ">= 0 or None")
-        self.gpt_config()  # width/head divisibility etc., with GPTConfig's own messages
+        if self.source is not None:
+            src = self.model_source()
+            if src.builtin:  # source=gpt-small is preset=gpt-small
+                object.__setattr__(self, "preset", src.ref)
+                object.__setattr__(self, "source", None)
+            else:  # hf: the absolute config.json, so rows, checkpoints and workers agree
+                object.__setattr__(self, "source", src.spec())
+        if self.source is None:
+            self.gpt_config()  # width/head divisibility etc., with GPTConfig's own messages
+            return
+        for name, why in _BUILTIN_ONLY.items():
+            if getattr(self, name) is not None:
+                raise ValueError(f"{name} does not apply to model {self.source!r}: {why}")
+        self.shape()  # an hf: config checked at this width and depth
+
+    def model_source(self) -> Any:
+        """The :class:`~mutransfer.models.source.ModelSource` of this section."""
+        from mutransfer.models.source import parse_model
+
+        return parse_model(self.source or self.preset, head_rule=self.head_rule or "keep_head_dim")
+
+    @property
+    def builtin(self) -> bool:
+        """Whether the model is one of our presets (no ``source``)."""
+        return self.source is None
+
+    def own_shape(self) -> tuple[int, int]:
+        """(width, depth) of the model as given, before overrides: the preset's, an hf:
+        config's own, or (for a builder) the preset's."""
+        src = self.model_source()
+        if src.kind == "hf":
+            from mutransfer.models.source import hf_shape, load_hf_config
+
+            w, d, _ = hf_shape(load_hf_config(src.ref))
+            return w, d
+        base = get_preset(self.preset)
+        return base.width, base.depth
+
+    def shape(self) -> ModelShape:
+        """Width, depth and training context of this model with the overrides applied; an
+        hf: config that cannot take the width raises ValueError naming the field."""
+        if self.source is None:
+            g = self.gpt_config()
+            return ModelShape(g.width, g.depth, g.seq_len)
+        base = get_preset(self.preset)
+        assert isinstance(base, GPTConfig)
+        src = self.model_source()
+        if src.kind != "hf":
+            return ModelShape(self.width or base.width, self.depth or base.depth,
+                              self.seq_len or base.seq_len)
+        from mutransfer.models.source import hf_proxy_config, hf_shape, load_hf_config
+
+        config = load_hf_config(src.ref)
+        w, d, ctx = hf_shape(config)
+        width, depth = self.width or w, self.depth or d
+        hf_proxy_config(config, width, depth, src.head_rule)
+        seq = self.seq_len or (min(base.seq_len, ctx) if ctx else base.seq_len)
+        if ctx is not None and seq > ctx:
+            raise ValueError(f"seq_len={seq} is longer than model {self.source!r}'s context {ctx}")
+        return ModelShape(width, depth, seq)
 
     def gpt_config(self, vocab_size: int | None = None) -> GPTConfig:
-        """The preset's GPTConfig with this section's overrides (and the data's vocab)."""
+        """The preset's GPTConfig with this section's overrides (and the data's vocab);
+        a ``source`` model has none (ValueError)."""
+        if self.source is not None:
+            raise ValueError(f"model {self.source!r} is not a built-in GPT (it has no GPTConfig)")
         base = get_preset(self.preset)
         assert isinstance(base, GPTConfig)
         changes: dict[str, Any] = {}
@@ -468,8 +563,11 @@ class TrainConfig:
         if warmup is not None and warmup > steps:
             raise ValueError(f"warmup_steps must be in [0, steps={steps}], got {warmup!r}")
         base_width = self.parametrization.base_width
-        if base_width is not None and base_width > self.model_config().width:
-            raise ValueError(f"base_width={base_width} is larger than the width {self.model_config().width}")
+        if base_width is not None and base_width > self.model.shape().width:
+            raise ValueError(f"base_width={base_width} is larger than the width {self.model.shape().width}")
+        if self.model.source is not None and self.optim.qk_clip:
+            raise ValueError(f"qk_clip does not apply to model {self.model.source!r}: QK-clip rescales "
+                             "the query/key weights of our attention module from its max logits")
 
     # ---- derived -------------------------------------------------------------------------
 

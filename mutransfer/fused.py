@@ -109,7 +109,7 @@ def _shared_values(cfg: TrainConfig) -> dict[str, Any]:
     dev = resolve_device(cfg.run.device)
     out: dict[str, Any] = {}
     for flat, sec, name in _SHARED:
-        if sec == "model" and name != "preset":
+        if sec == "model" and name not in ("preset", "source", "head_rule"):
             out[flat] = gc.d_head if name == "head_dim" else getattr(gc, name)
         elif (sec, name) == ("run", "device"):
             out[flat] = str(dev)
@@ -129,6 +129,9 @@ def fusion_key(cfg: TrainConfig) -> tuple[Any, ...]:
 def unsupported_reason(cfg: TrainConfig) -> str | None:
     """Why ``cfg`` cannot run fused at all (run it with :func:`mutransfer.train.train`),
     or None when it can."""
+    if cfg.model.source is not None:
+        return (f"model {cfg.model.source!r} is not a built-in preset: fused training swaps stacked "
+                "parameters into our own GPT, and its exactness is only guaranteed there")
     if cfg.stabilizers.spike_policy == "rollback":
         return "spike_policy='rollback' rewinds one member's data stream; run it unfused"
     if cfg.output.resume:

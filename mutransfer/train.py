@@ -38,10 +38,10 @@ import torch.nn.functional as F
 
 from mutransfer._io import atomic_write_text
 from mutransfer.checkpoint import check_resume, get_rng_state, load_checkpoint, save_checkpoint, set_rng_state
-from mutransfer.config import TrainConfig, load_config
+from mutransfer.config import ModelShape, TrainConfig, load_config
 from mutransfer.data import DataConfig, TokenDataset, load_dataset
 from mutransfer.models.gpt import GPT, GPTConfig
-from mutransfer.models.presets import get_preset
+from mutransfer.models.source import logits_of
 from mutransfer.noise_scale import NoiseScaleEstimator, grad_sq_norm
 from mutransfer.optim import attention_modules, build_optimizer, qk_clip, set_lr
 from mutransfer.parametrization import Multipliers, Parametrization
@@ -69,8 +69,8 @@ Callback = Callable[[int, dict[str, Any]], "bool | None"]
 Verdict = Literal["step", "skip", "rollback", "diverged"]
 
 # Row keys required by docs/architecture.md's results table, in order.
-ROW_KEYS = ("parametrization", "width", "depth", "n_params", "n_params_nonembed", "tokens", "steps",
-            "batch_size", "seq_len", "batch_tokens", "lr", "seed", "loss", "train_loss", "gns",
+ROW_KEYS = ("arch", "parametrization", "width", "depth", "n_params", "n_params_nonembed", "tokens",
+            "steps", "batch_size", "seq_len", "batch_tokens", "lr", "seed", "loss", "train_loss", "gns",
             "wall_s", "diverged")
 # Config fields that say where/how a run executes, not what it is: kept out of rows.
 _NOT_HYPERPARAMETERS = frozenset({"out_dir", "resume", "device", "threads", "compile", "metrics_format",
@@ -85,6 +85,9 @@ class TrainResult:
     """What a run returns; :meth:`to_row` is one results-table row."""
 
     config: TrainConfig
+    arch: str
+    """The model's id (:attr:`mutransfer.models.source.ModelSource.model_id`): a preset
+    name, ``hf:<model_type>@<config sha256[:8]>`` or ``builder:module:function``."""
     parametrization: str
     width: int
     depth: int
@@ -187,19 +190,30 @@ def _finite_or_none(v: Any) -> Any:
 # ---- the trainer -------------------------------------------------------------------------
 
 
-def base_sizes(cfg: TrainConfig, gcfg: GPTConfig) -> tuple[int, int]:
-    """(base width, base depth) of a run of ``cfg`` on ``gcfg``: as set, else the preset's
-    own (or the model's, if smaller)."""
-    preset, pz = get_preset(cfg.model.preset), cfg.parametrization
-    return (pz.base_width or min(preset.width, gcfg.width), pz.base_depth or min(preset.depth, gcfg.depth))
+def base_sizes(cfg: TrainConfig, gcfg: GPTConfig | ModelShape) -> tuple[int, int]:
+    """(base width, base depth) of a run of ``cfg`` on ``gcfg`` (a GPTConfig, or any
+    model's :class:`~mutransfer.config.ModelShape`): as set, else the model's own as given
+    (the preset's, an hf: config's; a builder's: the preset's), or the run's if smaller."""
+    (own_width, own_depth), pz = cfg.model.own_shape(), cfg.parametrization
+    return (pz.base_width or min(own_width, gcfg.width), pz.base_depth or min(own_depth, gcfg.depth))
 
 
-def build_parametrization(cfg: TrainConfig, gcfg: GPTConfig) -> Parametrization:
+def build_parametrization(cfg: TrainConfig, gcfg: GPTConfig | ModelShape,
+                          vocab_size: int | None = None) -> Parametrization:
     """The parametrization a run of ``cfg`` trains its ``gcfg`` model under (the
-    trainer's, and ``mutransfer fold``'s to rebuild a checkpoint's model)."""
+    trainer's, and ``mutransfer fold``'s to rebuild a checkpoint's model). A ``source``
+    model (``gcfg`` its ModelShape) is built by :func:`mutransfer.models.source.build_model`
+    at ``vocab_size``."""
+    if isinstance(gcfg, GPTConfig):
+        def builder(width: int, depth: int) -> torch.nn.Module:
+            return GPT(gcfg.replace(width=width, depth=depth))
+    else:
+        from mutransfer.models.source import build_model
 
-    def builder(width: int, depth: int) -> GPT:
-        return GPT(gcfg.replace(width=width, depth=depth))
+        source = cfg.model.model_source()
+
+        def builder(width: int, depth: int) -> torch.nn.Module:
+            return build_model(source, width, depth, vocab_size=vocab_size)
 
     pz = cfg.parametrization
     base_width, base_depth = base_sizes(cfg, gcfg)
@@ -244,7 +258,12 @@ class Trainer:
         run = cfg.run
         self.data = data if data is not None else load_dataset(DataConfig(
             source=run.data, dtype=run.data_dtype, max_bytes=run.data_max_bytes, cache_dir=run.data_cache))
-        self.gcfg = cfg.model_config(vocab_size=self.data.vocab_size)
+        # A preset trains our GPT (its own loss, z-loss, softcap, attention); any other
+        # model is trained on cross-entropy of its logits (:meth:`_logits`).
+        self.source = cfg.model.model_source()
+        self.builtin = cfg.model.builtin
+        self.gcfg: GPTConfig | ModelShape = (cfg.model_config(vocab_size=self.data.vocab_size)
+                                             if self.builtin else cfg.model.shape())
         self.seq_len = self.gcfg.seq_len
         for split in ("train", "val"):
             n = self.data.n_tokens(split)
@@ -255,7 +274,7 @@ class Trainer:
             raise ValueError(f"batch_size={cfg.run.batch_size} is not divisible by world_size × grad_accum = "
                              f"{self.world} × {cfg.run.grad_accum}")
 
-        self.pz = build_parametrization(cfg, self.gcfg)
+        self.pz = build_parametrization(cfg, self.gcfg, vocab_size=self.data.vocab_size)
         self.raw_model = self.pz.build(seed=cfg.run.seed, device=dev)
         opt = cfg.optim
         groups = self.pz.param_groups(self.raw_model, opt.lr, weight_decay=opt.weight_decay,
@@ -312,6 +331,25 @@ class Trainer:
         every = cfg.run.max_logit_every
         return bool(self.attn) and (cfg.optim.qk_clip or (every > 0 and step % every == 0))
 
+    def _logits(self, x: torch.Tensor, model: torch.nn.Module | None = None) -> torch.Tensor:
+        """Logits [B, T, V] of token ids ``x`` (a source model's soft-capped here)."""
+        model = self.model if model is None else model
+        if self.builtin:
+            return model(x)[0]
+        logits = logits_of(model(x), f"model {self.source.model_id!r}")
+        cap = self.cfg.model.logit_softcap
+        return cap * torch.tanh(logits / cap) if cap else logits
+
+    def _loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The training loss of one micro-batch: our GPT's own, or cross-entropy (plus
+        z-loss, coef·mean(logsumexp²), PaLM §5) from a source model's logits."""
+        if self.builtin:
+            return self.model(x, y)[1]
+        logits = self._logits(x).float()
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))
+        z = self.cfg.model.z_loss
+        return loss + z * torch.logsumexp(logits, dim=-1).pow(2).mean() if z else loss
+
     def train_step(self) -> dict[str, Any]:
         """Run one optimizer step (or a skip/rollback) and return its history record."""
         cfg, step = self.cfg, self.step
@@ -337,7 +375,7 @@ class Trainer:
             ctx = self.ddp_model.no_sync() if sync else contextlib.nullcontext()  # type: ignore[operator]
             with ctx:
                 with self._autocast():
-                    _, loss = self.model(x, y)
+                    loss = self._loss(x, y)
                 (loss / n).backward()
             losses.append(loss.detach().float())
             if track:
@@ -458,7 +496,7 @@ class Trainer:
             x, y = self.data.get_batch("val", b, cfg.run.batch_size, self.seq_len, 0,
                                        rank=self.rank, world_size=self.world, device=self.device)
             with self._autocast():
-                logits, _ = self.raw_model(x)
+                logits = self._logits(x, self.raw_model)
             total += F.cross_entropy(logits.float().view(-1, logits.size(-1)), y.view(-1))
         self.raw_model.train()
         if self.world > 1:
@@ -573,20 +611,40 @@ class Trainer:
             train_loss = self.recent_train_loss()
             train_loss = train_loss if math.isfinite(train_loss) else worst
         model = self.raw_model
-        assert isinstance(model, GPT)
+        if isinstance(model, GPT):
+            n_params, n_nonembed, flops = (model.num_params(), model.num_params(non_embedding=True),
+                                           model.flops_per_token())
+        else:
+            n_params, n_nonembed = self._count_params(model)
+            # Kaplan et al. 2020 Table 1 without the attention term: 6·N_nonembed.
+            flops = 6 * n_nonembed
         return TrainResult(
-            config=cfg, parametrization=cfg.parametrization.kind, width=self.gcfg.width,
-            depth=self.gcfg.depth,
-            n_params=model.num_params(), n_params_nonembed=model.num_params(non_embedding=True),
+            config=cfg, arch=self.source.model_id, parametrization=cfg.parametrization.kind,
+            width=self.gcfg.width, depth=self.gcfg.depth, n_params=n_params, n_params_nonembed=n_nonembed,
             tokens=self.tokens, steps=self.total_steps, steps_done=self.step, batch_size=cfg.run.batch_size,
             seq_len=self.seq_len, lr=cfg.optim.lr, seed=cfg.run.seed, loss=loss, train_loss=train_loss,
             gns=self.gns.value, wall_s=time.perf_counter() - self.t_start, diverged=self.diverged,
             pruned=self.pruned and not self.diverged,
             stop_reason="diverged" if self.diverged else ("pruned" if self.pruned else "completed"),
             history=list(self.history), evals=list(self.evals), spikes=list(self.spikes),
-            rollbacks=list(self.rollbacks), flops_per_token=model.flops_per_token(),
+            rollbacks=list(self.rollbacks), flops_per_token=flops,
             tokens_per_s=self.tokens / self.train_time if self.train_time > 0 else 0.0,
             device=str(self.device), tokenizer=self.data.tokenizer)
+
+    def _count_params(self, model: torch.nn.Module) -> tuple[int, int]:
+        """(all, non-embedding) parameters of a source model, tied ones once: the
+        non-embedding count drops the input-role (embedding) parameters (Kaplan's N)."""
+        seen: set[int] = set()
+        total = nonembed = 0
+        for name, p in model.named_parameters():
+            if id(p) in seen:
+                continue
+            seen.add(id(p))
+            total += p.numel()
+            spec = self.pz.specs.get(name)
+            if spec is None or spec.role != "input":
+                nonembed += p.numel()
+        return total, nonembed
 
     # ---- state ---------------------------------------------------------------------------
 

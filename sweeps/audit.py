@@ -121,7 +121,8 @@ def predicted_config(spec: ScalingSweep, lr: float, batch_tokens: float, tokens:
     steps = round(tokens / (b * seq))
     if steps < 1:
         raise ValueError(f"token budget {tokens:.0f} is below one batch of {b} x {seq} tokens")
-    cfg: dict[str, Any] = {"preset": spec.preset,
+    model = {"source": spec.model} if spec.model is not None else {}
+    cfg: dict[str, Any] = {"preset": spec.preset, **model,
                            **{k: v for k, v in spec.base.items() if k not in PSEUDO_FIELDS}}
     if spec.width is not None:
         cfg["width"] = spec.width

@@ -56,6 +56,14 @@ def is_fused(fuse: Fuse) -> bool:
     return fuse is not None and fuse != 1
 
 
+def check_spec_fusible(spec: SweepSpec, fuse: Fuse) -> None:
+    """A fused sweep of a model that is not a built-in preset -> ValueError (one line)."""
+    model = getattr(spec, "model", None)
+    if is_fused(fuse) and model is not None:
+        raise ValueError(f"--fuse {fuse} cannot train model {model!r}: fused training swaps stacked "
+                         "parameters into our own GPT (exactness is only guaranteed there); use --fuse 1")
+
+
 def point_fusion_key(spec: SweepSpec, point: Mapping[str, Any]) -> tuple[Any, ...] | None:
     """The fusion key of a grid point, or None when it must run alone (cannot run fused,
     or its config does not even resolve: the unfused path then records the error)."""

@@ -108,6 +108,10 @@ class SweepSpec:
 
     preset: str = "gpt-tiny"
     """Model preset of every trial (``mutransfer.models.PRESETS``)."""
+    model: str | None = None
+    """Your model instead of the preset: ``hf:PATH`` (a local config.json) or
+    ``module:function`` (:func:`mutransfer.models.source.parse_model`; the trials' config
+    field ``source``). None: the preset; a preset name here is that preset."""
     base: Mapping[str, Any] = field(default_factory=dict)
     """TrainConfig overrides shared by every trial (steps, batch_size, base_width, ...)."""
     sampler: str = "grid"
@@ -124,6 +128,20 @@ class SweepSpec:
     # -- validation -------------------------------------------------------------------
     def __post_init__(self) -> None:
         object.__setattr__(self, "base", dict(self.base or {}))
+        if self.model is not None and not _TRUSTED:
+            from mutransfer.models.source import parse_model
+
+            if not isinstance(self.model, str):
+                raise ValueError(f"model must be a preset name, hf:PATH or module:function, "
+                                 f"got {self.model!r}")
+            src = parse_model(self.model, head_rule=self.base.get("head_rule") or "keep_head_dim")
+            if src.builtin:
+                object.__setattr__(self, "preset", src.ref)
+                object.__setattr__(self, "model", None)
+            else:  # hf: the absolute config.json, so every worker reads the same file
+                object.__setattr__(self, "model", src.spec())
+        if "source" in self.base:
+            raise ValueError("give your model as the spec's model (or --model), not base.source")
         for fname, _ in self._dims:
             object.__setattr__(self, fname, _as_tuple(fname, getattr(self, fname)))
         if self.sampler not in SAMPLERS:
@@ -157,6 +175,17 @@ class SweepSpec:
         widths = {p["width"] for p in self.points() if "width" in p}
         if not widths:
             return
+        if self.model is not None:  # the config checks an hf: model at each width
+            from mutransfer.config import ModelSection
+
+            for w in sorted(widths):
+                try:
+                    ModelSection(preset=self.preset, source=self.model, head_rule=self.base.get("head_rule"),
+                                 width=w)
+                except ValueError as exc:
+                    raise ValueError(f"width {w} does not fit model {self.model}: {exc}") from None
+            self._probe_builder(sorted(widths))
+            return
         from mutransfer.models import get_preset
 
         cfg = get_preset(self.preset)
@@ -170,6 +199,27 @@ class SweepSpec:
                 raise ValueError(f"width {w} does not fit preset {self.preset}: {exc}") from None
             except TypeError:  # an override the preset does not have (e.g. head_dim on an MLP)
                 cfg.replace(width=w)
+
+    def _probe_builder(self, widths: list[int]) -> None:
+        """A ``module:function`` model is built at every width (on the meta device; for
+        real at the smallest), so a builder that raises or gives no logits is refused
+        before any study exists, not trial by trial."""
+        from mutransfer.models.source import build_model, parse_model
+
+        src = parse_model(str(self.model))
+        if src.kind != "builder":
+            return
+        import torch
+
+        depths = sorted({int(p["depth"]) for p in self.points() if "depth" in p}) or [
+            int(self.base.get("depth") or preset_attr(self.preset, "depth", 2))]
+        for w in widths:
+            for d in depths:
+                if w == widths[0] and d == depths[0]:
+                    build_model(src, w, d)
+                else:
+                    with torch.device("meta"):
+                        build_model(src, w, d)
 
     # -- enumeration ------------------------------------------------------------------
     def grid_dims(self) -> list[tuple[str, tuple[Any, ...]]]:
@@ -504,9 +554,7 @@ class ScalingSweep(SweepSpec, _LRMixin):
         """Tokens per sequence: ``base['seq_len']`` or the preset's context."""
         if "seq_len" in self.base:
             return int(self.base["seq_len"])
-        from mutransfer.models import get_preset
-
-        return int(get_preset(self.preset).seq_len)
+        return default_seq_len(self)
 
     def budgets(self) -> tuple[int, ...]:
         """The token budgets, ascending, without duplicates."""
@@ -639,7 +687,7 @@ class ScalingSweep(SweepSpec, _LRMixin):
         from mutransfer.models import get_preset
 
         cfg = get_preset(self.preset)
-        if "seq_len" not in self.base and not hasattr(cfg, "seq_len"):
+        if "seq_len" not in self.base and not hasattr(cfg, "seq_len") and self.model is None:
             raise ValueError(f"preset {self.preset!r} has no seq_len; the scaling sweep trains GPTs")
         seq = self.seq_len()
         d_min, d_max = self.budgets()[0], self.budgets()[-1]
@@ -666,7 +714,7 @@ class ScalingSweep(SweepSpec, _LRMixin):
             if TrainConfig is None or key in seen:
                 continue
             seen.add(key)
-            over = {"preset": self.preset, **{k: v for k, v in self.base.items()
+            over = {"preset": self.preset, **_source(self), **{k: v for k, v in self.base.items()
                                               if k not in PSEUDO_FIELDS}, **p, "steps": steps}
             over.pop("tokens", None)
             over.setdefault("lr", 1e-3)
@@ -737,11 +785,11 @@ def resolve_config(spec: SweepSpec, params: Mapping[str, Any]) -> dict[str, Any]
 
     The pseudo-field ``tokens`` becomes ``steps = round(tokens / (batch_size * seq_len))``.
     """
-    cfg: dict[str, Any] = {"preset": spec.preset, **dict(spec.base), **dict(params)}
+    cfg: dict[str, Any] = {"preset": spec.preset, **_source(spec), **dict(spec.base), **dict(params)}
     tokens = cfg.pop("tokens", None)
     if tokens is not None:
         bs = cfg.get("batch_size") or _train_default("batch_size", 32)
-        seq = cfg.get("seq_len") or preset_attr(spec.preset, "seq_len", 64)
+        seq = cfg.get("seq_len") or default_seq_len(spec)
         steps = round(int(tokens) / (int(bs) * int(seq)))
         if steps < 1:
             raise ValueError(f"token budget {tokens} is below one step of {bs} x {seq} tokens")
@@ -825,6 +873,23 @@ def _train_default(name: str, fallback: Any) -> Any:
         if f.name == fname and f.default is not dataclasses.MISSING:
             return f.default
     return fallback
+
+
+def _source(spec: SweepSpec) -> dict[str, Any]:
+    """The trials' ``source`` config field: the spec's model, if not a preset."""
+    model = getattr(spec, "model", None)
+    return {"source": model} if model is not None else {}
+
+
+def default_seq_len(spec: SweepSpec) -> int:
+    """The trials' context when ``base`` sets none: the preset's, or the trainer's for the
+    spec's model (the preset's capped at an hf: config's own context)."""
+    if getattr(spec, "model", None) is None:
+        return int(preset_attr(spec.preset, "seq_len", 64))
+    from mutransfer.config import ModelSection
+
+    section = ModelSection(preset=spec.preset, source=spec.model, head_rule=spec.base.get("head_rule"))
+    return section.shape().seq_len
 
 
 def preset_attr(preset: str, name: str, fallback: Any) -> Any:

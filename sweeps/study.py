@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from sweeps import attrs
 from sweeps.attrs import STUDY_ATTR
-from sweeps.fusion import Fuse, check_fuse
+from sweeps.fusion import Fuse, check_fuse, check_spec_fusible
 from sweeps.progress import Counts, StudyBar, study_counts
 from sweeps.runners import DEFAULT_RUNNER, Runner, load_runner
 from sweeps.spec import SweepSpec, check_trials, point_key
@@ -95,6 +95,7 @@ def prepare(
     from sweeps.storage import study_names
 
     fuse = check_fuse(fuse)
+    check_spec_fusible(spec, fuse)
     check_workers(storage_url, workers)
     if heartbeat_interval < 1 or grace_period <= heartbeat_interval:
         raise ValueError(f"grace period {grace_period} s must exceed the heartbeat interval "

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from sweeps import attrs
 from sweeps.attrs import STUDY_ATTR
-from sweeps.fusion import Fuse, check_fuse, is_fused
+from sweeps.fusion import Fuse, check_fuse, check_spec_fusible, is_fused
 from sweeps.runners import DEFAULT_RUNNER, Runner, fused_runner_for, load_runner
 from sweeps.spec import SweepSpec, spec_from_dict, trusted
 from sweeps.storage import STORAGE_ENV, is_journal, open_storage
@@ -185,6 +185,7 @@ def work(
     study, settings = open_study(storage_url, study_name, worker_index=worker_index)
     if fuse is None:
         fuse = settings.fuse
+    check_spec_fusible(settings.spec, fuse)
     journal = is_journal(storage_url)
     fn = load_runner(runner or settings.runner) if not callable(runner) else runner
     fused_fn = fused_runner_for(fn) if is_fused(fuse) else None

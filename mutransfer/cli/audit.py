@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from mutransfer.cli._common import int_list, positive_float, positive_int, print_json
 
@@ -10,9 +11,12 @@ HELP = "audit a muP implementation: per-parameter width exponents vs the rule ta
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--entry", required=True,
-                   help="module:function where function(width) returns (model, optimizer); "
-                        "the current directory is importable")
+    who = p.add_mutually_exclusive_group(required=True)
+    who.add_argument("--model", default=None, metavar="MODEL",
+                     help="module:function where function(width) returns (model, optimizer) (the current "
+                          "directory is importable); or hf:PATH / a preset name: audit mutransfer's own "
+                          "muP (AdamW) on that model")
+    who.add_argument("--entry", default=None, metavar="MODULE:FUNCTION", help="the same as --model")
     p.add_argument("--widths", type=int_list, default=[32, 64, 128],
                    help="comma-separated widths to build (default 32,64,128)")
     p.add_argument("--base-width", type=positive_int, default=None,
@@ -43,14 +47,38 @@ def run(args: argparse.Namespace) -> int:
 
     if len(set(args.widths)) < 2:
         raise ValueError(f"--widths needs at least 2 different widths, got {args.widths}")
-    builder = load_entry(args.entry)
+    spec = args.model if args.model is not None else args.entry
+    if args.entry is not None or (":" in spec and not spec.startswith(("hf:", "preset:"))):
+        builder = load_entry(spec)
+    else:
+        builder = _ours(spec, min(args.widths) if args.base_width is None else args.base_width)
     example_input = load_entry(args.input) if args.input else None
     result = audit(builder, widths=args.widths, base_width=args.base_width, wd_mode=args.wd_mode,
                    example_input=example_input, coord_check=not args.no_coord_check,
                    steps=args.steps, seeds=args.seeds, tol=args.tol, coord_tol=args.coord_tol,
-                   depths=args.depths, depth_alpha=args.depth_alpha, name=args.entry)
+                   depths=args.depths, depth_alpha=args.depth_alpha, name=spec)
     if args.json:
         print_json(result.to_json_dict())
     else:
         print(result.report())
     return 0 if result.passed else 1
+
+
+def _ours(spec: str, base_width: int) -> Any:
+    """``builder(width) -> (model, optimizer)``: the model ``spec`` (``hf:PATH`` or a preset)
+    under mutransfer's own μP and AdamW (LR 1e-2), at its own depth and a 256-token vocab."""
+    from mutransfer.config import ModelSection
+    from mutransfer.models import build_model, parse_model
+    from mutransfer.optim import build_optimizer
+    from mutransfer.parametrization import Parametrization
+
+    source = parse_model(spec)
+    _, depth = ModelSection(source=source.spec()).own_shape()
+
+    def builder(width: int) -> tuple[Any, Any]:
+        pz = Parametrization(lambda w: build_model(source, w, depth, vocab_size=256), width=width,
+                             base_width=min(base_width, width))
+        model = pz.build(seed=0)
+        return model, build_optimizer(pz.param_groups(model, 1e-2), "adamw")
+
+    return builder

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from mutransfer.cli._common import (
     add_output_flags,
@@ -18,7 +19,11 @@ HELP = "coordinate check: is the parametrization right? (csv + png + json verdic
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", choices=("gpt", "mlp"), default="gpt", help="proxy model (default gpt)")
+    p.add_argument("--model", default="gpt", metavar="MODEL",
+                   help="gpt (gpt-tiny, default), mlp, a preset name, hf:PATH (a local transformers "
+                        "config.json) or module:function (function(width, depth) -> module giving logits)")
+    p.add_argument("--head-rule", choices=("keep_head_dim", "keep_heads"), default="keep_head_dim",
+                   help="hf: models: heads scale with width (keep_head_dim, default) or head_dim does")
     p.add_argument("--parametrization", "-p", default="mup",
                    help="sp | mup | completep | muon (default mup)")
     p.add_argument("--widths", type=int_list, default=[64, 128, 256, 512],
@@ -71,10 +76,18 @@ def run(args: argparse.Namespace) -> int:
     seeds = args.seeds if args.seeds is not None else list(range(args.n_seeds))
     rules = [_parse_rule(r) for r in args.rule]
     torch.manual_seed(0)
-    if args.model == "gpt":
-        from mutransfer.models import GPT, gpt_tiny
+    from mutransfer.models import GPTConfig, get_preset, parse_model
 
-        base = gpt_tiny().replace(seq_len=args.seq_len)
+    name = {"gpt": "gpt-tiny", "mlp": "mlp-tiny"}.get(args.model, args.model)
+    source = parse_model(name, head_rule=args.head_rule)
+    kind = "mlp" if source.builtin and not isinstance(get_preset(source.ref), GPTConfig) else (
+        "gpt" if source.builtin else "source")
+    if kind == "source":
+        builder, batch, loss_fn = _source_setup(source, args)
+    elif kind == "gpt":
+        from mutransfer.models import GPT
+
+        base = get_preset(source.ref).replace(seq_len=args.seq_len)
         for w in args.widths:
             base.replace(width=w)  # validates head divisibility with a clear error
         data = load_dataset(DataConfig(source=args.data))
@@ -87,9 +100,9 @@ def run(args: argparse.Namespace) -> int:
                 return GPT(base.replace(width=width))
         loss_fn = None
     else:
-        from mutransfer.models import MLP, mlp_tiny
+        from mutransfer.models import MLP
 
-        base_m = mlp_tiny()
+        base_m = get_preset(source.ref)
         g = torch.Generator().manual_seed(0)
         x = torch.randn(args.batch_size * 8, base_m.in_features, generator=g)
         batch = (x, torch.randint(0, base_m.out_features, (x.shape[0],), generator=g))
@@ -124,6 +137,42 @@ def run(args: argparse.Namespace) -> int:
               f"at {worst['module']}, step {worst['step']}, along {worst['axis']}; tol {args.tol})")
         print("wrote " + ", ".join(str(p) for p in paths.values()))
     return 1 if (args.strict and not result.passed) else 0
+
+
+def _source_setup(source: Any, args: argparse.Namespace) -> tuple[Any, Any, Any]:
+    """(builder, batch, loss_fn) of a model that is not ours (``hf:`` or ``module:function``):
+    built by :func:`mutransfer.models.build_model` at the data's vocab, at its own depth
+    unless ``--depths``, trained on cross-entropy of its logits."""
+    import torch
+
+    from mutransfer.config import ModelSection
+    from mutransfer.data import DataConfig, load_dataset
+    from mutransfer.models import build_model, logits_of
+
+    data = load_dataset(DataConfig(source=args.data))
+    vocab = data.vocab_size
+    _, own_depth = ModelSection(source=source.spec(), head_rule=source.head_rule).own_shape()
+    for w in args.widths:  # a width the model cannot take fails here, naming the field
+        for d in args.depths or [own_depth]:
+            with torch.device("meta"):
+                build_model(source, w, d, vocab_size=vocab)
+    if source.kind == "builder":  # one real build: a builder giving no logits fails here
+        build_model(source, min(args.widths), min(args.depths or [own_depth]), vocab_size=vocab)
+    batch = data.get_batch("train", 0, args.batch_size, args.seq_len, seed=0)
+    if args.depths:
+        def builder(width: int, depth: int) -> torch.nn.Module:
+            return build_model(source, width, depth, vocab_size=vocab)
+    else:
+        def builder(width: int) -> torch.nn.Module:  # type: ignore[misc]
+            return build_model(source, width, own_depth, vocab_size=vocab)
+
+    name = f"model {source.model_id!r}"
+
+    def loss_fn(model: torch.nn.Module, b: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        logits = logits_of(model(b[0]), name)
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), b[1].flatten())
+
+    return builder, batch, loss_fn
 
 
 def _parse_rule(text: str) -> tuple[str, str]:

@@ -228,7 +228,7 @@ def load_table(args: argparse.Namespace, value_cols: Sequence[str], group_cols: 
         if df.empty:
             raise ValueError(f"no rows of {args.results} match --where {col}={val}")
     # A column fitted group by group (--group model) is not mixed: each fit sees one value.
-    check_single_valued(df, columns=[c for c in ("tokenizer", "model") if c not in group_cols],
+    check_single_valued(df, columns=[c for c in ("tokenizer", "arch") if c not in group_cols],
                         where=f"results table {args.results}")
     if len(df) == 0:
         raise ValueError(f"{args.results} has no rows")

@@ -89,6 +89,11 @@ def _add_run_flags(p: argparse.ArgumentParser, kind: str) -> None:
     p.add_argument("spec", nargs="?" if kind != "run" else None, metavar="SPEC.yaml",
                    help="sweep spec (YAML); flags below override its fields")
     p.add_argument("--preset", default=None, help="model preset (default gpt-tiny)")
+    p.add_argument("--model", default=None, metavar="MODEL",
+                   help="your model instead of the preset: hf:PATH (a local config.json) or "
+                        "module:function (function(width, depth) -> module giving logits); a preset name")
+    p.add_argument("--head-rule", choices=("keep_head_dim", "keep_heads"), default=None,
+                   help="hf: models: heads scale with width (keep_head_dim, default) or head_dim does")
     if kind in ("lr", "batch"):
         p.add_argument("--widths", type=_list(_int, "an integer"), default=None,
                        help="comma-separated widths")
@@ -237,7 +242,8 @@ def _spec_from_args(args: argparse.Namespace, kind: str) -> Any:
             data = dict(yaml.safe_load(fh) or {})
         data.pop("kind", None)
     flags = {
-        "preset": "preset", "widths": "widths", "seeds": "seeds", "lrs": "lrs", "depths": "depths",
+        "preset": "preset", "model": "model", "widths": "widths", "seeds": "seeds", "lrs": "lrs",
+        "depths": "depths",
         "batch_sizes": "batch_sizes", "tokens": "tokens", "trials": "trials", "sampler": "sampler",
         "pruner": "pruner", "sampler_seed": "sampler_seed", "study": "name",
         "width": "width", "check_width": "check_width", "check_batch_sizes": "check_batch_sizes",
@@ -270,6 +276,8 @@ def _spec_from_args(args: argparse.Namespace, kind: str) -> Any:
         base["batch_size"] = args.batch_size
     for k, v in args.settings:
         base[k] = v
+    if args.head_rule is not None:
+        base["head_rule"] = args.head_rule
     if args.device is not None:  # --prepare-only records it too: every worker trains there
         base["device"] = args.device
     if base:

@@ -19,6 +19,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """Flags of ``mutransfer train``."""
     p.add_argument("--preset", default=None, metavar="NAME",
                    help="model preset: gpt-tiny (default), gpt-small, gpt-40m")
+    p.add_argument("--model", default=None, metavar="MODEL",
+                   help="your model: hf:PATH (a local transformers config.json, or its folder; never a "
+                        "hub id) or module:function (function(width, depth) -> module mapping token ids "
+                        "to logits); a preset name works too. Width/depth come from --set width=/depth=")
+    p.add_argument("--head-rule", choices=("keep_head_dim", "keep_heads"), default=None,
+                   help="hf: models: heads scale with width, head_dim kept (keep_head_dim, default), "
+                        "or head_dim scales (keep_heads)")
     p.add_argument("--config", default=None, metavar="FILE",
                    help="YAML/JSON file of TrainConfig fields, flat (lr: 3e-3) or by section "
                         "(optim: {lr: 3e-3}) (read with yaml.safe_load)")
@@ -58,6 +65,10 @@ def build_config(args: argparse.Namespace) -> Any:
     overrides: dict[str, Any] = {}
     if args.preset is not None:
         overrides["preset"] = args.preset
+    if args.model is not None:
+        overrides["source"] = args.model
+    if args.head_rule is not None:
+        overrides["head_rule"] = args.head_rule
     for key, value in args.overrides:
         overrides[key] = value
     if args.out is not None:

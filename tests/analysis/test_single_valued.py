@@ -14,11 +14,11 @@ def test_mixed_values_name_the_column_and_every_value() -> None:
     with pytest.raises(ValueError, match=r"in t\.csv mixes 2 values of column 'tokenizer' "
                                          r"\('a1b2c3d4e5f6', 'bytes'\)"):
         check_single_valued(df, where="in t.csv")
-    with pytest.raises(ValueError, match="'model'"):
-        check_single_valued(pd.DataFrame({"model": ["gpt", "llama"]}))
+    with pytest.raises(ValueError, match="'arch'"):
+        check_single_valued(pd.DataFrame({"arch": ["gpt", "llama"]}))
 
 
 def test_one_value_absent_columns_and_missing_cells_pass() -> None:
-    check_single_valued(pd.DataFrame({"tokenizer": ["bytes", np.nan, "bytes"], "model": ["gpt"] * 3}))
+    check_single_valued(pd.DataFrame({"tokenizer": ["bytes", np.nan, "bytes"], "arch": ["gpt"] * 3}))
     check_single_valued(pd.DataFrame({"loss": [1.0, 2.0]}))
-    check_single_valued(pd.DataFrame({"tokenizer": ["x", "y"]}), columns=("model",))
+    check_single_valued(pd.DataFrame({"tokenizer": ["x", "y"]}), columns=("arch",))

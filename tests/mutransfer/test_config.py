@@ -29,8 +29,9 @@ from mutransfer.stabilizers import SPIKE_POLICIES
 # The flat field names, in order, of the flat TrainConfig this tree replaced: rows,
 # trial attributes, checkpoints and cards store exactly these keys.
 FLAT = """preset width depth head_dim seq_len tie_embeddings qk_norm logit_softcap z_loss
-freeze_norm_gains parametrization base_width base_depth depth_alpha input_mult output_mult attn_mult
-residual_mult lr_mult_input lr_mult_output lr_mult_vector readout_init optimizer lr beta1 beta2 eps
+freeze_norm_gains source head_rule parametrization base_width base_depth depth_alpha input_mult
+output_mult attn_mult residual_mult lr_mult_input lr_mult_output lr_mult_vector readout_init optimizer lr
+beta1 beta2 eps
 momentum muon_momentum weight_decay wd_mode qk_clip qk_clip_tau schedule warmup_steps decay_fraction
 decay_shape lr_floor steps batch_size grad_accum seed data data_dtype data_max_bytes data_cache
 eval_every eval_batches device dtype compile threads gns_beta max_logit_every grad_clip spike_policy
@@ -185,8 +186,9 @@ def test_fusion_key_is_the_sections_minus_their_per_member_fields() -> None:
     # The same fields as the hand-kept list the sections replaced.
     assert set(NON_FUSIBLE_FIELDS) == {
         "preset", "width", "depth", "head_dim", "seq_len", "tie_embeddings", "qk_norm", "logit_softcap",
-        "z_loss", "freeze_norm_gains", "parametrization", "optimizer", "steps", "batch_size", "grad_accum",
-        "data", "data_dtype", "data_max_bytes", "data_cache", "eval_every", "eval_batches",
+        "z_loss", "freeze_norm_gains", "source", "head_rule", "parametrization", "optimizer", "steps",
+        "batch_size", "grad_accum", "data", "data_dtype", "data_max_bytes", "data_cache", "eval_every",
+        "eval_batches",
         "max_logit_every", "qk_clip", "device", "dtype"}
     base = TrainConfig.from_flat({"preset": "gpt-tiny", "device": "cpu"})
     for flat in ALIASES:

@@ -203,7 +203,7 @@ def test_bad_input_exits_2_naming_the_value_and_writes_nothing(
 def _sweep(tokenizer: str, model: str = "gpt") -> pd.DataFrame:
     lrs = 2.0 ** np.arange(-12, -6)
     return pd.DataFrame([{"width": w, "lr": lr, "loss": 3 + 0.02 * (np.log2(lr) + 9.3) ** 2,
-                          "diverged": False, "tokenizer": tokenizer, "model": model}
+                          "diverged": False, "tokenizer": tokenizer, "arch": model}
                          for w in (64, 128) for lr in lrs])
 
 
@@ -221,9 +221,9 @@ def test_fit_refuses_a_table_that_mixes_tokenizers(tmp_path: Path,
     models_ = tmp_path / "models.csv"
     pd.concat([_sweep("bytes", "gpt"), _sweep("bytes", "llama")]).to_csv(models_, index=False)
     _fails(["fit", "optimum", str(models_), "--group", "width", "--n-boot", "20", "--json"], capsys,
-           "'model'", "'llama'")
+           "'arch'", "'llama'")
     # One tokenizer, or no tokenizer column at all, is fine.
     plain = tmp_path / "plain.csv"
-    _sweep("bytes").drop(columns=["tokenizer", "model"]).to_csv(plain, index=False)
+    _sweep("bytes").drop(columns=["tokenizer", "arch"]).to_csv(plain, index=False)
     assert main(["fit", "optimum", str(plain), "--group", "width", "--n-boot", "20",
                  "--out", str(tmp_path / "g.json")]) == 0

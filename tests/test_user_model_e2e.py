@@ -1,0 +1,165 @@
+"""A new user's day with their own model: a tiny Llama-shaped config.json written locally
+(vocab 256 on the embedded byte corpus, 2 layers, head_dim 16, GQA 2:1) goes through
+``coord-check``, ``sweep lr``, ``sweep export``, ``sweep scaling`` and ``fit scaling`` with
+``--model hf:PATH``; and every bad model exits 2 with one line naming it."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers", reason="the [engines] extra (transformers) is not installed")
+
+import mutransfer.cli  # noqa: E402
+
+LLAMA = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+         "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 256,
+         "max_position_embeddings": 64, "tie_word_embeddings": False}
+
+
+@pytest.fixture
+def llama(tmp_path: Path) -> str:
+    d = tmp_path / "my-llama"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(LLAMA))
+    return f"hf:{d}"
+
+
+@pytest.fixture
+def _verb(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(mutransfer.cli.VERBS, "sweep", ("mutransfer.cli.sweep", "sweeps"))
+
+
+def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict:
+    assert mutransfer.cli.main(argv) == 0, capsys.readouterr().err
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.slow
+def test_users_day_with_a_local_hf_llama(llama: str, tmp_path: Path, capsys, _verb) -> None:
+    cc = ["coord-check", "--model", llama, "--widths", "32,64,128", "--n-seeds", "2", "--steps", "3",
+          "--seq-len", "32", "--batch-size", "4", "--no-plot", "--json"]
+    assert _run([*cc, "--out", str(tmp_path / "cc_mup")], capsys)["passed"] is True
+    assert _run([*cc, "-p", "sp", "--out", str(tmp_path / "cc_sp")], capsys)["passed"] is False
+
+    out = tmp_path / "lr"
+    st = _run(["sweep", "lr", "--model", llama, "--widths", "32,64,128", "--lrs", "0.003,0.03",
+               "--parametrization", "mup", "--seeds", "0", "--steps", "4", "--batch-size", "4",
+               "--set", "seq_len=32", "--set", "eval_batches=1", "--device", "cpu", "--workers", "1",
+               "--out", str(out), "--quiet", "--json"], capsys)
+    assert st["counts"]["complete"] == 3 * 2
+    csv = tmp_path / "lr.csv"
+    assert mutransfer.cli.main(["sweep", "export", "--storage", str(out), "--out", str(csv)]) == 0
+    from analysis.results import read_results
+
+    df = read_results(csv)
+    model_id = df["arch"].unique()
+    assert len(model_id) == 1 and model_id[0].startswith("hf:llama@")
+    assert sorted(set(df["width"])) == [32, 64, 128] and df["loss"].map(math.isfinite).all()
+    # the trials trained the user's model: GQA 2:1 at head_dim 16 has these parameter counts
+    for w, n in df.groupby("width")["n_params"].first().items():
+        emb = 256 * w
+        attn = 2 * (w * w + w * w // 2)  # q, o: w x w; k, v: w x w/2
+        mlp = 3 * w * 2 * w
+        norms = 2 * 2 * w + w
+        assert n == emb + 2 * (attn + mlp) + norms + 256 * w, w
+
+    sc = tmp_path / "sc"
+    st = _run(["sweep", "scaling", "--model", llama, "--width", "32", "--batch-sizes", "2,4,8",
+               "--tokens", "256,512,1024", "--lr-center", "0.01", "--log2-lr-offsets=-1,0,1",
+               "--set", "seq_len=16", "--eval-sequences", "8", "--device", "cpu", "--workers", "1",
+               "--out", str(sc), "--quiet", "--json"], capsys)
+    assert st["counts"]["complete"] == 3 * 3
+    csv2, fit = tmp_path / "sc.csv", tmp_path / "fit.json"
+    assert mutransfer.cli.main(["sweep", "export", "--storage", str(sc), "--out", str(csv2)]) == 0
+    assert len(read_results(csv2)) == 9 * 3  # one row per WSD branch
+    assert mutransfer.cli.main(["fit", "scaling", str(csv2), "--out", str(fit), "--n-boot", "20"]) == 0
+    doc = json.loads(fit.read_text())
+    assert doc["n_rows"] == 27 and math.isfinite(doc["lr"]["exponents"]["tokens"])
+
+
+BUILDERS = '''
+import torch.nn as nn
+
+def boom(width, depth):
+    raise RuntimeError("kaputt")
+
+def no_logits(width, depth):
+    return nn.Embedding(256, width)  # [B, T, width]: not [B, T, V] logits... and no .logits
+
+def gives_str(width, depth):
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.e = nn.Embedding(256, width)
+
+        def forward(self, x):
+            return "logits"
+    return M()
+'''
+
+
+@pytest.mark.parametrize("verb", ["train", "coord-check", "sweep-lr"])
+@pytest.mark.parametrize("model, needle", [
+    ("hf:meta-llama/Llama-3.2-1B", "'hf:meta-llama/Llama-3.2-1B'"),
+    ("UNKNOWN_TYPE", "'llamazing'"),
+    ("no_such_pkg_xyz:build", "'no_such_pkg_xyz:build'"),
+    ("user_bad_builders:boom", "'user_bad_builders:boom'"),
+    ("user_bad_builders:gives_str", "'user_bad_builders:gives_str'"),
+    ("WIDTH", "num_key_value_heads"),
+])
+def test_bad_models_exit_2_naming_them(verb: str, model: str, needle: str, tmp_path: Path, capsys,
+                                       monkeypatch: pytest.MonkeyPatch, _verb) -> None:
+    (tmp_path / "user_bad_builders.py").write_text(BUILDERS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "user_bad_builders", raising=False)
+    if model == "UNKNOWN_TYPE":
+        (tmp_path / "config.json").write_text(json.dumps({**LLAMA, "model_type": "llamazing"}))
+        model = f"hf:{tmp_path}"
+    width = "48" if model == "WIDTH" else "32"  # 48: 3 heads, 1.5 KV heads
+    if model == "WIDTH":
+        (tmp_path / "config.json").write_text(json.dumps(LLAMA))
+        model = f"hf:{tmp_path}"
+    out = str(tmp_path / "out")
+    argv = {"train": ["train", "--model", model, "--set", f"width={width}", "--set", "steps=1",
+                      "--out", out],
+            "coord-check": ["coord-check", "--model", model, "--widths", f"32,{width}", "--out", out],
+            "sweep-lr": ["sweep", "lr", "--model", model, "--widths", f"32,{width}", "--lrs", "0.01",
+                         "--steps", "1", "--out", out, "--workers", "1", "--quiet"]}[verb]
+    assert mutransfer.cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "out" / "optuna.journal").exists()
+
+
+def test_builder_without_logits_exits_2(tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "user_bad_builders.py").write_text(BUILDERS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "user_bad_builders", raising=False)
+    assert mutransfer.cli.main(["train", "--model", "user_bad_builders:no_logits", "--set", "steps=1"]) == 2
+    err = capsys.readouterr().err
+    assert "'user_bad_builders:no_logits'" in err and "[1, 2, 256]" in err
+
+
+def test_fused_sweep_refuses_a_user_model(llama: str, tmp_path: Path, capsys, _verb) -> None:
+    assert mutransfer.cli.main(["sweep", "lr", "--model", llama, "--widths", "32,64", "--lrs", "0.01",
+                                "--steps", "1", "--fuse", "4", "--out", str(tmp_path / "o"),
+                                "--workers", "1", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--fuse 4" in err and "our own GPT" in err and len(err.splitlines()) == 1
+
+
+def test_audit_takes_the_same_model_names(llama: str, capsys) -> None:
+    """``audit --model hf:PATH`` audits mutransfer's own μP on the user's model (it passes);
+    ``--entry`` stays the builder form's alias, one of the two."""
+    assert mutransfer.cli.main(["audit", "--model", llama, "--widths", "32,64,128", "--no-coord-check",
+                                "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["passed"] is True
+    assert mutransfer.cli.main(["audit", "--model", llama, "--entry", "x:y"]) == 2
+    assert mutransfer.cli.main(["audit", "--model", "hf:no/such-hub-id"]) == 2
+    assert "'hf:no/such-hub-id'" in capsys.readouterr().err
