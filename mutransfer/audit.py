@@ -22,9 +22,10 @@ per (parameter, module that uses it), so a tied embedding is checked once as inp
 once as readout. μP has a symmetry (the abc-symmetry, TP-IV §3): a forward multiplier can move into the
 init and LR, so the verdict is on the invariants multiplier + init and multiplier + LR
 (2·multiplier + LR under SGD); a row whose raw exponents differ from the table but whose
-invariants agree is ``ok (equivalent)``. Weight decay: ``coupled`` keeps the decay
-coefficient constant in width (torch AdamW), ``independent`` keeps LR × decay constant
-(mup's MuAdamW); the user may claim one, else either passes. Eps is reported, not judged
+invariants agree is ``ok (equivalent)``. Weight decay is judged by its timescale: LR ×
+decay coefficient must stay constant in width for every decayed matrix (mup's MuAdamW and
+MuSGD; Wang & Aitchison 2024), so a coefficient held constant while the hidden LR falls as
+1/m fails (the hidden matrices would decay m× slower than at the base width). Eps is reported, not judged
 (μP with Adam leaves it constant; only CompleteP prescribes it).
 
 A coordinate check on the user's own model and optimizer closes the audit
@@ -284,7 +285,6 @@ class AuditResult:
 
     widths: list[int]
     base_width: int
-    wd_mode: str | None
     rows: list[AuditRow]
     coord_check: Any | None = None
     """A :class:`~mutransfer.coord_check.CoordCheckResult` on the user's model, or None."""
@@ -346,8 +346,7 @@ class AuditResult:
         widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
         fmt = "  ".join(f"{{:<{w}}}" for w in widths)
         lines = [f"# audit: widths {self.widths}, base {self.base_width}; exponents of width "
-                 f"(expected/found), tol {self.tol}"
-                 + (f"; weight decay claimed {self.wd_mode}" if self.wd_mode else ""),
+                 f"(expected/found), tol {self.tol}",
                  fmt.format(*head), fmt.format(*("-" * w for w in widths))]
         lines += [fmt.format(*b).rstrip() for b in body]
         depth = [r for r in self.rows if r.axis == "depth"]
@@ -374,7 +373,6 @@ class AuditResult:
             "passed": self.passed,
             "widths": self.widths,
             "base_width": self.base_width,
-            "wd_mode": self.wd_mode,
             "tol": self.tol,
             "first_failure": None if f is None else {"parameter": f.name, "module": f.module, "role": f.role,
                                                      "rule": f.broken, "message": f.message},
@@ -411,7 +409,6 @@ def audit(
     *,
     widths: Sequence[int] = (32, 64, 128),
     base_width: int | None = None,
-    wd_mode: str | None = None,
     example_input: Callable[[nn.Module], Any] | None = None,
     loss_fn: Callable[[nn.Module, Any], torch.Tensor] | None = None,
     coord_check: bool = True,
@@ -430,7 +427,6 @@ def audit(
             ``optimizer_builder`` is given (called as ``(model)`` or ``(model, width)``).
         widths: >= 2 widths to build (small ones suffice: exponents, not values, count).
         base_width: the width where the user's μP equals SP (default: the smallest).
-        wd_mode: the user's claim, ``coupled`` or ``independent``; None accepts either.
         example_input: ``example_input(model)`` -> the input of one forward; default:
             random token ids for an embedding model, else random features.
         loss_fn: ``loss_fn(model, input)`` for the coordinate check; default: cross
@@ -451,8 +447,6 @@ def audit(
     base_width = int(base_width or widths[0])
     if base_width < 1:
         raise ValueError(f"base width must be >= 1, got {base_width}")
-    if wd_mode not in (None, "coupled", "independent"):
-        raise ValueError(f"unknown weight-decay mode {wd_mode!r}; choose coupled or independent")
     depth_list = sorted({int(d) for d in depths}) if depths else []
     if depths is not None and len(depth_list) < 2:
         raise ValueError(f"a depth audit needs at least 2 depths, got {list(depths)}")
@@ -510,7 +504,7 @@ def audit(
                 rows.append(arow)
                 placed.add(arow.module)
         for mname in first["owners"][pname]:
-            rows.append(_param_row(pz, pname, mname, widths, per_width, wd_mode, tol))
+            rows.append(_param_row(pz, pname, mname, widths, per_width, tol))
     rows += [a for a in attn_rows if a.module not in placed]
     if depth_list:
         rows += _depth_rows(depth_builder, optimizer_builder, widths[0], depth_list, get_input,
@@ -520,7 +514,7 @@ def audit(
     if coord_check:
         cc = _coord_check(builder, optimizer_builder, widths, name, get_input, loss_fn, steps, seeds,
                           coord_tol, pz.readout_modules)
-    return AuditResult(widths, base_width, wd_mode, rows, cc, tol)
+    return AuditResult(widths, base_width, rows, cc, tol)
 
 
 def _depth_rows(builder: Callable[..., Any], optimizer_builder: Callable[..., Any] | None, width: int,
@@ -650,7 +644,7 @@ def _fans(shape: Sequence[int], module: nn.Module | None) -> tuple[int, int]:
 
 
 def _param_row(pz: Any, pname: str, mname: str, widths: list[int], per_width: list[dict[str, Any]],
-               wd_mode: str | None, tol: float) -> AuditRow:
+               tol: float) -> AuditRow:
     modules = [dict(pw["model"].named_modules())[mname] for pw in per_width]
     role = _use_role(pz, pname, modules[0])
     ps = [pw["params"][pname] for pw in per_width]
@@ -695,16 +689,15 @@ def _param_row(pz: Any, pname: str, mname: str, widths: list[int], per_width: li
         values["eps"] = [float(g["eps"]) if g["eps"] is not None else float("nan") for g in gs]  # type: ignore[index]
         if all(v > 0 for v in wds):
             found["wd"] = _slope(widths, wds)
-            indep = -(expected["lr"] or 0.0)
-            expected["wd"] = 0.0 if wd_mode == "coupled" else indep if wd_mode == "independent" else (
-                indep if found["wd"] is not None and abs(found["wd"] - indep) <= tol else 0.0)
+            # lr × wd constant in width: the decay timescale of the base width
+            expected["wd"] = -(expected["lr"] or 0.0)
 
     row = AuditRow(pname, mname, role, rule, expected, found, "ok", values=values)
     lr_rule = MUON.lr if rule == "muon" and ps[0].ndim == 2 and role in MUON.roles else rr.get("lr", rule)
     row.rules = {"init": str(rr.init_std), "lr": str(lr_rule), "mult": str(rr.multiplier)}
     if init_tol > 0.5:  # too few entries for a sampled RMS to tell -1/2 from 0
         row.unjudged.append("init")
-    _judge(row, rule, tol, wd_mode, init_tol)
+    _judge(row, rule, tol, init_tol)
     return row
 
 
@@ -721,7 +714,7 @@ def _init_slope_se(widths: Sequence[int], ps: Sequence[torch.Tensor]) -> float:
     return math.sqrt(float(np.mean(var)) / sxx) if sxx > 0 else float("inf")
 
 
-def _judge(row: AuditRow, rule: str, tol: float, wd_mode: str | None, init_tol: float) -> None:
+def _judge(row: AuditRow, rule: str, tol: float, init_tol: float) -> None:
     e = dict(row.expected)
     f = dict(row.found)
     if "init" in row.unjudged:
@@ -749,8 +742,7 @@ def _judge(row: AuditRow, rule: str, tol: float, wd_mode: str | None, init_tol: 
     if e["wd"] is not None and f["wd"] is not None and abs(e["wd"] - f["wd"]) > tol:
         row.verdict, row.broken = "FAIL", "wd"
         lr_e = e["lr"] or 0.0
-        claim = wd_mode or "coupled"
-        row.message = (f"weight decay claimed {claim}: decay coefficient should be {_words(e['wd'])} "
+        row.message = (f"weight decay: decay coefficient should be {_words(e['wd'])} "
                        f"(lr·wd {_words(lr_e + e['wd'])}), found {_words(f['wd'])} "
                        f"(lr·wd {_words((f['lr'] or 0.0) + f['wd'])})")
         return

@@ -21,9 +21,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="comma-separated widths to build (default 32,64,128)")
     p.add_argument("--base-width", type=positive_int, default=None,
                    help="the width where your muP equals SP (default: the smallest width)")
-    p.add_argument("--wd-mode", choices=("coupled", "independent"), default=None,
-                   help="your claim for weight decay: coupled (decay coefficient constant in width, "
-                        "torch AdamW) or independent (lr x wd constant); default: accept either")
     p.add_argument("--input", default=None,
                    help="module:function where function(model) returns the input of one forward "
                         "(default: random token ids, or random features for a Linear first layer)")
@@ -53,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         builder = _ours(spec, min(args.widths) if args.base_width is None else args.base_width)
     example_input = load_entry(args.input) if args.input else None
-    result = audit(builder, widths=args.widths, base_width=args.base_width, wd_mode=args.wd_mode,
+    result = audit(builder, widths=args.widths, base_width=args.base_width,
                    example_input=example_input, coord_check=not args.no_coord_check,
                    steps=args.steps, seeds=args.seeds, tol=args.tol, coord_tol=args.coord_tol,
                    depths=args.depths, depth_alpha=args.depth_alpha, name=spec)

@@ -45,6 +45,12 @@ def ours_fixed_heads(width: int) -> tuple[nn.Module, Any]:
     return model, build_optimizer(pz.param_groups(model, LR))
 
 
+def ours_wd_coupled(width: int) -> tuple[nn.Module, Any]:
+    """Our coupled (torch AdamW) decay: the coefficient scales as 1/lr_mult."""
+    model, pz = _ours(width)
+    return model, build_optimizer(pz.param_groups(model, LR, weight_decay=0.1))
+
+
 def ours_wd_independent(width: int) -> tuple[nn.Module, Any]:
     model, pz = _ours(width)
     return model, build_optimizer(pz.param_groups(model, LR, weight_decay=1e-3, wd_mode="independent"))
@@ -150,9 +156,9 @@ def embedding_lr_like_hidden(width: int) -> tuple[nn.Module, Any]:
 
 
 def wd_coupled(width: int) -> tuple[nn.Module, Any]:
-    """torch AdamW's coupled decay, constant in width (audit it with wd_mode='independent')."""
+    """One decay coefficient at every width while the hidden LR falls as 1/m: the hidden
+    matrices' decay timescale grows with width (mup's MuAdamW scales the coefficient by m)."""
     model, pz = _ours(width)
-    # One coefficient at every width, set by hand: param_groups' coupled decay is now λ / lr_mult.
     groups = pz.param_groups(model, LR)
     for g in groups:
         if g["role"] in ("input", "hidden", "output"):
@@ -207,7 +213,7 @@ def returns_wrong_optimizer(width: int) -> tuple[nn.Module, Any]:
     return _gpt(width), {"lr": LR}
 
 
-CORRECT = ("ours", "ours_fixed_heads", "ours_wd_independent", "ours_sgd", "ours_muon", "mup_mureadout",
+CORRECT = ("ours", "ours_fixed_heads", "ours_wd_coupled", "ours_wd_independent", "ours_sgd", "ours_muon", "mup_mureadout",
            "table3_form")
 BROKEN = {
     # variant: (first failing parameter or module, broken rule, wd claim)
@@ -216,6 +222,6 @@ BROKEN = {
     "attention_sqrt_d": ("blocks.0.attn", "attention", None),
     "hf_constant_init": ("blocks.0.attn.c_q.weight", "init", None),
     "embedding_lr_like_hidden": ("wte.weight", "lr", None),
-    "wd_coupled": ("blocks.0.attn.c_q.weight", "wd", "independent"),
+    "wd_coupled": ("blocks.0.attn.c_q.weight", "wd", None),
     "tied_scaled_twice": ("wte.weight", "mult", None),
 }

@@ -59,8 +59,8 @@ def test_correct_mup_setups_pass(name: str) -> None:
 
 @pytest.mark.parametrize("name", list(_variants().BROKEN))
 def test_each_broken_variant_fails_naming_layer_and_rule(name: str) -> None:
-    layer, rule, claim = _variants().BROKEN[name]
-    result = audit(variant(name), widths=WIDTHS, coord_check=False, wd_mode=claim, name=name)
+    layer, rule, _ = _variants().BROKEN[name]
+    result = audit(variant(name), widths=WIDTHS, coord_check=False, name=name)
     assert not result.passed
     first = result.first_failure
     assert first is not None and (first.name, first.broken) == (layer, rule), result.report()
@@ -83,15 +83,15 @@ def test_broken_exponents_are_the_measured_ones() -> None:
     assert found["tied_scaled_twice"] == pytest.approx(-1.0, abs=1e-6)
 
 
-def test_weight_decay_claims() -> None:
-    """Coupled decay passes with no claim or a coupled claim, fails a claim of independent;
-    and the other way round for independent decay."""
-    coupled, indep = variant("wd_coupled"), variant("ours_wd_independent")
+def test_weight_decay_is_judged_by_its_timescale() -> None:
+    """lr × wd constant in width passes, for our coupled and independent decay alike; one
+    coefficient at every width fails at the first hidden matrix, naming lr·wd."""
     kw = {"widths": WIDTHS, "coord_check": False}
-    assert audit(coupled, **kw).passed and audit(coupled, wd_mode="coupled", **kw).passed
-    assert audit(indep, wd_mode="independent", **kw).passed
-    fail = audit(indep, wd_mode="coupled", **kw).first_failure
+    assert audit(variant("ours_wd_coupled"), **kw).passed
+    assert audit(variant("ours_wd_independent"), **kw).passed
+    fail = audit(variant("wd_coupled"), **kw).first_failure
     assert fail is not None and fail.broken == "wd" and fail.role == "hidden"
+    assert "lr·wd" in fail.message
 
 
 @pytest.mark.slow
@@ -113,8 +113,8 @@ def test_cli_exit_codes_and_json(capsys: pytest.CaptureFixture[str]) -> None:
     text = capsys.readouterr().out
     assert "first failing layer: lm_head.weight (output): output forward multiplier should be" in text
     assert "FAIL: this breaks μP" in text
-    assert main([*args, "--entry", f"{ENTRY}:wd_coupled", "--wd-mode", "independent"]) == 1
-    assert "weight decay claimed independent" in capsys.readouterr().out
+    assert main([*args, "--entry", f"{ENTRY}:wd_coupled"]) == 1
+    assert "weight decay: decay coefficient should be" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(("entry", "message"), [
