@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from mutransfer.models.convert import from_hf, to_hf
 from mutransfer.models.gpt import GPT, GPTConfig
 from mutransfer.models.mlp import MLP, MLPConfig
 from mutransfer.models.presets import (
@@ -10,6 +11,9 @@ from mutransfer.models.presets import (
     get_preset,
     gpt_40m,
     gpt_tiny,
+    llama_40m,
+    llama_small,
+    llama_tiny,
     mlp_tiny,
     width_ladder,
 )
@@ -21,9 +25,14 @@ __all__ = [
     "MLP",
     "MLPConfig",
     "PRESETS",
+    "from_hf",
     "get_preset",
     "gpt_40m",
     "gpt_tiny",
+    "llama_40m",
+    "llama_small",
+    "llama_tiny",
     "mlp_tiny",
+    "to_hf",
     "width_ladder",
 ]
