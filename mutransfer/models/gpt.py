@@ -53,10 +53,8 @@ class GPTConfig:
     """``gelu``: down(gelu(up(x))). ``swiglu``: down(silu(gate(x)) * up(x)) (Shazeer 2020,
     "GLU Variants Improve Transformer"; Llama's MLP), one more width × d_mlp matrix."""
     q_per_kv: int = 1
-    """Query heads per key/value head: grouped-query attention (Ainslie et al. 2023) with
-    heads // q_per_kv key/value heads. A ratio, not a count, so the key/value heads grow
-    with width as the query heads do and the GQA shape is the same at every width. 1 is
-    multi-head attention."""
+    """Query heads per key/value head (GQA, Ainslie et al. 2023; 1 is multi-head): a ratio,
+    not a count, so key/value heads (heads // q_per_kv) grow with width as heads do."""
     norm_eps: float = 1e-6
     """Epsilon of every RMSNorm (HF Llama's ``rms_norm_eps``)."""
     rope_theta: float = 10000.0
@@ -85,24 +83,20 @@ class GPTConfig:
                 raise ValueError(f"GPTConfig.{field} must be >= 1, got {getattr(self, field)}")
         heads = self.heads
         if heads < 1 or self.width % heads != 0 or self.width // heads < 1:
-            raise ValueError(
-                f"width {self.width} is not divisible by the number of heads {heads}"
-                f" (n_head={self.n_head}, head_dim={self.head_dim})"
-            )
+            raise ValueError(f"width {self.width} is not divisible by the number of heads {heads}"
+                             f" (n_head={self.n_head}, head_dim={self.head_dim})")
         if self.n_head is None and self.width % self.head_dim != 0:
-            raise ValueError(
-                f"width {self.width} is not divisible by head_dim {self.head_dim}"
-            )
+            raise ValueError(f"width {self.width} is not divisible by head_dim {self.head_dim}")
         if self.pos_emb == "rope" and (self.width // heads) % 2 != 0:
             raise ValueError(f"RoPE needs an even head dim, got {self.width // heads}")
         if self.pos_emb not in ("rope", "learned"):
             raise ValueError(f"pos_emb must be 'rope' or 'learned', got {self.pos_emb!r}")
         if self.mlp not in ("gelu", "swiglu"):
             raise ValueError(f"mlp must be 'gelu' or 'swiglu', got {self.mlp!r}")
-        if isinstance(self.q_per_kv, bool) or not isinstance(self.q_per_kv, int) or self.q_per_kv < 1 \
-                or heads % self.q_per_kv != 0:
-            raise ValueError(f"q_per_kv {self.q_per_kv!r} must be a positive integer dividing the"
-                             f" number of heads {heads} (width {self.width})")
+        q = self.q_per_kv
+        if isinstance(q, bool) or not isinstance(q, int) or q < 1 or heads % q != 0:
+            raise ValueError(f"q_per_kv {q!r} must be a positive integer dividing the number of heads {heads}"
+                             f" (width {self.width})")
         for field in ("norm_eps", "rope_theta"):
             if not (getattr(self, field) > 0 and math.isfinite(getattr(self, field))):
                 raise ValueError(f"GPTConfig.{field} must be a positive number, got {getattr(self, field)}")
@@ -144,12 +138,9 @@ class Linear(nn.Linear):
         if w.dim() == 2:
             return F.linear(x, w, self.bias)
         K = w.shape[0]
-        x_KNI = x.reshape(K, -1, x.shape[-1])
-        w_KIO = w.transpose(1, 2)
-        if self.bias is None:
-            y = torch.bmm(x_KNI, w_KIO)
-        else:
-            y = torch.baddbmm(self.bias.unsqueeze(1), x_KNI, w_KIO)
+        x_KNI, w_KIO = x.reshape(K, -1, x.shape[-1]), w.transpose(1, 2)
+        b_K1O = None if self.bias is None else self.bias.unsqueeze(1)
+        y = torch.bmm(x_KNI, w_KIO) if b_K1O is None else torch.baddbmm(b_K1O, x_KNI, w_KIO)
         return y.view(*x.shape[:-1], w.shape[1])
 
 
@@ -260,9 +251,8 @@ class MLP(nn.Module):
 
     def forward(self, x_KBTC: torch.Tensor) -> torch.Tensor:
         h_KBTF = self.c_fc(x_KBTC)
-        if self.c_gate is None:
-            return self.c_proj(F.gelu(h_KBTF))
-        return self.c_proj(F.silu(self.c_gate(x_KBTC)) * h_KBTF)
+        h_KBTF = F.gelu(h_KBTF) if self.c_gate is None else F.silu(self.c_gate(x_KBTC)) * h_KBTF
+        return self.c_proj(h_KBTF)
 
 
 class Block(nn.Module):
