@@ -225,8 +225,9 @@ class CausalSelfAttention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rope and rope_TD2 is not None:
             q, k = apply_rope(q, rope_TD2), apply_rope(k, rope_TD2)
-        if G < H:  # GQA: key/value head g serves query heads g·H/G .. (g+1)·H/G - 1 (HF's repeat_kv)
-            k, v = k.repeat_interleave(H // G, dim=2), v.repeat_interleave(H // G, dim=2)
+        if G < H:  # GQA: key/value head g serves query heads g·H/G .. (g+1)·H/G - 1 (HF's repeat_kv;
+            # expand + reshape, whose backward is a sum, not repeat_interleave's index_add)
+            k, v = (y[:, :, :, None].expand(K, B, G, H // G, T, D).reshape(K, B, H, T, D) for y in (k, v))
         # The softmax scale goes into q, so members with different scales share one SDPA
         # (a [K] scale would promote bf16 q to fp32: cast back, as q * float does).
         q = (q * member_scale(self.softmax_scale, q)).to(k.dtype)
