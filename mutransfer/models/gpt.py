@@ -225,20 +225,19 @@ class CausalSelfAttention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rope and rope_TD2 is not None:
             q, k = apply_rope(q, rope_TD2), apply_rope(k, rope_TD2)
-        if G < H:  # GQA: key/value head g serves query heads g·H/G .. (g+1)·H/G - 1 (HF's repeat_kv;
-            # expand + reshape, whose backward is a sum, not repeat_interleave's index_add)
-            k, v = (y[:, :, :, None].expand(K, B, G, H // G, T, D).reshape(K, B, H, T, D) for y in (k, v))
         # The softmax scale goes into q, so members with different scales share one SDPA
         # (a [K] scale would promote bf16 q to fp32: cast back, as q * float does).
         q = (q * member_scale(self.softmax_scale, q)).to(k.dtype)
         if self.track_max_logit:
             with torch.no_grad():  # per member and head, max over batch and positions
-                logits = q @ k.transpose(-2, -1)
+                # GQA: key head g serves query heads g·H/G .. (g+1)·H/G - 1, as SDPA's enable_gqa
+                k_rep = k[:, :, :, None].expand(K, B, G, H // G, T, D).reshape(K, B, H, T, D)
+                logits = q @ k_rep.transpose(-2, -1)
                 causal = torch.ones(T, T, dtype=torch.bool, device=x_KBTC.device).tril()
                 s_KH = logits.masked_fill(~causal, float("-inf")).amax(dim=(1, 3, 4))
                 self.max_logit = s_KH if self.c_q.weight.dim() == 3 else s_KH[0]
         y = F.scaled_dot_product_attention(q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1),
-                                           is_causal=True, scale=1.0)  # KB H T D
+                                           is_causal=True, scale=1.0, enable_gqa=G < H)  # KB H T D
         return self.c_proj(y.view(K, B, H, T, D).transpose(2, 3).reshape(K, B, T, C))
 
 
