@@ -146,7 +146,8 @@ def qk_clip(
     §2.1): for each head h with max pre-softmax logit S_h (over the batch just trained on),
     gamma_h = min(1, tau / S_h), and the head's rows of W_q and of W_k are each scaled by
     sqrt(gamma_h), so that head's logits (a bilinear form in W_q, W_k) shrink by gamma_h
-    and its max becomes tau. Heads with S_h <= tau are untouched.
+    and its max becomes tau (with grouped-query attention, W_q's rows by gamma_h and W_k
+    untouched: a key head serves several query heads). Heads with S_h <= tau are untouched.
 
     ``max_logits`` maps module name -> per-head maxima ``[H]``; by default each module's
     ``max_logit`` from its last tracked forward. Under ``torch.distributed`` the maxima
@@ -169,9 +170,12 @@ def qk_clip(
         if not bool(over.any()):
             continue
         gamma = torch.where(over, tau / s, torch.ones_like(s))
-        # Rows h*D:(h+1)*D of the (out, in) weight produce head h's queries (keys).
-        row_scale = gamma.sqrt().repeat_interleave(int(m.head_dim))
-        for lin in (m.c_q, m.c_k):
+        # Rows h*D:(h+1)*D of the (out, in) weight produce head h's queries (keys). Under
+        # GQA a key head is shared by several query heads, so the whole gamma goes on the
+        # queries and the keys are left alone (as Kimi K2 does for MLA's shared rotary key).
+        shared_keys = int(getattr(m, "n_kv_head", m.n_head)) != int(m.n_head)
+        row_scale = (gamma if shared_keys else gamma.sqrt()).repeat_interleave(int(m.head_dim))
+        for lin in (m.c_q,) if shared_keys else (m.c_q, m.c_k):
             lin.weight.mul_(row_scale.to(lin.weight)[:, None])
             if lin.bias is not None:
                 lin.bias.mul_(row_scale.to(lin.bias))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from mutransfer.models.convert import from_hf, to_hf
 from mutransfer.models.gpt import GPT, GPTConfig
 from mutransfer.models.mlp import MLP, MLPConfig
 from mutransfer.models.presets import (
@@ -10,6 +11,9 @@ from mutransfer.models.presets import (
     get_preset,
     gpt_40m,
     gpt_tiny,
+    llama_40m,
+    llama_small,
+    llama_tiny,
     mlp_tiny,
     width_ladder,
 )
@@ -31,6 +35,7 @@ __all__ = [
     "ModelSource",
     "PRESETS",
     "build_model",
+    "from_hf",
     "get_preset",
     "hf_proxy_config",
     "load_hf_config",
@@ -38,6 +43,10 @@ __all__ = [
     "parse_model",
     "gpt_40m",
     "gpt_tiny",
+    "llama_40m",
+    "llama_small",
+    "llama_tiny",
     "mlp_tiny",
+    "to_hf",
     "width_ladder",
 ]

@@ -1,7 +1,9 @@
 """A GPT decoder proxy, written to be parametrized and to be fused.
 
 Pre-norm RMSNorm blocks, RoPE or learned positions, optional QK-norm, tied or untied
-head, logit soft-capping and z-loss. The model itself is plain: init is fan-in scaled
+head, logit soft-capping and z-loss; a GELU or SwiGLU MLP and grouped-query attention, so
+``mlp="swiglu"`` with ``q_per_kv`` is Hugging Face's ``LlamaForCausalLM`` layer for layer
+(:mod:`mutransfer.models.convert`). The model itself is plain: init is fan-in scaled
 (torch's default law, as μP assumes), the attention softmax scale is a float attribute
 (``softmax_scale``) that a parametrization sets, and there are no width multipliers
 inside; ``mutransfer.parametrization`` adds them as forward hooks. That keeps one model
@@ -14,7 +16,8 @@ and calls ``model(idx_KBT)``: every linear becomes one batched matmul, and per-m
 scales (the forward multipliers, ``softmax_scale``) may be ``[K]`` tensors instead of
 floats. The softmax scale is folded into q, so one SDPA call serves all K members.
 
-Shapes: K members, B batch, T time, C width (d_model), H heads, D head dim, V vocab.
+Shapes: K members, B batch, T time, C width (d_model), H heads, G key/value heads, D head
+dim, F MLP hidden, V vocab.
 """
 
 from __future__ import annotations
@@ -46,6 +49,16 @@ class GPTConfig:
     """Number of heads; when set it wins over head_dim (head_dim = width // n_head)."""
     mlp_ratio: float = 4.0
     """Hidden size of the MLP as a multiple of width."""
+    mlp: Literal["gelu", "swiglu"] = "gelu"
+    """``gelu``: down(gelu(up(x))). ``swiglu``: down(silu(gate(x)) * up(x)) (Shazeer 2020,
+    "GLU Variants Improve Transformer"; Llama's MLP), one more width × d_mlp matrix."""
+    q_per_kv: int = 1
+    """Query heads per key/value head (GQA, Ainslie et al. 2023; 1 is multi-head): a ratio,
+    not a count, so key/value heads (heads // q_per_kv) grow with width as heads do."""
+    norm_eps: float = 1e-6
+    """Epsilon of every RMSNorm (HF Llama's ``rms_norm_eps``)."""
+    rope_theta: float = 10000.0
+    """RoPE base: frequency i is theta^(-2i/D) (Su et al. 2021; Llama 3 uses 500000)."""
     pos_emb: Literal["rope", "learned"] = "rope"
     """RoPE (no parameters) or a learned absolute position embedding (an input role)."""
     tie_embeddings: bool = False
@@ -70,22 +83,31 @@ class GPTConfig:
                 raise ValueError(f"GPTConfig.{field} must be >= 1, got {getattr(self, field)}")
         heads = self.heads
         if heads < 1 or self.width % heads != 0 or self.width // heads < 1:
-            raise ValueError(
-                f"width {self.width} is not divisible by the number of heads {heads}"
-                f" (n_head={self.n_head}, head_dim={self.head_dim})"
-            )
+            raise ValueError(f"width {self.width} is not divisible by the number of heads {heads}"
+                             f" (n_head={self.n_head}, head_dim={self.head_dim})")
         if self.n_head is None and self.width % self.head_dim != 0:
-            raise ValueError(
-                f"width {self.width} is not divisible by head_dim {self.head_dim}"
-            )
+            raise ValueError(f"width {self.width} is not divisible by head_dim {self.head_dim}")
         if self.pos_emb == "rope" and (self.width // heads) % 2 != 0:
             raise ValueError(f"RoPE needs an even head dim, got {self.width // heads}")
         if self.pos_emb not in ("rope", "learned"):
             raise ValueError(f"pos_emb must be 'rope' or 'learned', got {self.pos_emb!r}")
+        if self.mlp not in ("gelu", "swiglu"):
+            raise ValueError(f"mlp must be 'gelu' or 'swiglu', got {self.mlp!r}")
+        q = self.q_per_kv
+        if isinstance(q, bool) or not isinstance(q, int) or q < 1 or heads % q != 0:
+            raise ValueError(f"q_per_kv {q!r} must be a positive integer dividing the number of heads {heads}"
+                             f" (width {self.width})")
+        for field in ("norm_eps", "rope_theta"):
+            if not (getattr(self, field) > 0 and math.isfinite(getattr(self, field))):
+                raise ValueError(f"GPTConfig.{field} must be a positive number, got {getattr(self, field)}")
 
     @property
     def heads(self) -> int:
         return self.n_head if self.n_head is not None else max(1, self.width // self.head_dim)
+
+    @property
+    def kv_heads(self) -> int:
+        return self.heads // self.q_per_kv
 
     @property
     def d_head(self) -> int:
@@ -116,12 +138,9 @@ class Linear(nn.Linear):
         if w.dim() == 2:
             return F.linear(x, w, self.bias)
         K = w.shape[0]
-        x_KNI = x.reshape(K, -1, x.shape[-1])
-        w_KIO = w.transpose(1, 2)
-        if self.bias is None:
-            y = torch.bmm(x_KNI, w_KIO)
-        else:
-            y = torch.baddbmm(self.bias.unsqueeze(1), x_KNI, w_KIO)
+        x_KNI, w_KIO = x.reshape(K, -1, x.shape[-1]), w.transpose(1, 2)
+        b_K1O = None if self.bias is None else self.bias.unsqueeze(1)
+        y = torch.bmm(x_KNI, w_KIO) if b_K1O is None else torch.baddbmm(b_K1O, x_KNI, w_KIO)
         return y.view(*x.shape[:-1], w.shape[1])
 
 
@@ -139,14 +158,14 @@ class Embedding(nn.Embedding):
 
 
 class RMSNorm(nn.Module):
-    def __init__(self, dim: int, trainable: bool = True) -> None:
+    def __init__(self, dim: int, trainable: bool = True, eps: float = 1e-6) -> None:
         super().__init__()
         # A frozen gain is a buffer, not a parameter, so no optimizer ever sees it.
         if trainable:
             self.weight = nn.Parameter(torch.ones(dim))
         else:
             self.register_buffer("weight", torch.ones(dim), persistent=False)
-        self.eps = 1e-6
+        self.eps = eps
 
     def forward(self, x_K_D: torch.Tensor) -> torch.Tensor:
         w, d = self.weight, x_K_D.shape[-1]
@@ -156,14 +175,17 @@ class RMSNorm(nn.Module):
         return F.rms_norm(x_K_D, (d,), None, self.eps) * w.view(w.shape[0], *([1] * (x_K_D.dim() - 2)), d)
 
 
-def rope_cache(seq_len: int, d_head: int, device: torch.device | None = None) -> torch.Tensor:
-    """cos/sin table [T, D/2, 2] for rotary embeddings (Su et al. 2021), base 10000."""
-    inv_freq = 1.0 / (10000 ** (torch.arange(0, d_head, 2, device=device).float() / d_head))
+def rope_cache(seq_len: int, d_head: int, theta: float = 10000.0,
+               device: torch.device | None = None) -> torch.Tensor:
+    """cos/sin table [T, D/2, 2] for rotary embeddings (Su et al. 2021), base ``theta``."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, d_head, 2, device=device).float() / d_head))
     angles = torch.outer(torch.arange(seq_len, device=device).float(), inv_freq)  # [T, D/2]
     return torch.stack([angles.cos(), angles.sin()], dim=-1)
 
 
 def apply_rope(x_TD: torch.Tensor, cache_TD2: torch.Tensor) -> torch.Tensor:
+    """Rotate the pairs (2i, 2i+1) by angle t·theta_i (Meta's Llama layout; HF's rotate_half
+    pairs (i, i + D/2) instead: the converter permutes q/k rows between the two)."""
     T = x_TD.shape[-2]
     x1, x2 = x_TD.float().unflatten(-1, (-1, 2)).unbind(-1)  # pairs (even, odd)
     cos, sin = cache_TD2[:T, :, 0], cache_TD2[:T, :, 1]
@@ -174,13 +196,13 @@ def apply_rope(x_TD: torch.Tensor, cache_TD2: torch.Tensor) -> torch.Tensor:
 class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
-        self.n_head, self.head_dim = cfg.heads, cfg.d_head
+        self.n_head, self.n_kv_head, self.head_dim = cfg.heads, cfg.kv_heads, cfg.d_head
         self.c_q = Linear(cfg.width, cfg.width, bias=cfg.bias)
-        self.c_k = Linear(cfg.width, cfg.width, bias=cfg.bias)
-        self.c_v = Linear(cfg.width, cfg.width, bias=cfg.bias)
+        self.c_k = Linear(cfg.width, self.n_kv_head * self.head_dim, bias=cfg.bias)
+        self.c_v = Linear(cfg.width, self.n_kv_head * self.head_dim, bias=cfg.bias)
         self.c_proj = Linear(cfg.width, cfg.width, bias=cfg.bias)
-        self.q_norm = RMSNorm(self.head_dim) if cfg.qk_norm else None
-        self.k_norm = RMSNorm(self.head_dim) if cfg.qk_norm else None
+        self.q_norm = RMSNorm(self.head_dim, eps=cfg.norm_eps) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(self.head_dim, eps=cfg.norm_eps) if cfg.qk_norm else None
         # SP's 1/sqrt(d_head). μP wants 1/d_head: the parametrization overwrites this
         # float (module metadata, not a tensor, so state_dict is unaffected). A fused
         # group sets a [K] tensor here when its members' scales differ.
@@ -193,12 +215,12 @@ class CausalSelfAttention(nn.Module):
 
     def forward(self, x_KBTC: torch.Tensor, rope_TD2: torch.Tensor | None) -> torch.Tensor:
         K, B, T, C = x_KBTC.shape
-        H, D = self.n_head, self.head_dim
+        H, G, D = self.n_head, self.n_kv_head, self.head_dim
 
-        def heads(y_KBTC: torch.Tensor) -> torch.Tensor:
-            return y_KBTC.view(K, B, T, H, D).transpose(2, 3)  # K B H T D
+        def heads(y_KBTX: torch.Tensor, n: int) -> torch.Tensor:
+            return y_KBTX.view(K, B, T, n, D).transpose(2, 3)  # K B n T D
 
-        q, k, v = heads(self.c_q(x_KBTC)), heads(self.c_k(x_KBTC)), heads(self.c_v(x_KBTC))
+        q, k, v = heads(self.c_q(x_KBTC), H), heads(self.c_k(x_KBTC), G), heads(self.c_v(x_KBTC), G)
         if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rope and rope_TD2 is not None:
@@ -208,31 +230,37 @@ class CausalSelfAttention(nn.Module):
         q = (q * member_scale(self.softmax_scale, q)).to(k.dtype)
         if self.track_max_logit:
             with torch.no_grad():  # per member and head, max over batch and positions
-                logits = q @ k.transpose(-2, -1)
+                # GQA: key head g serves query heads g·H/G .. (g+1)·H/G - 1, as SDPA's enable_gqa
+                k_rep = k[:, :, :, None].expand(K, B, G, H // G, T, D).reshape(K, B, H, T, D)
+                logits = q @ k_rep.transpose(-2, -1)
                 causal = torch.ones(T, T, dtype=torch.bool, device=x_KBTC.device).tril()
                 s_KH = logits.masked_fill(~causal, float("-inf")).amax(dim=(1, 3, 4))
                 self.max_logit = s_KH if self.c_q.weight.dim() == 3 else s_KH[0]
         y = F.scaled_dot_product_attention(q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1),
-                                           is_causal=True, scale=1.0)  # KB H T D
+                                           is_causal=True, scale=1.0, enable_gqa=G < H)  # KB H T D
         return self.c_proj(y.view(K, B, H, T, D).transpose(2, 3).reshape(K, B, T, C))
 
 
 class MLP(nn.Module):
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
-        self.c_fc = Linear(cfg.width, cfg.d_mlp, bias=cfg.bias)
+        self.c_fc = Linear(cfg.width, cfg.d_mlp, bias=cfg.bias)  # SwiGLU's "up"
+        # Built after c_fc, so a GELU model draws the same init as it always did.
+        self.c_gate = Linear(cfg.width, cfg.d_mlp, bias=cfg.bias) if cfg.mlp == "swiglu" else None
         self.c_proj = Linear(cfg.d_mlp, cfg.width, bias=cfg.bias)
 
     def forward(self, x_KBTC: torch.Tensor) -> torch.Tensor:
-        return self.c_proj(F.gelu(self.c_fc(x_KBTC)))
+        h_KBTF = self.c_fc(x_KBTC)
+        h_KBTF = F.gelu(h_KBTF) if self.c_gate is None else F.silu(self.c_gate(x_KBTC)) * h_KBTF
+        return self.c_proj(h_KBTF)
 
 
 class Block(nn.Module):
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
-        self.ln_1 = RMSNorm(cfg.width, trainable=not cfg.freeze_norm_gains)
+        self.ln_1 = RMSNorm(cfg.width, trainable=not cfg.freeze_norm_gains, eps=cfg.norm_eps)
         self.attn = CausalSelfAttention(cfg)
-        self.ln_2 = RMSNorm(cfg.width, trainable=not cfg.freeze_norm_gains)
+        self.ln_2 = RMSNorm(cfg.width, trainable=not cfg.freeze_norm_gains, eps=cfg.norm_eps)
         self.mlp = MLP(cfg)
 
     def forward(self, x_KBTC: torch.Tensor, rope_TD2: torch.Tensor | None) -> torch.Tensor:
@@ -271,12 +299,12 @@ class GPT(nn.Module):
         self.wte = Embedding(cfg.vocab_size, cfg.width)
         self.wpe = Embedding(cfg.seq_len, cfg.width) if cfg.pos_emb == "learned" else None
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.depth))
-        self.ln_f = RMSNorm(cfg.width, trainable=not cfg.freeze_norm_gains)
+        self.ln_f = RMSNorm(cfg.width, trainable=not cfg.freeze_norm_gains, eps=cfg.norm_eps)
         self.lm_head = Linear(cfg.width, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.wte.weight
         # A buffer so it follows .to(device); not persistent: it is derived, not state.
-        rope = rope_cache(cfg.seq_len, cfg.d_head) if cfg.pos_emb == "rope" else torch.empty(0)
+        rope = rope_cache(cfg.seq_len, cfg.d_head, cfg.rope_theta) if self.wpe is None else torch.empty(0)
         self.register_buffer("rope", rope, persistent=False)
         self.reset_parameters()
 

@@ -141,3 +141,19 @@ def test_mup_vs_sp_imports_only_rows_of_its_own_setup(tmp_path: Path) -> None:
     assert got == ("sp", 256, -9.0, 0, 1.9414)
     assert json.loads(row["overrides"]) == {"parametrization": "sp"}
     assert import_results(csv, tmp_path / "work") == 0  # already there
+
+
+def test_hf_vs_builtin_times_the_same_parametrized_network() -> None:
+    """Both sides of the HF-vs-built-in throughput ratio carry the same μP hooks and the
+    same weights, so they compute the same loss: the ratio compares equal work."""
+    import torch
+
+    from benchmarks.hf_vs_builtin import loss_of, models
+
+    ours, hf, pz, pz_hf = models()
+    assert pz.width_mult == pz_hf.width_mult == 4.0
+    assert ours._mutransfer_hooks == hf._mutransfer_hooks == ("pre:lm_head:0.25",)  # readout × 1/m
+    x = torch.randint(0, 256, (2, 32), generator=torch.Generator().manual_seed(0))
+    y = torch.roll(x, -1, dims=1)
+    with torch.no_grad():
+        assert loss_of(hf, x, y).item() == pytest.approx(loss_of(ours, x, y).item(), rel=1e-5)

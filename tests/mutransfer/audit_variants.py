@@ -213,8 +213,8 @@ def returns_wrong_optimizer(width: int) -> tuple[nn.Module, Any]:
     return _gpt(width), {"lr": LR}
 
 
-CORRECT = ("ours", "ours_fixed_heads", "ours_wd_coupled", "ours_wd_independent", "ours_sgd", "ours_muon", "mup_mureadout",
-           "table3_form")
+CORRECT = ("ours", "ours_fixed_heads", "ours_wd_coupled", "ours_wd_independent", "ours_sgd", "ours_muon",
+           "mup_mureadout", "table3_form")
 BROKEN = {
     # variant: (first failing parameter or module, broken rule, wd claim)
     "hidden_lr_not_scaled": ("blocks.0.attn.c_q.weight", "lr", None),

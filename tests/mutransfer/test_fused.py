@@ -124,6 +124,21 @@ def test_architecture_switches_accumulation_qk_clip_and_skips(data) -> None:
         assert_same(train(c, data=data), f)
 
 
+def test_llama_members_match_unfused_runs(data) -> None:
+    """llama-tiny (SwiGLU, 4 query heads over 2 key/value heads) fused at K=3 under μP: the
+    gate matrix and the narrower k/v stack like any linear, GQA's QK-clip acts per member,
+    one member diverges."""
+    common = dict(preset="llama-tiny", width=64, base_width=32, qk_clip=True, qk_clip_tau=2.0,
+                  max_logit_every=1)
+    cfgs = [tiny(lr=lr, seed=s, **common) for lr, s in ((1e-2, 0), (3e-2, 1), (1e3, 0))]
+    fused = train_fused(cfgs, data=data)
+    refs = [train(c, data=data) for c in cfgs]
+    assert [r.diverged for r in refs] == [False, False, True]
+    assert any(h.get("qk_clipped_heads") for r in refs for h in r.history)
+    for r, f in zip(refs, fused):
+        assert_same(r, f)
+
+
 def test_callback_prunes_one_member_only(data) -> None:
     cfgs = [tiny(lr=lr) for lr in (1e-3, 1e-2, 3e-2)]
     seen: list[tuple[int, int]] = []
