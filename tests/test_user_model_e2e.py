@@ -82,6 +82,46 @@ def test_users_day_with_a_local_hf_llama(llama: str, tmp_path: Path, capsys, _ve
     assert doc["n_rows"] == 27 and math.isfinite(doc["lr"]["exponents"]["tokens"])
 
 
+
+@pytest.mark.slow
+def test_users_day_with_the_builtin_llama_fused(tmp_path: Path, capsys, _verb) -> None:
+    """The built-in Llama-shaped preset takes the same path with fused training: the
+    coordinate check's verdicts, a fused LR sweep over 3 widths equal to the unfused one
+    (same losses), then a fused scaling sweep and its fit."""
+    cc = ["coord-check", "--model", "llama-tiny", "--widths", "32,64,128", "--n-seeds", "2", "--steps", "3",
+          "--seq-len", "32", "--batch-size", "4", "--no-plot", "--json"]
+    assert _run([*cc, "--out", str(tmp_path / "cc_mup")], capsys)["passed"] is True
+    assert _run([*cc, "-p", "sp", "--out", str(tmp_path / "cc_sp")], capsys)["passed"] is False
+
+    from analysis.results import read_results
+
+    losses = {}
+    for fuse in ("1", "2"):
+        out = tmp_path / f"lr{fuse}"
+        st = _run(["sweep", "lr", "--model", "llama-tiny", "--widths", "32,64,128", "--lrs", "0.003,0.03",
+                   "--parametrization", "mup", "--seeds", "0", "--steps", "4", "--batch-size", "4",
+                   "--set", "seq_len=32", "--set", "eval_batches=1", "--device", "cpu", "--workers", "1",
+                   "--fuse", fuse, "--out", str(out), "--quiet", "--json"], capsys)
+        assert st["counts"]["complete"] == 3 * 2
+        csv = tmp_path / f"lr{fuse}.csv"
+        assert mutransfer.cli.main(["sweep", "export", "--storage", str(out), "--out", str(csv)]) == 0
+        df = read_results(csv)
+        assert set(df["arch"]) == {"llama-tiny"}
+        losses[fuse] = df.sort_values(["width", "lr"])["loss"].tolist()
+    assert losses["2"] == losses["1"]  # fused members train exactly as separate runs
+
+    sc = tmp_path / "sc"
+    st = _run(["sweep", "scaling", "--model", "llama-tiny", "--width", "32", "--batch-sizes", "2,4,8",
+               "--tokens", "256,512,1024", "--lr-center", "0.01", "--log2-lr-offsets=-1,0,1",
+               "--set", "seq_len=16", "--eval-sequences", "8", "--device", "cpu", "--workers", "1",
+               "--fuse", "3", "--out", str(sc), "--quiet", "--json"], capsys)
+    assert st["counts"]["complete"] == 3 * 3
+    csv2, fit = tmp_path / "sc.csv", tmp_path / "fit.json"
+    assert mutransfer.cli.main(["sweep", "export", "--storage", str(sc), "--out", str(csv2)]) == 0
+    assert mutransfer.cli.main(["fit", "scaling", str(csv2), "--out", str(fit), "--n-boot", "20"]) == 0
+    doc = json.loads(fit.read_text())
+    assert doc["n_rows"] == 27 and math.isfinite(doc["lr"]["exponents"]["tokens"])
+
 BUILDERS = '''
 import torch.nn as nn
 
