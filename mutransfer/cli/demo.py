@@ -82,12 +82,12 @@ class DemoSize:
 
 
 SIZES: dict[str, DemoSize] = {
-    # 2 CPU cores, <= 15 minutes: 2-block GPTs of width 32..256 (8x), 125 steps of 16x64
+    # 2 CPU cores, <= 15 minutes: 2-block Llamas (SwiGLU, RMSNorm, RoPE) of width 32..256 (8x), 125 steps of 16x64
     # bytes; SP's grid reaches down to its optimum at width 256, μP's is centred on its own
     # (~2^-5.5 at every width). The scaling stage: width 32 (check at 64, batch 16), B =
     # 4..32 sequences (256..2048 tokens), D = 2^15..2^18 tokens, 7 LRs half an octave apart.
     # Measured at 150 steps, μP 2^-8..2^-3 and the check at batch 8: 1125 s, too long.
-    "small": DemoSize(preset="gpt-small", widths=(32, 64, 128, 256),
+    "small": DemoSize(preset="llama-small", widths=(32, 64, 128, 256),
                       sp_log2_lrs=tuple(float(x) for x in range(-10, -3)),
                       mup_log2_lrs=tuple(float(x) for x in range(-7, -2)), sp_seeds=(0,), seeds=(0, 1),
                       steps=125, batch_size=16, seq_len=64, coord_widths=(32, 64, 128, 256),
@@ -96,8 +96,8 @@ SIZES: dict[str, DemoSize] = {
                                            check_width=64, eval_sequences=256, target_width=2048,
                                            target_depth=24, target_seq_len=1024,
                                            check_batch_sizes=(16,))),
-    # A single GPU: 4-block GPTs of width 128..2048 (16x), 1000 steps of 64x256 bytes.
-    "gpu": DemoSize(preset="gpt-small", widths=(128, 256, 512, 1024, 2048),
+    # A single GPU: Llamas of width 128..2048 (16x), 1000 steps of 64x256 bytes.
+    "gpu": DemoSize(preset="llama-small", widths=(128, 256, 512, 1024, 2048),
                     sp_log2_lrs=tuple(float(x) for x in range(-14, -3)),
                     mup_log2_lrs=tuple(float(x) for x in range(-14, -3)), sp_seeds=(0, 1, 2),
                     seeds=(0, 1, 2), steps=1000, batch_size=64, seq_len=256,
@@ -107,7 +107,7 @@ SIZES: dict[str, DemoSize] = {
                                          check_width=256, eval_sequences=512, target_width=8192,
                                          target_depth=48, target_seq_len=4096)),
     # For tests: seconds, not minutes. Numbers are not meaningful at this size.
-    "tiny": DemoSize(preset="gpt-small", widths=(32, 64, 128, 256), sp_log2_lrs=(-9.0, -7.0, -5.0, -3.0),
+    "tiny": DemoSize(preset="llama-small", widths=(32, 64, 128, 256), sp_log2_lrs=(-9.0, -7.0, -5.0, -3.0),
                      mup_log2_lrs=(-9.0, -7.0, -5.0, -3.0), sp_seeds=(0,), seeds=(0,), steps=6,
                      batch_size=4, seq_len=32, coord_widths=(32, 64, 128),
                      scaling=ScalingStage(batch_sizes=(2, 4, 8, 16), tokens=(512, 1024, 2048, 4096),
@@ -204,8 +204,8 @@ def run_demo(out: Path, *, device: str = "auto", size: str | None = None, worker
     with clock.stage("coord_check", parallel=min(2, torch.get_num_threads())):
         for kind in ("sp", "mup"):
             cdir = out / "coord_check" / kind
-            code = cli_main(["coord-check", "-p", kind, "--widths", ",".join(map(str, sz.coord_widths)),
-                             "--steps", "4", "--seeds", "2", "--seq-len", str(min(sz.seq_len, 64)),
+            code = cli_main(["coord-check", "--model", sz.preset, "-p", kind,
+                             "--widths", ",".join(map(str, sz.coord_widths)), "--steps", "4", "--n-seeds", "2", "--seq-len", str(min(sz.seq_len, 64)),
                              "--out", str(cdir), "--overwrite", "--quiet"])
             if code != 0:
                 raise RuntimeError(f"coord-check {kind} failed with exit code {code}")
@@ -639,7 +639,7 @@ def _sections(s: dict[str, Any]) -> list[tuple[str, list[str], list[str], list[l
 def _report_md(s: dict[str, Any]) -> str:
     lines = [
         "# mutransfer demo", "",
-        f"{s['n_trials']} proxy runs of the `{s['preset']}` GPT on the embedded stdlib corpus "
+        f"{s['n_trials']} proxy runs of the `{s['preset']}` model on the embedded stdlib corpus "
         f"({s['steps']} steps of {s['batch_size']}x{s['seq_len']} bytes, μP seeds {s['seeds']}, SP seeds "
         f"{s['sp_seeds']}, {s['device']}), widths {s['widths']} ({s['ladder_ratio']:.0f}x). Loss is held-out "
         "nats per byte.", "",
