@@ -177,3 +177,14 @@ def test_mup_passes_and_sp_fails_the_coord_check(arch: str, tie: bool) -> None:
     sp = coord_check(builder, (x[:, :-1], x[:, 1:]), kind="sp", **kw)
     assert mu.passed, mu.violations()
     assert not sp.passed and sp.slopes["slope"].max() > 1.0
+
+
+def test_the_audit_reports_a_hidden_multiplier_between_modules() -> None:
+    from mutransfer.audit import audit
+
+    res = audit(_HiddenSqrtWidth, lambda m: torch.optim.AdamW(m.parameters(), lr=1e-3), widths=(16, 32, 64),
+                coord_check=False)
+    (row,) = [r for r in res.rows if r.role == "internal"]
+    assert row.name == "fc1 -> fc2" and row.verdict == "n/a"
+    assert row.found["mult"] == pytest.approx(0.5, abs=1e-4)
+    assert "fc1 -> fc2" in res.table()
