@@ -712,6 +712,8 @@ class Parametrization:
         if key not in cache:
             try:
                 with torch.random.fork_rng(devices=[]):
+                    for model in models.values():
+                        model.eval()  # no dropout: a dropped entry is no scalar multiple
                     first = models[min(models)]
                     cache[key] = tuple(find_internal_multipliers(models, _default_input(first)))
             except Exception:  # noqa: BLE001 - the probe is best effort: the user's forward may need more
