@@ -40,6 +40,7 @@ import inspect
 import math
 import os
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -464,7 +465,9 @@ def audit(
     _call(builder, optimizer_builder, widths[0], name)  # wrong types: one clear error first
     role_base = base_width if base_width < widths[-1] else widths[0]
     try:
-        pz = Parametrization(model_of, width=widths[-1], base_width=role_base, kind="mup")
+        with warnings.catch_warnings():  # width-dependent internals become rows below, not warnings
+            warnings.filterwarnings("ignore", message=".*a width-dependent multiplier the")
+            pz = Parametrization(model_of, width=widths[-1], base_width=role_base, kind="mup")
     except ValueError as exc:
         raise ValueError(f"{name}: cannot infer roles: {exc}") from None
     get_input = example_input or _default_input
@@ -506,6 +509,12 @@ def audit(
         for mname in first["owners"][pname]:
             rows.append(_param_row(pz, pname, mname, widths, per_width, tol))
     rows += [a for a in attn_rows if a.module not in placed]
+    # Scalars the forward applies between modules (mutransfer.internals), reported: no rule
+    # covers them and a μP may mean them (a readout multiplier written as x / m); one inside
+    # a Linear/Embedding forward is already its module's "mult" row.
+    rows += [AuditRow(f"{im.producer} -> {im.consumer}", im.producer, "internal", "-", {"mult": None},
+                      {"mult": im.exponent}, "n/a", message=im.describe())
+             for im in pz.internal_multipliers if im.consumer is not None]
     if depth_list:
         rows += _depth_rows(depth_builder, optimizer_builder, widths[0], depth_list, get_input,
                             depth_alpha, tol, name)

@@ -33,6 +33,7 @@ import inspect
 import math
 import re
 import typing
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +42,7 @@ from typing import Any, Literal
 import torch
 import torch.nn as nn
 
+from mutransfer.internals import InternalMultiplier
 from mutransfer.rules import (
     ATTENTION_EXPONENT,
     COMPLETEP,
@@ -60,6 +62,9 @@ OPTIMIZERS: tuple[str, ...] = ("adam", "sgd")
 WD_MODES: tuple[str, ...] = ("coupled", "independent")
 
 Builder = Callable[..., nn.Module]
+# builder -> {(base width, delta width, depth): its width-dependent internals}
+_INTERNALS_CACHE: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], tuple[Any, ...]]] = (
+    weakref.WeakKeyDictionary())
 
 
 @dataclass(frozen=True)
@@ -182,8 +187,15 @@ def _layer_kind(module: nn.Module) -> str | None:
 _ATTENTION_SCALE_ATTRS: tuple[str, ...] = ("softmax_scale", "scaling")
 
 
+def _head_dim(module: nn.Module | None) -> int | None:
+    """The per-head dimension an attention module declares: ``head_dim``, or ``head_size``
+    (Hugging Face's GPT-NeoX)."""
+    hd = getattr(module, "head_dim", getattr(module, "head_size", None))
+    return int(hd) if isinstance(hd, int) else None
+
+
 def _attention_scale_attr(module: nn.Module) -> str | None:
-    if not hasattr(module, "head_dim"):
+    if _head_dim(module) is None:
         return None
     return next((a for a in _ATTENTION_SCALE_ATTRS
                  if isinstance(getattr(module, a, None), (int, float))), None)
@@ -363,15 +375,23 @@ class Parametrization:
         self.attention_modules = tuple(
             n for n, m in target.named_modules() if _attention_scale_attr(m) is not None)
         base_modules = dict(base_model.named_modules()) if base_model is not None else self._modules
-        self._base_head_dims = {a: int(getattr(base_modules.get(a), "head_dim", self._modules[a].head_dim))
+        self._base_head_dims = {a: _head_dim(base_modules.get(a)) or int(_head_dim(self._modules[a]) or 0)
                                 for a in self.attention_modules}
         self._warn_unscalable_attention(target, base_modules)
         self.specs: dict[str, ParamSpec] = {n: self._spec(n) for n in shapes}
         # The model's own init law, measured (kinds other than SP keep-init only).
         self.init_exponents: dict[str, float] = {}
-        if kind != "sp" and init == "model" and base_model is not None:
-            self.init_exponents = self._measure_init_exponents(builder, base_width, delta_w, depth)
-            self._correct_for_init_law()
+        # Width-dependent scalars inside the forward (mutransfer.internals), probed on real
+        # base and delta models; embedding ones are compensated (see _absorb_internals).
+        self.internal_multipliers: tuple[InternalMultiplier, ...] = ()
+        self._internal_comp: dict[str, float] = {}
+        if kind != "sp" and base_model is not None:
+            models = self._real_models(builder, base_width, delta_w, depth)
+            if init == "model":
+                self.init_exponents = self._measure_init_exponents(*models.values())
+                self._correct_for_init_law()
+            self.internal_multipliers = self._probe_internals(builder, models, depth)
+            self._absorb_internals()
 
     # ---- shapes and roles ------------------------------------------------------------
 
@@ -616,8 +636,8 @@ class Parametrization:
                 scale *= role_rule(self.kind, "output").multiplier(m_in, 1.0)
                 if scale != 1.0:
                     hooks.append(_Hook(mname, "pre", scale))
-            elif usage == "input" and m.input != 1.0:
-                hooks.append(_Hook(mname, "post", m.input))
+            elif usage == "input" and m.input * self._internal_comp.get(mname, 1.0) != 1.0:
+                hooks.append(_Hook(mname, "post", m.input * self._internal_comp.get(mname, 1.0)))
         if self.residual_scale != 1.0:
             hooks.extend(_Hook(b, "post", self.residual_scale) for b in self.branch_modules)
         return hooks
@@ -652,8 +672,8 @@ class Parametrization:
         for name, module in target.named_modules():
             if name in self.attention_modules or not _looks_like_attention(name, module):
                 continue
-            hd, base = getattr(module, "head_dim", None), getattr(base_modules.get(name), "head_dim", None)
-            if isinstance(hd, int) and hd == base and self.multipliers.attention == 1.0:
+            hd, base = _head_dim(module), _head_dim(base_modules.get(name))
+            if hd is not None and hd == base and self.multipliers.attention == 1.0:
                 continue
             import warnings
 
@@ -664,8 +684,66 @@ class Parametrization:
                 f"multiplier are NOT applied" + (f" (head dim {base} -> {hd})" if hd != base else ""),
                 UserWarning, stacklevel=3)
 
-    def _measure_init_exponents(self, builder: Builder, base_width: int, delta_width: int,
-                                depth: int | None) -> dict[str, float]:
+    @staticmethod
+    def _real_models(builder: Builder, base_width: int, delta_width: int,
+                     depth: int | None) -> dict[int, nn.Module]:
+        """The model built for real at the base and delta widths, on CPU, from seed 0,
+        the caller's RNG untouched (real tensors even when the caller builds on the meta
+        device: a builder that itself makes a Parametrization, as `audit` entry points do)."""
+        with torch.random.fork_rng(devices=[]), torch.device("cpu"):
+            torch.manual_seed(0)
+            return {w: _call_builder(builder, w, depth) for w in (base_width, delta_width)}
+
+    @staticmethod
+    def _probe_internals(builder: Builder, models: dict[int, nn.Module],
+                         depth: int | None) -> tuple[InternalMultiplier, ...]:
+        """:func:`mutransfer.internals.find_internal_multipliers` on the two real models and
+        the audit's default probe input (token ids, or features for a Linear-first model),
+        cached per builder and widths. A model whose forward does not take that input is
+        not probed (its internals stay unknown, as before the probe existed)."""
+        from mutransfer.audit import _default_input
+        from mutransfer.internals import find_internal_multipliers
+
+        key = (*sorted(models), depth)
+        try:
+            cache = _INTERNALS_CACHE.setdefault(builder, {})
+        except TypeError:  # a builder that takes no weak reference: no cache
+            cache = {}
+        if key not in cache:
+            try:
+                with torch.random.fork_rng(devices=[]):
+                    for model in models.values():
+                        model.eval()  # no dropout: a dropped entry is no scalar multiple
+                    first = models[min(models)]
+                    cache[key] = tuple(find_internal_multipliers(models, _default_input(first)))
+            except Exception:  # noqa: BLE001 - the probe is best effort: the user's forward may need more
+                cache[key] = ()
+        return cache[key]
+
+    def _absorb_internals(self) -> None:
+        """A width-dependent scalar on an input embedding's output (Gemma's
+        sqrt(hidden_size)) is compensated exactly: the embedding's output is multiplied by
+        m^-e (m = width / base_width, e the measured exponent rounded to 1/2), so at the
+        base width the model is untouched and the product no longer grows. Any other is
+        reported: a warning that names the module and the exponent."""
+        import warnings
+
+        m = self.width / self.base_width
+        for im in self.internal_multipliers:
+            module = self._modules.get(im.producer)
+            e = round(2 * im.exponent) / 2
+            roles = {self.specs[p].role for p in self._params_of_module.get(im.producer, [])}
+            if (module is not None and _layer_kind(module) == "embedding" and "input" in roles
+                    and abs(im.exponent - e) < 0.02):
+                self._internal_comp[im.producer] = self._internal_comp.get(im.producer, 1.0) * m ** -e
+                continue
+            warnings.warn(
+                f"{im.describe()}: a width-dependent multiplier the {self.kind} rules cannot see, "
+                f"left as it is; activations downstream scale like width^{im.exponent:.2g} "
+                f"(the coordinate check will show it). Move it into a module the rules cover "
+                f"or divide it out", UserWarning, stacklevel=3)
+
+    def _measure_init_exponents(self, base_model: nn.Module, delta_model: nn.Module) -> dict[str, float]:
         """The model's own init law, per weight: std ∝ fan_in^e, e measured from two real
         builds (base and delta width, a fixed seed, the caller's RNG untouched).
 
@@ -674,12 +752,7 @@ class Parametrization:
         the nearest 1/2: the std of a >= 256-element tensor is known to ~5%, far inside.
         """
         out: dict[str, float] = {}
-        # real tensors even when the caller builds on the meta device (a builder that
-        # itself makes a Parametrization, as `audit` entry points do)
-        with torch.random.fork_rng(devices=[]), torch.device("cpu"):
-            torch.manual_seed(0)
-            base = dict(_call_builder(builder, base_width, depth).named_parameters())
-            delta = dict(_call_builder(builder, delta_width, depth).named_parameters())
+        base, delta = dict(base_model.named_parameters()), dict(delta_model.named_parameters())
         for name, spec in self.specs.items():
             fi, _ = self._fan_dims(name, spec.role)
             if spec.role not in ("hidden", "output") or fi is None or fi not in self._width_dims[name]:
@@ -762,7 +835,8 @@ class Parametrization:
         attention softmax scales ``{module: scale}`` (what a transfer card stores)."""
         return {
             "hooks": [dataclasses.asdict(h) for h in self._hooks()],
-            "attention": {a: self.attention_scale(int(self._modules[a].head_dim), self._base_head_dims[a])
+            "attention": {a: self.attention_scale(int(_head_dim(self._modules[a]) or 0),
+                                                  self._base_head_dims[a])
                           * self._attention_extra(a) for a in self.attention_modules},
         }
 
@@ -772,7 +846,7 @@ class Parametrization:
         module = self._modules[aname]
         if _attention_scale_attr(module) != "scaling":
             return 1.0
-        extra = float(module.scaling) * math.sqrt(int(module.head_dim))
+        extra = float(module.scaling) * math.sqrt(int(_head_dim(module) or 0))
         return 1.0 if abs(extra - 1.0) < 1e-9 else extra
 
     @staticmethod

@@ -82,10 +82,11 @@ class DemoSize:
 
 
 SIZES: dict[str, DemoSize] = {
-    # 2 CPU cores, <= 15 minutes: 2-block Llamas (SwiGLU, RMSNorm, RoPE) of width 32..256 (8x), 125 steps of 16x64
-    # bytes; SP's grid reaches down to its optimum at width 256, μP's is centred on its own
-    # (~2^-5.5 at every width). The scaling stage: width 32 (check at 64, batch 16), B =
-    # 4..32 sequences (256..2048 tokens), D = 2^15..2^18 tokens, 7 LRs half an octave apart.
+    # 2 CPU cores, <= 15 minutes: 2-block Llamas (SwiGLU, RMSNorm, RoPE) of width 32..256
+    # (8x), 125 steps of 16x64 bytes; SP's grid reaches down to its optimum at width 256,
+    # μP's is centred on its own (~2^-5.5 at every width). The scaling stage: width 32
+    # (check at 64, batch 16), B = 4..32 sequences (256..2048 tokens), D = 2^15..2^18
+    # tokens, 7 LRs half an octave apart.
     # Measured at 150 steps, μP 2^-8..2^-3 and the check at batch 8: 1125 s, too long.
     "small": DemoSize(preset="llama-small", widths=(32, 64, 128, 256),
                       sp_log2_lrs=tuple(float(x) for x in range(-10, -3)),
@@ -204,8 +205,9 @@ def run_demo(out: Path, *, device: str = "auto", size: str | None = None, worker
     with clock.stage("coord_check", parallel=min(2, torch.get_num_threads())):
         for kind in ("sp", "mup"):
             cdir = out / "coord_check" / kind
-            code = cli_main(["coord-check", "--model", sz.preset, "-p", kind,
-                             "--widths", ",".join(map(str, sz.coord_widths)), "--steps", "4", "--n-seeds", "2", "--seq-len", str(min(sz.seq_len, 64)),
+            widths = ",".join(map(str, sz.coord_widths))
+            code = cli_main(["coord-check", "--model", sz.preset, "-p", kind, "--widths", widths,
+                             "--steps", "4", "--n-seeds", "2", "--seq-len", str(min(sz.seq_len, 64)),
                              "--out", str(cdir), "--overwrite", "--quiet"])
             if code != 0:
                 raise RuntimeError(f"coord-check {kind} failed with exit code {code}")

@@ -64,10 +64,19 @@ def test_gpu_benchmark_refuses_in_one_line_without_cuda(argv: list[str]) -> None
 
 def test_gpu_help_answers_and_writes_nothing(tmp_path: Path) -> None:
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT)}
-    for mod in ("benchmarks.gpu", "benchmarks.depth_fidelity", "benchmarks.horizon_shift"):
+    for mod in ("benchmarks.gpu", "benchmarks.depth_fidelity", "benchmarks.horizon_shift",
+                "benchmarks.hf_architectures"):
         p = subprocess.run([sys.executable, "-m", mod, "--help"], cwd=tmp_path, env=env,
                            capture_output=True, text=True, timeout=120)
         assert p.returncode == 0 and "usage:" in p.stdout, mod
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_hf_architectures_refuses_an_unknown_architecture_by_name(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    p = subprocess.run([sys.executable, "-m", "benchmarks.hf_architectures", "--archs", "llama,bert"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "unknown architecture(s) bert" in p.stderr and p.stdout == ""
     assert list(tmp_path.iterdir()) == []
 
 

@@ -82,7 +82,88 @@ def test_qwen2_and_mixtral_roles() -> None:
     assert hooks == {"lm_head", "model.layers.0.mlp.gate", "model.layers.1.mlp.gate"}
 
 
-ARCHS = [("llama", False), ("llama", True), ("qwen2", False), ("gpt2", True), ("mixtral", False)]
+def test_new_architectures_roles_and_attention_scale() -> None:
+    for arch in ("mistral", "gemma", "gemma2", "phi3", "olmo2", "gpt_neox"):
+        pz = Parametrization(tiny_builder(arch), width=128, base_width=32)
+        r = roles(pz)
+        assert sum(v == "input" for v in r.values()) == 1, arch
+        assert [n for n, v in r.items() if v == "output"] == ["lm_head.weight"], arch
+        assert sum(v == "hidden" for v in r.values()) >= 8, arch
+        # every attention module found (GPT-NeoX names its head dim head_size), scale 1/sqrt(16)
+        att = pz.forward_multipliers()["attention"]
+        assert len(att) == 2 and all(v == pytest.approx(0.25) for v in att.values()), (arch, att)
+
+
+def test_gemma_embedding_scale_is_found_and_compensated() -> None:
+    """Gemma/Gemma2 multiply the embeddings by sqrt(hidden_size) in the forward: found as
+    width^0.5 on the embedding and divided out relative to the base (scale (32/128)^0.5),
+    so the first layer's input is the base width's sqrt(32) times the lookup at any width."""
+    for arch in ("gemma", "gemma2"):
+        pz = Parametrization(tiny_builder(arch), width=128, base_width=32)
+        (im,) = pz.internal_multipliers
+        assert im.producer == "model.embed_tokens" and im.consumer is None
+        assert im.exponent == pytest.approx(0.5, abs=1e-4) and im.factor == pytest.approx(math.sqrt(32))
+        hook = {"module": "model.embed_tokens", "kind": "post", "scale": 0.5}
+        assert hook in pz.forward_multipliers()["hooks"]
+        model = pz.build(seed=0)
+        seen: dict[str, torch.Tensor] = {}
+
+        def grab(_m: torch.nn.Module, a: tuple, kw: dict, seen: dict = seen) -> None:
+            seen["x"] = a[0] if a else kw["hidden_states"]
+        model.model.layers[0].register_forward_pre_hook(grab, with_kwargs=True)
+        ids = torch.randint(0, 128, (2, 8))
+        model(input_ids=ids)
+        lookup = torch.nn.functional.embedding(ids, model.model.embed_tokens.weight)
+        torch.testing.assert_close(seen["x"], lookup * math.sqrt(32))
+        # SP is the model as it is
+        sp = Parametrization(tiny_builder(arch), width=128, base_width=32, kind="sp")
+        assert sp.internal_multipliers == ()
+
+
+def test_llama_and_gpt2_have_no_width_dependent_internals() -> None:
+    for arch in ("llama", "gpt2"):
+        assert Parametrization(tiny_builder(arch), width=128, base_width=32).internal_multipliers == ()
+
+
+class _HiddenSqrtWidth(torch.nn.Module):
+    """A toy with ``x * sqrt(width)`` between two layers, outside any module."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(16, width)
+        self.fc1, self.fc2 = torch.nn.Linear(width, width), torch.nn.Linear(width, width)
+        self.head = torch.nn.Linear(width, 16)
+        self.width = width
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.fc1(self.emb(x))
+        return self.head(torch.relu(self.fc2(h * math.sqrt(self.width))))
+
+
+def test_a_hidden_sqrt_width_between_modules_is_warned_with_its_module_and_exponent() -> None:
+    with pytest.warns(UserWarning, match=r"'fc1' is multiplied by .* width\^0.5 before 'fc2'"):
+        pz = Parametrization(_HiddenSqrtWidth, width=64, base_width=16)
+    (im,) = pz.internal_multipliers
+    assert (im.producer, im.consumer) == ("fc1", "fc2") and im.exponent == pytest.approx(0.5, abs=1e-4)
+    # not an embedding's output: reported, not compensated
+    assert all(h["module"] != "fc1" for h in pz.forward_multipliers()["hooks"])
+
+
+@pytest.mark.slow
+def test_gemma2_coord_check_fails_without_the_compensation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compensation is what makes Gemma2 pass: without it the residual stream grows
+    like width^0.5 under μP (the slope the check reported before detection existed)."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 128, (4, 33), generator=g)
+    monkeypatch.setattr(Parametrization, "_absorb_internals", lambda self: None)
+    mu = coord_check(tiny_builder("gemma2"), (x[:, :-1], x[:, 1:]), kind="mup", widths=(32, 64, 128),
+                     steps=3, seeds=1, lr=3e-3, loss_fn=hf_loss)
+    assert not mu.passed and mu.max_slopes()["model.embed_tokens"] == pytest.approx(0.5, abs=0.05)
+
+
+ARCHS = [("llama", False), ("llama", True), ("qwen2", False), ("gpt2", True), ("mixtral", False),
+         ("mistral", False), ("gemma", False), ("gemma2", False), ("phi3", False), ("olmo2", False),
+         ("gpt_neox", False)]
 
 
 @pytest.mark.slow
@@ -96,3 +177,14 @@ def test_mup_passes_and_sp_fails_the_coord_check(arch: str, tie: bool) -> None:
     sp = coord_check(builder, (x[:, :-1], x[:, 1:]), kind="sp", **kw)
     assert mu.passed, mu.violations()
     assert not sp.passed and sp.slopes["slope"].max() > 1.0
+
+
+def test_the_audit_reports_a_hidden_multiplier_between_modules() -> None:
+    from mutransfer.audit import audit
+
+    res = audit(_HiddenSqrtWidth, lambda m: torch.optim.AdamW(m.parameters(), lr=1e-3), widths=(16, 32, 64),
+                coord_check=False)
+    (row,) = [r for r in res.rows if r.role == "internal"]
+    assert row.name == "fc1 -> fc2" and row.verdict == "n/a"
+    assert row.found["mult"] == pytest.approx(0.5, abs=1e-4)
+    assert "fc1 -> fc2" in res.table()
