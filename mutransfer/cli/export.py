@@ -21,12 +21,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mutransfer._io import atomic_write_text
+    from mutransfer._io import atomic_write_text, check_output
     from mutransfer.card import load_card
     from mutransfer.export import ENGINES, export_card
 
     if args.engine not in ENGINES:  # before reading anything
         raise ValueError(f"unknown engine {args.engine!r}; choose from {', '.join(ENGINES)}")
+    check_output(args.out, inputs=[("the card", args.card), ("the --hf-config", args.hf_config)])
     card = load_card(args.card)
     model = None
     if args.hf_config:

@@ -21,11 +21,12 @@ def run(args: argparse.Namespace) -> int:
 
     import torch
 
-    from mutransfer._io import atomic_path
+    from mutransfer._io import atomic_path, check_output
     from mutransfer.checkpoint import load_checkpoint
     from mutransfer.fold import PLAIN_FORMAT, fold
     from mutransfer.train import TrainConfig, build_parametrization
 
+    check_output(args.out, inputs=[("the checkpoint", args.checkpoint)])  # never onto a resumable run
     doc = load_checkpoint(args.checkpoint)
     if "config" not in doc or "wte.weight" not in doc["model"]:
         raise ValueError(f"checkpoint {args.checkpoint!r} holds no trainer config or GPT weights")

@@ -322,8 +322,9 @@ def run(args: argparse.Namespace) -> int:
         _print_status(status(study), args.json)
         return 0
     from mutransfer._io import check_output
+    from sweeps.storage import storage_files
 
-    check_output(args.out, inputs=[url[len("journal:"):]] if url.startswith("journal:") else [])
+    check_output(args.out, inputs=[("the study's storage", f) for f in storage_files(url)])
     df = results_table(study, include_failed=args.all)
     path = write_table(df, args.out)
     summary = {"study": study.study_name, "rows": len(df), "out": str(path),
@@ -386,11 +387,22 @@ def _run_sweep(args: argparse.Namespace, kind: str) -> int:
             raise ValueError("--holdout writes AUDIT.json: give --out or --audit-out")
         from pathlib import Path
 
+        from sweeps.audit import check_holdout
+
+        check_holdout(spec)  # before the first trial, not after the whole sweep
         audit_path = Path(args.audit_out) if args.audit_out else Path(args.out) / "AUDIT.json"
     url = _storage(args, None)
     from mutransfer._io import check_output
+    from sweeps.storage import storage_files
 
     check_output(args.out, directory=True)  # a re-run into the same --out resumes its study
+    if audit_path is not None:  # never onto the study, the spec or the audit's own cache
+        written = [("the study's storage", f) for f in storage_files(url)]
+        written.append(("the audit's run cache", audit_path.with_name("audit_runs.json")))
+        if args.out is not None:
+            written.append(("the sweep's spec copy", Path(args.out) / "sweep.yaml"))
+        check_output(audit_path, inputs=[("the sweep spec", args.spec)], outputs=written,
+                     flag="--audit-out")
     if args.workers is not None:
         check_workers(url, args.workers)
     if args.prepare_only:

@@ -151,8 +151,10 @@ def check_flags(args: argparse.Namespace) -> None:
     if args.warmup_tokens is not None and args.warmup_fraction is not None:
         raise ValueError("give --warmup-tokens or --warmup-fraction, not both")
     # before the work, never onto an input
-    check_output(args.out, inputs=[args.results, args.fit, args.scaling_fit, args.audit, args.model_config,
-                                   args.proxy_config])
+    check_output(args.out, inputs=[("the --results", args.results), ("the --fit", args.fit),
+                                   ("the --scaling-fit", args.scaling_fit), ("the --audit", args.audit),
+                                   ("the --model-config", args.model_config),
+                                   ("the --proxy-config", args.proxy_config)])
 
 
 def run(args: argparse.Namespace) -> int:

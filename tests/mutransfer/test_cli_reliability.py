@@ -121,3 +121,90 @@ def test_unreadable_results_files_are_named(content, needle, tmp_path, capsys) -
                   "--out", str(tmp_path / "c.yaml")]):
         rc, err = run(argv, capsys)
         assert rc == 2 and needle in err and str(bad) in err and one_line(err)
+
+
+# ---- the output guard: no output is an input, the study or another output of the run ---------
+
+SCALING = ["sweep", "scaling", "--preset", "gpt-tiny", "--width", "32", "--batch-sizes", "8,16,32,64",
+           "--tokens", "32768,65536,131072,262144", "--lr-center", "0.0072", "--set", "seq_len=64",
+           "--runner", "sweeps.runners:synthetic_scaling_runner", "--workers", "1", "--quiet", "--json"]
+
+
+def test_audit_out_never_replaces_the_study(tmp_path, capsys) -> None:
+    out = tmp_path / "sw"
+    out.mkdir()
+    journal = out / "optuna.journal"
+    journal.write_bytes(b"the study")
+    link = tmp_path / "link.journal"
+    link.symlink_to(journal)
+    for target in (journal, link, out / "." / "optuna.journal"):
+        rc, err = run([*SCALING, "--holdout", "--out", str(out), "--audit-out", str(target)], capsys)
+        assert rc == 2 and "--audit-out" in err and "study's storage" in err and str(journal) in err
+        assert one_line(err)
+    sqlite = tmp_path / "s.db"
+    rc, err = run([*SCALING, "--holdout", "--storage", f"sqlite:///{sqlite}", "--audit-out", str(sqlite)],
+                  capsys)
+    assert rc == 2 and "study's storage" in err
+    assert journal.read_bytes() == b"the study" and not sqlite.exists()
+
+
+def _checkpoint(tmp_path):
+    run_dir = tmp_path / "run"
+    assert mutransfer.cli.main(["train", "--preset", "gpt-tiny", "--set", "width=32", "--set", "depth=1",
+                                "--set", "seq_len=16", "--set", "batch_size=4", "--set", "steps=2",
+                                "--set", "data_max_bytes=100000", "--set", "checkpoint_every=2",
+                                "--out", str(run_dir), "--quiet"]) == 0
+    return run_dir / "checkpoint.pt"
+
+
+def test_fold_never_replaces_its_checkpoint(tmp_path, capsys) -> None:
+    ck = _checkpoint(tmp_path)
+    before = ck.read_bytes()
+    link = tmp_path / "ln.pt"
+    link.symlink_to(ck)
+    for out in (ck, link):
+        rc, err = run(["fold", str(ck), "--out", str(out)], capsys)
+        assert rc == 2 and "the checkpoint" in err and str(ck) in err and one_line(err)
+    assert ck.read_bytes() == before
+
+
+def _card(tmp_path):
+    from mutransfer.card import build_card, save_card
+    from mutransfer.models import GPT, GPTConfig
+    from mutransfer.parametrization import Parametrization
+
+    cfg = GPTConfig(width=64, depth=2, head_dim=16, seq_len=32, vocab_size=64)
+    pz = Parametrization(lambda w: GPT(cfg.replace(width=w)), width=128, base_width=32)
+    card = build_card(pz, lr=3e-3, optimizer={"name": "adamw", "weight_decay": 0.1},
+                      schedule={"kind": "wsd", "warmup_steps": 10, "decay_fraction": 0.2, "total_steps": 100},
+                      batch={"sequences": 8, "tokens": 256}, target={"width": 128, "depth": 2, "seq_len": 32})
+    return save_card(card, tmp_path / "card.yaml")
+
+
+def test_export_never_replaces_its_card(tmp_path, capsys) -> None:
+    card = _card(tmp_path)
+    before = card.read_bytes()
+    rc, err = run(["export", str(card), "--to", "megatron", "--out", str(card)], capsys)
+    assert rc == 2 and "the card" in err and one_line(err)
+    assert card.read_bytes() == before
+
+
+def test_transfer_never_replaces_its_fit(tmp_path, capsys) -> None:
+    fit = tmp_path / "fit.json"
+    fit.write_text("{}")
+    rc, err = run(["transfer", "--fit", str(fit), "--target-width", "256", "--tokens", "1e6",
+                   "--out", str(fit)], capsys)
+    assert rc == 2 and "the --fit" in err and one_line(err)
+    assert fit.read_text() == "{}"
+
+
+# ---- validation before work ---------------------------------------------------------------
+
+@pytest.mark.parametrize(("flag", "values"), [("--tokens", "32768,65536,131072"), ("--batch-sizes", "8,16,32")])
+def test_holdout_needs_4_values_before_the_first_trial(flag, values, tmp_path, capsys) -> None:
+    argv = list(SCALING)
+    argv[argv.index(flag) + 1] = values
+    out = tmp_path / "o"
+    rc, err = run([*argv, "--holdout", "--out", str(out)], capsys)
+    assert rc == 2 and "--holdout needs at least 4 distinct " + flag in err and one_line(err)
+    assert not out.exists()  # no study, no trial
