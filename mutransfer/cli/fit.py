@@ -482,7 +482,7 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.out and not args.json:
         raise ValueError("give --out FIT.json (or --json to print the fit)")
-    check_output(args.out, inputs=[("the results table", args.results)])  # before the fit, never onto its input
+    check_output(args.out, inputs=[("the results table", args.results)])  # before the fit
     check_level(args.ci)
     result = FITTERS[args.kind](args)
     text = dumps(result)

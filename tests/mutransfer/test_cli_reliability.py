@@ -200,7 +200,8 @@ def test_transfer_never_replaces_its_fit(tmp_path, capsys) -> None:
 
 # ---- validation before work ---------------------------------------------------------------
 
-@pytest.mark.parametrize(("flag", "values"), [("--tokens", "32768,65536,131072"), ("--batch-sizes", "8,16,32")])
+@pytest.mark.parametrize(("flag", "values"), [("--tokens", "32768,65536,131072"),
+                                              ("--batch-sizes", "8,16,32")])
 def test_holdout_needs_4_values_before_the_first_trial(flag, values, tmp_path, capsys) -> None:
     argv = list(SCALING)
     argv[argv.index(flag) + 1] = values
