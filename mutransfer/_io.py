@@ -49,6 +49,17 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     return Path(path)
 
 
+def read_text(path: str | os.PathLike[str], what: str = "file") -> str:
+    """The file's text as UTF-8; a binary file is one ValueError naming it (not the codec's
+    "'utf-8' codec can't decode byte ..." with no file)."""
+    p = Path(path)
+    try:
+        return p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"cannot decode {what} {str(p)!r} as UTF-8 text (a binary file?): byte "
+                         f"{exc.start}") from None
+
+
 def read_yaml_mapping(path: str | os.PathLike[str], what: str = "file") -> dict[str, Any]:
     """A YAML (or JSON) file holding a mapping, read with ``yaml.safe_load`` (no code runs).
 
@@ -61,7 +72,7 @@ def read_yaml_mapping(path: str | os.PathLike[str], what: str = "file") -> dict[
     if not p.is_file():
         raise ValueError(f"{what} {str(p)!r} does not exist")
     try:
-        doc = yaml.safe_load(p.read_text(encoding="utf-8"))
+        doc = yaml.safe_load(read_text(p, what))
     except yaml.YAMLError as exc:
         raise ValueError(f"{what} {str(p)!r} is not valid YAML: {str(exc).splitlines()[0]}") from None
     if doc is None:
