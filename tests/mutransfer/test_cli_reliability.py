@@ -357,3 +357,58 @@ def test_a_state_dict_mismatch_shows_its_first_key() -> None:
     msg = state_dict_error(exc.value)
     assert msg.startswith("Error(s) in loading state_dict for Sequential: Missing key(s) in state_dict: ")
     assert '"0.bias" (and 2 more)' in msg and "\n" not in msg
+
+
+# ---- user code in `audit --entry` runs in a child process -----------------------------------
+
+USER_ENTRIES = '''
+import os, sys, time
+
+def exits(width):
+    sys.exit(0)
+
+def crashes(width):
+    raise RuntimeError("boom in user code")
+
+def refuses(width):
+    raise ValueError("bad width in user code")
+
+def sleeps(width):
+    time.sleep(60)
+
+def dies(width):
+    os._exit(3)
+
+def mup_without_base_shapes(width):
+    import mup, torch
+    model = torch.nn.Sequential(torch.nn.Linear(8, width), mup.MuReadout(width, 4))
+    return model, mup.MuAdam(model.parameters(), lr=1e-2)
+'''
+
+
+@pytest.mark.parametrize(("fn", "extra", "first", "tail"), [
+    ("exits", [], "called sys.exit(0) before the audit finished", None),
+    ("crashes", [], "raised RuntimeError: boom in user code", 'user_entries.py", line'),
+    ("refuses", [], "raised ValueError: bad width in user code", 'user_entries.py", line'),
+    ("sleeps", ["--timeout", "3"], "did not finish within 3 s", None),
+    ("dies", [], "ended the audit's process (exit code 3)", None),
+    ("mup_without_base_shapes", [], "no base shapes; call mup.set_base_shapes", None),
+])
+def test_audit_entry_that_does_not_finish_is_an_error(fn, extra, first, tail, tmp_path, monkeypatch,
+                                                      capsys) -> None:
+    (tmp_path / "user_entries.py").write_text(USER_ENTRIES)
+    monkeypatch.chdir(tmp_path)
+    rc, err = run(["audit", "--entry", f"user_entries:{fn}", "--widths", "32,64", "--no-coord-check",
+                   *extra], capsys)
+    lines = err.strip().splitlines()
+    assert rc == 2 and f"--entry user_entries:{fn}" in lines[0] and first in lines[0]
+    if tail is None:
+        assert len(lines) == 1
+    else:  # the traceback's tail, under the first line
+        assert any(tail in ln for ln in lines[1:]) and lines[-1].endswith(first.split("raised ")[1])
+
+
+def test_audit_help_says_the_entry_runs_as_the_user(capsys) -> None:
+    assert mutransfer.cli.main(["audit", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "run with your permissions" in text and "current directory comes first on the import path" in text
