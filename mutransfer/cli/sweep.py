@@ -24,7 +24,8 @@ from mutransfer.cli._common import MAX_SEED, bounded_int, key_value, seed_list
 
 HELP = "Optuna sweeps over proxies: lr | batch | scaling | run | worker | status | export"
 
-_EPILOG = ("Storage: default OUT/optuna.journal (many workers on one machine); "
+_EPILOG = ("Storage: default OUT/optuna.journal (many workers on one machine; --out with "
+           "$MUTRANSFER_STORAGE set is an error, pass --storage); "
            "postgresql://user:pw@host/db for many machines (put it in $MUTRANSFER_STORAGE or a "
            "chmod-600 --storage-file, not on the command line, where ps shows it); sqlite:/// for "
            "one worker. Dashboard: optuna-dashboard OUT/optuna.journal (or the URL).")
@@ -198,6 +199,13 @@ def _storage(args: argparse.Namespace, fallback: str | None) -> str:
 
     if out is None and os.environ.get(STORAGE_ENV):
         return resolve_storage(os.environ[STORAGE_ENV])
+    if out is not None and os.environ.get(STORAGE_ENV):  # never a silent local study
+        from sweeps.storage import mask_url
+
+        raise ValueError(f"--out {out} would keep the study in {out}/optuna.journal, but ${STORAGE_ENV} is "
+                         f"set ({mask_url(os.environ[STORAGE_ENV])}), where other workers look for it; "
+                         f"pass --storage {out}/optuna.journal for the local journal, or drop --out to use "
+                         f"${STORAGE_ENV}")
     return resolve_storage(fallback, out)
 
 
@@ -381,6 +389,13 @@ def _write_best_config(study: Any, out: str | None, quiet: bool) -> str | None:
     return str(path)
 
 
+def _shown(url: str) -> str:
+    """The storage as printed and recorded: ``journal:PATH``, or the URL with no password."""
+    from sweeps.storage import mask_url
+
+    return mask_url(url)
+
+
 def _run_sweep(args: argparse.Namespace, kind: str) -> int:
     from sweeps.export import status
     from sweeps.runners import DEFAULT_RUNNER
@@ -408,6 +423,8 @@ def _run_sweep(args: argparse.Namespace, kind: str) -> int:
         audit_path = Path(args.audit_out) if args.audit_out else Path(args.out) / "AUDIT.json"
     url = _storage(args, None)
     from mutransfer._io import check_output
+
+    print(f"mutransfer sweep {kind}: storage {_shown(url)}", file=sys.stderr)
     from sweeps.storage import storage_files
 
     check_output(args.out, directory=True)  # a re-run into the same --out resumes its study
@@ -435,7 +452,7 @@ def _run_sweep(args: argparse.Namespace, kind: str) -> int:
                     heartbeat_interval=args.heartbeat, grace_period=args.grace, fuse=args.fuse)
     study, _ = open_study(url, res.plan.study_name)
     st = status(study)
-    st["storage"] = url if url.startswith("journal:") else None
+    st["storage"] = _shown(url)
     st["wall_s"] = res.wall_s
     st["workers"] = res.workers
     if holdout and res.complete:

@@ -412,3 +412,28 @@ def test_audit_help_says_the_entry_runs_as_the_user(capsys) -> None:
     assert mutransfer.cli.main(["audit", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "run with your permissions" in text and "current directory comes first on the import path" in text
+
+
+# ---- which storage a sweep used -------------------------------------------------------------
+
+LR_SWEEP = ["sweep", "lr", "--widths", "32", "-p", "mup", "--lrs", "0.001,0.002", "--runner", "synthetic",
+            "--prepare-only"]
+
+
+def test_out_with_the_storage_env_is_an_error_naming_both(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("MUTRANSFER_STORAGE", "postgresql://me:s3cret@db/sweeps")
+    out = tmp_path / "o"
+    rc, err = run([*LR_SWEEP, "--out", str(out)], capsys)
+    assert rc == 2 and f"--out {out}" in err and "$MUTRANSFER_STORAGE" in err and one_line(err)
+    assert "postgresql://me:***@db/sweeps" in err and "s3cret" not in err and not out.exists()
+    # an explicit --storage says which one: the local journal, printed
+    assert f"--storage {out}/optuna.journal" in err
+    rc, err = run([*LR_SWEEP, "--out", str(out), "--storage", f"{out}/optuna.journal"], capsys)
+    assert rc == 0 and f"storage journal:{out.resolve()}/optuna.journal" in err
+
+
+@pytest.mark.filterwarnings("ignore:Query string")
+def test_the_sweep_prints_its_storage_masked(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("MUTRANSFER_STORAGE", f"sqlite:///{tmp_path}/s.db?password=s3cret")
+    rc, err = run(LR_SWEEP, capsys)
+    assert rc == 0 and f"storage sqlite:///{tmp_path}/s.db?password=***" in err and "s3cret" not in err
