@@ -437,3 +437,20 @@ def test_the_sweep_prints_its_storage_masked(tmp_path, monkeypatch, capsys) -> N
     monkeypatch.setenv("MUTRANSFER_STORAGE", f"sqlite:///{tmp_path}/s.db?password=s3cret")
     rc, err = run(LR_SWEEP, capsys)
     assert rc == 0 and f"storage sqlite:///{tmp_path}/s.db?password=***" in err and "s3cret" not in err
+
+
+# ---- no network --------------------------------------------------------------------------------
+
+def test_export_hf_config_hub_id_exits_2_before_any_request(tmp_path, monkeypatch, capsys) -> None:
+    import socket
+
+    def no_network(*args, **kwargs):
+        raise AssertionError("a network connection was attempted")
+
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    monkeypatch.setattr(socket, "create_connection", no_network)
+    card = _card(tmp_path)
+    rc, err = run(["export", str(card), "--to", "hf", "--hf-config", "org/model",
+                   "--out", str(tmp_path / "h.json")], capsys)
+    assert rc == 2 and "--hf-config 'org/model' is not a local file or folder" in err and one_line(err)
+    assert not (tmp_path / "h.json").exists()
