@@ -423,8 +423,6 @@ def _run_sweep(args: argparse.Namespace, kind: str) -> int:
         audit_path = Path(args.audit_out) if args.audit_out else Path(args.out) / "AUDIT.json"
     url = _storage(args, None)
     from mutransfer._io import check_output
-
-    print(f"mutransfer sweep {kind}: storage {_shown(url)}", file=sys.stderr)
     from sweeps.storage import storage_files
 
     check_output(args.out, directory=True)  # a re-run into the same --out resumes its study
@@ -437,6 +435,7 @@ def _run_sweep(args: argparse.Namespace, kind: str) -> int:
                      flag="--audit-out")
     if args.workers is not None:
         check_workers(url, args.workers)
+    print(f"mutransfer sweep {kind}: storage {_shown(url)}", file=sys.stderr)  # after every check
     if args.prepare_only:
         from sweeps.study import prepare
 
