@@ -435,13 +435,13 @@ def _run_sweep(args: argparse.Namespace, kind: str) -> int:
                      flag="--audit-out")
     if args.workers is not None:
         check_workers(url, args.workers)
-    print(f"mutransfer sweep {kind}: storage {_shown(url)}", file=sys.stderr)  # after every check
     if args.prepare_only:
         from sweeps.study import prepare
 
         plan = prepare(spec, url, study_name=args.study, runner=args.runner or DEFAULT_RUNNER,
                        heartbeat_interval=args.heartbeat, grace_period=args.grace,
                        workers=args.workers or 1, fuse=args.fuse)
+        print(f"mutransfer sweep {kind}: storage {_shown(url)}", file=sys.stderr)
         print(f"study {plan.study_name}: {plan.total} trials planned, {plan.finished} finished, "
               f"{plan.enqueued} enqueued now; join with: {join_hint(url, plan.study_name)}",
               file=sys.stderr)
@@ -449,6 +449,7 @@ def _run_sweep(args: argparse.Namespace, kind: str) -> int:
     res = run_sweep(spec, out=args.out, storage=url, study_name=args.study, workers=args.workers,
                     device=args.device, runner=args.runner, quiet=args.quiet,
                     heartbeat_interval=args.heartbeat, grace_period=args.grace, fuse=args.fuse)
+    print(f"mutransfer sweep {kind}: storage {_shown(url)}", file=sys.stderr)  # where the study now is
     study, _ = open_study(url, res.plan.study_name)
     st = status(study)
     st["storage"] = _shown(url)
