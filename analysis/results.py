@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from ._io import require_columns
@@ -41,6 +42,11 @@ def _read(p: Path, reader: Any) -> pd.DataFrame:
         raise ValueError(f"results file {str(p)!r} cannot be read: {first}") from None
 
 
+#: Columns that hold a size of a run (model, batch, budget): positive wherever given.
+SIZE_COLUMNS = ("width", "depth", "head_dim", "seq_len", "base_width", "base_depth", "batch_size",
+                "batch_tokens", "tokens", "n_params", "steps")
+
+
 def read_results(
     path: str | os.PathLike[str],
     required: Iterable[str] = ("lr", "loss"),
@@ -73,6 +79,14 @@ def read_results(
     else:
         raise ValueError(f"results file {p.name!r} must end in .csv or .parquet.")
     require_columns(df, list(required), f"results table {p.name!r}")
+    for col in SIZE_COLUMNS:  # a group at width -64 is a typo, never a model
+        if col in df.columns and df[col].dtype.kind in "iuf":
+            vals = df[col].to_numpy(dtype=float)
+            bad = ~np.isnan(vals) & ~(np.isfinite(vals) & (vals > 0))
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                raise ValueError(f"results file {str(p)!r}: column {col!r} holds {vals[i]:g} (data row "
+                                 f"{i + 1}); a size is a positive finite number.")
     if "diverged" in df.columns and df["diverged"].dtype == object:
         mapped = df["diverged"].map(
             lambda v: {"true": True, "false": False, "1": True, "0": False}.get(

@@ -340,6 +340,12 @@ class ScalingLawFit:
         if missing:
             raise ValueError("a scaling fit needs at least 3 budgets and 3 batch sizes; the "
                              "usable rows have only " + " and ".join(missing) + ".")
+        spread = ok.groupby([batch, tokens])[loss].agg(lambda v: float(np.ptp(v.to_numpy(dtype=float))))
+        scale = float(np.abs(ok[loss].to_numpy(dtype=float)).max())
+        if not (spread > 1e-12 * max(scale, 1e-300)).any():
+            raise ValueError(f"no information: the loss does not change with {lr!r} in any (batch, "
+                             f"budget) cell (flat at {ok[loss].iloc[0]:.6g}), so no optimum can be fitted; "
+                             "is the loss column the training objective?")
         self.columns_ = {"lr": lr, "batch_tokens": batch, "tokens": tokens, "loss": loss}
         seed = seed_col if seed_col is not None and seed_col in ok.columns else None
         rng = make_rng(self.seed)

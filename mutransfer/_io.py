@@ -49,6 +49,17 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     return Path(path)
 
 
+def read_text(path: str | os.PathLike[str], what: str = "file") -> str:
+    """The file's text as UTF-8; a binary file is one ValueError naming it (not the codec's
+    "'utf-8' codec can't decode byte ..." with no file)."""
+    p = Path(path)
+    try:
+        return p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"cannot decode {what} {str(p)!r} as UTF-8 text (a binary file?): byte "
+                         f"{exc.start}") from None
+
+
 def read_yaml_mapping(path: str | os.PathLike[str], what: str = "file") -> dict[str, Any]:
     """A YAML (or JSON) file holding a mapping, read with ``yaml.safe_load`` (no code runs).
 
@@ -61,7 +72,7 @@ def read_yaml_mapping(path: str | os.PathLike[str], what: str = "file") -> dict[
     if not p.is_file():
         raise ValueError(f"{what} {str(p)!r} does not exist")
     try:
-        doc = yaml.safe_load(p.read_text(encoding="utf-8"))
+        doc = yaml.safe_load(read_text(p, what))
     except yaml.YAMLError as exc:
         raise ValueError(f"{what} {str(p)!r} is not valid YAML: {str(exc).splitlines()[0]}") from None
     if doc is None:
@@ -71,12 +82,38 @@ def read_yaml_mapping(path: str | os.PathLike[str], what: str = "file") -> dict[
     return doc
 
 
-def check_output(path: str | os.PathLike[str] | None, *, inputs: tuple[Any, ...] | list[Any] = (),
+def _named(items: Any, default: str) -> list[tuple[str, Path]]:
+    out = []
+    for item in items or ():
+        label, path = item if isinstance(item, tuple) else (default, item)
+        if path is not None and path != "":
+            out.append((label, Path(path)))
+    return out
+
+
+def same_path(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+    """Whether ``a`` and ``b`` name one file: equal once resolved (``.``, ``..`` and symlinks
+    followed), or the same inode (a hard link)."""
+    p, q = Path(a), Path(b)
+    if p.resolve() == q.resolve():
+        return True
+    if p.exists() and q.exists():
+        with contextlib.suppress(OSError):
+            return os.path.samefile(p, q)
+    return False
+
+
+def check_output(path: str | os.PathLike[str] | None, *, inputs: Any = (), outputs: Any = (),
                  directory: bool = False, flag: str = "--out") -> Path | None:
-    """Check, before any work starts, that ``path`` can be written: not an existing
-    directory (a file) or file (a directory), under a writable folder, and not one of
-    ``inputs`` (a results table replaced by its own fit). One ValueError naming the path.
-    ``None`` passes through (no output asked for)."""
+    """The output guard of every verb that writes, called before any work starts.
+
+    ``path`` must be writable: not an existing directory (a file) or file (a directory),
+    under a writable folder. It may never be one of ``inputs`` (a checkpoint replaced by
+    its folded copy, a card by its export, a results table by its own fit) nor one of
+    ``outputs``, the files another output of the same run writes (a study's journal or
+    SQLite file replaced by an audit). Items of either are paths or ``(label, path)``
+    pairs; paths compare resolved, through symlinks and hard links. One ValueError naming
+    both paths. ``None`` passes through (no output asked for)."""
     if path is None or path == "":
         return None
     p = Path(path)
@@ -85,16 +122,13 @@ def check_output(path: str | os.PathLike[str] | None, *, inputs: tuple[Any, ...]
             raise ValueError(f"{flag} {str(p)!r} is a file, not a directory")
     elif p.is_dir():
         raise ValueError(f"{flag} {str(p)!r} is a directory; give a file name")
-    for src in inputs:
-        if src is None or src == "":
-            continue
-        q = Path(src)
-        same = p.resolve() == q.resolve()
-        if not same and p.exists() and q.exists():
-            with contextlib.suppress(OSError):
-                same = os.path.samefile(p, q)
-        if same:
-            raise ValueError(f"{flag} {str(p)!r} is the input {str(q)!r}; refusing to overwrite it")
+    for label, q in _named(inputs, "the input"):
+        if same_path(p, q):
+            raise ValueError(f"{flag} {str(p)!r} is {label} {str(q)!r}; refusing to overwrite it")
+    for label, q in _named(outputs, "another output"):
+        if same_path(p, q):
+            raise ValueError(f"{flag} {str(p)!r} is also {label} {str(q)!r} of this run; refusing to "
+                             "overwrite it, give another path")
     anc = p if directory else p.parent
     anc = anc if str(anc) else Path(".")
     while not anc.exists():  # the nearest folder that exists must take new entries

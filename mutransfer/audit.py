@@ -84,10 +84,10 @@ def load_entry(spec: str) -> Callable[..., Any]:
 
 
 def _optimizers(opt: Any) -> list[torch.optim.Optimizer]:
+    if hasattr(opt, "optimizers"):  # mutransfer.optim.OptimizerList (an Optimizer, for schedulers)
+        return list(opt.optimizers)
     if isinstance(opt, torch.optim.Optimizer):
         return [opt]
-    if hasattr(opt, "optimizers"):  # mutransfer.optim.OptimizerList
-        return list(opt.optimizers)
     if isinstance(opt, (list, tuple)) and opt and all(isinstance(o, torch.optim.Optimizer) for o in opt):
         return list(opt)
     return []

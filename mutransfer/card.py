@@ -38,7 +38,7 @@ from typing import Any, NamedTuple
 import torch
 import torch.nn as nn
 
-from mutransfer._io import atomic_write_text, plain, read_yaml_mapping
+from mutransfer._io import atomic_write_text, plain, read_text, read_yaml_mapping
 from mutransfer.optim import OPTIMIZER_NAMES, OptimizerList, build_optimizer
 from mutransfer.parametrization import KINDS, ROLES, WD_MODES, Parametrization
 from mutransfer.schedules import DECAY_SHAPES, SCHEDULE_KINDS, Schedule, ScheduleConfig
@@ -471,7 +471,7 @@ def _read_json(path: str | Path) -> Any:
     if not p.is_file():
         raise ValueError(f"transfer card {str(p)!r} does not exist")
     try:
-        return json.loads(p.read_text(encoding="utf-8"))
+        return json.loads(read_text(p, "transfer card"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"transfer card {str(p)!r} is not valid JSON: {exc}") from None
 

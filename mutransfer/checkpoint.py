@@ -36,6 +36,26 @@ RESUMABLE_FIELDS = frozenset({
 })
 
 
+def state_dict_error(exc: BaseException) -> str:
+    """One line for a failed ``load_state_dict``: torch's header ("Error(s) in loading
+    state_dict for GPT:") is nothing without the detail, so the first detail comes with
+    its first mismatching key and a count of the rest."""
+    import re
+
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    if not lines:
+        return type(exc).__name__
+    head = lines[0]
+    if head.endswith(":") and len(lines) > 1:
+        detail = lines[1]
+        keys = re.findall(r'"([^"]+)"', detail)
+        if len(keys) > 1:  # Missing/Unexpected key(s) in state_dict: "a", "b", ...
+            detail = f'{detail.split(":", 1)[0]}: "{keys[0]}" (and {len(keys) - 1} more)'
+        more = len(lines) - 2
+        head = f"{head} {detail}" + (f" (+{more} more problem(s))" if more > 0 else "")
+    return head
+
+
 def check_resume(saved: dict[str, Any] | None, config: dict[str, Any], step: int) -> None:
     """Refuse to resume a checkpoint (its config ``saved``, at ``step``) under ``config``
     when a field outside :data:`RESUMABLE_FIELDS` differs, or the run would end before the

@@ -58,6 +58,19 @@ _RENAMES: dict[tuple[str, str], str] = {
 
 _S = TypeVar("_S")
 
+#: Token dtypes of ``.bin`` data (:mod:`mutransfer.data`).
+TokenDtype = Literal["uint8", "uint16", "uint32"]
+
+#: Upper bounds of integer fields: far above any real run, below what would allocate or
+#: loop without end (``steps: 1e23`` parses as an integer). Seeds stop at numpy's 2**32 - 1.
+INT_LIMITS: dict[str, int] = {
+    "steps": 10**9, "batch_size": 1 << 24, "grad_accum": 1 << 24, "eval_batches": 10**6,
+    "seed": (1 << 32) - 1, "eval_every": 10**9, "max_logit_every": 10**9, "threads": 4096,
+    "width": 1 << 20, "depth": 10_000, "head_dim": 1 << 16, "seq_len": 1 << 24,
+    "checkpoint_every": 10**9, "rollback_every": 10**9, "max_rollbacks": 10**6, "spike_window": 10**6,
+    "data_max_bytes": 1 << 50, "warmup_steps": 10**9,
+}
+
 
 class _Section:
     """What every section shares: its name in :class:`TrainConfig`, the fields that may
@@ -93,6 +106,8 @@ class _Section:
                 continue
             if not (isinstance(v, int) and not isinstance(v, bool) and v >= low):
                 raise self._bad(name, what)
+            if v > INT_LIMITS.get(name, v):
+                raise self._bad(name, f"at most {INT_LIMITS[name]:,} (what a real run could have)")
 
     def _unit(self, *names: str) -> None:
         for name in names:
@@ -394,10 +409,7 @@ class ScheduleSection(_Section):
     def __post_init__(self) -> None:
         self._check_choices()
         # The upper bound (steps) is another section's: TrainConfig checks it.
-        if self.warmup_steps is not None and not (
-                isinstance(self.warmup_steps, int) and not isinstance(self.warmup_steps, bool)
-                and self.warmup_steps >= 0):
-            raise self._bad("warmup_steps", "a non-negative integer or None")
+        self._ints(("warmup_steps",), 0, "a non-negative integer or None", optional=True)
         if not (0.0 <= self.lr_floor <= 1.0):
             raise self._bad("lr_floor", "in [0, 1]")
         if not (0.0 <= self.decay_fraction <= 1.0):
@@ -418,7 +430,7 @@ class RunSection(_Section):
     """Seed of the init and of the training-data order (eval data is fixed)."""
     data: str = "stdlib"
     """Token source: ``stdlib`` (embedded corpus) or a path (.bin memmap(s), text)."""
-    data_dtype: str | None = None
+    data_dtype: TokenDtype | None = None
     """Token dtype of .bin data (uint8/uint16/uint32; None: sidecar or uint16)."""
     data_max_bytes: int | None = None
     """Cap on the stdlib corpus in bytes (tests, quick demos)."""
@@ -454,6 +466,9 @@ class RunSection(_Section):
         self._ints(("steps", "batch_size", "grad_accum", "eval_batches"), 1, "a positive integer")
         self._ints(("threads",), 1, "a positive integer or None", optional=True)
         self._ints(("seed", "eval_every", "max_logit_every"), 0, "a non-negative integer")
+        self._ints(("data_max_bytes",), 1, "a positive integer or None", optional=True)
+        if self.data_dtype is not None and self.data_dtype not in typing.get_args(TokenDtype):
+            raise self._bad("data_dtype", f"one of {', '.join(typing.get_args(TokenDtype))} or None")
         self._unit("gns_beta")
         if self.batch_size % self.grad_accum:
             raise ValueError(f"batch_size={self.batch_size} is not divisible by grad_accum={self.grad_accum}")
@@ -492,8 +507,7 @@ class StabilizerSection(_Section):
         self._ints(("max_rollbacks",), 0, "a non-negative integer")
         if self.grad_clip is not None and not (self.grad_clip >= 0 and math.isfinite(self.grad_clip)):
             raise self._bad("grad_clip", ">= 0 or None")
-        if self.spike_window < 4:
-            raise self._bad("spike_window", ">= 4")
+        self._ints(("spike_window",), 4, ">= 4")
 
 
 @_section("output")

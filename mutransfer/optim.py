@@ -16,20 +16,49 @@ import torch
 OPTIMIZER_NAMES = ("adamw", "sgd", "muon")
 
 
-class OptimizerList:
+class OptimizerList(torch.optim.Optimizer):
     """Several torch optimizers stepped as one (Muon for hidden matrices, AdamW for the
-    rest). Exposes the union of their ``param_groups`` and a joint state dict."""
+    rest). Exposes the union of their ``param_groups`` and a joint state dict.
+
+    It is a :class:`torch.optim.Optimizer` as far as ``torch.optim.lr_scheduler`` looks
+    (``param_groups``, ``defaults``, a ``step`` method), so any torch scheduler drives it:
+    the scheduler rescales each group's ``lr``, which already holds base × multiplier, so the
+    effective LR stays base × schedule × multiplier (give OneCycleLR ``max_lr`` per group,
+    ``[g["lr"] for g in opt.param_groups]``, and, over Muon + AdamW, ``cycle_momentum=False``:
+    the two name their momentum differently). The base class's ``__init__`` is not run:
+    parameters, state and hooks stay those of the wrapped optimizers."""
 
     def __init__(self, optimizers: list[torch.optim.Optimizer]) -> None:
         if not optimizers:
             raise ValueError("OptimizerList needs at least one optimizer")
         self.optimizers = optimizers
 
-    @property
+    @property  # type: ignore[override]
     def param_groups(self) -> list[dict[str, Any]]:
         return [g for opt in self.optimizers for g in opt.param_groups]
 
-    def step(self) -> None:
+    @property  # type: ignore[override]
+    def defaults(self) -> dict[str, Any]:
+        """The wrapped optimizers' defaults, the last (AdamW) winning: OneCycleLR reads
+        ``betas`` or ``momentum`` here to decide what it cycles."""
+        return {k: v for opt in self.optimizers for k, v in opt.defaults.items()}
+
+    @property  # type: ignore[override]
+    def state(self) -> dict[Any, Any]:
+        return {p: s for opt in self.optimizers for p, s in opt.state.items()}
+
+    def __getstate__(self) -> dict[str, Any]:  # plain pickling, not Optimizer's
+        return self.__dict__.copy()
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    def __repr__(self) -> str:
+        return f"OptimizerList({', '.join(type(o).__name__ for o in self.optimizers)})"
+
+    def step(self, closure: Any = None) -> None:  # type: ignore[override]
+        if closure is not None:
+            raise ValueError("OptimizerList.step takes no closure")
         for opt in self.optimizers:
             opt.step()
 

@@ -335,6 +335,10 @@ class ScalingLaws:
                 raise ValueError(f"{where}: field {section} is missing or not an object")
         lr, batch, measured = doc["lr"], doc["batch"], doc["measured"]
         exps = {n: _num(doc, f"lr.exponents.{n}", where) for n in ("batch_tokens", "tokens")}
+        for path in (*(f"lr.exponents.{n}" for n in exps), "batch.exponents.tokens"):
+            e = _num(doc, path, where) or 0.0
+            if abs(e) > 10:  # real ones lie within +-1; 1e3 overflows D^b
+                raise ValueError(f"{where}: field {path} must lie in [-10, 10], got {e!r}")
         _num(doc, "lr.coef", where, positive=True)
         ranges = {}
         for axis in ("tokens", "batch_tokens"):
@@ -468,11 +472,13 @@ def _cov(obj: Any, n: int) -> tuple[tuple[float, ...], ...] | None:
 
 def read_scaling_fit(path: str | Path) -> ScalingLaws:
     """:class:`ScalingLaws` from the FIT.json of ``mutransfer fit scaling``."""
+    from mutransfer._io import read_text
+
     p = Path(path)
     if not p.is_file():
         raise ValueError(f"scaling fit {str(p)!r} does not exist")
     try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
+        doc = json.loads(read_text(p, "scaling fit"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"scaling fit {str(p)!r} is not valid JSON: {exc}") from None
     return ScalingLaws.from_dict(doc, f"scaling fit {p.name!r}")
@@ -586,6 +592,13 @@ def plan_run(
         ext["tokens"] = _factor(tokens, laws.measured_tokens)
 
     # batch
+    given = ("--batch-size", batch_sequences) if batch_sequences is not None else (
+        ("--batch-tokens", batch_tokens) if batch_tokens is not None else None)
+    if given is not None and batch_rule != "auto":  # a fixed batch would silently drop the rule
+        raise ValueError(f"--batch-rule {batch_rule} contradicts {given[0]} {given[1]:g}: the rule picks "
+                         "the batch, the flag fixes it; give one")
+    if batch_tokens is not None and batch_tokens < seq_len:
+        raise ValueError(f"--batch-tokens {batch_tokens:g} is below one sequence of {seq_len} tokens")
     if batch_sequences is not None:
         if batch_sequences % dp:
             raise ValueError(f"--batch-size {batch_sequences} is not a multiple of --dp-size {dp}")

@@ -37,7 +37,14 @@ import torch
 import torch.nn.functional as F
 
 from mutransfer._io import atomic_write_text
-from mutransfer.checkpoint import check_resume, get_rng_state, load_checkpoint, save_checkpoint, set_rng_state
+from mutransfer.checkpoint import (
+    check_resume,
+    get_rng_state,
+    load_checkpoint,
+    save_checkpoint,
+    set_rng_state,
+    state_dict_error,
+)
 from mutransfer.config import ModelShape, TrainConfig, load_config
 from mutransfer.data import DataConfig, TokenDataset, load_dataset
 from mutransfer.models.gpt import GPT, GPTConfig
@@ -668,7 +675,7 @@ class Trainer:
             self.raw_model.load_state_dict(state["model"])
             self.opt.load_state_dict(state["optimizer"])
         except (RuntimeError, KeyError, ValueError) as exc:
-            msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            msg = state_dict_error(exc)
             raise ValueError(f"checkpoint does not fit this model/optimizer: {msg}") from None
         self.step, self.data_offset = int(state["step"]), int(state["data_offset"])
         self.tokens = int(state.get("tokens", self.step * self.cfg.run.batch_size * self.seq_len))

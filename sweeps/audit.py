@@ -144,6 +144,16 @@ def _load_cache(path: Path | None) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def check_holdout(spec: ScalingSweep) -> None:
+    """Before the first trial: the held-out audit refits without the largest budget and
+    without the largest batch, so each axis needs 4 distinct values (3 to fit, 1 held out).
+    One ValueError naming the flag, instead of one after the whole sweep has trained."""
+    for flag, values in (("--tokens", spec.tokens), ("--batch-sizes", spec.batch_sizes)):
+        if len(set(values)) < 4:
+            raise ValueError(f"--holdout needs at least 4 distinct {flag} (3 to fit, 1 held out), got "
+                             f"{','.join(str(v) for v in sorted(set(values)))}")
+
+
 def run_holdout_audit(
     spec: ScalingSweep,
     table: pd.DataFrame,

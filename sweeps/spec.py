@@ -26,6 +26,8 @@ import itertools
 import json
 import math
 import re
+import types
+import typing
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -680,6 +682,14 @@ class ScalingSweep(SweepSpec, _LRMixin):
         for o in self.log2_lr_offsets:
             if not (isinstance(o, (int, float)) and math.isfinite(o)):
                 raise ValueError(f"log2_lr_offsets: {o!r} must be a finite number")
+        for b in self.batch_sizes:
+            try:
+                grid = self.lrs_for(int(b))
+            except OverflowError:
+                grid = (math.inf,)
+            if not all(0 < x < math.inf for x in grid):
+                raise ValueError(f"the LR grid at batch {b} leaves the floats (lr_center {c!r} x (batch / "
+                                 f"lr_center_batch)^lr_batch_exponent {e!r} x 2^log2_lr_offsets)")
 
     def _check_points(self) -> None:
         """Every grid point resolves to a valid TrainConfig and every WSD branch has a
@@ -762,10 +772,68 @@ def spec_from_dict(data: Mapping[str, Any], kind: str | None = None) -> SweepSpe
     if unknown:
         raise ValueError(f"unknown field(s) in {k} sweep spec: {', '.join(unknown)} "
                          f"(known: {', '.join(sorted(names))})")
+    data = {name: _field_value(cls, k, name, v) for name, v in data.items()}
     try:
         return cls(**data)
     except TypeError as exc:  # wrong value types that slipped past validation
         raise ValueError(f"bad {k} sweep spec: {exc}") from None
+    except OverflowError:  # an LR grid beyond floats: the log2 fields are bounded, the product may not be
+        raise ValueError(f"{k} sweep spec: the LR grid overflows (lr_center x (batch / lr_center_batch) "
+                         "^ lr_batch_exponent x 2^offset); check those fields") from None
+
+
+#: log2 LR fields lie in [-LOG2_LR_LIMIT, LOG2_LR_LIMIT]: 2^64 is no learning rate, and 2^2000
+#: is beyond a float.
+LOG2_LR_LIMIT = 64.0
+
+
+def _field_value(cls: type, kind: str, name: str, value: Any) -> Any:
+    """Check one spec field against its declared type before the spec is built, so a bad
+    value is named by its field (``log2_lr_min: abc``, ``base: abc``), used or not. Numbers
+    written as text (YAML 1.1 reads ``1e6`` as a string) become numbers."""
+    tp = typing.get_type_hints(cls).get(name)
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    if typing.get_origin(tp) in (typing.Union, types.UnionType) and len(args) == 1:
+        if value is None:
+            return None
+        tp = args[0]
+    where = f"{kind} sweep spec field {name!r}"
+    origin = typing.get_origin(tp)
+    if tp in (int, float):
+        value = _number(value, tp, where)
+        if name.startswith("log2_lr") and name != "log2_lr_step" and abs(value) > LOG2_LR_LIMIT:
+            raise ValueError(f"{where}: {value!r} is outside [-{LOG2_LR_LIMIT:g}, {LOG2_LR_LIMIT:g}]")
+        return value
+    if origin is tuple and typing.get_args(tp)[:1] and typing.get_args(tp)[0] in (int, float):
+        inner = typing.get_args(tp)[0]
+        items = _as_tuple(name, value) or ()
+        out = tuple(_number(v, inner, f"{where} item") for v in items)
+        if name == "log2_lr_offsets" and any(abs(o) > LOG2_LR_LIMIT for o in out):
+            raise ValueError(f"{where}: {list(out)!r} must lie in [-{LOG2_LR_LIMIT:g}, {LOG2_LR_LIMIT:g}]")
+        return out
+    if tp is str and not isinstance(value, str):
+        raise ValueError(f"{where}: {value!r} is not a string")
+    if origin in (Mapping, dict) or tp in (dict, Mapping):
+        if not isinstance(value, Mapping):
+            raise ValueError(f"{where}: {value!r} is not a mapping of KEY: VALUE")
+    return value
+
+
+def _number(value: Any, tp: type, where: str) -> Any:
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            raise ValueError(f"{where}: {value!r} is not a number") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{where}: {value!r} is not a number")
+    if not math.isfinite(value):
+        raise ValueError(f"{where}: {value!r} must be finite")
+    if tp is int:
+        if value != int(value):
+            raise ValueError(f"{where}: {value!r} is not an integer")
+        return int(value)
+    return value
 
 
 def load_spec(path: str | Path, kind: str | None = None) -> SweepSpec:

@@ -191,6 +191,18 @@ def is_rdb(url: str) -> bool:
     return not is_journal(url)
 
 
+def storage_files(url: str) -> list[str]:
+    """The local files that hold the study at ``url``: a journal file, or a SQLite database
+    (with its ``-journal``/``-wal`` companions); none for a server. No output may replace them."""
+    if is_journal(url):
+        return [url[len("journal:"):]]
+    if is_sqlite(url):
+        path = url.split(":///", 1)[1].split("?", 1)[0] if ":///" in url else ""
+        if path and path != ":memory:":
+            return [path, path + "-journal", path + "-wal"]
+    return []
+
+
 def check_workers(url: str, workers: int) -> None:
     """SQLite serializes writers and locks up under several processes: refuse it."""
     if is_sqlite(url) and workers > 1:

@@ -58,7 +58,11 @@ def int_list(text: str) -> list[int]:
 
 def seed_list(text: str) -> list[int]:
     """``"0,1,2"`` -> [0, 1, 2]: the ``--seeds`` of every verb (a count is ``--n-seeds``)."""
-    return _ints(text, 0, "seed ")
+    seeds = _ints(text, 0, "seed ")
+    for s in seeds:
+        if s > MAX_SEED:
+            raise argparse.ArgumentTypeError(f"seed {s} is above the limit {MAX_SEED:,} (in {text!r})")
+    return seeds
 
 
 def float_list(text: str, *, high: float = float("inf"), what: str = "value") -> list[float]:
@@ -110,6 +114,11 @@ def non_negative_int(text: str) -> int:
 MAX_WIDTH = 1 << 20
 MAX_DEPTH = 10_000
 MAX_N_BOOT = 100_000
+
+
+#: Seeds end where numpy's do (``np.random.default_rng`` takes any non-negative int, but
+#: ``np.random.seed`` and most samplers stop at 2**32 - 1).
+MAX_SEED = (1 << 32) - 1
 
 
 def bounded_int(low: int, high: int, what: str = "value") -> Callable[[str], int]:

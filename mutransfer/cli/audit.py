@@ -13,9 +13,11 @@ HELP = "audit a muP implementation: per-parameter width exponents vs the rule ta
 def add_arguments(p: argparse.ArgumentParser) -> None:
     who = p.add_mutually_exclusive_group(required=True)
     who.add_argument("--model", default=None, metavar="MODEL",
-                     help="module:function where function(width) returns (model, optimizer) (the current "
-                          "directory is importable); or hf:PATH / a preset name: audit mutransfer's own "
-                          "muP (AdamW) on that model")
+                     help="module:function where function(width) returns (model, optimizer); or hf:PATH "
+                          "/ a preset name: audit mutransfer's own muP (AdamW) on that model. A "
+                          "module:function is imported and run with your permissions (its top level too), "
+                          "in a child process; the current directory comes first on the import path, so "
+                          "a file there shadows any installed module of the same name")
     who.add_argument("--entry", default=None, metavar="MODULE:FUNCTION", help="the same as --model")
     p.add_argument("--widths", type=int_list, default=[32, 64, 128],
                    help="comma-separated widths to build (default 32,64,128)")
@@ -36,29 +38,112 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="largest allowed gap between found and expected exponents (default 0.2)")
     p.add_argument("--coord-tol", type=positive_float, default=0.25,
                    help="largest allowed coordinate-check log2 slope (default 0.25)")
+    p.add_argument("--timeout", type=positive_float, default=DEFAULT_TIMEOUT,
+                   help=f"seconds the entry's child process may take (default {DEFAULT_TIMEOUT:g}); "
+                        "past it the child is killed and the audit exits 2")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
-    from mutransfer.audit import audit, load_entry
-
     if len(set(args.widths)) < 2:
         raise ValueError(f"--widths needs at least 2 different widths, got {args.widths}")
     spec = args.model if args.model is not None else args.entry
-    if args.entry is not None or (":" in spec and not spec.startswith(("hf:", "preset:"))):
-        builder = load_entry(spec)
-    else:
-        builder = _ours(spec, min(args.widths) if args.base_width is None else args.base_width)
-    example_input = load_entry(args.input) if args.input else None
-    result = audit(builder, widths=args.widths, base_width=args.base_width,
-                   example_input=example_input, coord_check=not args.no_coord_check,
-                   steps=args.steps, seeds=args.seeds, tol=args.tol, coord_tol=args.coord_tol,
-                   depths=args.depths, depth_alpha=args.depth_alpha, name=spec)
+    user_code = args.entry is not None or (":" in spec and not spec.startswith(("hf:", "preset:")))
+    flag = "--entry" if args.entry is not None else "--model"
+    for name, entry in ((flag, spec if user_code else None), ("--input", args.input)):
+        if entry is not None and not all(entry.partition(":")[::2]):  # before any user code runs
+            raise ValueError(f"entry point {entry!r} is not of the form module:function ({name})")
+    kind, payload = run_contained({**vars(args), "entry": spec, "user_code": user_code}, args.timeout)
+    if kind != "done":
+        raise ValueError(payload)
     if args.json:
-        print_json(result.to_json_dict())
+        print_json(payload["json"])
     else:
-        print(result.report())
-    return 0 if result.passed else 1
+        print(payload["report"])
+    return 0 if payload["passed"] else 1
+
+
+#: Seconds the user's entry may take in its child process (``--timeout``).
+DEFAULT_TIMEOUT = 300.0
+#: Traceback lines of a failed entry shown under the error's first line.
+TRACEBACK_TAIL = 8
+
+
+def run_contained(options: dict[str, Any], timeout: float) -> tuple[str, Any]:
+    """Run the audit of ``options["entry"]`` in a spawned child process, so the user's
+    code (its module's top level included) can neither end this process with
+    ``sys.exit`` nor hang it. Returns ``("done", result)`` only for a finished audit;
+    anything else (an exception of any type, ``sys.exit``, a crash, the timeout) is
+    ``("error", message)``: a first line naming the entry, then its traceback tail."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    recv, send = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=_child, args=(options, send), daemon=True)
+    child.start()
+    send.close()
+    entry = options["entry"]
+    try:
+        if not recv.poll(timeout):
+            return "error", (f"--entry {entry} did not finish within {timeout:g} s; it was stopped "
+                             "(raise --timeout if it is only slow)")
+        msg = recv.recv()
+    except EOFError:  # the child ended without a word: os._exit, a signal, a crash
+        child.join(5)
+        return "error", (f"--entry {entry} ended the audit's process (exit code {child.exitcode}) "
+                         "before the audit finished")
+    finally:
+        if child.is_alive():
+            child.kill()
+        child.join(5)
+        recv.close()
+    return msg
+
+
+def _child(options: dict[str, Any], send: Any) -> None:
+    """The child's side of :func:`run_contained`: one message, then exit."""
+    import traceback
+
+    entry = options["entry"]
+    try:
+        send.send(("done", _audit(options)))
+    except SystemExit as exc:
+        send.send(("error", f"--entry {entry} called sys.exit({exc.code!r}) before the audit "
+                            "finished; an audit that did not run is not a pass"))
+    except BaseException as exc:  # noqa: BLE001 - every failure of user code is reported
+        text = f"{type(exc).__name__}: {exc}"
+        frames = traceback.extract_tb(exc.__traceback__)
+        ours = bool(frames) and "/mutransfer/" in frames[-1].filename.replace("\\", "/")
+        if "set_base_shapes" in text or "infshape" in text:
+            send.send(("error", f"--entry {entry}: the model has mup layers but no base shapes; call "
+                                "mup.set_base_shapes(model, base_model) in the entry before building "
+                                "the optimizer"))
+        elif ours and isinstance(exc, ValueError):  # our own check of what the entry returned
+            send.send(("error", str(exc)))
+        else:
+            tail = traceback.format_exception(type(exc), exc, exc.__traceback__)
+            lines = "".join(tail).rstrip().splitlines()[-TRACEBACK_TAIL:]
+            send.send(("error", f"--entry {entry} raised {text.splitlines()[0]}\n"
+                                + "\n".join("  | " + ln for ln in lines)))
+    finally:
+        send.close()
+
+
+def _audit(options: dict[str, Any]) -> dict[str, Any]:
+    from mutransfer.audit import audit, load_entry
+
+    if options["user_code"]:
+        builder = load_entry(options["entry"])
+    else:
+        builder = _ours(options["entry"], min(options["widths"]) if options["base_width"] is None
+                        else options["base_width"])
+    example_input = load_entry(options["input"]) if options["input"] else None
+    result = audit(builder, widths=options["widths"], base_width=options["base_width"],
+                   example_input=example_input,
+                   coord_check=not options["no_coord_check"], steps=options["steps"],
+                   seeds=options["seeds"], tol=options["tol"], coord_tol=options["coord_tol"],
+                   depths=options["depths"], depth_alpha=options["depth_alpha"], name=options["entry"])
+    return {"json": result.to_json_dict(), "report": result.report(), "passed": bool(result.passed)}
 
 
 def _ours(spec: str, base_width: int) -> Any:

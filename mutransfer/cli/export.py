@@ -21,19 +21,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mutransfer._io import atomic_write_text
+    from mutransfer._io import atomic_write_text, check_output
     from mutransfer.card import load_card
     from mutransfer.export import ENGINES, export_card
 
     if args.engine not in ENGINES:  # before reading anything
         raise ValueError(f"unknown engine {args.engine!r}; choose from {', '.join(ENGINES)}")
+    check_output(args.out, inputs=[("the card", args.card), ("the --hf-config", args.hf_config)])
+    if args.hf_config and not Path(args.hf_config).exists():  # a hub id: never a request
+        raise ValueError(f"--hf-config {args.hf_config!r} is not a local file or folder; mutransfer never "
+                         "downloads: give a config.json or a saved model's folder")
     card = load_card(args.card)
     model = None
     if args.hf_config:
         import torch
         import transformers
 
-        cfg = transformers.AutoConfig.from_pretrained(args.hf_config)  # a local file: no download
+        cfg = transformers.AutoConfig.from_pretrained(args.hf_config, local_files_only=True)
         with torch.device("meta"):
             model = transformers.AutoModelForCausalLM.from_config(cfg)
     export = export_card(card, args.engine, model=model)

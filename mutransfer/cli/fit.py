@@ -27,7 +27,7 @@ import math
 from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from mutransfer.cli._common import MAX_N_BOOT, bounded_int, positive_float, print_json
+from mutransfer.cli._common import MAX_N_BOOT, MAX_SEED, bounded_int, positive_float, print_json
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -64,7 +64,8 @@ def add_table_flags(p: argparse.ArgumentParser, n_boot: int = 1000) -> None:
     p.add_argument("--n-boot", type=bounded_int(0, MAX_N_BOOT, "--n-boot"), default=n_boot,
                    help=f"bootstrap resamples for the intervals (default {n_boot}; 0: no intervals)")
     p.add_argument("--ci", type=float, default=0.95, help="interval level (default 0.95)")
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    p.add_argument("--seed", type=bounded_int(0, MAX_SEED, "--seed"), default=0,
+                   help="bootstrap seed (default 0)")
 
 
 def _output_flags(p: argparse.ArgumentParser) -> None:
@@ -132,7 +133,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     lo.add_argument("--loss", default="loss", help="loss column (default loss)")
     lo.add_argument("--saturating", action="store_true",
                     help="fit L(x) = E + A/x^alpha in --n alone (e.g. compute, for L(C))")
-    lo.add_argument("--n-jobs", type=int, default=2, help="threads for the start grid (default 2)")
+    lo.add_argument("--n-jobs", type=bounded_int(1, 1024, "--n-jobs"), default=2,
+                    help="threads for the start grid (default 2)")
     _output_flags(lo)
 
     sc = sub.add_parser("scaling", help="eta*(B, D) and B*(D) power laws from a batch x budget x "
@@ -486,7 +488,7 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.out and not args.json:
         raise ValueError("give --out FIT.json (or --json to print the fit)")
-    check_output(args.out, inputs=[args.results])  # before the fit, never onto its input
+    check_output(args.out, inputs=[("the results table", args.results)])  # before the fit
     check_level(args.ci)
     result = FITTERS[args.kind](args)
     text = dumps(result)

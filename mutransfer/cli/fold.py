@@ -21,11 +21,12 @@ def run(args: argparse.Namespace) -> int:
 
     import torch
 
-    from mutransfer._io import atomic_path
-    from mutransfer.checkpoint import load_checkpoint
+    from mutransfer._io import atomic_path, check_output
+    from mutransfer.checkpoint import load_checkpoint, state_dict_error
     from mutransfer.fold import PLAIN_FORMAT, fold
     from mutransfer.train import TrainConfig, build_parametrization
 
+    check_output(args.out, inputs=[("the checkpoint", args.checkpoint)])  # never onto a resumable run
     doc = load_checkpoint(args.checkpoint)
     if "config" not in doc or "wte.weight" not in doc["model"]:
         raise ValueError(f"checkpoint {args.checkpoint!r} holds no trainer config or GPT weights")
@@ -37,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         model.load_state_dict(doc["model"])
     except RuntimeError as exc:
         raise ValueError(f"checkpoint {args.checkpoint!r} does not fit its own config: "
-                         f"{str(exc).splitlines()[0]}") from None
+                         f"{state_dict_error(exc)}") from None
     idx = torch.zeros(1, min(8, gcfg.seq_len), dtype=torch.long)
     report = fold(model, lambda m: m(idx))
     plain_cfg = gcfg.replace(tie_embeddings=gcfg.tie_embeddings and not report["untied"])

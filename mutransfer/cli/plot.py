@@ -15,7 +15,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from mutransfer.cli._common import float_list, positive_float, print_json
+from mutransfer.cli._common import bounded_int, float_list, positive_float, print_json
 from mutransfer.cli.fit import (
     add_scaling_columns,
     add_table_flags,
@@ -95,7 +95,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     ll.add_argument("--loss", default="loss", help="loss column (default loss)")
     ll.add_argument("--compute", type=float_list, default=None, metavar="C1,C2,...",
                     help="FLOP budgets of the iso-FLOP lines (default: 5 spanning the data)")
-    ll.add_argument("--n-jobs", type=int, default=2, help="threads for the start grid (default 2)")
+    ll.add_argument("--n-jobs", type=bounded_int(1, 1024, "--n-jobs"), default=2,
+                    help="threads for the start grid (default 2)")
     _output(ll)
 
     sc = sub.add_parser("scaling", help="eta*(B, D) per budget and B*(D), with bootstrap bands",

@@ -20,11 +20,12 @@ import argparse
 import sys
 from typing import Any
 
-from mutransfer.cli._common import key_value, seed_list
+from mutransfer.cli._common import MAX_SEED, bounded_int, key_value, seed_list
 
 HELP = "Optuna sweeps over proxies: lr | batch | scaling | run | worker | status | export"
 
-_EPILOG = ("Storage: default OUT/optuna.journal (many workers on one machine); "
+_EPILOG = ("Storage: default OUT/optuna.journal (many workers on one machine; --out with "
+           "$MUTRANSFER_STORAGE set is an error, pass --storage); "
            "postgresql://user:pw@host/db for many machines (put it in $MUTRANSFER_STORAGE or a "
            "chmod-600 --storage-file, not on the command line, where ps shows it); sqlite:/// for "
            "one worker. Dashboard: optuna-dashboard OUT/optuna.journal (or the URL).")
@@ -54,6 +55,13 @@ def _int(text: str) -> int:
     return int(v)
 
 
+def _octave(text: str) -> float:
+    v = float(text)  # 2^2000 is beyond a float; 2^64 is no learning rate
+    if not abs(v) <= 64:
+        raise ValueError(text)
+    return v
+
+
 def _log2_range(text: str) -> tuple[float, float, float]:
     parts = text.split(":")
     try:
@@ -63,6 +71,8 @@ def _log2_range(text: str) -> tuple[float, float, float]:
             f"--log2-lr {text!r} must be MIN:MAX[:STEP], e.g. -14:-3:1") from None
     if len(nums) not in (2, 3):
         raise argparse.ArgumentTypeError(f"--log2-lr {text!r} must be MIN:MAX[:STEP], e.g. -14:-3:1")
+    if not all(abs(x) <= 64 for x in nums[:2]):
+        raise argparse.ArgumentTypeError(f"--log2-lr {text!r}: MIN and MAX must lie in [-64, 64]")
     return (nums[0], nums[1], nums[2] if len(nums) == 3 else 1.0)
 
 
@@ -130,7 +140,7 @@ def _add_run_flags(p: argparse.ArgumentParser, kind: str) -> None:
                        help="batch (sequences) of --lr-center (default: the smallest batch)")
         p.add_argument("--lr-batch-exponent", type=float, default=None,
                        help="the centre moves as batch^exponent (default 0.5)")
-        p.add_argument("--log2-lr-offsets", type=_list(float, "a number"), default=None,
+        p.add_argument("--log2-lr-offsets", type=_list(_octave, "a number in [-64, 64]"), default=None,
                        help="octaves around the centre (default -1.5,-1,...,1.5)")
         p.add_argument("--warmup-tokens", type=_int, default=None,
                        help="warmup in tokens at every batch (default 10%% of the smallest budget)")
@@ -140,24 +150,28 @@ def _add_run_flags(p: argparse.ArgumentParser, kind: str) -> None:
                        help="after the sweep: the held-out audit (fit without the largest budget, "
                             "then without the largest batch; run each predicted config) -> OUT/AUDIT.json")
         p.add_argument("--audit-out", default=None, help="where --holdout writes (default OUT/AUDIT.json)")
-    p.add_argument("--steps", type=int, default=None, help="training steps per trial")
+    p.add_argument("--steps", type=bounded_int(1, 10**9, "--steps"), default=None,
+                   help="training steps per trial")
     p.add_argument("--batch-size", type=int, default=None, help="sequences per batch (lr/run sweeps)")
     p.add_argument("--set", dest="settings", type=key_value, action="append", default=[], metavar="KEY=VALUE",
                    help="any TrainConfig field shared by all trials (repeatable)")
     p.add_argument("--out", default=None, help="output directory (journal, spec, worker logs)")
     _add_storage_flags(p, "default OUT/optuna.journal, else $MUTRANSFER_STORAGE")
     p.add_argument("--study", default=None, help="study name (default: the sweep kind)")
-    p.add_argument("--workers", type=int, default=None,
+    p.add_argument("--workers", type=bounded_int(1, 4096, "--workers"), default=None,
                    help="worker processes (default: one per CPU core, or one per GPU with --device cuda)")
-    p.add_argument("--trials", type=int, default=None, help="adaptive samplers: trials per group (default 8)")
+    p.add_argument("--trials", type=bounded_int(1, 10**6, "--trials"), default=None,
+                   help="adaptive samplers: trials per group (default 8)")
     p.add_argument("--sampler", choices=("grid", "tpe", "gp", "random"), default=None,
                    help="grid (default) or an adaptive LR search")
     p.add_argument("--pruner", choices=("divergence", "median", "hyperband"), default=None,
                    help="divergence only (default, unbiased LR curves) | median | hyperband")
-    p.add_argument("--sampler-seed", type=int, default=None, help="sampler seed (default 0)")
+    p.add_argument("--sampler-seed", type=bounded_int(0, MAX_SEED, "--sampler-seed"), default=None,
+                   help="sampler seed (default 0)")
     p.add_argument("--device", default=None, help="cpu | cuda | mps (default: the trainer's auto)")
-    p.add_argument("--heartbeat", type=int, default=10, help="heartbeat interval in s (default 10)")
-    p.add_argument("--grace", type=int, default=60,
+    p.add_argument("--heartbeat", type=bounded_int(1, 86400, "--heartbeat"), default=10,
+                   help="heartbeat interval in s (default 10)")
+    p.add_argument("--grace", type=bounded_int(2, 10**6, "--grace"), default=60,
                    help="s without heartbeat before a trial is retried (default 60)")
     p.add_argument("--fuse", type=_fuse, default=None, metavar="K|auto",
                    help=_FUSE_HELP + " (default 1)")
@@ -190,6 +204,13 @@ def _storage(args: argparse.Namespace, fallback: str | None) -> str:
 
     if out is None and os.environ.get(STORAGE_ENV):
         return resolve_storage(os.environ[STORAGE_ENV])
+    if out is not None and os.environ.get(STORAGE_ENV):  # never a silent local study
+        from sweeps.storage import mask_url
+
+        raise ValueError(f"--out {out} would keep the study in {out}/optuna.journal, but ${STORAGE_ENV} is "
+                         f"set ({mask_url(os.environ[STORAGE_ENV])}), where other workers look for it; "
+                         f"pass --storage {out}/optuna.journal for the local journal, or drop --out to use "
+                         f"${STORAGE_ENV}")
     return resolve_storage(fallback, out)
 
 
@@ -210,8 +231,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                        description="join an existing study (from any machine)")
     _add_storage_flags(w, "journal file, output directory or URL; default $MUTRANSFER_STORAGE")
     w.add_argument("--study", default=None, help="study name (default: the only one)")
-    w.add_argument("--max-trials", type=int, default=None, help="stop after this many trials")
-    w.add_argument("--worker-index", type=int, default=0, help="offsets the sampler seed")
+    w.add_argument("--max-trials", type=bounded_int(1, 10**9, "--max-trials"), default=None,
+                   help="stop after this many trials")
+    w.add_argument("--worker-index", type=bounded_int(0, 10**6, "--worker-index"), default=0,
+                   help="offsets the sampler seed")
     w.add_argument("--fuse", type=_fuse, default=None, metavar="K|auto",
                    help=_FUSE_HELP + " (default: the study's --fuse)")
     s = sub.add_parser("status", help="counts by state and the best trial per group",
@@ -330,8 +353,9 @@ def run(args: argparse.Namespace) -> int:
         _print_status(status(study), args.json)
         return 0
     from mutransfer._io import check_output
+    from sweeps.storage import storage_files
 
-    check_output(args.out, inputs=[url[len("journal:"):]] if url.startswith("journal:") else [])
+    check_output(args.out, inputs=[("the study's storage", f) for f in storage_files(url)])
     df = results_table(study, include_failed=args.all)
     path = write_table(df, args.out)
     summary = {"study": study.study_name, "rows": len(df), "out": str(path),
@@ -373,6 +397,13 @@ def _write_best_config(study: Any, out: str | None, quiet: bool) -> str | None:
     return str(path)
 
 
+def _shown(url: str) -> str:
+    """The storage as printed and recorded: ``journal:PATH``, or the URL with no password."""
+    from sweeps.storage import mask_url
+
+    return mask_url(url)
+
+
 def _run_sweep(args: argparse.Namespace, kind: str) -> int:
     from sweeps.export import status
     from sweeps.runners import DEFAULT_RUNNER
@@ -394,11 +425,22 @@ def _run_sweep(args: argparse.Namespace, kind: str) -> int:
             raise ValueError("--holdout writes AUDIT.json: give --out or --audit-out")
         from pathlib import Path
 
+        from sweeps.audit import check_holdout
+
+        check_holdout(spec)  # before the first trial, not after the whole sweep
         audit_path = Path(args.audit_out) if args.audit_out else Path(args.out) / "AUDIT.json"
     url = _storage(args, None)
     from mutransfer._io import check_output
+    from sweeps.storage import storage_files
 
     check_output(args.out, directory=True)  # a re-run into the same --out resumes its study
+    if audit_path is not None:  # never onto the study, the spec or the audit's own cache
+        written = [("the study's storage", f) for f in storage_files(url)]
+        written.append(("the audit's run cache", audit_path.with_name("audit_runs.json")))
+        if args.out is not None:
+            written.append(("the sweep's spec copy", Path(args.out) / "sweep.yaml"))
+        check_output(audit_path, inputs=[("the sweep spec", args.spec)], outputs=written,
+                     flag="--audit-out")
     if args.workers is not None:
         check_workers(url, args.workers)
     if args.prepare_only:
@@ -407,6 +449,7 @@ def _run_sweep(args: argparse.Namespace, kind: str) -> int:
         plan = prepare(spec, url, study_name=args.study, runner=args.runner or DEFAULT_RUNNER,
                        heartbeat_interval=args.heartbeat, grace_period=args.grace,
                        workers=args.workers or 1, fuse=args.fuse)
+        print(f"mutransfer sweep {kind}: storage {_shown(url)}", file=sys.stderr)
         print(f"study {plan.study_name}: {plan.total} trials planned, {plan.finished} finished, "
               f"{plan.enqueued} enqueued now; join with: {join_hint(url, plan.study_name)}",
               file=sys.stderr)
@@ -414,9 +457,10 @@ def _run_sweep(args: argparse.Namespace, kind: str) -> int:
     res = run_sweep(spec, out=args.out, storage=url, study_name=args.study, workers=args.workers,
                     device=args.device, runner=args.runner, quiet=args.quiet,
                     heartbeat_interval=args.heartbeat, grace_period=args.grace, fuse=args.fuse)
+    print(f"mutransfer sweep {kind}: storage {_shown(url)}", file=sys.stderr)  # where the study now is
     study, _ = open_study(url, res.plan.study_name)
     st = status(study)
-    st["storage"] = url if url.startswith("journal:") else None
+    st["storage"] = _shown(url)
     st["wall_s"] = res.wall_s
     st["workers"] = res.workers
     if holdout and res.complete:

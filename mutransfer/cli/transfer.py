@@ -151,8 +151,10 @@ def check_flags(args: argparse.Namespace) -> None:
     if args.warmup_tokens is not None and args.warmup_fraction is not None:
         raise ValueError("give --warmup-tokens or --warmup-fraction, not both")
     # before the work, never onto an input
-    check_output(args.out, inputs=[args.results, args.fit, args.scaling_fit, args.audit, args.model_config,
-                                   args.proxy_config])
+    check_output(args.out, inputs=[("the --results", args.results), ("the --fit", args.fit),
+                                   ("the --scaling-fit", args.scaling_fit), ("the --audit", args.audit),
+                                   ("the --model-config", args.model_config),
+                                   ("the --proxy-config", args.proxy_config)])
 
 
 def run(args: argparse.Namespace) -> int:
@@ -320,8 +322,10 @@ def read_audit(path: str) -> dict[str, Any]:
     (loss / best − 1) of at most 0.25%."""
     import json
 
+    from mutransfer._io import read_text
+
     try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        doc = json.loads(read_text(path, "audit file"))
     except FileNotFoundError:
         raise ValueError(f"audit file {path!r} does not exist") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -537,8 +541,10 @@ def optimum_from_fit(path: str, group: str | None, parametrization: str
     import json
     from pathlib import Path
 
+    from mutransfer._io import read_text
+
     try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        doc = json.loads(read_text(path, "fit file"))
     except FileNotFoundError:
         raise ValueError(f"fit file {path!r} does not exist") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -547,6 +553,7 @@ def optimum_from_fit(path: str, group: str | None, parametrization: str
     if not isinstance(fits, list) or not fits or not all(
             isinstance(f, dict) and "x_opt" in f for f in fits):
         raise ValueError(f"{path} is not the output of `mutransfer fit optimum` (no fits with x_opt)")
+    _check_fit_entries(path, fits)
     x = doc.get("x")
     if x is not None and "lr" not in str(x).lower() and "learning" not in str(x).lower():
         raise ValueError(f"{path} holds the optimum of {x!r}, not of a learning rate")
@@ -593,3 +600,26 @@ def optimum_from_fit(path: str, group: str | None, parametrization: str
                                   "any_at_edge": any(bool(f.get("at_edge")) for f in cands),
                                   "slope": None, "slope_ci": None}
     return float(lr), projected, source, widths
+
+
+def _check_fit_entries(path: str, fits: list[dict]) -> None:
+    """Each fit of an optimum JSON has the shape `fit optimum` writes: a ``group`` mapping
+    (or null) whose ``width`` is a positive number, ``x_opt`` a number or null, ``ci`` a pair
+    of numbers or nulls. One ValueError naming the field, never a TypeError later."""
+    def number(v: Any) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+    for i, f in enumerate(fits):
+        where = f"fit file {path!r}: fits[{i}]"
+        group = f.get("group")
+        if group is not None and not isinstance(group, dict):
+            raise ValueError(f"{where}.group must be a mapping of column: value, got {group!r}")
+        width = (group or {}).get("width")
+        if width is not None and not (number(width) and 0 < width < math.inf):
+            raise ValueError(f"{where}.group.width must be a positive number, got {width!r}")
+        if f["x_opt"] is not None and not number(f["x_opt"]):
+            raise ValueError(f"{where}.x_opt must be a number or null, got {f['x_opt']!r}")
+        ci = f.get("ci")
+        if ci is not None and not (isinstance(ci, list) and len(ci) == 2
+                                   and all(v is None or number(v) for v in ci)):
+            raise ValueError(f"{where}.ci must be an interval [lo, hi] (numbers or null), got {ci!r}")

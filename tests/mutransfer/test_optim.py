@@ -133,3 +133,41 @@ def test_qk_clip_in_training_keeps_logits_bounded() -> None:
     free = Trainer(cfg.replace(qk_clip=False, max_logit_every=1)).run()
     free_late = [h["max_attn_logit"] for h in free.history[10:] if h["max_attn_logit"] is not None]
     assert max(free_late) > 4 * max(late)
+
+
+@pytest.mark.parametrize("kind", ["mup", "muon"])
+def test_torch_lr_schedulers_drive_build_optimizers_result(kind: str) -> None:
+    """LambdaLR and OneCycleLR accept the result (Muon + AdamW included): after k steps each
+    group's LR is its own base x multiplier times the schedule, so the μP ratios between
+    groups hold, and a training step still moves every parameter."""
+    pz = Parametrization(lambda w: GPT(G.replace(width=w)), width=64, base_width=32, kind=kind)
+    model = pz.build(seed=0)
+    opt = build_optimizer(pz.param_groups(model, 1e-2), "muon" if kind == "muon" else "adamw")
+    assert isinstance(opt, torch.optim.Optimizer)
+    start = [g["lr"] for g in opt.param_groups]
+    assert kind == "muon" or len(set(start)) > 1  # μP's multipliers differ between groups
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 0.5**step)
+    idx = torch.randint(0, G.vocab_size, (2, G.seq_len))
+    before = [p.detach().clone() for p in model.parameters()]
+    for _ in range(3):
+        opt.zero_grad()
+        _, loss = model(idx, idx)
+        loss.backward()
+        opt.step()
+        sched.step()
+    assert [g["lr"] for g in opt.param_groups] == pytest.approx([lr * 0.5**3 for lr in start], rel=1e-12)
+    assert all(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    for g, lr in zip(opt.param_groups, start):  # a fresh scheduler starts again from each group's LR
+        g["lr"] = lr
+        g.pop("initial_lr")
+    # Muon's momentum and AdamW's betas differ in name: over both, cycle only the LR
+    cycle = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=start, total_steps=10, pct_start=0.3,
+                                                cycle_momentum=kind != "muon")
+    first = [g["lr"] for g in opt.param_groups]
+    assert first == pytest.approx([lr / 25 for lr in start], rel=1e-12)  # div_factor 25
+    for _ in range(2):  # the peak is at step pct_start x total_steps - 1 = 2
+        opt.step()
+        cycle.step()
+    assert [g["lr"] for g in opt.param_groups] == pytest.approx(start, rel=1e-12)  # the peak, per group
+    state = opt.state_dict()
+    assert set(state) == {"optimizers"}  # the checkpoint format is unchanged
