@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import uuid
 from collections import Counter
 
 import optuna
@@ -61,13 +63,24 @@ def test_sweep_lr_opens_the_journal_once_in_the_parent(tmp_path, capsys, opened,
     assert cap.err.count("storage:") == 1
 
 
-def test_sweep_lr_opens_an_rdb_once_in_the_parent(tmp_path, capsys, opened) -> None:
-    url = f"sqlite:///{tmp_path / 's.db'}"
-    assert mutransfer.cli.main(["sweep", "lr", "--widths", "32", "-p", "mup", "--lrs", "0.001",
-                                "--out", str(tmp_path / "d"), "--storage", url, "--workers", "1",
-                                "--quiet", *SYN]) == 0
-    assert opened == Counter({"RDBStorage": 1})  # opened with the heartbeat, reused for the rest
-    assert f"storage: sqlite {url}" in capsys.readouterr().err
+PG_URL = os.environ.get("MUTRANSFER_TEST_POSTGRES_URL")
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgresql", marks=pytest.mark.skipif(
+    not PG_URL, reason="MUTRANSFER_TEST_POSTGRES_URL is unset; start a server with: "
+    "eval \"$(bash .ci/postgres.sh)\""))])
+def test_sweep_lr_opens_an_rdb_once_in_the_parent(tmp_path, capsys, opened, kind) -> None:
+    url = f"sqlite:///{tmp_path / 's.db'}" if kind == "sqlite" else str(PG_URL)
+    study = f"lr-{uuid.uuid4().hex[:8]}"
+    try:
+        assert mutransfer.cli.main(["sweep", "lr", "--widths", "32", "-p", "mup", "--lrs", "0.001",
+                                    "--out", str(tmp_path / "d"), "--storage", url, "--study", study,
+                                    "--workers", "1", "--quiet", *SYN]) == 0
+        assert opened == Counter({"RDBStorage": 1})  # opened with the heartbeat, reused for the rest
+        assert f"storage: {kind} {Storage.resolve(url).masked}" in capsys.readouterr().err
+    finally:
+        if kind == "postgresql":
+            optuna.delete_study(study_name=study, storage=url)
 
 
 def test_a_worker_builds_its_storage_from_the_environment(tmp_path, monkeypatch, opened) -> None:
