@@ -173,16 +173,20 @@ class Storage:
     this object, or a string it resolves once.
 
     Attributes: ``url`` (``journal:/abs/path`` or the RDB URL, password included: for Optuna
-    and the workers' environment only) and ``kind`` (``journal``, ``sqlite``, or the RDB
-    dialect: ``postgresql``, ``mysql``, ...)."""
+    and the workers' environment only), ``kind`` (``journal``, ``sqlite``, or the RDB
+    dialect: ``postgresql``, ``mysql``, ...), ``journal`` (a journal file: it has no
+    heartbeat of its own, so workers record theirs as trial attrs) and ``path`` (the journal
+    file, None for an RDB)."""
 
-    __slots__ = ("_key", "_opened", "kind", "url")
+    __slots__ = ("_key", "_opened", "journal", "kind", "path", "url")
 
     def __init__(self, url: str) -> None:
         """``url`` already normalized (``journal:/abs/path`` or an RDB URL): use :meth:`resolve`."""
         self.url = url  # with its password: for Optuna and the workers' environment only
         m = _SCHEME.match(url)
         self.kind = m.group("scheme").lower().split("+", 1)[0] if m else "rdb"
+        self.journal = self.kind == "journal"
+        self.path = Path(url[len("journal:"):]) if self.journal else None
         self._opened: optuna.storages.BaseStorage | None = None
         self._key: tuple[int, int, StaleCallback | None] | None = None
 
@@ -209,16 +213,6 @@ class Storage:
         if out is None and os.environ.get(STORAGE_ENV):
             return cls.resolve(os.environ[STORAGE_ENV])
         return cls.resolve(default, out)
-
-    @property
-    def journal(self) -> bool:
-        """A journal file: no heartbeat of its own, so workers record theirs as trial attrs."""
-        return self.kind == "journal"
-
-    @property
-    def path(self) -> Path | None:
-        """The journal file, or None for an RDB."""
-        return Path(self.url[len("journal:"):]) if self.journal else None
 
     @property
     def masked(self) -> str:
