@@ -1,8 +1,9 @@
 """A study as a sweep worker holds it, on Optuna's public API only.
 
 Optuna keeps a study's storage private, so :class:`SweepStudy` (an ``optuna.Study``
-opened by :func:`sweeps.worker.open_study`) also keeps the storage it was opened on, with
-the study's id, and adds the few storage-level steps the workers need, each on
+opened by :func:`sweeps.worker.open_study`) also keeps where it lives
+(:class:`sweeps.storage.Storage`), the Optuna storage it was opened on, with the study's
+id, and adds the few storage-level steps the workers need, each on
 ``optuna.storages.BaseStorage``'s public methods:
 
 * :meth:`SweepStudy.claim`: take WAITING trials. The WAITING -> RUNNING transition of
@@ -10,7 +11,8 @@ the study's id, and adds the few storage-level steps the workers need, each on
   for a trial exactly one gets it, the other skips it. Unlike ``study.ask`` it never
   creates a new, unplanned trial when nothing waits.
 * :meth:`SweepStudy.fail`: the RUNNING -> FAIL transition (the recovery sweeper).
-* :meth:`SweepStudy.set_trial_attr` / :meth:`SweepStudy.heartbeat` on a trial by number.
+* :meth:`SweepStudy.set_trial_attr` / :meth:`SweepStudy.heartbeat` on a trial by number;
+  :class:`Heartbeat` beats for a running group from a thread.
 
 :func:`run_group` is a trial's life after the claim: owned, started (parameters and
 provenance recorded), run (alone, or fused with others), told.

@@ -6,7 +6,10 @@
 * ``postgresql://...``, ``mysql://...``, ``sqlite:///...``: ``RDBStorage`` with a heartbeat,
   so other workers fail and retry the trial of a crashed one. SQLite is for one worker.
 
-Open it in the dashboard with ``optuna-dashboard URL`` (for a journal:
+:class:`Storage` is built once per process from the user's input (:meth:`Storage.resolve`,
+:meth:`Storage.from_user`) and handed to everything that needs the storage: it knows its
+kind, its masked form, the Optuna storage it opens (once) and what a worker needs in its
+environment. Open it in the dashboard with ``optuna-dashboard URL`` (for a journal:
 ``optuna-dashboard OUT/optuna.journal``).
 """
 
