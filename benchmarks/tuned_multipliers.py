@@ -51,7 +51,7 @@ def tune(trials: int, out: Path, steps: int | None = None) -> tuple[dict[str, An
     base = dict(spec.base) if steps is None else {**spec.base, **_short(steps)}
     spec = dataclasses.replace(spec, trials=trials, base=base)
     res = run_sweep(spec, out=out, workers=1, device="cpu", quiet=True)
-    study, _ = open_study(res.plan.storage_url, res.plan.study_name)
+    study, _ = open_study(res.plan.storage, res.plan.study_name)
     done = [t for t in study.trials if t.value is not None and math.isfinite(t.value)
             and not t.user_attrs.get("diverged")]
     if not done:

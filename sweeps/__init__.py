@@ -41,14 +41,14 @@ if TYPE_CHECKING:
         resolve_config,
         spec_from_dict,
     )
-    from sweeps.storage import open_storage, resolve_storage
+    from sweeps.storage import Storage
     from sweeps.study import Plan, SweepResult, prepare, run_sweep
     from sweeps.worker import SweepSettings, open_study, spawn_workers, work
 
 _EXPORTS: dict[str, str] = {
     "SweepSpec": "sweeps.spec", "LRSweep": "sweeps.spec", "BatchSweep": "sweeps.spec",
     "GridSweep": "sweeps.spec", "load_spec": "sweeps.spec", "spec_from_dict": "sweeps.spec",
-    "resolve_storage": "sweeps.storage", "open_storage": "sweeps.storage",
+    "Storage": "sweeps.storage",
     "DEFAULT_RUNNER": "sweeps.runners", "load_runner": "sweeps.runners",
     "train_runner": "sweeps.runners", "synthetic_runner": "sweeps.runners",
     "resolve_config": "sweeps.spec", "worst_case_loss": "sweeps.objective",
@@ -71,8 +71,8 @@ __all__ = [
     "MultiplierSweep", "Plan", "ScalingSweep", "best_config",
     "SweepResult", "run_holdout_audit",
     "SweepSettings", "SweepSpec", "SweepStudy", "best_per_group", "check_trials", "registered_runners",
-    "run_group", "load_runner", "load_spec", "open_storage",
-    "open_study", "prepare", "requeue", "resolve_config", "resolve_storage", "results_table",
+    "run_group", "load_runner", "load_spec", "Storage",
+    "open_study", "prepare", "requeue", "resolve_config", "results_table",
     "run_sweep", "spawn_workers", "spec_from_dict", "status", "study_counts", "sweep_stale",
     "synthetic_runner", "train_runner", "work", "worst_case_loss", "write_table",
 ]

@@ -1,8 +1,9 @@
 """A study as a sweep worker holds it, on Optuna's public API only.
 
 Optuna keeps a study's storage private, so :class:`SweepStudy` (an ``optuna.Study``
-opened by :func:`sweeps.worker.open_study`) also keeps the storage it was opened on, with
-the study's id, and adds the few storage-level steps the workers need, each on
+opened by :func:`sweeps.worker.open_study`) also keeps where it lives
+(:class:`sweeps.storage.Storage`), the Optuna storage it was opened on, with the study's
+id, and adds the few storage-level steps the workers need, each on
 ``optuna.storages.BaseStorage``'s public methods:
 
 * :meth:`SweepStudy.claim`: take WAITING trials. The WAITING -> RUNNING transition of
@@ -10,7 +11,8 @@ the study's id, and adds the few storage-level steps the workers need, each on
   for a trial exactly one gets it, the other skips it. Unlike ``study.ask`` it never
   creates a new, unplanned trial when nothing waits.
 * :meth:`SweepStudy.fail`: the RUNNING -> FAIL transition (the recovery sweeper).
-* :meth:`SweepStudy.set_trial_attr` / :meth:`SweepStudy.heartbeat` on a trial by number.
+* :meth:`SweepStudy.set_trial_attr` / :meth:`SweepStudy.heartbeat` on a trial by number;
+  :class:`Heartbeat` beats for a running group from a thread.
 
 :func:`run_group` is a trial's life after the claim: owned, started (parameters and
 provenance recorded), run (alone, or fused with others), told.
@@ -21,8 +23,11 @@ from __future__ import annotations
 import inspect
 import math
 import os
+import threading
+import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import optuna
@@ -30,22 +35,26 @@ import optuna
 from sweeps import attrs
 from sweeps.objective import _jsonable, full_config, suggest_params, told
 from sweeps.provenance import git_revision, hostname, package_versions, process_start_ticks
-from sweeps.recovery import Heartbeat
 from sweeps.runners import FusedRunner, Report, Runner
 from sweeps.spec import SweepSpec, resolve_config
 
 if TYPE_CHECKING:
-    from optuna.storages import BaseStorage
     from optuna.trial import FrozenTrial
+
+    from sweeps.storage import Storage
 
 
 class SweepStudy(optuna.Study):
-    """An ``optuna.Study`` that also holds its storage (``storage``) and id (``study_id``)."""
+    """An ``optuna.Study`` that also holds where it lives (``location``, a
+    :class:`sweeps.storage.Storage`), the Optuna storage this process opened there
+    (``storage``) and its id (``study_id``)."""
 
-    def __init__(self, study_name: str, storage: BaseStorage,
+    def __init__(self, study_name: str, location: Storage,
                  sampler: optuna.samplers.BaseSampler | None = None,
                  pruner: optuna.pruners.BasePruner | None = None) -> None:
+        storage = location.open()
         super().__init__(study_name=study_name, storage=storage, sampler=sampler, pruner=pruner)
+        self.location = location
         self.storage = storage
         self.study_id = storage.get_study_id_from_name(study_name)
         self._ids_by_number: dict[int, int] = {}
@@ -98,14 +107,59 @@ class SweepStudy(optuna.Study):
         """A user attr of trial ``number`` (raises UpdateFinishedTrialError once it is finished)."""
         self.storage.set_trial_user_attr(self.trial_id(number), key, value)
 
-    def heartbeat(self, number: int, journal: bool) -> None:
+    def heartbeat(self, number: int) -> None:
         """One heartbeat of a held trial: the RDB's own, or a timestamp attr in a journal."""
-        import time
-
-        if journal:
+        if self.location.journal:
             self.set_trial_attr(number, attrs.HEARTBEAT, time.time())
         else:
             self.storage.record_heartbeat(self.trial_id(number))
+
+
+class Heartbeat:
+    """Context manager: a daemon thread that keeps running trials' heartbeats fresh.
+
+    ``trials`` are trial numbers, one or several (a fused group: one thread beats for all
+    its members). A trial that can no longer be beaten (finished elsewhere, e.g. failed by
+    another worker's stale sweep) is dropped; the others keep beating.
+    """
+
+    def __init__(self, study: SweepStudy, trials: int | Sequence[int], interval: float) -> None:
+        self.study = study
+        self.numbers = [trials] if isinstance(trials, int) else list(trials)
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="sweeps-heartbeat", daemon=True)
+
+    def beat(self) -> None:
+        """Beat every trial still held; raises if none could be beaten."""
+        alive = []
+        error: Exception | None = None
+        for number in self.numbers:
+            try:
+                self.study.heartbeat(number)
+                alive.append(number)
+            except Exception as exc:  # finished elsewhere: stop beating this one only
+                error = exc
+        self.numbers = alive
+        if not alive and error is not None:
+            raise error
+
+    def _loop(self) -> None:
+        while self.numbers and not self._stop.wait(self.interval):
+            try:
+                self.beat()
+            except Exception:  # every trial finished elsewhere, storage hiccup: stop beating
+                return
+
+    def __enter__(self) -> Heartbeat:
+        self.beat()
+        self._thread.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self.interval + 5)
 
 
 # ---- one run: claimed -> started -> run -> told ---------------------------------------------
@@ -117,7 +171,6 @@ def run_group(
     runner: Runner,
     *,
     fused_runner: FusedRunner | None = None,
-    journal: bool,
     heartbeat_interval: float,
     sampler_seed: int,
     progress: bool = False,
@@ -150,7 +203,7 @@ def run_group(
         return [o or "lost" for o in outcomes]
     full = _is_train_runner(runner)
     try:
-        with Heartbeat(study, [trials[i].number for i in claimed], heartbeat_interval, journal):
+        with Heartbeat(study, [trials[i].number for i in claimed], heartbeat_interval):
             live: list[int] = []
             configs: list[dict[str, Any]] = []
             for i in claimed:

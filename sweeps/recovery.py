@@ -9,6 +9,8 @@
   fails a RUNNING trial whose worker process is dead on this host (immediately) or whose
   heartbeat is older than the grace period (any host), then re-enqueues it.
 
+The trial's heartbeat thread is :class:`sweeps.lifecycle.Heartbeat`.
+
 Failing a trial is the atomic step: when two workers race, the storage lets exactly one
 move it from RUNNING to FAIL (the other gets ``UpdateFinishedTrialError``), so a lost trial
 is re-enqueued once. A worker that was only slow finds its trial failed and drops its result;
@@ -17,10 +19,8 @@ the grid point completes exactly once.
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Sequence
-from types import TracebackType
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sweeps import attrs
@@ -48,22 +48,25 @@ def requeue(study: optuna.Study, trial: optuna.trial.FrozenTrial, max_retries: i
     return True
 
 
+@dataclass(frozen=True)
 class RequeueCallback:
-    """``heartbeat_stale_trial_callback`` for RDBStorage: re-enqueue the stale trial."""
+    """``heartbeat_stale_trial_callback`` for RDBStorage: re-enqueue the stale trial. A value
+    (equal settings, equal callbacks), so :meth:`sweeps.storage.Storage.open` can tell
+    whether the storage it holds already has it."""
 
-    def __init__(self, max_retries: int = 3) -> None:
-        self.max_retries = max_retries
+    max_retries: int = 3
 
     def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         requeue(study, trial, self.max_retries, reason="heartbeat")
 
 
-def sweep_stale(study: SweepStudy, *, grace_period: float, journal: bool,
-                max_retries: int = 3) -> list[int]:
-    """Fail and re-enqueue lost RUNNING trials; returns the numbers of the trials failed."""
+def sweep_stale(study: SweepStudy, *, grace_period: float, max_retries: int = 3) -> list[int]:
+    """Fail and re-enqueue lost RUNNING trials; returns the numbers of the trials failed.
+    How depends on where the study lives (``study.location``): see the module docstring."""
     from optuna.trial import TrialState
 
     failed: list[int] = []
+    journal = study.location.journal
     if not journal:
         import optuna
 
@@ -94,52 +97,3 @@ def sweep_stale(study: SweepStudy, *, grace_period: float, journal: bool,
             failed.append(t.number)
             requeue(study, t, max_retries, reason=reason)
     return failed
-
-
-class Heartbeat:
-    """Context manager: a daemon thread that keeps running trials' heartbeats fresh.
-
-    ``trials`` are trial numbers, one or several (a fused group: one thread beats for all
-    its members). A trial that can no longer be beaten (finished elsewhere, e.g. failed by
-    another worker's stale sweep) is dropped; the others keep beating.
-    """
-
-    def __init__(self, study: SweepStudy, trials: int | Sequence[int], interval: float,
-                 journal: bool) -> None:
-        self.study = study
-        self.numbers = [trials] if isinstance(trials, int) else list(trials)
-        self.interval = interval
-        self.journal = journal
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="sweeps-heartbeat", daemon=True)
-
-    def beat(self) -> None:
-        """Beat every trial still held; raises if none could be beaten."""
-        alive = []
-        error: Exception | None = None
-        for number in self.numbers:
-            try:
-                self.study.heartbeat(number, self.journal)
-                alive.append(number)
-            except Exception as exc:  # finished elsewhere: stop beating this one only
-                error = exc
-        self.numbers = alive
-        if not alive and error is not None:
-            raise error
-
-    def _loop(self) -> None:
-        while self.numbers and not self._stop.wait(self.interval):
-            try:
-                self.beat()
-            except Exception:  # every trial finished elsewhere, storage hiccup: stop beating
-                return
-
-    def __enter__(self) -> Heartbeat:
-        self.beat()
-        self._thread.start()
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self._stop.set()
-        self._thread.join(timeout=self.interval + 5)

@@ -6,7 +6,10 @@
 * ``postgresql://...``, ``mysql://...``, ``sqlite:///...``: ``RDBStorage`` with a heartbeat,
   so other workers fail and retry the trial of a crashed one. SQLite is for one worker.
 
-Open it in the dashboard with ``optuna-dashboard URL`` (for a journal:
+:class:`Storage` is built once per process from the user's input (:meth:`Storage.resolve`,
+:meth:`Storage.from_user`) and handed to everything that needs the storage: it knows its
+kind, its masked form, the Optuna storage it opens (once) and what a worker needs in its
+environment. Open it in the dashboard with ``optuna-dashboard URL`` (for a journal:
 ``optuna-dashboard OUT/optuna.journal``).
 """
 
@@ -28,6 +31,8 @@ RDB_SCHEMES = ("postgresql", "postgres", "mysql", "sqlite", "mariadb", "oracle",
 #: Environment variable a worker reads the storage URL from (never its argv: ``ps`` shows argv
 #: to every local user, while /proc/PID/environ is readable only by the owner).
 STORAGE_ENV = "MUTRANSFER_STORAGE"
+#: Optuna's ``heartbeat_stale_trial_callback``: called with the study and each stale trial.
+StaleCallback = Callable[["optuna.study.Study", "optuna.trial.FrozenTrial"], None]
 _SCHEME = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]+):(?P<slashes>/*)")
 _SECRET_KEYS = re.compile(r"(?i)((?:^|[?&;])(?:password|passwd|pwd|pass|secret|token|sslpassword|"
                           r"sslkey|api_key|apikey)=)[^&;#]*")
@@ -101,8 +106,8 @@ def _check_rdb_url(url: str) -> None:
                          "percent-encoded (%40)")
 
 
-def resolve_storage(storage: str | None, out_dir: str | os.PathLike[str] | None = None) -> str:
-    """Normalize a ``--storage`` value: ``journal:/abs/path`` or an RDB URL.
+def _normalize(storage: str | None, out_dir: str | os.PathLike[str] | None) -> str:
+    """A ``--storage`` value as ``journal:/abs/path`` or an RDB URL.
 
     A string that looks like a URL but is malformed (``postgresql:/u:pw@h/db`` with one
     slash, ``user:pw@host``) is refused, never taken as a local file name."""
@@ -141,27 +146,6 @@ def resolve_storage(storage: str | None, out_dir: str | os.PathLike[str] | None 
     return "journal:" + str(path.resolve())
 
 
-def storage_from_env(storage: str | None) -> str | None:
-    """``storage``, else the URL in :data:`STORAGE_ENV` (how workers receive a secret URL)."""
-    if storage:
-        return storage
-    return os.environ.get(STORAGE_ENV) or None
-
-
-def worker_storage(storage: str | None, storage_file: str | os.PathLike[str] | None) -> str:
-    """The storage a worker joins: ``--storage-file``, else ``--storage``, else
-    :data:`STORAGE_ENV`; one of them must be given."""
-    if storage_file is not None:
-        if storage:
-            raise ValueError("give --storage or --storage-file, not both")
-        return read_storage_file(storage_file)
-    url = storage_from_env(storage)
-    if not url:
-        raise ValueError(f"give --storage (journal file or directory), --storage-file FILE, "
-                         f"or set {STORAGE_ENV}")
-    return url
-
-
 def read_storage_file(path: str | os.PathLike[str]) -> str:
     """The storage URL in a file that only its owner may read (``chmod 600``); a group- or
     world-readable file is refused, since the URL may hold a password."""
@@ -179,53 +163,149 @@ def read_storage_file(path: str | os.PathLike[str]) -> str:
     return text
 
 
-def is_journal(url: str) -> bool:
-    return url.startswith("journal:")
+class Storage:
+    """Where a study lives, resolved once per process from the user's input, as Optuna's
+    ``get_storage`` turns a URL into one storage object.
 
+    It knows its :attr:`kind`, its :attr:`masked` form (no secret: the only form printed or
+    recorded; ``str()`` and ``repr()`` give it too), the one Optuna storage this process
+    opens on it (:meth:`open`, cached), and what a spawned worker needs in its environment
+    (:meth:`worker_env`: the URL travels there, never in argv). Build it with
+    :meth:`resolve` (a ``--storage`` value or an output directory) or :meth:`from_user`
+    (the CLI's flags and :data:`STORAGE_ENV`); every function that takes a storage takes
+    this object, or a string it resolves once.
 
-def is_sqlite(url: str) -> bool:
-    return url.startswith("sqlite")
+    Attributes: ``url`` (``journal:/abs/path`` or the RDB URL, password included: for Optuna
+    and the workers' environment only), ``kind`` (``journal``, ``sqlite``, or the RDB
+    dialect: ``postgresql``, ``mysql``, ...), ``journal`` (a journal file: it has no
+    heartbeat of its own, so workers record theirs as trial attrs) and ``path`` (the journal
+    file, None for an RDB)."""
 
+    __slots__ = ("_key", "_opened", "journal", "kind", "path", "url")
 
-def is_rdb(url: str) -> bool:
-    return not is_journal(url)
+    def __init__(self, url: str) -> None:
+        """``url`` already normalized (``journal:/abs/path`` or an RDB URL): use :meth:`resolve`."""
+        self.url = url  # with its password: for Optuna and the workers' environment only
+        m = _SCHEME.match(url)
+        self.kind = m.group("scheme").lower().split("+", 1)[0] if m else "rdb"
+        self.journal = self.kind == "journal"
+        self.path = Path(url[len("journal:"):]) if self.journal else None
+        self._opened: optuna.storages.BaseStorage | None = None
+        self._key: tuple[int, int, StaleCallback | None] | None = None
 
+    @classmethod
+    def resolve(cls, storage: Storage | str | None, out_dir: str | os.PathLike[str] | None = None
+                ) -> Storage:
+        """``storage`` itself if it is one; else the storage a ``--storage`` value names
+        (``None``: the journal file in ``out_dir``)."""
+        if isinstance(storage, Storage):
+            return storage
+        return cls(_normalize(storage, out_dir))
 
-def storage_files(url: str) -> list[str]:
-    """The local files that hold the study at ``url``: a journal file, or a SQLite database
-    (with its ``-journal``/``-wal`` companions); none for a server. No output may replace them."""
-    if is_journal(url):
-        return [url[len("journal:"):]]
-    if is_sqlite(url):
-        path = url.split(":///", 1)[1].split("?", 1)[0] if ":///" in url else ""
-        if path and path != ":memory:":
-            return [path, path + "-journal", path + "-wal"]
-    return []
+    @classmethod
+    def from_user(cls, storage: str | None = None, *, storage_file: str | os.PathLike[str] | None = None,
+                  out: str | os.PathLike[str] | None = None, default: str | None = None) -> Storage:
+        """The CLI's storage: ``--storage-file``, ``--storage``, then :data:`STORAGE_ENV`,
+        then ``default`` (the journal in ``out``). ``out`` together with :data:`STORAGE_ENV`
+        and no explicit storage is an error: the study would silently stay in the local
+        journal, where the other workers never look."""
+        if storage_file is not None:
+            if storage:
+                raise ValueError("give --storage or --storage-file, not both")
+            return cls.resolve(read_storage_file(storage_file))
+        if storage:
+            return cls.resolve(storage, out)
+        env = os.environ.get(STORAGE_ENV)
+        if env and out is not None:
+            raise ValueError(f"--out {out} would keep the study in {out}/optuna.journal, but "
+                             f"${STORAGE_ENV} is set ({mask_url(env)}), where other workers look for it; "
+                             f"pass --storage {out}/optuna.journal for the local journal, or drop --out "
+                             f"to use ${STORAGE_ENV}")
+        if env:
+            return cls.resolve(env)
+        return cls.resolve(default, out)
 
+    @property
+    def files(self) -> list[str]:
+        """The local files that hold the study: a journal file, or a SQLite database (with its
+        ``-journal``/``-wal`` companions); none for a server. No output may replace them."""
+        if self.journal:
+            return [str(self.path)]
+        if self.kind == "sqlite" and ":///" in self.url:
+            path = self.url.split(":///", 1)[1].split("?", 1)[0]
+            if path and path != ":memory:":
+                return [path, path + "-journal", path + "-wal"]
+        return []
 
-def check_workers(url: str, workers: int) -> None:
-    """SQLite serializes writers and locks up under several processes: refuse it."""
-    if is_sqlite(url) and workers > 1:
-        raise ValueError(f"SQLite storage {mask_url(url)!r} supports one worker, got --workers {workers}; "
-                         "use the default journal file for many workers on one machine, "
-                         "or PostgreSQL across machines")
+    @property
+    def masked(self) -> str:
+        """The URL with every secret replaced by ``***`` (:func:`mask_url`)."""
+        return mask_url(self.url)
 
+    def __repr__(self) -> str:
+        return f"Storage({self.masked!r})"
 
-def open_storage(
-    url: str,
-    *,
-    heartbeat_interval: int = 10,
-    grace_period: int = 60,
-    stale_callback: Callable[[optuna.study.Study, optuna.trial.FrozenTrial], None] | None = None,
-    create: bool = True,
-) -> optuna.storages.BaseStorage:
-    """Open (and for a journal, create) the storage. Unreachable -> ValueError, one line."""
-    import optuna
+    def __str__(self) -> str:
+        return self.masked
 
-    if is_journal(url):
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Storage) and other.url == self.url
+
+    def __hash__(self) -> int:
+        return hash(self.url)
+
+    def describe(self) -> str:
+        """The one line a run prints about where its study lives (never a password)."""
+        if self.journal:
+            return f"storage: journal file {self.path}"
+        return f"storage: {self.kind} {self.masked}"
+
+    def join_command(self, study: str) -> str:
+        """The command that joins ``study``; a URL holding a password is never printed whole."""
+        if self.journal:
+            return f"mutransfer sweep worker --storage {self.path} --study {study}"
+        if self.masked != self.url:  # keep the secret off the screen and off every argv
+            return (f"export {STORAGE_ENV}='{self.masked}' (with the real password), then "
+                    f"mutransfer sweep worker --study {study}")
+        return f"mutransfer sweep worker --storage {self.url} --study {study}"
+
+    def worker_env(self) -> dict[str, str]:
+        """What a spawned worker needs to find the storage: its environment, not its argv
+        (``ps`` shows argv to every local user; /proc/PID/environ only to the owner)."""
+        return {STORAGE_ENV: self.url}
+
+    def check_workers(self, workers: int) -> None:
+        """SQLite serializes writers and locks up under several processes: refuse it."""
+        if self.kind == "sqlite" and workers > 1:
+            raise ValueError(f"SQLite storage {self.masked!r} supports one worker, got --workers "
+                             f"{workers}; use the default journal file for many workers on one machine, "
+                             "or PostgreSQL across machines")
+
+    def open(self, *, heartbeat_interval: int | None = None, grace_period: int | None = None,
+             stale_callback: StaleCallback | None = None, create: bool = True
+             ) -> optuna.storages.BaseStorage:
+        """This process's Optuna storage on it, opened on the first call and then reused.
+
+        A journal is opened once, whatever the arguments (it has no heartbeat). An RDB is
+        opened with Optuna's heartbeat when ``heartbeat_interval`` is given (``stale_callback``:
+        Optuna's ``heartbeat_stale_trial_callback``, compared by ``==``); a call without it
+        takes whatever is open, a call with other heartbeat settings opens it anew.
+        ``create=False``: a journal or SQLite file must exist. Unreachable -> ValueError,
+        one line."""
+        key = None if self.journal or heartbeat_interval is None else (
+            heartbeat_interval, grace_period or 2 * heartbeat_interval, stale_callback)
+        if self._opened is not None and (key is None or key == self._key):
+            return self._opened
+        self._opened = self._open_journal(create) if self.journal else self._open_rdb(key, create)
+        self._key = key
+        return self._opened
+
+    def _open_journal(self, create: bool) -> optuna.storages.BaseStorage:
+        import optuna
         from optuna.storages.journal import JournalFileBackend
 
-        path = Path(url[len("journal:"):])
+        path = self.path
+        assert path is not None
         if not create and not path.is_file():
             raise ValueError(f"journal file {str(path)!r} does not exist")
         if path.is_dir():
@@ -238,34 +318,38 @@ def open_storage(
             raise ValueError(f"cannot open journal file {str(path)!r}: {exc.strerror or exc}") from None
         except (ValueError, KeyError, TypeError, AttributeError) as exc:  # damaged or not a journal
             raise ValueError(_journal_error(path, exc)) from None
-    if is_sqlite(url) and not create:
-        path = url.split(":///", 1)[-1]
-        if path and not Path(path).is_file():
-            raise ValueError(f"SQLite file {path!r} does not exist")
-    engine_kwargs: dict[str, Any] = {}
-    url = _pick_pg_driver(url)
-    if url.startswith("postgresql"):
-        engine_kwargs = {"connect_args": {"connect_timeout": 10}, "pool_pre_ping": True}
-    elif url.startswith("sqlite"):
-        engine_kwargs = {"connect_args": {"timeout": 60}}
-    import warnings
 
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.storages.RDBStorage(
-                url,
-                engine_kwargs=engine_kwargs,
-                heartbeat_interval=heartbeat_interval,
-                grace_period=grace_period,
-                heartbeat_stale_trial_callback=stale_callback,
-            )
-    except ImportError:
-        raise ValueError(f"cannot open storage {mask_url(url)!r}: missing driver "
-                         "(pip install 'psycopg[binary]' for PostgreSQL)") from None
-    except Exception as exc:  # sqlalchemy OperationalError, ArgumentError, ...
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ValueError(scrub(f"cannot reach storage {mask_url(url)!r}: {first}", url)) from None
+    def _open_rdb(self, key: tuple[int, int, StaleCallback | None] | None, create: bool
+                  ) -> optuna.storages.BaseStorage:
+        import warnings
+
+        import optuna
+
+        url = self.url
+        if self.kind == "sqlite" and not create:
+            path = url.split(":///", 1)[-1]
+            if path and not Path(path).is_file():
+                raise ValueError(f"SQLite file {path!r} does not exist")
+        engine_kwargs: dict[str, Any] = {}
+        url = _pick_pg_driver(url)
+        if self.kind == "postgresql":
+            engine_kwargs = {"connect_args": {"connect_timeout": 10}, "pool_pre_ping": True}
+        elif self.kind == "sqlite":
+            engine_kwargs = {"connect_args": {"timeout": 60}}
+        heartbeat: dict[str, Any] = {}
+        if key is not None:
+            heartbeat = {"heartbeat_interval": key[0], "grace_period": key[1],
+                         "heartbeat_stale_trial_callback": key[2]}
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, **heartbeat)
+        except ImportError:
+            raise ValueError(f"cannot open storage {self.masked!r}: missing driver "
+                             "(pip install 'psycopg[binary]' for PostgreSQL)") from None
+        except Exception as exc:  # sqlalchemy OperationalError, ArgumentError, ...
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ValueError(scrub(f"cannot reach storage {self.masked!r}: {first}", self.url)) from None
 
 
 def _torn_safe_backend(base: type) -> type:

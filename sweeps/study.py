@@ -20,13 +20,14 @@ from sweeps import attrs
 from sweeps.attrs import STUDY_ATTR
 from sweeps.fusion import Fuse, check_fuse, check_spec_fusible
 from sweeps.progress import Counts, StudyBar, study_counts
+from sweeps.recovery import RequeueCallback
 from sweeps.runners import DEFAULT_RUNNER, Runner, load_runner
 from sweeps.spec import SweepSpec, check_trials, point_key
-from sweeps.storage import check_workers, is_journal, is_sqlite, open_storage, resolve_storage
+from sweeps.storage import Storage, study_names
 from sweeps.worker import SweepSettings
 
 if TYPE_CHECKING:
-    import optuna
+    from sweeps.lifecycle import SweepStudy
 
 # spec fields that may change between runs of one study (they only add or drop points)
 _GROWABLE = {"widths", "depths", "parametrizations", "seeds", "lrs", "batch_sizes", "tokens",
@@ -35,7 +36,8 @@ _GROWABLE = {"widths", "depths", "parametrizations", "seeds", "lrs", "batch_size
 
 @dataclass(frozen=True)
 class Plan:
-    storage_url: str
+    storage: Storage
+    """Where the study lives (the same object the caller passed or resolved)."""
     study_name: str
     total: int
     """Trials the spec asks for (points x trials per point)."""
@@ -71,7 +73,7 @@ def _check_compatible(old: dict[str, Any], new: SweepSettings, name: str) -> Non
 
 def prepare(
     spec: SweepSpec,
-    storage_url: str,
+    storage: Storage | str,
     *,
     study_name: str | None = None,
     runner: str = DEFAULT_RUNNER,
@@ -91,12 +93,12 @@ def prepare(
     from optuna.trial import TrialState
 
     from sweeps.lifecycle import SweepStudy
-    from sweeps.recovery import RequeueCallback, sweep_stale
-    from sweeps.storage import study_names
+    from sweeps.recovery import sweep_stale
 
+    storage = Storage.resolve(storage)
     fuse = check_fuse(fuse)
     check_spec_fusible(spec, fuse)
-    check_workers(storage_url, workers)
+    storage.check_workers(workers)
     if heartbeat_interval < 1 or grace_period <= heartbeat_interval:
         raise ValueError(f"grace period {grace_period} s must exceed the heartbeat interval "
                          f"{heartbeat_interval} s (>= 1)")
@@ -107,18 +109,18 @@ def prepare(
     settings = SweepSettings(spec=spec, runner=runner, heartbeat_interval=heartbeat_interval,
                              grace_period=grace_period, max_retries=max_retries, fuse=fuse)
     name = study_name or spec.study_name()
-    storage = open_storage(storage_url, heartbeat_interval=heartbeat_interval, grace_period=grace_period,
-                           stale_callback=RequeueCallback(max_retries))
-    if name in study_names(storage):
-        existing = storage.get_study_user_attrs(storage.get_study_id_from_name(name))
+    opened = storage.open(heartbeat_interval=heartbeat_interval, grace_period=grace_period,
+                          stale_callback=RequeueCallback(max_retries))
+    if name in study_names(opened):
+        existing = opened.get_study_user_attrs(opened.get_study_id_from_name(name))
         if STUDY_ATTR not in existing:
             raise ValueError(f"study {name!r} exists in the storage but was not created by mutransfer sweep")
         _check_compatible(existing[STUDY_ATTR], settings, name)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    optuna.create_study(study_name=name, storage=storage, direction="minimize", load_if_exists=True)
+    optuna.create_study(study_name=name, storage=opened, direction="minimize", load_if_exists=True)
     study = SweepStudy(name, storage)
     study.set_user_attr(STUDY_ATTR, settings.to_attr())
-    sweep_stale(study, grace_period=grace_period, journal=is_journal(storage_url), max_retries=max_retries)
+    sweep_stale(study, grace_period=grace_period, max_retries=max_retries)
     alive = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
     have: Counter[str] = Counter()
     finished: Counter[str] = Counter()
@@ -140,7 +142,7 @@ def prepare(
             study.enqueue_trial(point, user_attrs={attrs.POINT: point, attrs.POINT_KEY: key,
                                                    attrs.GROUP: group})
             enqueued += 1
-    return Plan(storage_url=storage_url, study_name=name, total=per * len(points),
+    return Plan(storage=storage, study_name=name, total=per * len(points),
                 finished=n_finished, enqueued=enqueued)
 
 
@@ -175,7 +177,7 @@ def run_sweep(
     spec: SweepSpec,
     *,
     out: str | os.PathLike[str] | None = None,
-    storage: str | None = None,
+    storage: Storage | str | None = None,
     study_name: str | None = None,
     workers: int | None = 1,
     device: str | None = None,
@@ -189,6 +191,9 @@ def run_sweep(
 ) -> SweepResult:
     """Run (or resume) a sweep to the end: prepare the study, then run ``workers`` workers.
 
+    ``storage``: a :class:`Storage`, or a ``--storage`` value resolved once here (None: the
+    journal file in ``out``); every step of this process uses its one Optuna storage.
+
     ``workers == 1`` runs in this process (``runner`` may then be a callable); more start
     OS processes (``mutransfer sweep worker``) that share the storage, and ``runner`` must
     be an import path. ``device`` (cpu | cuda | ...) goes into every trial's config.
@@ -200,7 +205,7 @@ def run_sweep(
 
     t0 = time.perf_counter()
     fuse = check_fuse(fuse)
-    url = resolve_storage(storage, out)
+    where = Storage.resolve(storage, out)
     if callable(runner) and (workers or 2) > 1:
         raise ValueError("a runner given as a function needs --workers 1; pass an import path "
                          "('module:function') for several workers")
@@ -211,22 +216,18 @@ def run_sweep(
         import dataclasses
 
         spec = dataclasses.replace(spec, base=base)
-    if workers is not None:
-        check_workers(url, workers)
-    plan = prepare(spec, url, study_name=study_name, runner=runner_path,
+    plan = prepare(spec, where, study_name=study_name, runner=runner_path,
                    heartbeat_interval=heartbeat_interval, grace_period=grace_period,
                    max_retries=max_retries, workers=workers or 1, fuse=fuse)
     if out is not None:
         _write_spec(Path(out), spec)
     from sweeps.worker import open_study
 
-    study, _ = open_study(url, plan.study_name)
+    study, _ = open_study(where, plan.study_name)
     counts = study_counts(study)
-    if workers is None and is_sqlite(url):
-        workers = 1  # SQLite serializes writers: one worker
+    if workers is None and where.kind == "sqlite":
+        workers = 1  # SQLite serializes writers: one worker (prepare checked a given number)
     n = workers or default_workers(device or "cpu", max(1, counts.pending))
-    if is_journal(url) is False:
-        check_workers(url, n)
     bar = StudyBar(plan.total, desc=f"sweep {plan.study_name}", quiet=quiet,
                    initial=min(counts.done, plan.total))
     codes: list[int] = []
@@ -235,16 +236,16 @@ def run_sweep(
             def tick() -> None:
                 bar.update(study_counts(study))
 
-            work(url, plan.study_name, runner=runner if callable(runner) else None,
+            work(where, plan.study_name, runner=runner if callable(runner) else None,
                  progress=not quiet and sys.stderr.isatty(), on_trial=tick, fuse=fuse or 1)
         else:
             gpus = _visible_gpus() if (device or "cpu").startswith("cuda") else None
-            procs = spawn_workers(url, plan.study_name, n, device=device or "cpu", gpus=gpus,
+            procs = spawn_workers(where, plan.study_name, n, device=device or "cpu", gpus=gpus,
                                   log_dir=Path(out) / "logs" if out is not None else None,
                                   fuse=fuse or 1)
             try:
-                _supervise(study, procs, bar, grace_period=grace_period, journal=is_journal(url),
-                           max_retries=max_retries, poll_s=poll_s)
+                _supervise(study, procs, bar, grace_period=grace_period, max_retries=max_retries,
+                           poll_s=poll_s)
             finally:
                 for p in procs:
                     if p.poll() is None:
@@ -263,15 +264,16 @@ def run_sweep(
                        worker_exit_codes=tuple(codes))
 
 
-def _supervise(study: optuna.Study, procs: list[Any], bar: StudyBar, *, grace_period: int,
-               journal: bool, max_retries: int, poll_s: float) -> None:
-    """Poll the storage for the bar and fail+requeue trials of dead workers."""
+def _supervise(study: SweepStudy, procs: list[Any], bar: StudyBar, *, grace_period: int,
+               max_retries: int, poll_s: float) -> None:
+    """Poll the storage for the bar and fail+requeue trials of dead workers (a journal's:
+    an RDB's heartbeat is swept by the workers, through Optuna)."""
     from sweeps.recovery import sweep_stale
 
     while any(p.poll() is None for p in procs):
         try:
-            if journal:
-                sweep_stale(study, grace_period=grace_period, journal=True, max_retries=max_retries)
+            if study.location.journal:
+                sweep_stale(study, grace_period=grace_period, max_retries=max_retries)
             bar.update(study_counts(study))
         except Exception:  # the bar never kills a sweep
             pass

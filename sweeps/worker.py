@@ -44,9 +44,10 @@ from typing import TYPE_CHECKING, Any
 from sweeps import attrs
 from sweeps.attrs import STUDY_ATTR
 from sweeps.fusion import Fuse, check_fuse, check_spec_fusible, is_fused
+from sweeps.recovery import RequeueCallback
 from sweeps.runners import DEFAULT_RUNNER, Runner, fused_runner_for, load_runner
 from sweeps.spec import SweepSpec, spec_from_dict, trusted
-from sweeps.storage import STORAGE_ENV, is_journal, open_storage
+from sweeps.storage import Storage, default_study_name
 
 if TYPE_CHECKING:
     import optuna
@@ -107,30 +108,22 @@ def make_pruner(spec: SweepSpec) -> optuna.pruners.BasePruner:
     return optuna.pruners.NopPruner()  # divergence: the trainer stops diverged runs itself
 
 
-def open_study(storage_url: str, study_name: str, *, worker_index: int = 0,
-               storage: optuna.storages.BaseStorage | None = None,
+def open_study(storage: Storage | str, study_name: str | None, *, worker_index: int = 0,
                ) -> tuple[SweepStudy, SweepSettings]:
-    """Load an existing sweep study with the sampler and pruner its spec asks for."""
+    """Load an existing sweep study (``study_name`` None: the storage's only one) with the
+    sampler and pruner its spec asks for, on this process's Optuna storage (opened once,
+    with the study's heartbeat settings)."""
     from sweeps.lifecycle import SweepStudy
-    from sweeps.recovery import RequeueCallback
-    from sweeps.storage import default_study_name
 
-    if storage is None:
-        probe = open_storage(storage_url, create=False)
-        study_name = default_study_name(probe, study_name)
-        study_attrs = probe.get_study_user_attrs(probe.get_study_id_from_name(study_name))
-        if STUDY_ATTR not in study_attrs:
-            raise ValueError(f"study {study_name!r} was not created by mutransfer sweep")
-        settings = SweepSettings.from_attr(study_attrs[STUDY_ATTR])
-        if is_journal(storage_url):
-            storage = probe
-        else:
-            storage = open_storage(storage_url, heartbeat_interval=settings.heartbeat_interval,
-                                   grace_period=settings.grace_period,
-                                   stale_callback=RequeueCallback(settings.max_retries))
-    else:
-        study_attrs = storage.get_study_user_attrs(storage.get_study_id_from_name(study_name))
-        settings = SweepSettings.from_attr(study_attrs[STUDY_ATTR])
+    storage = Storage.resolve(storage)
+    probe = storage.open(create=False)  # whatever this process holds already, else a plain open
+    study_name = default_study_name(probe, study_name)
+    study_attrs = probe.get_study_user_attrs(probe.get_study_id_from_name(study_name))
+    if STUDY_ATTR not in study_attrs:
+        raise ValueError(f"study {study_name!r} was not created by mutransfer sweep")
+    settings = SweepSettings.from_attr(study_attrs[STUDY_ATTR])
+    storage.open(heartbeat_interval=settings.heartbeat_interval, grace_period=settings.grace_period,
+                 stale_callback=RequeueCallback(settings.max_retries))
     seed = settings.spec.sampler_seed + worker_index
     study = SweepStudy(study_name, storage, sampler=make_sampler(settings.spec, seed),
                        pruner=make_pruner(settings.spec))
@@ -157,8 +150,8 @@ class WorkerReport:
 
 
 def work(
-    storage_url: str,
-    study_name: str,
+    storage: Storage | str,
+    study_name: str | None,
     *,
     worker_index: int = 0,
     runner: Runner | str | None = None,
@@ -182,11 +175,10 @@ def work(
     from sweeps.recovery import sweep_stale
 
     fuse = check_fuse(fuse)
-    study, settings = open_study(storage_url, study_name, worker_index=worker_index)
+    study, settings = open_study(storage, study_name, worker_index=worker_index)
     if fuse is None:
         fuse = settings.fuse
     check_spec_fusible(settings.spec, fuse)
-    journal = is_journal(storage_url)
     fn = load_runner(runner or settings.runner) if not callable(runner) else runner
     fused_fn = fused_runner_for(fn) if is_fused(fuse) else None
     if is_fused(fuse) and fused_fn is None:
@@ -198,7 +190,7 @@ def work(
     while max_trials is None or done < max_trials:
         if orphaned():
             break
-        rep.swept += sweep_stale(study, grace_period=settings.grace_period, journal=journal,
+        rep.swept += sweep_stale(study, grace_period=settings.grace_period,
                                  max_retries=settings.max_retries)
         limit = None if max_trials is None else max_trials - done
         trials = claim_group(study, settings.spec, fuse if fused_fn is not None else 1, limit)
@@ -218,7 +210,7 @@ def work(
                 todo.append(trial)
         if not todo:
             continue
-        outcomes = run_group(study, todo, settings.spec, fn, fused_runner=fused_fn, journal=journal,
+        outcomes = run_group(study, todo, settings.spec, fn, fused_runner=fused_fn,
                              heartbeat_interval=settings.heartbeat_interval, sampler_seed=seed,
                              progress=progress)
         rep.outcomes.update(outcomes)
@@ -229,7 +221,8 @@ def work(
 
 
 def worker_command(study_name: str, worker_index: int, fuse: Fuse = None) -> list[str]:
-    """argv of a worker process; the storage URL travels in :data:`STORAGE_ENV`."""
+    """argv of a worker process; the storage URL travels in its environment
+    (:meth:`sweeps.storage.Storage.worker_env`)."""
     # the one worker entry point, the same a user types on another machine
     cmd = [sys.executable, "-m", "mutransfer", "sweep", "worker", "--study", study_name,
            "--worker-index", str(worker_index)]
@@ -266,7 +259,7 @@ def die_with_parent() -> None:
 
 
 def spawn_workers(
-    storage_url: str,
+    storage: Storage | str,
     study_name: str,
     n: int,
     *,
@@ -279,15 +272,16 @@ def spawn_workers(
     """Start ``n`` worker processes. On CPU each is single-threaded (one per core measured
     faster than one multi-threaded worker); on CUDA worker k sees GPU k mod #GPUs.
     ``fuse`` is passed on (None: the study's setting). The storage URL (it may hold a
-    password) goes in each worker's environment, not its argv; a worker dies with the
-    thread that started it."""
+    password) goes in each worker's environment (:meth:`Storage.worker_env`), not its argv;
+    a worker dies with the thread that started it."""
     fuse = check_fuse(fuse)
+    where = Storage.resolve(storage).worker_env()
     procs = []
     root = str(Path(__file__).resolve().parent.parent)
     for k in range(n):
         env = dict(os.environ)
         env.update(extra_env or {})
-        env[STORAGE_ENV] = storage_url
+        env.update(where)
         env[PARENT_ENV] = str(os.getpid())
         env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "") if env.get("PYTHONPATH") else root
         if device == "cpu":

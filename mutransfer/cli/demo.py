@@ -234,7 +234,7 @@ def run_demo(out: Path, *, device: str = "auto", size: str | None = None, worker
     with clock.stage("lr_sweep", parallel=n_workers):
         for spec in specs:
             sweep = run_sweep(spec, out=out / "sweep", workers=workers, device=device, quiet=quiet)
-            study, _ = open_study(sweep.plan.storage_url, sweep.plan.study_name)
+            study, _ = open_study(sweep.plan.storage, sweep.plan.study_name)
             tables.append(results_table(study))
     table = pd.concat(tables, ignore_index=True)
     write_table(table, out / "results.csv")
@@ -400,7 +400,7 @@ def _scaling_stage(out: Path, sz: DemoSize, size: str, fit: Any, *, device: str,
                 f"(x sqrt(B/{sz.batch_size}))")
     with clock.stage("scaling_sweep", parallel=n_workers):
         sweep = run_sweep(spec, out=out / "scaling", workers=workers, device=device, quiet=quiet)
-    study, _ = open_study(sweep.plan.storage_url, sweep.plan.study_name)
+    study, _ = open_study(sweep.plan.storage, sweep.plan.study_name)
     table = results_table(study)
     write_table(table, out / "scaling_results.csv")
     trials = table.drop_duplicates("trial")

@@ -188,30 +188,14 @@ def _add_storage_flags(p: argparse.ArgumentParser, default: str) -> None:
                    help="read the storage URL (with its password) from FILE, which must be chmod 600")
 
 
-def _storage(args: argparse.Namespace, fallback: str | None) -> str:
-    """The storage URL: --storage-file, --storage, $MUTRANSFER_STORAGE, then ``fallback``
-    (``--out`` given: its journal, never the environment's URL)."""
-    from sweeps.storage import STORAGE_ENV, read_storage_file, resolve_storage
+def _storage(args: argparse.Namespace, default: str | None) -> Any:
+    """The :class:`sweeps.storage.Storage` of this command, built once: --storage-file,
+    --storage, $MUTRANSFER_STORAGE, then ``default`` (a run's ``--out`` together with
+    $MUTRANSFER_STORAGE and no explicit storage is an error)."""
+    from sweeps.storage import Storage
 
     out = getattr(args, "out", None) if args.sweep_cmd in RUN_KINDS else None
-    if args.storage_file is not None:
-        if args.storage:
-            raise ValueError("give --storage or --storage-file, not both")
-        return resolve_storage(read_storage_file(args.storage_file))
-    if args.storage:
-        return resolve_storage(args.storage, out)
-    import os
-
-    if out is None and os.environ.get(STORAGE_ENV):
-        return resolve_storage(os.environ[STORAGE_ENV])
-    if out is not None and os.environ.get(STORAGE_ENV):  # never a silent local study
-        from sweeps.storage import mask_url
-
-        raise ValueError(f"--out {out} would keep the study in {out}/optuna.journal, but ${STORAGE_ENV} is "
-                         f"set ({mask_url(os.environ[STORAGE_ENV])}), where other workers look for it; "
-                         f"pass --storage {out}/optuna.journal for the local journal, or drop --out to use "
-                         f"${STORAGE_ENV}")
-    return resolve_storage(fallback, out)
+    return Storage.from_user(args.storage, storage_file=args.storage_file, out=out, default=default)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -308,18 +292,6 @@ def _spec_from_args(args: argparse.Namespace, kind: str) -> Any:
     return spec_from_dict(data, kind)
 
 
-def join_hint(url: str, study: str) -> str:
-    """The command that joins ``study``; a URL holding a password is never printed whole."""
-    from sweeps.storage import mask_url
-
-    if url.startswith("journal:"):
-        return f"mutransfer sweep worker --storage {url[len('journal:'):]} --study {study}"
-    if mask_url(url) != url:  # keep the secret off the screen and off every argv
-        return (f"export MUTRANSFER_STORAGE='{mask_url(url)}' (with the real password), then "
-                f"mutransfer sweep worker --study {study}")
-    return f"mutransfer sweep worker --storage {url} --study {study}"
-
-
 def _print_status(st: dict[str, Any], as_json: bool) -> None:
     from mutransfer.cli._common import print_json
     from sweeps.export import format_status
@@ -334,13 +306,13 @@ def run(args: argparse.Namespace) -> int:
     cmd = args.sweep_cmd
     if cmd in RUN_KINDS:
         return _run_sweep(args, cmd)
-    url = _storage(args, None if cmd == "worker" else ".")
+    storage = _storage(args, None if cmd == "worker" else ".")
     if cmd == "worker":
         from sweeps.worker import die_with_parent, work
 
         die_with_parent()  # a worker spawned by `sweep lr --workers K` ends with its parent
 
-        rep = work(url, args.study, worker_index=args.worker_index, max_trials=args.max_trials,
+        rep = work(storage, args.study, worker_index=args.worker_index, max_trials=args.max_trials,
                    fuse=args.fuse)
         print(", ".join(f"{k} {v}" for k, v in sorted(rep.outcomes.items())) or "no trial to run",
               file=sys.stderr)
@@ -348,14 +320,13 @@ def run(args: argparse.Namespace) -> int:
     from sweeps.export import results_table, status, write_table
     from sweeps.worker import open_study
 
-    study, _ = open_study(url, args.study)
+    study, _ = open_study(storage, args.study)
     if cmd == "status":
         _print_status(status(study), args.json)
         return 0
     from mutransfer._io import check_output
-    from sweeps.storage import storage_files
 
-    check_output(args.out, inputs=[("the study's storage", f) for f in storage_files(url)])
+    check_output(args.out, inputs=[("the study's storage", f) for f in storage.files])
     df = results_table(study, include_failed=args.all)
     path = write_table(df, args.out)
     summary = {"study": study.study_name, "rows": len(df), "out": str(path),
@@ -397,17 +368,9 @@ def _write_best_config(study: Any, out: str | None, quiet: bool) -> str | None:
     return str(path)
 
 
-def _shown(url: str) -> str:
-    """The storage as printed and recorded: ``journal:PATH``, or the URL with no password."""
-    from sweeps.storage import mask_url
-
-    return mask_url(url)
-
-
 def _run_sweep(args: argparse.Namespace, kind: str) -> int:
     from sweeps.export import status
     from sweeps.runners import DEFAULT_RUNNER
-    from sweeps.storage import check_workers
     from sweeps.study import run_sweep
     from sweeps.worker import open_study
 
@@ -429,38 +392,35 @@ def _run_sweep(args: argparse.Namespace, kind: str) -> int:
 
         check_holdout(spec)  # before the first trial, not after the whole sweep
         audit_path = Path(args.audit_out) if args.audit_out else Path(args.out) / "AUDIT.json"
-    url = _storage(args, None)
+    storage = _storage(args, None)
     from mutransfer._io import check_output
-    from sweeps.storage import storage_files
 
     check_output(args.out, directory=True)  # a re-run into the same --out resumes its study
     if audit_path is not None:  # never onto the study, the spec or the audit's own cache
-        written = [("the study's storage", f) for f in storage_files(url)]
+        written = [("the study's storage", f) for f in storage.files]
         written.append(("the audit's run cache", audit_path.with_name("audit_runs.json")))
         if args.out is not None:
             written.append(("the sweep's spec copy", Path(args.out) / "sweep.yaml"))
         check_output(audit_path, inputs=[("the sweep spec", args.spec)], outputs=written,
                      flag="--audit-out")
-    if args.workers is not None:
-        check_workers(url, args.workers)
     if args.prepare_only:
         from sweeps.study import prepare
 
-        plan = prepare(spec, url, study_name=args.study, runner=args.runner or DEFAULT_RUNNER,
+        plan = prepare(spec, storage, study_name=args.study, runner=args.runner or DEFAULT_RUNNER,
                        heartbeat_interval=args.heartbeat, grace_period=args.grace,
                        workers=args.workers or 1, fuse=args.fuse)
-        print(f"mutransfer sweep {kind}: storage {_shown(url)}", file=sys.stderr)
+        print(storage.describe(), file=sys.stderr)
         print(f"study {plan.study_name}: {plan.total} trials planned, {plan.finished} finished, "
-              f"{plan.enqueued} enqueued now; join with: {join_hint(url, plan.study_name)}",
+              f"{plan.enqueued} enqueued now; join with: {storage.join_command(plan.study_name)}",
               file=sys.stderr)
         return 0
-    res = run_sweep(spec, out=args.out, storage=url, study_name=args.study, workers=args.workers,
+    res = run_sweep(spec, out=args.out, storage=storage, study_name=args.study, workers=args.workers,
                     device=args.device, runner=args.runner, quiet=args.quiet,
                     heartbeat_interval=args.heartbeat, grace_period=args.grace, fuse=args.fuse)
-    print(f"mutransfer sweep {kind}: storage {_shown(url)}", file=sys.stderr)  # where the study now is
-    study, _ = open_study(url, res.plan.study_name)
+    print(storage.describe(), file=sys.stderr)
+    study, _ = open_study(storage, res.plan.study_name)
     st = status(study)
-    st["storage"] = _shown(url)
+    st["storage"] = storage.masked
     st["wall_s"] = res.wall_s
     st["workers"] = res.workers
     if holdout and res.complete:

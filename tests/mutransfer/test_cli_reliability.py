@@ -429,14 +429,15 @@ def test_out_with_the_storage_env_is_an_error_naming_both(tmp_path, monkeypatch,
     # an explicit --storage says which one: the local journal, printed
     assert f"--storage {out}/optuna.journal" in err
     rc, err = run([*LR_SWEEP, "--out", str(out), "--storage", f"{out}/optuna.journal"], capsys)
-    assert rc == 0 and f"storage journal:{out.resolve()}/optuna.journal" in err
+    assert rc == 0 and f"storage: journal file {out.resolve()}/optuna.journal" in err
 
 
 @pytest.mark.filterwarnings("ignore:Query string")
 def test_the_sweep_prints_its_storage_masked(tmp_path, monkeypatch, capsys) -> None:
     monkeypatch.setenv("MUTRANSFER_STORAGE", f"sqlite:///{tmp_path}/s.db?password=s3cret")
     rc, err = run(LR_SWEEP, capsys)
-    assert rc == 0 and f"storage sqlite:///{tmp_path}/s.db?password=***" in err and "s3cret" not in err
+    assert rc == 0 and f"storage: sqlite sqlite:///{tmp_path}/s.db?password=***" in err
+    assert "s3cret" not in err
 
 
 # ---- no network --------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ import pytest
 import mutransfer.cli
 from sweeps import LRSweep, open_study, prepare, results_table, run_sweep, spawn_workers
 from sweeps.spec import point_key
+from sweeps.storage import Storage
 
 pytest.importorskip("mutransfer.fused")
 
@@ -55,7 +56,7 @@ def fused_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return sizes
 
 
-def _table(url: str) -> pd.DataFrame:
+def _table(url: Storage | str) -> pd.DataFrame:
     study, _ = open_study(url, None)
     return results_table(study).sort_values(KEY).reset_index(drop=True)
 
@@ -85,12 +86,12 @@ def test_fused_lr_sweep_exports_the_unfused_table(tmp_path, fused_calls) -> None
     assert fused.complete and fused.counts.complete == 6
     # two widths cannot share a batched model: one group of 3 per width, K=4 not reached
     assert fused_calls == [3, 3]
-    a, b = _table(fused.plan.storage_url), _table(plain.plan.storage_url)
+    a, b = _table(fused.plan.storage), _table(plain.plan.storage)
     assert _assert_same_table(a, b) < 1e-5
     assert a["loss"].map(math.isfinite).all() and not a["diverged"].any()
 
-    fs, _ = open_study(fused.plan.storage_url, None)
-    ps, _ = open_study(plain.plan.storage_url, None)
+    fs, _ = open_study(fused.plan.storage, None)
+    ps, _ = open_study(plain.plan.storage, None)
     by_key = {t.user_attrs["point_key"]: t for t in ps.trials}
     for t in fs.trials:
         u = by_key[t.user_attrs["point_key"]]
@@ -131,11 +132,11 @@ def test_a_diverging_and_a_pruned_member_leave_the_others_alone(tmp_path, monkey
     for res in (fused, plain):
         c = res.counts
         assert (c.complete, c.diverged, c.pruned) == (3, 1, 1) and res.complete
-    a, b = _table(fused.plan.storage_url), _table(plain.plan.storage_url)
+    a, b = _table(fused.plan.storage), _table(plain.plan.storage)
     _assert_same_table(a, b)
     assert a["diverged"].tolist() == [False, False, False, True]
     assert a["state"].tolist() == ["COMPLETE", "PRUNED", "COMPLETE", "COMPLETE"]
-    study, _ = open_study(fused.plan.storage_url, None)
+    study, _ = open_study(fused.plan.storage, None)
     t = {tr.params["lr"]: tr for tr in study.trials}
     div = t[2.0**3]
     assert div.user_attrs["diverged"] and math.isfinite(div.value)

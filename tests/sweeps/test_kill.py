@@ -15,8 +15,9 @@ from collections import Counter
 
 import pytest
 
-from sweeps import LRSweep, open_study, prepare, resolve_storage, spawn_workers
+from sweeps import LRSweep, open_study, prepare, spawn_workers
 from sweeps.spec import point_key
+from sweeps.storage import Storage
 
 SYN = "sweeps.runners:synthetic_runner"
 SLEEP_S = 1.2  # per trial, so the kill lands mid-trial
@@ -78,7 +79,7 @@ def _kill_one_mid_trial(url: str, name: str, workers: int, grace: int) -> dict[s
 
 @pytest.mark.slow
 def test_journal_three_workers_survive_a_sigkill(tmp_path) -> None:
-    url = resolve_storage(None, tmp_path)
+    url = Storage.resolve(None, tmp_path).url
     timing = _kill_one_mid_trial(url, "kill", workers=3, grace=60)
     # the dead pid is noticed at once (no waiting for the 60 s grace period)
     assert timing["after_kill_s"] < 60

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 import mutransfer.cli
-from sweeps import LRSweep, open_study, prepare, resolve_storage, run_sweep
-from sweeps.storage import mask_url, read_storage_file
+from sweeps import LRSweep, open_study, prepare, run_sweep
+from sweeps.storage import Storage, mask_url, read_storage_file
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "s3cr3t-Pw"
@@ -54,18 +54,17 @@ def test_mask_url_hides_the_password_in_every_form(url) -> None:
 def test_malformed_urls_are_refused_not_taken_as_a_local_journal(bad, tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match="malformed storage URL") as exc:
-        resolve_storage(bad)
+        Storage.resolve(bad)
     assert SECRET not in str(exc.value)
     assert sweep("lr", "--widths", "32", "--storage", bad, "--prepare-only") == 2
     assert list(tmp_path.iterdir()) == []  # no folder named after the password
 
 
 def test_the_join_hint_never_prints_a_password() -> None:
-    from mutransfer.cli.sweep import join_hint
-
-    hint = join_hint(f"postgresql://u:{SECRET}@db/s", "lr")
+    hint = Storage.resolve(f"postgresql://u:{SECRET}@db/s").join_command("lr")
     assert SECRET not in hint and "MUTRANSFER_STORAGE" in hint and "--storage" not in hint
-    assert join_hint("journal:/x/optuna.journal", "lr").endswith("--storage /x/optuna.journal --study lr")
+    assert Storage.resolve("journal:/x/optuna.journal").join_command("lr").endswith(
+        "--storage /x/optuna.journal --study lr")
 
 
 def test_storage_file_must_be_private(tmp_path) -> None:
@@ -95,7 +94,7 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_workers_get_the_url_off_argv_and_die_with_their_parent(tmp_path) -> None:
-    url = resolve_storage(None, tmp_path)
+    url = Storage.resolve(None, tmp_path).url
     prepare(LRSweep(widths=(32,), parametrizations=("mup",), lrs=(1e-3, 2e-3)), url, runner="synthetic")
     parent = subprocess.Popen([sys.executable, "-c", _PARENT, url], stdout=subprocess.PIPE, text=True,
                               env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -163,7 +162,7 @@ def test_a_study_poisoned_by_an_older_version_fails_with_one_line(tmp_path, caps
     """A study created before sampler_seed was checked holds "x": status and worker say so."""
     import optuna
 
-    url = resolve_storage(None, tmp_path)
+    url = Storage.resolve(None, tmp_path).url
     prepare(LRSweep(widths=(32,), parametrizations=("mup",), lrs=(1e-3,)), url, runner="synthetic")
     study, _ = open_study(url, "lr")
     attr = dict(study.user_attrs["mutransfer_sweep"])
@@ -179,7 +178,7 @@ def test_a_study_poisoned_by_an_older_version_fails_with_one_line(tmp_path, caps
 def test_a_tampered_study_cannot_make_workers_import_anything(tmp_path) -> None:
     from sweeps import work
 
-    url = resolve_storage(None, tmp_path)
+    url = Storage.resolve(None, tmp_path).url
     prepare(LRSweep(widths=(32,), parametrizations=("mup",), lrs=(1e-3,)), url, runner="synthetic")
     study, _ = open_study(url, "lr")
     study.set_user_attr("mutransfer_sweep", {**study.user_attrs["mutransfer_sweep"],

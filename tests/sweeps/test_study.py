@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 
-from sweeps import LRSweep, open_study, prepare, resolve_storage, results_table, run_sweep, write_table
+from sweeps import LRSweep, open_study, prepare, results_table, run_sweep, write_table
 from sweeps.export import status
 from sweeps.progress import study_counts
 from sweeps.recovery import sweep_stale
+from sweeps.storage import Storage
 
 SYN = "sweeps.runners:synthetic_runner"
 
@@ -27,7 +28,7 @@ def test_grid_runs_every_point_once_and_resume_repeats_none(tmp_path) -> None:
     spec = _spec()
     res = run_sweep(spec, out=tmp_path, runner=SYN)
     assert res.complete and res.plan.enqueued == 12 and res.counts.complete == 12
-    study, _ = open_study(res.plan.storage_url, "lr")
+    study, _ = open_study(res.plan.storage, "lr")
     keys = [t.user_attrs["point_key"] for t in study.trials]
     assert len(keys) == len(set(keys)) == 12
     # same command again: nothing enqueued, nothing re-run
@@ -44,7 +45,7 @@ def test_grid_runs_every_point_once_and_resume_repeats_none(tmp_path) -> None:
 def test_trial_records_reproducibility_attrs(tmp_path) -> None:
     res = run_sweep(_spec(widths=(32,), parametrizations=("mup",), lrs=(1e-3,), seeds=(5,), sampler_seed=3),
                     out=tmp_path, runner=SYN)
-    t = open_study(res.plan.storage_url, None)[0].trials[0]
+    t = open_study(res.plan.storage, None)[0].trials[0]
     ua = t.user_attrs
     assert ua["sampler_seed"] == 3 and ua["trial_seed"] == 5
     assert {"python", "optuna"} <= set(ua["versions"])
@@ -57,7 +58,7 @@ def test_divergence_is_told_a_finite_worst_case_and_kept_in_the_table(tmp_path) 
     # synthetic: lr above 2^-3 diverges for mup
     res = run_sweep(_spec(widths=(64,), parametrizations=("mup",), lrs=(2.0**-7, 2.0**-1)),
                     out=tmp_path, runner=SYN)
-    study, _ = open_study(res.plan.storage_url, None)
+    study, _ = open_study(res.plan.storage, None)
     div = [t for t in study.trials if t.user_attrs["diverged"]]
     assert len(div) == 1 and div[0].state.name == "COMPLETE"
     assert math.isfinite(div[0].value) and div[0].value == pytest.approx(math.log(256))
@@ -74,7 +75,7 @@ def _nan_runner(config: dict[str, Any], report: Any) -> dict[str, Any]:
 def test_a_nan_loss_counts_as_diverged_even_without_the_flag(tmp_path) -> None:
     res = run_sweep(_spec(widths=(32,), parametrizations=("mup",), lrs=(1e-3,)), out=tmp_path,
                     runner=_nan_runner)
-    t = open_study(res.plan.storage_url, None)[0].trials[0]
+    t = open_study(res.plan.storage, None)[0].trials[0]
     assert t.user_attrs["diverged"] is True and math.isfinite(t.value)
 
 
@@ -93,7 +94,7 @@ def test_median_pruner_prunes_via_intermediate_reports(tmp_path) -> None:
     res = run_sweep(spec, out=tmp_path, runner=_curve_runner)
     c = res.counts
     assert c.pruned >= 1 and c.complete + c.pruned == 8 and res.complete
-    study, _ = open_study(res.plan.storage_url, None)
+    study, _ = open_study(res.plan.storage, None)
     assert all(t.intermediate_values for t in study.trials)
 
 
@@ -108,7 +109,7 @@ def test_adaptive_sampler_fills_each_group(tmp_path, sampler: str) -> None:
                  log2_lr_min=-12, log2_lr_max=-2)
     res = run_sweep(spec, out=tmp_path, runner=SYN)
     assert res.complete and res.counts.complete == 10
-    study, _ = open_study(res.plan.storage_url, None)
+    study, _ = open_study(res.plan.storage, None)
     for w in (32, 64):
         lrs = [t.params["lr"] for t in study.trials if t.params["width"] == w]
         assert len(lrs) == 5 and all(2.0**-12 <= x <= 2.0**-2 for x in lrs)
@@ -130,7 +131,7 @@ def test_unreachable_storage_is_one_clear_error(tmp_path) -> None:
 
 def test_export_csv_is_atomic_and_tidy(tmp_path) -> None:
     res = run_sweep(_spec(widths=(32,)), out=tmp_path, runner=SYN)
-    study, _ = open_study(res.plan.storage_url, None)
+    study, _ = open_study(res.plan.storage, None)
     df = results_table(study)
     out = write_table(df, tmp_path / "r.csv")
     import pandas as pd
@@ -150,7 +151,7 @@ def test_stale_sweeper_fails_and_requeues_a_dead_workers_trial(tmp_path) -> None
     import subprocess
     import sys
 
-    url = resolve_storage(None, tmp_path)
+    url = Storage.resolve(None, tmp_path).url
     plan = prepare(_spec(widths=(32,), parametrizations=("mup",), lrs=(1e-3,)), url, runner=SYN)
     study, _ = open_study(url, plan.study_name)
     (trial,) = study.claim()
@@ -160,8 +161,8 @@ def test_stale_sweeper_fails_and_requeues_a_dead_workers_trial(tmp_path) -> None
 
     trial.set_user_attr("host", hostname())
     trial.set_user_attr("pid", dead.pid)
-    assert sweep_stale(study, grace_period=60, journal=True) == [trial.number]
-    assert sweep_stale(study, grace_period=60, journal=True) == []  # only once
+    assert sweep_stale(study, grace_period=60) == [trial.number]
+    assert sweep_stale(study, grace_period=60) == []  # only once
     states = [t.state.name for t in study.get_trials()]
     assert states == ["FAIL", "WAITING"]
     retry = study.get_trials()[1]
@@ -171,7 +172,7 @@ def test_stale_sweeper_fails_and_requeues_a_dead_workers_trial(tmp_path) -> None
     t2.set_user_attr("host", "elsewhere")
     t2.set_user_attr("pid", 1)
     t2.set_user_attr("heartbeat", 0.0)
-    assert sweep_stale(study, grace_period=60, journal=True) == [t2.number]
+    assert sweep_stale(study, grace_period=60) == [t2.number]
 
 
 def test_study_bar_shows_counts_on_a_tty(monkeypatch, capsys) -> None:
