@@ -72,6 +72,7 @@ def test_users_day_with_a_local_hf_llama(llama: str, tmp_path: Path, capsys, _ve
     st = _run(["sweep", "scaling", "--model", llama, "--width", "32", "--batch-sizes", "2,4,8",
                "--tokens", "256,512,1024", "--lr-center", "0.01", "--log2-lr-offsets=-1,0,1",
                "--set", "seq_len=16", "--eval-sequences", "8", "--device", "cpu", "--workers", "1",
+               "--max-extend", "0",  # the grid as given (extension: tests/sweeps/test_extend.py)
                "--out", str(sc), "--quiet", "--json"], capsys)
     assert st["counts"]["complete"] == 3 * 3
     csv2, fit = tmp_path / "sc.csv", tmp_path / "fit.json"
