@@ -368,7 +368,16 @@ class ScalingLawFit:
 
     def _cells(self, ok: pd.DataFrame, lr: str, batch: str, tokens: str, loss: str,
                seed: str | None) -> list[dict[str, Any]]:
-        """Per (B, D) cell: the LR grid, the seed losses per LR, and the OptimumFit point."""
+        """Per (B, D) cell: the LR grid, the seed losses per LR, and the OptimumFit point.
+        A cell with fewer than 3 usable LRs has no optimum: it is left out (and warned of),
+        e.g. a batch added past the grid's edge at which most LRs diverged."""
+        n_lr = ok.groupby([batch, tokens])[lr].transform("nunique")
+        few = ok[n_lr < 3]
+        self.dropped_cells_ = sorted({(float(b), float(d)) for b, d in zip(few[batch], few[tokens])})
+        ok = ok[n_lr >= 3]
+        if ok.empty:
+            raise ValueError(f"no (batch, budget) cell has 3 usable {lr!r} values; an LR "
+                             "optimum needs at least 3 points.")
         of = OptimumFit(x=lr, y=loss, group_by=(batch, tokens), diverged=None, seed=seed,
                         window=self.window, band=self.band, n_boot=0).fit(ok)
         self.optimum_fit_ = of
@@ -389,6 +398,10 @@ class ScalingLawFit:
     def _fit_cells(self, cells: list[dict[str, Any]], rng: np.random.Generator) -> None:
         warnings: list[str] = []
         self.warnings_ = warnings
+        if self.dropped_cells_:
+            where = ", ".join(f"B={b:g} D={d:g}" for b, d in self.dropped_cells_)
+            warnings.append(f"{len(self.dropped_cells_)} (B, D) cell(s) have fewer than 3 usable LRs "
+                            f"and were left out: {where}.")
         B = np.array([c["B"] for c in cells])
         D = np.array([c["D"] for c in cells])
         Ds = np.unique(D)

@@ -318,6 +318,18 @@ def test_bracketing_per_budget_from_the_edge_flags(fit: ScalingLawFit, data: pd.
     assert row["lr"]["edge_cells"] == int((edges["edge"] != "").sum()) > 0
 
 
+def test_a_batch_with_too_few_usable_lrs_is_left_out_with_a_warning(data: pd.DataFrame) -> None:
+    """A batch added past the grid's edge whose LRs mostly diverged has no LR optimum: its
+    cells are left out (named in a warning) instead of failing the whole fit."""
+    extra = sweep(seeds=1, batches=(2.0**18,), rng=5)
+    extra["diverged"] = extra["lr"] > 2.0**-13  # only 2^-14 and 2^-13 survive
+    fit = ScalingLawFit(n_boot=0).fit(pd.concat([data, extra], ignore_index=True))
+    assert 2.0**18 not in set(fit.cells_["batch_tokens"])
+    assert any("fewer than 3 usable LRs" in w and "B=262144 D=1.04858e+06" in w for w in fit.warnings_)
+    base = ScalingLawFit(n_boot=0).fit(data)
+    assert fit.params_["batch_exp_tokens"] == pytest.approx(base.params_["batch_exp_tokens"])
+
+
 # ------------------------------------------------------------------ audit and curves
 @pytest.mark.parametrize("axis", ["tokens", "batch_tokens"])
 def test_holdout_audit_rows(data: pd.DataFrame, axis: str) -> None:
