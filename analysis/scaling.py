@@ -374,7 +374,16 @@ class ScalingLawFit:
 
     def _cells(self, ok: pd.DataFrame, lr: str, batch: str, tokens: str, loss: str,
                seed: str | None) -> list[dict[str, Any]]:
-        """Per (B, D) cell: the LR grid, the seed losses per LR, and the OptimumFit point."""
+        """Per (B, D) cell: the LR grid, the seed losses per LR, and the OptimumFit point.
+        A cell with fewer than 3 usable LRs has no optimum: it is left out (and warned of),
+        e.g. a batch added past the grid's edge at which most LRs diverged."""
+        n_lr = ok.groupby([batch, tokens])[lr].transform("nunique")
+        few = ok[n_lr < 3]
+        self.dropped_cells_ = sorted({(float(b), float(d)) for b, d in zip(few[batch], few[tokens])})
+        ok = ok[n_lr >= 3]
+        if ok.empty:
+            raise ValueError(f"no (batch, budget) cell has 3 usable {lr!r} values; an LR "
+                             "optimum needs at least 3 points.")
         of = OptimumFit(x=lr, y=loss, group_by=(batch, tokens), diverged=None, seed=seed,
                         window=self.window, band=self.band, n_boot=0).fit(ok)
         self.optimum_fit_ = of
@@ -395,6 +404,10 @@ class ScalingLawFit:
     def _fit_cells(self, cells: list[dict[str, Any]], rng: np.random.Generator) -> None:
         warnings: list[str] = []
         self.warnings_ = warnings
+        if self.dropped_cells_:
+            where = ", ".join(f"B={b:g} D={d:g}" for b, d in self.dropped_cells_)
+            warnings.append(f"{len(self.dropped_cells_)} (B, D) cell(s) have fewer than 3 usable LRs "
+                            f"and were left out: {where}.")
         B = np.array([c["B"] for c in cells])
         D = np.array([c["D"] for c in cells])
         Ds = np.unique(D)
@@ -786,6 +799,29 @@ class ScalingLawFit:
             batch_line=pd.DataFrame({"tokens": dg, "batch": p, "lo": lo, "hi": hi}),
             level=self.level, lr_law=self._lr_law(), batch_law=self._batch_law())
 
+    def bracketing(self) -> pd.DataFrame:
+        """Per budget: is the optimal batch, and every batch's optimal LR, bracketed?
+
+        A grid optimum is bracketed when it is not at the edge of its grid (the edge flags
+        of :class:`~analysis.OptimumFit` for the LR of each ``(B, D)`` cell, and of the
+        same locator over ``log2 B`` for the batch of each budget): only then is it an
+        optimum rather than a bound. Columns: ``tokens``, ``batch_opt``,
+        ``batch_bracketed``, ``batch_edge`` ("" | "low" | "high"), ``lr_bracketed``
+        (every cell of the budget), ``lr_edge_cells`` (how many are not) and
+        ``lr_edges`` (``[(batch_tokens, edge), ...]`` of those cells)."""
+        self._check_fitted()
+        if not hasattr(self, "cells_"):
+            raise ValueError("bracketing needs a fit on data (a fit restored by from_dict keeps "
+                             "the laws but not the per-run optima).")
+        rows = []
+        for b in self.budgets_.to_dict("records"):
+            at = self.cells_[self.cells_["tokens"] == b["tokens"]]
+            edges = [(float(r["batch_tokens"]), str(r["edge"])) for r in at.to_dict("records") if r["edge"]]
+            rows.append({"tokens": float(b["tokens"]), "batch_opt": float(b["batch_opt"]),
+                         "batch_bracketed": not b["edge"], "batch_edge": str(b["edge"]),
+                         "lr_bracketed": not edges, "lr_edge_cells": len(edges), "lr_edges": edges})
+        return pd.DataFrame(rows)
+
     def _lr_law(self) -> str:
         p = self.params_
         return (f"eta* = {p['lr_coef']:.4g} · B^{p['lr_exp_batch']:.3f} · "
@@ -868,6 +904,16 @@ class ScalingLawFit:
                              for k, v in r.items()} for r in self.cells_.to_dict("records")]
             out["budgets"] = [{k: (_num(v) if isinstance(v, (float, np.floating)) else v)
                                for k, v in r.items()} for r in self.budgets_.to_dict("records")]
+            br = self.bracketing()
+            out["bracketing"] = [
+                {"tokens": _num(r["tokens"]),
+                 "batch": {"bracketed": bool(r["batch_bracketed"]), "edge": r["batch_edge"],
+                           "opt": _num(r["batch_opt"])},
+                 "lr": {"bracketed": bool(r["lr_bracketed"]), "edge_cells": int(r["lr_edge_cells"]),
+                        "edges": [{"batch_tokens": _num(b), "edge": e} for b, e in r["lr_edges"]]}}
+                for r in br.to_dict("records")]
+            out["bracketed"] = {"batch": bool(br["batch_bracketed"].all()),
+                                "lr": bool(br["lr_bracketed"].all())}
         return out
 
     @classmethod

@@ -1,7 +1,8 @@
 """Every user-attribute name a sweep writes into a study, in one place.
 
 Study attr: :data:`STUDY_ATTR` (the :class:`sweeps.worker.SweepSettings`). Trial attrs are
-written by :func:`sweeps.study.prepare` (point, key, group), the worker that runs a trial
+written by :func:`sweeps.study.prepare` (point, key, group; :mod:`sweeps.extend` adds the
+extension's axis and round), the worker that runs a trial
 (owner, provenance, config, result) and the recovery sweeper (retries). The results table
 (:mod:`sweeps.export`) and the dashboard read them back by these names.
 """
@@ -18,6 +19,11 @@ POINT_KEY = "point_key"
 """Canonical JSON of the point (:func:`sweeps.spec.point_key`): its identity across retries."""
 GROUP = "group"
 """The curve the point belongs to (the point without lr and seed)."""
+
+EXTENDED_AXIS = "extended_axis"
+"""Set on a point added beyond the original grid (:mod:`sweeps.extend`): "batch" or "lr"."""
+EXTENDED_ROUND = "extended_round"
+"""Which step beyond the original grid on its axis (1, 2, ...) added the point."""
 
 # ---- set by the recovery sweeper on a re-enqueued trial -------------------------------
 RETRIES = "retries"

@@ -155,6 +155,9 @@ def status(study: optuna.Study) -> dict[str, Any]:
         settings = SweepSettings.from_attr(attr)
         keys = settings.spec.group_keys()
         total = len(settings.spec.points()) * settings.spec.trials_per_point()
+        # and the points added past the grid's edges (sweeps.extend)
+        total += len({t.user_attrs.get(attrs.POINT_KEY) for t in study.get_trials(deepcopy=False)
+                      if attrs.EXTENDED_AXIS in t.user_attrs})
     counts = study_counts(study)
     return {"study": study.study_name, "total": total, "counts": counts.to_dict(),
             "group_keys": keys, "best": best_per_group(study, keys)}

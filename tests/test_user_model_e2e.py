@@ -72,6 +72,7 @@ def test_users_day_with_a_local_hf_llama(llama: str, tmp_path: Path, capsys, _ve
     st = _run(["sweep", "scaling", "--model", llama, "--width", "32", "--batch-sizes", "2,4,8",
                "--tokens", "256,512,1024", "--lr-center", "0.01", "--log2-lr-offsets=-1,0,1",
                "--set", "seq_len=16", "--eval-sequences", "8", "--device", "cpu", "--workers", "1",
+               "--max-extend", "0",  # the grid as given (extension: tests/sweeps/test_extend.py)
                "--out", str(sc), "--quiet", "--json"], capsys)
     assert st["counts"]["complete"] == 3 * 3
     csv2, fit = tmp_path / "sc.csv", tmp_path / "fit.json"
@@ -101,7 +102,7 @@ def test_users_day_with_the_builtin_llama_fused(tmp_path: Path, capsys, _verb) -
         st = _run(["sweep", "lr", "--model", "llama-tiny", "--widths", "32,64,128", "--lrs", "0.003,0.03",
                    "--parametrization", "mup", "--seeds", "0", "--steps", "4", "--batch-size", "4",
                    "--set", "seq_len=32", "--set", "eval_batches=1", "--device", "cpu", "--workers", "1",
-                   "--fuse", fuse, "--out", str(out), "--quiet", "--json"], capsys)
+                   "--fuse", fuse, "--max-extend", "0", "--out", str(out), "--quiet", "--json"], capsys)
         assert st["counts"]["complete"] == 3 * 2
         csv = tmp_path / f"lr{fuse}.csv"
         assert mutransfer.cli.main(["sweep", "export", "--storage", str(out), "--out", str(csv)]) == 0
@@ -114,7 +115,7 @@ def test_users_day_with_the_builtin_llama_fused(tmp_path: Path, capsys, _verb) -
     st = _run(["sweep", "scaling", "--model", "llama-tiny", "--width", "32", "--batch-sizes", "2,4,8",
                "--tokens", "256,512,1024", "--lr-center", "0.01", "--log2-lr-offsets=-1,0,1",
                "--set", "seq_len=16", "--eval-sequences", "8", "--device", "cpu", "--workers", "1",
-               "--fuse", "3", "--out", str(sc), "--quiet", "--json"], capsys)
+               "--fuse", "3", "--max-extend", "0", "--out", str(sc), "--quiet", "--json"], capsys)
     assert st["counts"]["complete"] == 3 * 3
     csv2, fit = tmp_path / "sc.csv", tmp_path / "fit.json"
     assert mutransfer.cli.main(["sweep", "export", "--storage", str(sc), "--out", str(csv2)]) == 0

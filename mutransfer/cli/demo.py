@@ -58,6 +58,11 @@ class ScalingStage:
     """Chinchilla's ~20 tokens per parameter (Hoffmann et al. 2022)."""
     check_batch_sizes: tuple[int, ...] | None = None
     """Batches of the wider check (None: the middle batch)."""
+    max_extend: int = 2
+    """An optimum (best batch of a budget, best LR of a cell) at the edge of its grid gets up
+    to this many grid points past that edge, until bracketed (:mod:`sweeps.extend`)."""
+    batch_range: tuple[int, int] | None = None
+    """Batches (sequences) the extension may add (None: as the budgets and grad_accum allow)."""
 
 
 @dataclass(frozen=True)
@@ -96,7 +101,7 @@ SIZES: dict[str, DemoSize] = {
                                            log2_lr_offsets=(-1.5, -1.0, -0.5, 0.0, 0.5, 1.0, 1.5),
                                            check_width=64, eval_sequences=256, target_width=2048,
                                            target_depth=24, target_seq_len=1024,
-                                           check_batch_sizes=(16,))),
+                                           check_batch_sizes=(16,), max_extend=2, batch_range=(2, 64))),
     # A single GPU: Llamas of width 128..2048 (16x), 1000 steps of 64x256 bytes.
     "gpu": DemoSize(preset="llama-small", widths=(128, 256, 512, 1024, 2048),
                     sp_log2_lrs=tuple(float(x) for x in range(-14, -3)),
@@ -114,7 +119,7 @@ SIZES: dict[str, DemoSize] = {
                      scaling=ScalingStage(batch_sizes=(2, 4, 8, 16), tokens=(512, 1024, 2048, 4096),
                                           log2_lr_offsets=(-1.0, 0.0, 1.0), check_width=64,
                                           eval_sequences=8, target_width=512, target_depth=24,
-                                          target_seq_len=256)),
+                                          target_seq_len=256, max_extend=1)),
 }
 
 
@@ -375,8 +380,9 @@ def _scaling_stage(out: Path, sz: DemoSize, size: str, fit: Any, *, device: str,
     """Stages 4 and 5: the scaling sweep, its laws, the critical batch and the audit."""
     from analysis import ScalingLawFit
     from mutransfer._io import atomic_write_text
-    from sweeps import results_table, run_sweep, write_table
+    from sweeps import results_table, write_table
     from sweeps.audit import audit_rows, run_holdout_audit
+    from sweeps.extend import Bounds, run_bracketed
     from sweeps.spec import ScalingSweep
     from sweeps.worker import open_study
 
@@ -398,10 +404,14 @@ def _scaling_stage(out: Path, sz: DemoSize, size: str, fit: Any, *, device: str,
                 f"{list(sc.batch_sizes)} "
                 f"x {sz.seq_len} tokens, {len(sc.log2_lr_offsets)} LRs around 2^{math.log2(lr_center):.2f} "
                 f"(x sqrt(B/{sz.batch_size}))")
+    bounds = Bounds(max_extend=sc.max_extend, batch_range=sc.batch_range)
     with clock.stage("scaling_sweep", parallel=n_workers):
-        sweep = run_sweep(spec, out=out / "scaling", workers=workers, device=device, quiet=quiet)
+        # an optimum at its grid's edge gets more grid (batch and LR), within the bounds
+        sweep, bracket = run_bracketed(spec, bounds, out=out / "scaling", workers=workers, device=device,
+                                       quiet=quiet)
     study, _ = open_study(sweep.plan.storage, sweep.plan.study_name)
     table = results_table(study)
+    batches = sorted({int(b) for b in table.loc[table["width"] == width, "batch_size"]})
     write_table(table, out / "scaling_results.csv")
     trials = table.drop_duplicates("trial")
     cost = {str(int(b)): float(g["cpu_s"].mean()) for b, g in trials.groupby("batch_size")} \
@@ -410,7 +420,8 @@ def _scaling_stage(out: Path, sz: DemoSize, size: str, fit: Any, *, device: str,
         "width": width, "check_width": sc.check_width, "budgets": list(spec.budgets()),
         "check_batch_tokens": sorted({p["batch_size"] * sz.seq_len for p in spec.points()
                                       if p.get("width") == sc.check_width}),
-        "batch_sizes": list(sc.batch_sizes), "batch_tokens": [b * sz.seq_len for b in sc.batch_sizes],
+        "batch_sizes": batches, "batch_tokens": [b * sz.seq_len for b in batches],
+        "bracketing": bracket.to_dict() if bracket is not None else None,
         "lr_center": lr_center, "lr_center_batch": sz.batch_size,
         "log2_lr_offsets": list(sc.log2_lr_offsets), "n_trials": int(len(trials)), "n_rows": int(len(table)),
         "n_diverged": int(table["diverged"].sum()), "weight_decay": spec.base.get("weight_decay"),
@@ -419,6 +430,9 @@ def _scaling_stage(out: Path, sz: DemoSize, size: str, fit: Any, *, device: str,
         "images": {},
     }
 
+    if bracket is not None:
+        for line in bracket.lines():
+            _log(quiet, f"      {line}")
     _log(quiet, "[5/7] eta*(B, D) and B*(D) laws, critical batch two ways, held-out audit")
     rows = audit_rows(table, spec)
     try:
@@ -565,6 +579,15 @@ def _sections(s: dict[str, Any]) -> list[tuple[str, list[str], list[str], list[l
              f"octave apart around the LR sweep's μP optimum 2^{math.log2(sc['lr_center']):.2f} "
              f"(at {sc['lr_center_batch']} sequences, moved as sqrt(B)); AdamW weight decay "
              f"{sc['weight_decay']}; every run logs its gradient noise scale."]
+    br = sc.get("bracketing")
+    if br and br.get("budgets"):
+        ok_b = sum(1 for r in br["budgets"] if r["batch"]["bracketed"])
+        ok_lr = sum(1 for r in br["budgets"] if r["lr"]["bracketed"])
+        n = len(br["budgets"])
+        intro.append(f"Grids extended past every edge optimum ({br['extended_trials']} runs added, at most "
+                     f"{br['max_extend']} points per grid): B* bracketed at {ok_b} of {n} budgets, every "
+                     f"batch's η* at {ok_lr} of {n}." + (" Stopped: " + "; ".join(br["stopped"]) + "."
+                                                          if br["stopped"] else ""))
     if "error" in sc:
         intro.append(f"**{sc['error']}**")
     laws = sc.get("laws")

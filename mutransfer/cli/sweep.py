@@ -76,6 +76,26 @@ def _log2_range(text: str) -> tuple[float, float, float]:
     return (nums[0], nums[1], nums[2] if len(nums) == 3 else 1.0)
 
 
+_DEFAULT_MAX_EXTEND = 3  # sweeps.extend.DEFAULT_MAX_EXTEND (not imported: the parser stays light)
+
+
+def _log2_bounds(text: str) -> tuple[float, float]:
+    try:
+        lo, hi = (float(p) for p in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--log2-lr-range {text!r} must be LO:HI, e.g. -12:-2") from None
+    return (lo, hi)
+
+
+def _batch_bounds(text: str) -> tuple[int, int]:
+    try:
+        lo, hi = (_int(p) for p in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--batch-range {text!r} must be LO,HI in sequences, "
+                                         "e.g. 2,64") from None
+    return (lo, hi)
+
+
 def _fuse(text: str) -> Any:
     """``--fuse K|auto``; a bad value exits 2 naming it."""
     from sweeps.fusion import check_fuse
@@ -113,6 +133,17 @@ def _add_run_flags(p: argparse.ArgumentParser, kind: str) -> None:
                        help="comma-separated learning rates (default the log2 grid)")
         p.add_argument("--log2-lr", type=_log2_range, default=None, metavar="MIN:MAX[:STEP]",
                        help="log2 LR grid or search range, e.g. --log2-lr=-14:-3:1 (the default)")
+    if kind in ("lr", "scaling"):
+        p.add_argument("--max-extend", type=int, default=None, metavar="N",
+                       help="an optimum at the edge of its grid (LR; scaling: also the batch) extends "
+                            "the grid one point past it, run and re-checked, up to N rounds per axis "
+                            f"(default {_DEFAULT_MAX_EXTEND}; 0: never)")
+        p.add_argument("--log2-lr-range", type=_log2_bounds, default=None, metavar="LO:HI",
+                       help="extended LRs stay within 2^LO..2^HI (default: no bound)")
+    if kind == "scaling":
+        p.add_argument("--batch-range", type=_batch_bounds, default=None, metavar="LO,HI",
+                       help="extended batch sizes (sequences) stay within LO..HI (default: 1 and up, "
+                            "as the budgets allow)")
     if kind == "lr":
         p.add_argument("--depths", type=_list(_int, "an integer"), default=None,
                        help="comma-separated depths")
@@ -379,6 +410,12 @@ def _run_sweep(args: argparse.Namespace, kind: str) -> int:
     if args.heartbeat < 1 or args.grace <= args.heartbeat:
         raise ValueError(f"--grace {args.grace} must exceed --heartbeat {args.heartbeat} (>= 1)")
     spec = _spec_from_args(args, kind)
+    bounds = None
+    if kind in ("lr", "scaling"):  # checked before any study exists
+        from sweeps.extend import Bounds
+
+        bounds = Bounds(max_extend=_DEFAULT_MAX_EXTEND if args.max_extend is None else args.max_extend,
+                        batch_range=getattr(args, "batch_range", None), log2_lr_range=args.log2_lr_range)
     holdout = bool(getattr(args, "holdout", False))
     audit_path = None
     if holdout:
@@ -414,15 +451,24 @@ def _run_sweep(args: argparse.Namespace, kind: str) -> int:
               f"{plan.enqueued} enqueued now; join with: {storage.join_command(plan.study_name)}",
               file=sys.stderr)
         return 0
-    res = run_sweep(spec, out=args.out, storage=storage, study_name=args.study, workers=args.workers,
-                    device=args.device, runner=args.runner, quiet=args.quiet,
-                    heartbeat_interval=args.heartbeat, grace_period=args.grace, fuse=args.fuse)
+    run_kw = dict(out=args.out, storage=storage, study_name=args.study, workers=args.workers,
+                  device=args.device, runner=args.runner, quiet=args.quiet,
+                  heartbeat_interval=args.heartbeat, grace_period=args.grace, fuse=args.fuse)
+    bracket = None
+    if bounds is not None:
+        from sweeps.extend import run_bracketed
+
+        res, bracket = run_bracketed(spec, bounds, **run_kw)
+    else:
+        res = run_sweep(spec, **run_kw)
     print(storage.describe(), file=sys.stderr)
     study, _ = open_study(storage, res.plan.study_name)
     st = status(study)
     st["storage"] = storage.masked
     st["wall_s"] = res.wall_s
     st["workers"] = res.workers
+    if bracket is not None:
+        st["bracketing"] = bracket.to_dict()
     if holdout and res.complete:
         from sweeps.audit import audit_summary, run_holdout_audit
         from sweeps.export import results_table
@@ -433,6 +479,8 @@ def _run_sweep(args: argparse.Namespace, kind: str) -> int:
     if kind == "multipliers":
         st["best_config"] = _write_best_config(study, args.out, args.json)
     _print_status(st, args.json)
+    if bracket is not None and not args.json:
+        print("\n".join(bracket.lines()))
     if not res.complete:
         print(f"mutransfer sweep {kind}: {res.counts.failed} failed, {res.counts.pending} unfinished; "
               "re-run the same command to resume", file=sys.stderr)

@@ -293,6 +293,43 @@ def test_json_round_trip_keeps_laws_bands_and_projection(fit: ScalingLawFit) -> 
         ScalingLawFit.from_dict({"kind": "loss"})
 
 
+def test_bracketing_per_budget_from_the_edge_flags(fit: ScalingLawFit, data: pd.DataFrame) -> None:
+    """B* = 2^14..2^15.5 and every eta* lie inside the full grid; a batch grid that starts at
+    2^15 leaves B* at its low edge at the budgets where B* < 2^15, and an LR grid cut at 2^-9
+    leaves the small batches' eta* (2^-11 at B=2^12, D=2^20) at its low edge."""
+    br = fit.bracketing()
+    assert br["batch_bracketed"].all() and br["lr_bracketed"].all()
+    doc = json.loads(json.dumps(fit.to_dict(), allow_nan=False))
+    assert doc["bracketed"] == {"batch": True, "lr": True}
+    assert [r["tokens"] for r in doc["bracketing"]] == [2**20, 2**21, 2**22, 2**23]
+
+    high = ScalingLawFit(n_boot=0).fit(data[data["batch_tokens"] >= 2**15])
+    br = high.bracketing()
+    assert list(br["batch_edge"][:2]) == ["low", "low"] and not br["batch_bracketed"][:2].any()
+    assert high.to_dict()["bracketed"]["batch"] is False
+    assert br["batch_opt"][0] == 2**15  # a bound: the grid's end, not B*
+
+    cut = ScalingLawFit(n_boot=0).fit(data[data["lr"] >= 2**-9])
+    row = cut.to_dict()["bracketing"][0]
+    assert row["lr"]["bracketed"] is False and row["batch"]["bracketed"] is True
+    assert {"batch_tokens": 2.0**12, "edge": "low"} in row["lr"]["edges"]
+    # each edge cell is one whose OptimumFit optimum sat at the grid's edge
+    edges = cut.cells_[cut.cells_["tokens"] == 2**20]
+    assert row["lr"]["edge_cells"] == int((edges["edge"] != "").sum()) > 0
+
+
+def test_a_batch_with_too_few_usable_lrs_is_left_out_with_a_warning(data: pd.DataFrame) -> None:
+    """A batch added past the grid's edge whose LRs mostly diverged has no LR optimum: its
+    cells are left out (named in a warning) instead of failing the whole fit."""
+    extra = sweep(seeds=1, batches=(2.0**18,), rng=5)
+    extra["diverged"] = extra["lr"] > 2.0**-13  # only 2^-14 and 2^-13 survive
+    fit = ScalingLawFit(n_boot=0).fit(pd.concat([data, extra], ignore_index=True))
+    assert 2.0**18 not in set(fit.cells_["batch_tokens"])
+    assert any("fewer than 3 usable LRs" in w and "B=262144 D=1.04858e+06" in w for w in fit.warnings_)
+    base = ScalingLawFit(n_boot=0).fit(data)
+    assert fit.params_["batch_exp_tokens"] == pytest.approx(base.params_["batch_exp_tokens"])
+
+
 # ------------------------------------------------------------------ audit and curves
 @pytest.mark.parametrize("axis", ["tokens", "batch_tokens"])
 def test_holdout_audit_rows(data: pd.DataFrame, axis: str) -> None:

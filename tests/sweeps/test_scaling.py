@@ -144,7 +144,7 @@ pytest.importorskip("mutransfer.train")
 TINY = ["sweep", "scaling", "--preset", "gpt-tiny", "--width", "32", "--check-width", "64",
         "--batch-sizes", "2,4,8", "--tokens", "256,512,1024", "--lr-center", "0.01",
         "--log2-lr-offsets=-1,0,1", "--set", "seq_len=16", "--eval-sequences", "8", "--device", "cpu",
-        "--quiet", "--json"]
+        "--max-extend", "0", "--quiet", "--json"]  # the grid as given (extension: test_extend.py)
 
 
 @pytest.mark.slow
