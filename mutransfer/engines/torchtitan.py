@@ -60,8 +60,8 @@ def check_names(model: nn.Module, mup: Mapping[str, Any]) -> None:
             raise ValueError(f"the torchtitan model does not match the card: the card has {name}, the model "
                              "does not")
         if params[name] != list(mup["shapes"][name]):
-            raise ValueError(f"the torchtitan model does not match the card: {name} has shape {params[name]}, "
-                             f"the card says {mup['shapes'][name]}")
+            raise ValueError(f"the torchtitan model does not match the card: {name} has shape "
+                             f"{params[name]}, the card says {mup['shapes'][name]}")
 
 
 @torch.no_grad()
