@@ -24,7 +24,7 @@ LLAMA_1B = {"model_type": "llama", "vocab_size": 128256, "hidden_size": 2048, "i
             "tie_word_embeddings": True, "max_position_embeddings": 131072, "rms_norm_eps": 1e-5}
 TINY = dict(LLAMA_1B, vocab_size=128, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
             num_attention_heads=8, num_key_value_heads=4, head_dim=16, max_position_embeddings=64)
-RUN = ["--lr", "0.01", "--tokens", "1e6", "--batch-size", "8", "--seq-len", "16", "--base-depth", "2"]
+RUN = ["--lr", "0.01", "--tokens", "1280", "--batch-size", "8", "--seq-len", "16", "--base-depth", "2"]
 
 
 def write_config(tmp_path: Path, fields: dict, name: str = "config.json") -> Path:
@@ -138,7 +138,7 @@ def test_hf_trainer_runs_the_cards_lr_at_every_step_with_accumulation(tmp_path) 
     for d in data:
         d["labels"] = d["input_ids"].clone()
     args = tf.TrainingArguments(output_dir=str(tmp_path / "hf"), report_to=[], save_strategy="no",
-                                logging_strategy="no", use_cpu=True, dataloader_num_workers=0, **targs)
+                                logging_strategy="no", use_cpu=True, disable_tqdm=True, dataloader_num_workers=0, **targs)
     tf.Trainer(model=model, args=args, train_dataset=data, optimizers=(opt, None),
                callbacks=[Record()]).train()
     assert len(seen) == total
