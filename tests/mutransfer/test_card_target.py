@@ -234,7 +234,8 @@ def test_torchtitan_llama3_under_the_export_gives_the_reference_mup_logits(tmp_p
         model.init_states(buffer_device=None)
         model.load_state_dict(weights)
         with torch.no_grad():
-            return model(x, attention_masks=model.get_attention_masks(None))
+            pos = torch.arange(x.shape[1]).expand_as(x)  # one document per row
+            return model(x, positions=pos, attention_masks=model.get_attention_masks(pos))
 
     with torch.no_grad():
         want = ref(x).logits
@@ -242,16 +243,16 @@ def test_torchtitan_llama3_under_the_export_gives_the_reference_mup_logits(tmp_p
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
     sp = titan_logits([])  # torchtitan's own (SP) forward on the same weights differs
     assert (sp - want).abs().max() > 1e-2
-    # The converter's init: the readout scaled as the card says after torchtitan's init.
-    scale = next(float(g["init"][6:]) for g in card["param_groups"] if g["name"] == "lm_head.weight"
-                 and g["init"].startswith("scale:"))
+    # The converter's init: a weight scaled as the card says after torchtitan's own init.
+    name, scale = next((torchtitan_name(g["name"]), float(g["init"][6:])) for g in card["param_groups"]
+                       if g["init"].startswith("scale:"))
     plain, mup = tt_cfg, MuPConverter.Config(mup=export["mup"]).build().convert(tt_cfg)
     ws = []
     for c in (plain, mup):
         torch.manual_seed(1)
         m = c.build()
         m.init_states(buffer_device=None)
-        ws.append(m.lm_head.weight.detach())
+        ws.append(dict(m.named_parameters())[name].detach())
     torch.testing.assert_close(ws[1], ws[0] * scale)
     # optimizer groups by regex over torchtitan's names cover every parameter once
     import re
