@@ -138,7 +138,8 @@ def test_hf_trainer_runs_the_cards_lr_at_every_step_with_accumulation(tmp_path) 
     for d in data:
         d["labels"] = d["input_ids"].clone()
     args = tf.TrainingArguments(output_dir=str(tmp_path / "hf"), report_to=[], save_strategy="no",
-                                logging_strategy="no", use_cpu=True, disable_tqdm=True, dataloader_num_workers=0, **targs)
+                                logging_strategy="no", use_cpu=True, disable_tqdm=True,
+                                dataloader_num_workers=0, **targs)
     tf.Trainer(model=model, args=args, train_dataset=data, optimizers=(opt, None),
                callbacks=[Record()]).train()
     assert len(seen) == total
