@@ -57,7 +57,7 @@ def torchtitan_name(name: str) -> str | None:
 def _renamer(card: Mapping[str, Any]) -> tuple[Any, str]:
     names = [g["name"] for g in card["param_groups"]]
     mapped = {n: torchtitan_name(n) for n in names}
-    if not any(mapped.values()):
+    if not any(t is not None and n.startswith("model.") for n, t in mapped.items()):
         return (lambda n: n), "the card's own parameter names"
     bad = next((n for n, t in mapped.items() if t is None), None)
     if bad is not None:
