@@ -67,7 +67,8 @@ def test_batch_law_in_doubt_falls_back_to_deepseek_and_says_so(tmp_path: Path, c
     card = load_card(out)
     n = card["target"]["n_params_nonembed"]
     b_ds = deepseek_llm(6.0 * n * 2e8)["batch_tokens"]
-    assert card["batch"]["sequences"] == max(1, round(b_ds / 64))
+    # DeepSeek's batch in sequences, rounded to a multiple of 8 (dp 1, no --micro-batch)
+    assert card["batch"]["sequences"] == max(8, round(b_ds / 64 / 8) * 8)
     proj = card["projected"]
     assert "DeepSeek" in proj["batch_tokens"]["source"] and "25x beyond" in proj["batch_tokens"]["source"]
     assert proj["batch_fit"]["value"] == pytest.approx(2.0 * 2e8**0.4, rel=1e-9)
@@ -214,16 +215,20 @@ def test_model_config_file_and_tokens_per_param(tmp_path: Path, capsys) -> None:
     cfg_file.write_text(yaml.safe_dump({"preset": "gpt-tiny", "d_model": 192, "n_layers": 3,
                                         "n_heads": 4, "vocab": 512}))
     out = tmp_path / "card.yaml"
-    code, err = transfer([*PROXY, "--model-config", str(cfg_file), "--tokens-per-param", "20",
-                          "--batch-tokens", "3990", "--out", str(out)], capsys)
+    args = [*PROXY, "--model-config", str(cfg_file), "--tokens-per-param", "20", "--batch-tokens", "3990",
+            "--out", str(out)]
+    code, err = transfer(args, capsys)  # vocab 512 against the proxy's 256
+    assert code == 2 and "--allow-vocab-change" in err and not out.exists()
+    code, err = transfer([*args, "--allow-vocab-change"], capsys)
     assert code == 0, err
     card = load_card(out)
+    assert card["target"]["vocab_change"]
     model = card["target"]["model"]
     assert (model["width"], model["depth"], model["n_head"], model["vocab_size"]) == (192, 3, 4, 512)
     net = build_target_model(card)
     assert card["target"]["n_params"] == sum(p.numel() for p in net.parameters())
     assert card["target"]["tokens"] == pytest.approx(20 * card["target"]["n_params"])
-    assert card["batch"]["tokens"] == 62 * 64  # 3990 tokens rounded to whole sequences
+    assert card["batch"]["tokens"] == 64 * 64  # 3990 tokens: 62.3 sequences, rounded to a multiple of 8
     # heads of 48 against the proxy's 16: muP's attention scale is sqrt(16)/48
     scale = next(iter(card["forward_multipliers"]["attention"].values()))
     assert scale == pytest.approx(4 / 48)
