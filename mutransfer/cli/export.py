@@ -17,6 +17,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="file to write (.json, or .yaml)")
     p.add_argument("--hf-config", default=None,
                    help="a transformers config JSON: check the card against that model (names, shapes)")
+    p.add_argument("--drop", action="append", default=[], metavar="FIELD",
+                   help="export without a card field the engine cannot express (repeatable; "
+                        "recorded in the export's 'dropped'); megatron: init, eps, lr, weight_decay, "
+                        "residual_multiplier, target.model.<field>")
     add_output_flags(p)
 
 
@@ -36,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
         cfg = transformers.AutoConfig.from_pretrained(args.hf_config)  # a local file: no download
         with torch.device("meta"):
             model = transformers.AutoModelForCausalLM.from_config(cfg)
-    export = export_card(card, args.engine, model=model)
+    export = export_card(card, args.engine, model=model, drop=args.drop)
     out = Path(args.out)
     if out.suffix in (".yaml", ".yml"):
         import yaml

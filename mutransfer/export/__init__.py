@@ -16,21 +16,17 @@ the version the exporter was written for (``verified_against`` in the export say
   ``lr_scheduler`` and ``training``, in the field names of ``OptimizersContainer.Config``,
   ``ParamGroupConfig``, ``LRSchedulersContainer.Config`` and ``TrainingConfig``.
   :func:`torchtitan_param_groups` turns them into ``ParamGroupConfig`` objects.
-- **megatron** (megatron-core >= 0.17, μP fields): ``transformer_config`` (``use_mup``,
-  ``mup_base_hidden_size``, ``mup_base_head_dim``, ``mup_embedding_mult``,
-  ``mup_output_mult``, ``softmax_scale``), ``optimizer_config`` (``lr``, ``min_lr``,
-  ``decoupled_lr`` ...), ``scheduler_config`` and ``training_config`` (Megatron-LM's
-  ``megatron.training.config``). Megatron's own μP divides the LR *and* Adam eps of every
-  non-embedding matrix, the output layer included, by the width multiplier
-  (``megatron.core.optimizer.get_mup_config_overrides``); TP-V keeps the readout's Adam LR
-  and puts 1/m in its forward. ``decoupled_lr`` (an absolute LR for the embedding and
-  output layer that μP leaves alone) set to the card's base LR reproduces the card's LRs;
-  the eps difference is listed in ``notes``.
+- **megatron** (megatron-core 0.19.2): the whole architecture and the μP fields as the
+  keyword arguments of ``TransformerConfig``, ``GPTModel``, ``OptimizerConfig`` and
+  Megatron-LM's ``SchedulerConfig``, ``TrainingConfig`` and ``TokenizerConfig``
+  (:mod:`mutransfer.export.megatron` says how each card field maps). What Megatron cannot
+  express (its μP init, per-parameter values off its table, CompleteP's residual
+  multiplier) is an error naming the field unless ``drop`` names it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch.nn as nn
@@ -43,14 +39,20 @@ from mutransfer.export.torchtitan import export_torchtitan, torchtitan_param_gro
 ENGINES: tuple[str, ...] = ("hf", "torchtitan", "megatron")
 
 
-def export_card(card: Mapping[str, Any], engine: str, model: nn.Module | None = None) -> dict[str, Any]:
+def export_card(card: Mapping[str, Any], engine: str, model: nn.Module | None = None,
+                drop: Sequence[str] = ()) -> dict[str, Any]:
     """The card as ``engine``'s config (see the module docstring). With ``model``, the
-    card must describe it (names and shapes)."""
+    card must describe it (names and shapes). ``drop``: card fields the engine cannot
+    express to export without (recorded in the export's ``dropped``; megatron only)."""
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
     if model is not None:
         check_model(model, card)
-    fn = {"hf": export_hf, "torchtitan": export_torchtitan, "megatron": export_megatron}[engine]
+    if engine == "megatron":
+        return export_megatron(card, drop=drop)
+    if drop:
+        raise ValueError(f"--drop {drop[0]}: only the megatron export drops fields")
+    fn = {"hf": export_hf, "torchtitan": export_torchtitan}[engine]
     return fn(card)
 
 
