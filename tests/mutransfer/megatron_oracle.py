@@ -1,9 +1,11 @@
 """Run by the Python 3.12 interpreter that has megatron-core 0.19.2 (not by pytest): build
 the real Megatron config objects from a Megatron export and report what they hold.
 
-    python megatron_oracle.py EXPORT.json GROUPS.json OUT.json
+    python megatron_oracle.py CASES.json OUT.json
 
-GROUPS.json lists the card's parameters (name, shape, role). For each, a parameter of that
+CASES.json is a list of {"export": a Megatron export, "groups": the card's parameters
+(name, shape, role)}; OUT.json gets one result per case, in order (one process for all
+cases: importing megatron-core and torch takes most of the time). For each, a parameter of that
 shape is tagged as megatron-core's LanguageModule tags the embedding and output layer,
 and Megatron's own optimizer grouping (get_standard_config_overrides +
 get_mup_config_overrides -> _get_param_groups, as megatron.training.training does) gives
@@ -22,7 +24,19 @@ import sys
 import tempfile
 
 
-def main(export_path: str, groups_path: str, out_path: str) -> None:
+def main(cases_path: str, out_path: str) -> None:
+    import torch
+
+    # One process, gloo, a file rendezvous: _get_param_groups all-gathers its group keys.
+    init = os.path.join(tempfile.mkdtemp(), "rendezvous")
+    torch.distributed.init_process_group("gloo", init_method=f"file://{init}", rank=0, world_size=1)
+    results = [build(case["export"], case["groups"]) for case in json.load(open(cases_path))]
+    torch.distributed.destroy_process_group()
+    with open(out_path, "w") as f:
+        json.dump(results, f)
+
+
+def build(export: dict, groups: list) -> dict:
     import importlib.metadata
 
     import torch
@@ -36,8 +50,6 @@ def main(export_path: str, groups_path: str, out_path: str) -> None:
     from megatron.core.transformer import TransformerConfig
     from megatron.training.config.training_config import SchedulerConfig, TokenizerConfig, TrainingConfig
 
-    export = json.load(open(export_path))
-    groups = json.load(open(groups_path))
     callables = {k: _resolve(v) for k, v in export["transformer_config_callables"].items()}
     tc = TransformerConfig(**export["transformer_config"], **callables)
     oc = OptimizerConfig(**export["optimizer_config"])
@@ -70,9 +82,6 @@ def main(export_path: str, groups_path: str, out_path: str) -> None:
                    "gpt_model": sorted(gpt_args)},
     }
 
-    # One process, gloo, a file rendezvous: _get_param_groups all-gathers its group keys.
-    init = os.path.join(tempfile.mkdtemp(), "rendezvous")
-    torch.distributed.init_process_group("gloo", init_method=f"file://{init}", rank=0, world_size=1)
     chunk = torch.nn.Module()
     for i, g in enumerate(groups):
         p = torch.nn.Parameter(torch.zeros(g["shape"]))
@@ -96,10 +105,8 @@ def main(export_path: str, groups_path: str, out_path: str) -> None:
             per_param[names[id(p)]] = {"max_lr": pg["max_lr"], "min_lr": pg["min_lr"],
                                        "eps": pg.get("eps", oc.adam_eps),
                                        "weight_decay": oc.weight_decay * pg["wd_mult"]}
-    torch.distributed.destroy_process_group()
     out["per_param"] = per_param
-    with open(out_path, "w") as f:
-        json.dump(out, f)
+    return out
 
 
 def _resolve(dotted: str) -> object:
@@ -108,4 +115,4 @@ def _resolve(dotted: str) -> object:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:3])

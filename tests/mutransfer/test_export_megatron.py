@@ -151,18 +151,6 @@ needs_megatron = pytest.mark.skipif(
                                 "0.19.2: bash .ci/megatron_env.sh builds one)")
 
 
-def megatron_builds(export: dict, card: dict, tmp_path: Path) -> dict:
-    (tmp_path / "export.json").write_text(json.dumps(export))
-    groups = [{k: g[k] for k in ("name", "shape", "role")} for g in card["param_groups"]]
-    (tmp_path / "groups.json").write_text(json.dumps(groups))
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    run = subprocess.run([str(MEGATRON_PYTHON), str(ORACLE), str(tmp_path / "export.json"),
-                          str(tmp_path / "groups.json"), str(tmp_path / "out.json")],
-                         capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
-    assert run.returncode == 0, run.stderr[-3000:]
-    return json.loads((tmp_path / "out.json").read_text())
-
-
 CASES = {
     "mup": (lambda: card_for(), MUP_DROPS),
     "mup-output-mult-1": (lambda: card_for(multipliers=Multipliers(output=4.0)), MUP_DROPS),
@@ -172,14 +160,30 @@ CASES = {
 }
 
 
+@pytest.fixture(scope="module")
+def megatron_built(tmp_path_factory) -> dict[str, tuple[dict, dict, dict]]:
+    """case -> (card, export, what megatron-core built from it): one oracle process."""
+    tmp = tmp_path_factory.mktemp("megatron")
+    cards, exports = {}, {}
+    for case, (make, drop) in CASES.items():
+        cards[case] = make()
+        with pytest.warns(UserWarning):
+            exports[case] = export_card(cards[case], "megatron", drop=drop)
+    payload = [{"export": exports[c], "groups": [{k: g[k] for k in ("name", "shape", "role")}
+                                                for g in cards[c]["param_groups"]]} for c in CASES]
+    (tmp / "cases.json").write_text(json.dumps(payload))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    run = subprocess.run([str(MEGATRON_PYTHON), str(ORACLE), str(tmp / "cases.json"), str(tmp / "out.json")],
+                         capture_output=True, text=True, timeout=300, env=env, cwd=tmp)
+    assert run.returncode == 0, run.stderr[-3000:]
+    built = json.loads((tmp / "out.json").read_text())
+    return {c: (cards[c], exports[c], b) for c, b in zip(CASES, built, strict=True)}
+
+
 @needs_megatron
 @pytest.mark.parametrize("case", list(CASES))
-def test_megatron_core_builds_the_export_and_gives_the_cards_values(case: str, tmp_path) -> None:
-    make, drop = CASES[case]
-    card = make()
-    with pytest.warns(UserWarning):
-        export = export_card(card, "megatron", drop=drop)
-    got = megatron_builds(export, card, tmp_path)
+def test_megatron_core_builds_the_export_and_gives_the_cards_values(case: str, megatron_built) -> None:
+    card, export, got = megatron_built[case]
     assert got["version"] == "0.19.2"
     # Every field constructs and keeps the exported value (post-init defaults included:
     # mup_output_mult 1.0 would have become 1/m).
