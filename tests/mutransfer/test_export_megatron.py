@@ -5,7 +5,6 @@ classes and optimizer grouping built from the export give the card's values."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
@@ -19,6 +18,7 @@ from mutransfer.cli import main
 from mutransfer.export import MEGATRON_FIELDS, export_card
 from mutransfer.models import GPT, GPTConfig
 from mutransfer.parametrization import Multipliers, Parametrization
+from mutransfer.target import TargetModel
 
 SCHEDULE = {"kind": "wsd", "warmup_steps": 10, "decay_fraction": 0.2, "total_steps": 100,
             "decay_shape": "1-sqrt", "min_lr_ratio": 0.1}
@@ -36,7 +36,9 @@ def card_for(kind: str = "mup", depth: int = 2, base_depth: int = 2, alpha: floa
     else:
         pz = Parametrization(lambda w: GPT(GPT_CFG.replace(width=w, depth=depth)), width=128, base_width=32,
                              kind=kind, **kw)
-    target = {"model": {**dataclasses.asdict(cfg), "kind": "gpt"}, "width": 128, "depth": depth, "dp_size": 2}
+    # The card's target.model as `mutransfer transfer` writes it.
+    target = {"model": TargetModel("gpt", cfg, "gpt-tiny").to_dict(), "width": 128, "depth": depth,
+              "dp_size": 2}
     return build_card(pz, lr=3e-3, optimizer=OPT, schedule=SCHEDULE,
                       batch={"sequences": 8, "tokens": 256, "dp_size": 2}, target=target)
 
