@@ -11,7 +11,8 @@ holds:
   AdamW timescale tau;
 - ``schedule``: kind, warmup (steps and tokens), decay fraction and shape, total steps,
   min LR ratio;
-- ``batch``: sequences, tokens, sequence length, data-parallel size;
+- ``batch``: sequences, tokens, sequence length, data-parallel size, micro-batch per rank
+  and gradient-accumulation steps (sequences = dp_size × micro_batch × grad_accum);
 - ``param_groups``: per parameter the absolute LR, LR multiplier, init, weight decay, eps;
 - ``forward_multipliers``, ``projected`` (values with intervals and extrapolation
   flags), ``audit`` (the held-out check) and ``provenance``.
@@ -258,7 +259,10 @@ def _check_target(t: Mapping[str, Any]) -> None:
     _C.positive("target.tokens_per_param", t.get("tokens_per_param"), none=True)
     if "model" in t:
         model = _C.mapping("target.model", t["model"])
-        _C.choice("target.model.kind", model.get("kind"), ("gpt", "mlp"), none=True)
+        _C.choice("target.model.kind", model.get("kind"), ("gpt", "mlp", "hf"), none=True)
+        if model.get("kind") == "hf":
+            _C.string("target.model.source", model.get("source"))
+            _C.mapping("target.model.config", model.get("config"))
         _C.string("target.model.preset", model.get("preset"), none=True)
         for key in ("width", "depth", "vocab_size", "seq_len", "head_dim", "n_head",
                     "in_features", "out_features"):
@@ -322,11 +326,19 @@ def _check_schedule(s: Mapping[str, Any], v2: bool) -> None:
 
 def _check_batch(b: Mapping[str, Any]) -> None:
     _C.integer("batch.sequences", b.get("sequences"))
-    for key in ("tokens", "seq_len", "dp_size"):
+    for key in ("tokens", "seq_len", "dp_size", "micro_batch", "grad_accum"):
         _C.integer(f"batch.{key}", b.get(key), none=True)
     dp = b.get("dp_size")
     if dp is not None and b["sequences"] % dp:
         _C.fail("batch.sequences", f"must be a multiple of dp_size {dp}", b["sequences"])
+    micro = b.get("micro_batch")
+    if micro is not None and b["sequences"] % ((dp or 1) * micro):
+        _C.fail("batch.sequences", f"must be a multiple of dp_size × micro_batch = {(dp or 1) * micro}",
+                b["sequences"])
+    if micro is not None and b.get("grad_accum") is not None and (
+            b["grad_accum"] * (dp or 1) * micro != b["sequences"]):
+        _C.fail("batch.grad_accum", f"must equal sequences / (dp_size × micro_batch) = "
+                f"{b['sequences'] // ((dp or 1) * micro)}", b["grad_accum"])
     if b.get("seq_len") is not None and b.get("tokens") is not None and (
             b["tokens"] != b["sequences"] * b["seq_len"]):
         _C.fail("batch.tokens", f"must equal sequences × seq_len = {b['sequences'] * b['seq_len']}",

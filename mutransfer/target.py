@@ -30,13 +30,16 @@ from mutransfer.models import GPT, MLP, GPTConfig, MLPConfig, get_preset
 
 __all__ = [
     "ALIASES",
+    "HFTarget",
     "RunPlan",
     "ScalingLaws",
     "TargetModel",
     "build_target_model",
+    "hf_transfer_builder",
     "parse_overrides",
     "plan_run",
     "read_scaling_fit",
+    "resolve_hf_target",
     "resolve_target",
     "transfer_builder",
 ]
@@ -71,6 +74,11 @@ class TargetModel:
         """A fresh model of this architecture (on the current default device)."""
         return _KINDS[self.kind][1](self.config)
 
+    @property
+    def vocab_size(self) -> int | None:
+        """The vocabulary (None for an MLP)."""
+        return getattr(self.config, "vocab_size", None)
+
     def to_dict(self) -> dict[str, Any]:
         """The card's ``target.model``: kind, preset and every config field."""
         return {"kind": self.kind, "preset": self.preset, **dataclasses.asdict(self.config)}
@@ -84,6 +92,96 @@ class TargetModel:
         total = sum(p.numel() for p in model.parameters())
         nonembed = model.num_params(non_embedding=True) if hasattr(model, "num_params") else total
         return int(total), int(nonembed)
+
+
+@dataclass(frozen=True)
+class HFTarget:
+    """A target given as a local Hugging Face config (``--model hf:PATH``): the user's
+    own ``transformers`` model, built from that config, with its own parameter names."""
+
+    source: Any
+    """The :class:`mutransfer.models.source.ModelSource` (kind ``hf``)."""
+    config: Any
+    """The full-size ``transformers`` config."""
+    kind: str = "hf"
+    preset: str | None = None
+
+    @property
+    def width(self) -> int:
+        from mutransfer.models.source import hf_shape
+
+        return hf_shape(self.config)[0]
+
+    @property
+    def depth(self) -> int:
+        from mutransfer.models.source import hf_shape
+
+        return hf_shape(self.config)[1]
+
+    @property
+    def vocab_size(self) -> int | None:
+        v = getattr(self.config, "vocab_size", None)
+        return int(v) if isinstance(v, int) else None
+
+    def build(self) -> nn.Module:
+        """The full model at random init (build it under ``torch.device("meta")`` to get
+        the names and shapes of a large one for nothing)."""
+        import transformers as tf
+
+        return tf.AutoModelForCausalLM.from_config(self.config)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The card's ``target.model``: source, head rule, model type and the whole config."""
+        return {"kind": "hf", "source": self.source.spec(), "model_id": self.source.model_id,
+                "head_rule": self.source.head_rule, "model_type": str(self.config.model_type),
+                "config": _plain_config(self.config)}
+
+    def n_params(self) -> tuple[int, int]:
+        """(total, non-embedding) parameter counts from a meta build; non-embedding leaves
+        out the input embedding and an untied readout (as Kaplan et al. count N)."""
+        import torch
+
+        with torch.device("meta"):
+            model = self.build()
+        total = sum(p.numel() for p in model.parameters())
+        embed = {id(p) for m in (model.get_input_embeddings(), model.get_output_embeddings())
+                 if m is not None for p in m.parameters()}
+        nonembed = sum(p.numel() for p in model.parameters() if id(p) not in embed)
+        return int(total), int(nonembed)
+
+
+def _plain_config(config: Any) -> dict[str, Any]:
+    """A transformers config as plain JSON data (what ``config.json`` holds)."""
+    return json.loads(config.to_json_string(use_diff=False))
+
+
+def resolve_hf_target(spec: str, head_rule: str = "keep_head_dim") -> HFTarget:
+    """``hf:PATH`` (a local config.json, or a folder holding one) as a target; a hub id
+    or a missing file is a ValueError naming it (never a download)."""
+    from mutransfer.models.source import load_hf_config, parse_model
+
+    source = parse_model(spec, head_rule=head_rule)
+    if source.kind != "hf":
+        raise ValueError(f"--model {spec!r} is not hf:PATH (a local transformers config.json)")
+    return HFTarget(source, load_hf_config(source.ref))
+
+
+def hf_transfer_builder(target: HFTarget) -> Callable[..., nn.Module]:
+    """``builder(width, depth=None)`` for a Parametrization of an HF target: the target's
+    own config at its width and depth, else the same architecture scaled by
+    :func:`mutransfer.models.source.hf_proxy_config` (hidden size, MLP ratio kept, heads by
+    the source's head rule, layers), so every parameter keeps its name."""
+    import transformers as tf
+
+    from mutransfer.models.source import hf_proxy_config
+
+    def builder(width: int, depth: int | None = None) -> nn.Module:
+        d = target.depth if depth is None else depth
+        cfg = target.config if (width, d) == (target.width, target.depth) else hf_proxy_config(
+            target.config, width, d, target.source.head_rule)
+        return tf.AutoModelForCausalLM.from_config(cfg)
+
+    return builder
 
 
 def _kind_of(cfg: GPTConfig | MLPConfig) -> str:
@@ -212,10 +310,21 @@ def resolve_target(
 
 
 def build_target_model(card: Mapping[str, Any]) -> nn.Module:
-    """A fresh model of a v2 card's ``target.model`` (to pass to ``card.apply``)."""
+    """A fresh model of a v2 card's ``target.model`` (to pass to ``card.apply``); an
+    ``hf`` target is rebuilt from the config the card holds (no file, no download)."""
     model = card.get("target", {}).get("model")
     if not isinstance(model, Mapping):
         raise ValueError("the card has no target.model (a v1 card names only a width)")
+    if model.get("kind") == "hf":
+        import transformers as tf
+
+        fields = dict(model.get("config") or {})
+        model_type = fields.pop("model_type", model.get("model_type"))
+        try:
+            cfg = tf.AutoConfig.for_model(model_type, **fields)
+        except Exception as exc:  # noqa: BLE001 - a config class rejecting the card's fields
+            raise ValueError(f"card field target.model.config ({model_type}): {exc}") from None
+        return tf.AutoModelForCausalLM.from_config(cfg)
     fields = {k: v for k, v in model.items() if k not in ("kind", "preset")}
     kind = model.get("kind", "gpt")
     if kind not in _KINDS:
@@ -500,6 +609,7 @@ class RunPlan:
 
     lr: float
     batch_sequences: int
+    micro_batch: int
     batch_tokens: int
     steps: int
     warmup_tokens: float
@@ -536,6 +646,7 @@ def plan_run(
     batch_tokens: float | None = None,
     batch_sequences: int | None = None,
     dp_size: int | None = None,
+    micro_batch: int | None = None,
     weight_decay: float | None = None,
     wd_mode: str = "coupled",
     warmup_tokens: float | None = None,
@@ -549,7 +660,12 @@ def plan_run(
     """Project the run of the target from the proxy optimum and (optionally) the laws.
 
     - Batch: ``batch_sequences`` or ``batch_tokens`` if given, else B*(D) of the laws;
-      rounded to whole sequences and to a multiple of ``dp_size``. Neither -> ValueError.
+      rounded to whole sequences and to a multiple of ``dp_size × micro_batch``. Without
+      ``micro_batch`` a projected batch is rounded to a multiple of ``dp_size × 8`` (or of
+      the largest power of two that fits a smaller batch), so it splits over any usual
+      device count; the micro-batch is then the largest power of two <= 8 dividing each
+      rank's share (:func:`mutransfer.export._common.default_micro_batch`), recorded in
+      ``projected.batch_split``. A given ``batch_sequences`` must be such a multiple.
     - Base LR: the proxy's μP optimum ``proxy_lr`` moved by the fitted law's ratio
       eta*(B_t, D_t) / eta*(B_p, D_p) from the proxy's batch and tokens to the target's.
     - Weight decay: given, or lambda = B / (eta · tau · D) with the laws' tau (coupled
@@ -586,9 +702,12 @@ def plan_run(
         ext["tokens"] = _factor(tokens, laws.measured_tokens)
 
     # batch
+    if micro_batch is not None and not (isinstance(micro_batch, int) and micro_batch >= 1):
+        raise ValueError(f"--micro-batch must be a positive integer, got {micro_batch!r}")
     if batch_sequences is not None:
-        if batch_sequences % dp:
-            raise ValueError(f"--batch-size {batch_sequences} is not a multiple of --dp-size {dp}")
+        if batch_sequences % (dp * (micro_batch or 1)):
+            raise ValueError(f"--batch-size {batch_sequences} is not a multiple of --dp-size {dp}"
+                             + (f" × --micro-batch {micro_batch}" if micro_batch else ""))
         b_est = _estimate(batch_sequences * seq_len, None, None, level, "given (--batch-size)")
         raw_seqs = float(batch_sequences)
     elif batch_tokens is not None:
@@ -623,7 +742,26 @@ def plan_run(
         raise ValueError("no batch for the target: the batch size needs the scaling fit "
                          "B*(D) (--scaling-fit FIT.json from `mutransfer fit scaling`), or give it "
                          "with --batch-tokens or --batch-size")
-    seqs = max(dp, int(round(raw_seqs / dp)) * dp)
+    if batch_sequences is not None:
+        seqs, unit = batch_sequences, dp * (micro_batch or 1)
+        how = "given (--batch-size)"
+    else:
+        if micro_batch is not None:
+            unit, how = dp * micro_batch, f"a multiple of --dp-size {dp} × --micro-batch {micro_batch}"
+        else:
+            pow2 = 8
+            while pow2 > 1 and raw_seqs / dp < pow2:
+                pow2 //= 2
+            unit = dp * pow2
+            how = (f"a multiple of dp_size {dp} × {pow2} (power-of-two default: no --micro-batch given)")
+        seqs = max(unit, int(round(raw_seqs / unit)) * unit)
+    from mutransfer.export._common import default_micro_batch
+
+    micro = micro_batch or default_micro_batch(seqs, dp)
+    split = {"sequences": seqs, "dp_size": dp, "micro_batch": micro,
+             "grad_accum": seqs // (dp * micro), "rounded_to": unit, "rule": how,
+             "micro_batch_source": "given (--micro-batch)" if micro_batch else
+             "default: the largest power of two <= 8 dividing each rank's share"}
     b_tok = seqs * seq_len
     if laws is not None:
         ext["batch_tokens"] = _factor(b_tok, laws.measured_batch_tokens)
@@ -733,7 +871,7 @@ def plan_run(
                                       n_params=n_params)
     projected = {
         "lr": {**lr_est, "interval": [lr_est["lo"], lr_est["hi"]], "method": lr_est["source"]},
-        "batch_tokens": b_est, "batch_sequences": seqs, "steps": steps,
+        "batch_tokens": b_est, "batch_sequences": seqs, "batch_split": split, "steps": steps,
         "weight_decay": wd_est, "tau": tau_est, "warmup_tokens": w_est, "decay_fraction": d_est,
         "extrapolation": ext, "extrapolation_limit": float(extrapolation_limit),
         "extrapolated": extrapolated, "baselines": baselines,
@@ -742,6 +880,7 @@ def plan_run(
     }
     if projected_batch_fit is not None:  # the fitted law's batch, shown beside the one used
         projected["batch_fit"] = projected_batch_fit
-    return RunPlan(lr=lr, batch_sequences=seqs, batch_tokens=b_tok, steps=steps, warmup_tokens=w,
+    return RunPlan(lr=lr, batch_sequences=seqs, micro_batch=micro, batch_tokens=b_tok, steps=steps,
+                   warmup_tokens=w,
                    warmup_steps=warmup_steps, decay_fraction=dec, weight_decay=wd, tau=tau,
                    projected=projected, warnings=warnings)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
-from mutransfer.cli._common import add_output_flags, print_json
+from mutransfer.cli._common import add_output_flags, positive_int, print_json
 
 HELP = "write a card as an engine's config: megatron | torchtitan | hf"
 
@@ -17,10 +18,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="file to write (.json, or .yaml)")
     p.add_argument("--hf-config", default=None,
                    help="a transformers config JSON: check the card against that model (names, shapes)")
+    p.add_argument("--dp-size", type=positive_int, default=None,
+                   help="data-parallel ranks (default: the card's batch.dp_size, else 1)")
+    p.add_argument("--micro-batch", type=positive_int, default=None,
+                   help="sequences per rank per forward (default: the card's batch.micro_batch)")
     p.add_argument("--drop", action="append", default=[], metavar="FIELD",
-                   help="export without a card field the engine cannot express (repeatable; "
-                        "recorded in the export's 'dropped'); megatron: init, eps, lr, weight_decay, "
-                        "residual_multiplier, target.model.<field>")
+                   help="let the export leave out this card field the engine cannot carry (repeatable; "
+                   "recorded in the export's 'dropped' and warned about); without it such a field exits 2")
     add_output_flags(p)
 
 
@@ -37,10 +41,19 @@ def run(args: argparse.Namespace) -> int:
         import torch
         import transformers
 
-        cfg = transformers.AutoConfig.from_pretrained(args.hf_config)  # a local file: no download
+        from mutransfer.models.source import load_hf_config
+
+        cfg = load_hf_config(args.hf_config)  # a local file only: a hub id is refused
         with torch.device("meta"):
             model = transformers.AutoModelForCausalLM.from_config(cfg)
-    export = export_card(card, args.engine, model=model, drop=args.drop)
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        export = export_card(card, args.engine, model=model, dp_size=args.dp_size,
+                             micro_batch=args.micro_batch, drop=args.drop)
+    for w in caught:
+        print(f"mutransfer export: warning: {w.message}", file=sys.stderr)
     out = Path(args.out)
     if out.suffix in (".yaml", ".yml"):
         import yaml

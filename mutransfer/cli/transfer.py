@@ -72,6 +72,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "seq_len, vocab_size, ... e.g. --set depth=24")
     t.add_argument("--model-config", metavar="FILE", default=None,
                    help="target model config (YAML/JSON mapping of model fields, optional preset)")
+    t.add_argument("--model", metavar="hf:PATH", default=None,
+                   help="the full-size target as a local transformers config (hf:PATH/config.json, never "
+                   "a hub id): the card holds that model's own parameter names; the proxy is the same "
+                   "architecture scaled down (--head-rule)")
+    t.add_argument("--head-rule", choices=("keep_head_dim", "keep_heads"), default="keep_head_dim",
+                   help="with --model: how the scaled-down proxy's heads follow width (keep_head_dim)")
+    t.add_argument("--allow-vocab-change", action="store_true",
+                   help="accept a target vocabulary other than the proxy's (recorded in the card)")
     t.add_argument("--target-width", type=bounded_int(1, MAX_WIDTH, "--target-width"), default=None,
                    help="same as --set width=N")
     t.add_argument("--target-depth", type=bounded_int(1, MAX_DEPTH, "--target-depth"), default=None,
@@ -83,6 +91,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(e.g. 20, Chinchilla)")
     t.add_argument("--dp-size", type=positive_int, default=None,
                    help="data-parallel ranks: the batch is rounded to a multiple of it")
+    t.add_argument("--micro-batch", type=positive_int, default=None,
+                   help="sequences per rank per forward: the batch is rounded to a multiple of dp_size x "
+                   "micro_batch (default: a power-of-two-friendly multiple of 8, said so in the card)")
     t.add_argument("--batch-size", type=positive_int, default=None, help="sequences per step (fixed)")
     t.add_argument("--batch-tokens", type=positive_float, default=None,
                    help="tokens per step (fixed; rounded to whole sequences)")
@@ -151,8 +162,13 @@ def check_flags(args: argparse.Namespace) -> None:
     if args.warmup_tokens is not None and args.warmup_fraction is not None:
         raise ValueError("give --warmup-tokens or --warmup-fraction, not both")
     # before the work, never onto an input
+    if args.model is not None and (args.model_config or args.target_preset or args.overrides
+                                   or args.target_width or args.target_depth):
+        raise ValueError("--model names the whole target; it does not take --model-config, --target-preset, "
+                         "--set, --target-width or --target-depth (edit the config.json instead)")
+    # before the work, never onto an input
     check_output(args.out, inputs=[args.results, args.fit, args.scaling_fit, args.audit, args.model_config,
-                                   args.proxy_config])
+                                   args.proxy_config, args.model])
 
 
 def run(args: argparse.Namespace) -> int:
@@ -176,15 +192,18 @@ def run(args: argparse.Namespace) -> int:
 
     target, pz, warnings = target_parametrization(args, proxy, base_width, base_depth, tuned)
     cfg, kind = target.config, pz.kind
+    width, depth = (target.width, target.depth) if target.kind == "hf" else (cfg.width, cfg.depth)
+    vocab_change = check_vocab(args, proxy, target, source)
     n_params, n_nonembed = target.n_params()
     tokens = args.tokens if args.tokens is not None else args.tokens_per_param * n_params
-    seq_len = getattr(cfg, "seq_len", 1)
+    seq_len = (args.seq_len or proxy_seq) if target.kind == "hf" else getattr(cfg, "seq_len", 1)
     laws = read_scaling_fit(args.scaling_fit) if args.scaling_fit else None
     plan = plan_run(
         proxy_lr=lr, proxy_lr_interval=lr_ci, tokens=float(tokens), seq_len=seq_len, laws=laws,
         proxy_batch_tokens=args.proxy_batch_tokens or proxy_b,
         proxy_tokens=args.proxy_tokens or proxy_d, batch_tokens=args.batch_tokens,
-        batch_sequences=args.batch_size, dp_size=args.dp_size, weight_decay=args.weight_decay,
+        batch_sequences=args.batch_size, dp_size=args.dp_size, micro_batch=args.micro_batch,
+        weight_decay=args.weight_decay,
         wd_mode=args.wd_mode, warmup_tokens=args.warmup_tokens, warmup_fraction=args.warmup_fraction,
         decay_fraction=args.decay_fraction, extrapolation_limit=args.extrapolation_limit,
         n_params=n_nonembed, batch_rule=args.batch_rule, proxy_tau=tuned.tau if tuned else None)
@@ -214,8 +233,11 @@ def run(args: argparse.Namespace) -> int:
                    **({"betas": tuned.betas, "eps": tuned.eps} if tuned else {})},
         schedule=schedule,
         batch={"sequences": plan.batch_sequences, "tokens": plan.batch_tokens, "seq_len": seq_len,
-               "dp_size": args.dp_size},
-        target={"model": target.to_dict(), "width": cfg.width, "depth": cfg.depth,
+               "dp_size": args.dp_size, "micro_batch": plan.micro_batch,
+               "grad_accum": plan.batch_sequences // ((args.dp_size or 1) * plan.micro_batch),
+               "rounding": plan.projected["batch_split"]["rule"]},
+        target={"model": target.to_dict(), "width": width, "depth": depth,
+                **({"vocab_change": vocab_change} if vocab_change else {}),
                 "n_params": n_params, "n_params_nonembed": n_nonembed, "tokens": float(tokens),
                 "tokens_per_param": float(tokens) / n_params, "seq_len": seq_len,
                 "dp_size": args.dp_size},
@@ -228,8 +250,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(card)
     else:
-        print(f"wrote {path}: base lr {plan.lr:.4g} for {target.kind} width {cfg.width} depth "
-              f"{cfg.depth} ({n_params / 1e6:.1f}M params), {plan.steps} steps of "
+        print(f"wrote {path}: base lr {plan.lr:.4g} for {target.kind} width {width} depth "
+              f"{depth} ({n_params / 1e6:.1f}M params), {plan.steps} steps of "
               f"{plan.batch_sequences} x {seq_len} = {plan.batch_tokens} tokens, "
               f"{plan.warmup_steps} warmup steps, weight decay {plan.weight_decay:.4g}")
     return 0
@@ -241,8 +263,24 @@ def target_parametrization(args: argparse.Namespace, proxy: Any, base_width: int
     proxy's forward multipliers and readout init) and any warning; a target smaller than
     the proxy is refused."""
     from mutransfer.parametrization import Parametrization
-    from mutransfer.target import resolve_target, transfer_builder
+    from mutransfer.target import hf_transfer_builder, resolve_hf_target, resolve_target, transfer_builder
 
+    extra = {"multipliers": tuned.multipliers, "readout_init": tuned.readout_init} if tuned else {}
+    if args.model is not None:
+        hft = resolve_hf_target(args.model, args.head_rule)
+        if base_width > hft.width:
+            raise ValueError(f"the target is smaller than the proxy: base width {base_width} is larger "
+                             f"than the target width {hft.width}")
+        if hft.depth < base_depth:
+            raise ValueError(f"the target is smaller than the proxy: target depth {hft.depth} is below "
+                             f"the proxy's depth {base_depth}")
+        kind, warnings = depth_rules(args.parametrization, base_depth, hft.depth)
+        depth_kw = {"depth": hft.depth, "base_depth": base_depth} if kind == "completep" else {}
+        if tuned is not None and kind == "completep" and args.parametrization == "completep":
+            depth_kw["depth_alpha"] = tuned.depth_alpha
+        pz = Parametrization(hf_transfer_builder(hft), width=hft.width, base_width=base_width, kind=kind,
+                             **depth_kw, **extra)
+        return hft, pz, warnings
     overrides = dict(parse_sets(args))
     width = overrides.get("width")
     if isinstance(width, (int, float)) and width < base_width:  # before the config rejects it
@@ -261,10 +299,28 @@ def target_parametrization(args: argparse.Namespace, proxy: Any, base_width: int
     depth_kw = {"depth": cfg.depth, "base_depth": base_depth} if kind == "completep" else {}
     if tuned is not None and kind == "completep" and args.parametrization == "completep":
         depth_kw["depth_alpha"] = tuned.depth_alpha
-    extra = {"multipliers": tuned.multipliers, "readout_init": tuned.readout_init} if tuned else {}
     pz = Parametrization(transfer_builder(target, proxy), width=cfg.width, base_width=base_width,
                          kind=kind, **depth_kw, **extra)
     return target, pz, warnings
+
+
+def check_vocab(args: argparse.Namespace, proxy: Any, target: Any, source: dict[str, Any]
+                ) -> dict[str, Any] | None:
+    """The proxy's vocabulary (the results table's ``vocab_size`` column, else the proxy
+    model's) against the target's: a change alters the embedding and readout the LR was
+    tuned with, so it is refused unless ``--allow-vocab-change`` (then it is recorded)."""
+    proxy_vocab = source.get("proxy_vocab_size", getattr(proxy, "vocab_size", None))
+    target_vocab = target.vocab_size if target.kind == "hf" else getattr(target.config, "vocab_size", None)
+    if proxy_vocab is None or target_vocab is None or int(proxy_vocab) == int(target_vocab):
+        return None
+    where = "the results table's vocab_size" if "proxy_vocab_size" in source else "the proxy model's"
+    if not args.allow_vocab_change:
+        tok = f" (tokenizer {source['tokenizer']!r})" if source.get("tokenizer") else ""
+        raise ValueError(f"the target's vocabulary {target_vocab} differs from the proxy's {proxy_vocab} "
+                         f"({where}{tok}): the LR was tuned with another embedding and readout; pass "
+                         "--allow-vocab-change to transfer anyway (it is recorded in the card)")
+    return {"proxy": int(proxy_vocab), "target": int(target_vocab), "allowed": True, "proxy_from": where,
+            **({"tokenizer": source["tokenizer"]} if source.get("tokenizer") else {})}
 
 
 def parse_sets(args: argparse.Namespace) -> dict[str, Any]:
@@ -495,6 +551,13 @@ def optimum_from_results(args: argparse.Namespace, seq_len: int
             settings[col] = vals[0].item() if hasattr(vals[0], "item") else vals[0]
     if settings:
         source["proxy_settings"] = settings
+    for col, key in (("vocab_size", "proxy_vocab_size"), ("tokenizer", "tokenizer")):
+        vals = df[col].dropna().unique() if col in df.columns else []
+        if len(vals) > 1:
+            raise ValueError(f"{args.results}: the {args.parametrization} rows mix {col} values "
+                             f"{', '.join(sorted(map(str, vals)))}; one vocabulary per transfer")
+        if len(vals) == 1:
+            source[key] = int(vals[0]) if col == "vocab_size" else str(vals[0])
     if "study" in df.columns and df["study"].nunique() == 1:
         source["study"] = str(df["study"].iloc[0])
 

@@ -21,17 +21,17 @@ the version the exporter was written for (``verified_against`` in the export say
   Megatron-LM's ``SchedulerConfig``, ``TrainingConfig`` and ``TokenizerConfig``
   (:mod:`mutransfer.export.megatron` says how each card field maps). What Megatron cannot
   express (its μP init, per-parameter values off its table, CompleteP's residual
-  multiplier) is an error naming the field unless ``drop`` names it.
+  multiplier) is an error naming the field unless ``--drop`` names it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch.nn as nn
 
-from mutransfer.export._common import check_fields, check_model
+from mutransfer.export._common import Drops, check_fields, check_model, split_batch
 from mutransfer.export.hf import export_hf, hf_param_groups
 from mutransfer.export.megatron import MEGATRON_FIELDS, MEGATRON_VERIFIED, export_megatron
 from mutransfer.export.torchtitan import export_torchtitan, torchtitan_param_groups
@@ -39,22 +39,27 @@ from mutransfer.export.torchtitan import export_torchtitan, torchtitan_param_gro
 ENGINES: tuple[str, ...] = ("hf", "torchtitan", "megatron")
 
 
-def export_card(card: Mapping[str, Any], engine: str, model: nn.Module | None = None,
-                drop: Sequence[str] = ()) -> dict[str, Any]:
-    """The card as ``engine``'s config (see the module docstring). With ``model``, the
-    card must describe it (names and shapes). ``drop``: card fields the engine cannot
-    express to export without (recorded in the export's ``dropped``; megatron only)."""
+def export_card(card: Mapping[str, Any], engine: str, model: nn.Module | None = None, *,
+                dp_size: int | None = None, micro_batch: int | None = None,
+                drop: Iterable[str] = ()) -> dict[str, Any]:
+    """The card as ``engine``'s config (see the module docstring), after
+    :func:`mutransfer.card.validate_card`. With ``model``, the card must describe it (names
+    and shapes; the first mismatch is named). ``dp_size``/``micro_batch`` split the card's
+    global batch (:func:`mutransfer.export._common.split_batch`); ``drop`` names card fields
+    the engine may leave out (each recorded in ``dropped``), any other field it cannot
+    carry is a ValueError naming it."""
+    from mutransfer.card import validate_card
+
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
+    card = validate_card(card)
     if model is not None:
         check_model(model, card)
-    if engine == "megatron":
-        return export_megatron(card, drop=drop)
-    if drop:
-        raise ValueError(f"--drop {drop[0]}: only the megatron export drops fields")
-    fn = {"hf": export_hf, "torchtitan": export_torchtitan}[engine]
-    return fn(card)
+    drop = tuple(drop)
+    fn = {"hf": export_hf, "torchtitan": export_torchtitan, "megatron": export_megatron}[engine]
+    return fn(card, dp_size=dp_size, micro_batch=micro_batch, drop=drop)
 
 
-__all__ = ["ENGINES", "MEGATRON_FIELDS", "MEGATRON_VERIFIED", "check_fields", "check_model", "export_card",
-           "export_hf", "export_megatron", "export_torchtitan", "hf_param_groups", "torchtitan_param_groups"]
+__all__ = ["ENGINES", "MEGATRON_FIELDS", "MEGATRON_VERIFIED", "Drops", "check_fields", "check_model",
+           "export_card", "export_hf", "export_megatron", "export_torchtitan", "hf_param_groups",
+           "split_batch", "torchtitan_param_groups"]

@@ -3,8 +3,9 @@ the checks of a model and of emitted field names against an engine."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+import warnings
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple
 
 import torch.nn as nn
 
@@ -56,3 +57,74 @@ def check_fields(engine: str, section: str, emitted: Mapping[str, Any], availabl
     missing = sorted(set(emitted) - set(available))
     if missing:
         raise ValueError(f"{engine} {section} field(s) {missing} are not in the installed {version}")
+
+
+class Drops:
+    """What an export may leave out: only the fields named with ``--drop FIELD``.
+
+    :meth:`cannot` is called wherever an engine cannot express a card field: without a
+    ``--drop`` for it, one ValueError names the field and the flag; with it, the field is
+    recorded (``export["dropped"]``) and a warning says so. :meth:`check_used` refuses a
+    ``--drop`` that named nothing the export met (a typo must not pass silently)."""
+
+    def __init__(self, engine: str, allowed: Iterable[str] = ()) -> None:
+        self.engine = engine
+        self.allowed = tuple(dict.fromkeys(str(f) for f in allowed))
+        self.dropped: list[dict[str, str]] = []
+
+    def cannot(self, field: str, why: str) -> None:
+        if field not in self.allowed:
+            raise ValueError(f"the {self.engine} export cannot carry card field {field}: {why}; "
+                             f"pass --drop {field} to export without it")
+        if all(d["field"] != field for d in self.dropped):
+            self.dropped.append({"field": field, "why": why})
+            warnings.warn(f"{self.engine} export: dropped card field {field} ({why})", stacklevel=3)
+
+    def check_used(self) -> None:
+        unused = [f for f in self.allowed if all(d["field"] != f for d in self.dropped)]
+        if unused:
+            raise ValueError(f"--drop {unused[0]}: the {self.engine} export carries that field (or the "
+                             "card has no such field); nothing to drop")
+
+
+class BatchSplit(NamedTuple):
+    """The global batch as data-parallel ranks × micro-batch × gradient-accumulation steps."""
+
+    sequences: int
+    dp_size: int
+    micro_batch: int
+    grad_accum: int
+
+
+def split_batch(card: Mapping[str, Any], dp_size: int | None = None,
+                micro_batch: int | None = None) -> BatchSplit:
+    """Split the card's global batch (sequences) over ``dp_size`` ranks (default: the
+    card's ``batch.dp_size``, else 1) in micro-batches of ``micro_batch`` sequences per
+    rank (default: the card's ``batch.micro_batch``, else the whole per-rank share, no
+    accumulation): accumulation = sequences / (dp × micro). A split that does not divide
+    the batch is a ValueError naming both numbers."""
+    batch = card["batch"]
+    seqs = int(batch["sequences"])
+    dp = int(dp_size if dp_size is not None else batch.get("dp_size") or 1)
+    if dp < 1:
+        raise ValueError(f"dp_size must be >= 1, got {dp}")
+    if seqs % dp:
+        raise ValueError(f"the card's batch of {seqs} sequences does not split over dp_size {dp}")
+    micro = micro_batch if micro_batch is not None else batch.get("micro_batch")
+    micro = int(micro) if micro is not None else seqs // dp
+    if micro < 1:
+        raise ValueError(f"micro_batch must be >= 1, got {micro}")
+    if seqs % (dp * micro):
+        raise ValueError(f"the card's batch of {seqs} sequences is not a multiple of dp_size {dp} × "
+                         f"micro_batch {micro} = {dp * micro}")
+    return BatchSplit(seqs, dp, micro, seqs // (dp * micro))
+
+
+def default_micro_batch(sequences: int, dp_size: int = 1) -> int:
+    """The largest power of two (at most 8) that divides each rank's share of the batch:
+    a micro-batch every usual accelerator count and memory size can take."""
+    share = sequences // max(dp_size, 1)
+    micro = 1
+    while micro < 8 and share % (micro * 2) == 0:
+        micro *= 2
+    return micro

@@ -1,68 +1,115 @@
-"""The card as Hugging Face ``transformers`` TrainingArguments and optimizer groups."""
+"""The card as Hugging Face ``transformers`` TrainingArguments and optimizer groups.
+
+Step indexing: the card's schedule gives optimizer step ``t`` (0-based) the factor
+``schedule(t)``, warmup ``(t + 1) / W`` included; HF's lambdas give ``lambda(t) = t / W``.
+The export starts HF's scheduler one step in (``last_epoch=0`` in ``lr_scheduler_kwargs``;
+:func:`hf_param_groups` sets each group's ``initial_lr``, which torch needs for that), so
+HF's LR at every optimizer step is the card's. Every kind maps onto HF's
+``warmup_stable_decay`` (or ``inverse_sqrt``) with ``max_steps`` = the card's total steps:
+stable phase to the card's decay start, decay over the card's remaining steps."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch.nn as nn
 
-from mutransfer.export._common import _floor, _groups, _steps, check_fields, check_model
+from mutransfer.export._common import Drops, _floor, _groups, check_fields, check_model, split_batch
+
+_HF_DECAY = {"linear": "linear", "cosine": "cosine", "1-sqrt": "1-sqrt"}
 
 
-def _hf_schedule(card: Mapping[str, Any]) -> dict[str, Any]:
+def _hf_schedule(card: Mapping[str, Any], drops: Drops) -> dict[str, Any]:
+    from mutransfer.card import schedule_config
+    from mutransfer.schedules import Schedule
+
     s = card["schedule"]
-    kind, floor = s.get("kind"), _floor(s)
-    total, warmup, decay = _steps(card)
+    cfg = schedule_config(s)
+    sched = Schedule(cfg)
+    kind, floor = cfg.kind, _floor(s)
+    total, warmup = int(s["total_steps"]), cfg.warmup_steps
     out: dict[str, Any] = {"max_steps": total, "warmup_steps": warmup}
-    if kind == "wsd":
-        shape = s.get("decay_shape", "1-sqrt")
-        if shape not in ("linear", "cosine", "1-sqrt"):
-            raise ValueError(f"HF's warmup_stable_decay has no decay shape {shape!r} "
-                             "(linear, cosine, 1-sqrt)")
+    if floor > 0 and warmup > 0:
+        # HF's WSD warmup rises from min_lr_ratio, the card's from 0.
+        drops.cannot("schedule.min_lr_ratio", f"HF's warmup starts at min_lr_ratio ({floor:g}), the "
+                     "card's at 0: with a warmup no HF scheduler gives the card's floor")
+        floor = 0.0
+    if kind == "inverse_sqrt":
+        if warmup < 1:
+            drops.cannot("schedule.warmup_steps", "HF's inverse_sqrt needs a warmup to match the card's "
+                         "sqrt(W / (t + 1))")
+        out.update(lr_scheduler_type="inverse_sqrt",
+                   lr_scheduler_kwargs={"timescale": max(warmup, 1), "last_epoch": 0})
+        return out
+    if kind == "constant":
+        if warmup > 0:
+            drops.cannot("schedule.kind", "HF has no constant-with-warmup scheduler that can start one "
+                         "step in (constant_with_warmup takes no last_epoch)")
         out.update(lr_scheduler_type="warmup_stable_decay",
-                   lr_scheduler_kwargs={"num_decay_steps": decay, "decay_type": shape, "min_lr_ratio": floor})
-    elif kind == "cosine":
-        out.update(lr_scheduler_type="cosine_with_min_lr", lr_scheduler_kwargs={"min_lr_rate": floor})
-    elif kind in ("linear", "constant", "inverse_sqrt") and floor == 0.0:
-        out["lr_scheduler_type"] = {"linear": "linear", "constant": "constant_with_warmup",
-                                    "inverse_sqrt": "inverse_sqrt"}[kind]
-    else:
-        raise ValueError(f"schedule {kind!r} with floor {floor} has no HF scheduler")
+                   lr_scheduler_kwargs={"num_decay_steps": 0, "min_lr_ratio": 1.0, "last_epoch": 0})
+        return out
+    shape = cfg.decay_shape if kind == "wsd" else kind
+    if shape not in _HF_DECAY:
+        drops.cannot("schedule.decay_shape", f"HF's warmup_stable_decay has no decay shape {shape!r} "
+                     f"({', '.join(_HF_DECAY)}); linear is used instead")
+        shape = "linear"
+    start = sched.decay_start
+    last = total - 1
+    if start is None or start > last:
+        drops.cannot("schedule.decay_fraction", "no decay step inside the run")
+        start = last
+    out.update(lr_scheduler_type="warmup_stable_decay",
+               lr_scheduler_kwargs={"num_decay_steps": last - start, "decay_type": _HF_DECAY[shape],
+                                    "min_lr_ratio": floor, "last_epoch": 0})
     return out
 
 
-def export_hf(card: Mapping[str, Any]) -> dict[str, Any]:
+def export_hf(card: Mapping[str, Any], *, dp_size: int | None = None, micro_batch: int | None = None,
+              drop: Iterable[str] = ()) -> dict[str, Any]:
+    """``training_arguments`` for ``TrainingArguments(**d)`` (per-device micro-batch,
+    gradient accumulation to the card's global batch, the card's schedule step for step)
+    and the per-parameter groups. A card field HF cannot carry is a ValueError naming it,
+    unless ``drop`` names it (then ``dropped`` lists it and a warning says so)."""
     import transformers
 
+    from mutransfer.card import validate_card
+
+    card = validate_card(card)
+    drops = Drops("hf", drop)
     groups = _groups(card)
-    opt, batch = card["optimizer"], card["batch"]
-    dp = int(batch.get("dp_size") or 1)
-    seqs = int(batch["sequences"])
-    if seqs % dp:
-        raise ValueError(f"batch of {seqs} sequences does not split over dp_size {dp}")
+    opt = card["optimizer"]
+    split = split_batch(card, dp_size, micro_batch)
     betas = list(opt.get("betas", (0.9, 0.95)))
     args = {"learning_rate": float(opt["lr"]), "weight_decay": float(opt.get("weight_decay", 0.0)),
             "adam_beta1": float(betas[0]), "adam_beta2": float(betas[1]),
             "adam_epsilon": float(opt.get("eps", 1e-8)), "optim": "adamw_torch",
-            "per_device_train_batch_size": seqs // dp, "gradient_accumulation_steps": 1,
-            **_hf_schedule(card)}
+            "per_device_train_batch_size": split.micro_batch,
+            "gradient_accumulation_steps": split.grad_accum, **_hf_schedule(card, drops)}
     fields = {f.name for f in dataclasses.fields(transformers.TrainingArguments)}
     version = f"transformers {transformers.__version__}"
     check_fields("hf", "TrainingArguments", args, fields, version)
+    drops.check_used()
     return {"engine": "hf", "verified_against": version, "training_arguments": args,
+            "batch": split._asdict(), "dropped": drops.dropped,
             "param_groups": [{k: g[k] for k in ("name", "lr", "weight_decay", "eps") if k in g}
                              for g in groups],
-            "notes": ["pass hf_param_groups(model, card) as the optimizer's groups "
+            "notes": [f"launch on {split.dp_size} data-parallel rank(s): {split.dp_size} × "
+                      f"{split.micro_batch} × {split.grad_accum} accumulation steps = {split.sequences} "
+                      "sequences per optimizer step",
+                      "pass hf_param_groups(model, card) as the optimizer's groups "
                       "(Trainer(optimizers=(torch.optim.AdamW(groups), None))): TrainingArguments "
-                      "holds one LR, the card one per parameter",
-                      "apply the card's init and forward multipliers first: mutransfer.card.apply"]}
+                      "holds one LR, the card one per parameter; the groups carry initial_lr, which "
+                      "the scheduler's last_epoch=0 needs",
+                      "apply the card's init and forward multipliers first: mutransfer.card.apply "
+                      "(its hooks and attention scales stay on the model under Trainer)"]}
 
 
 def hf_param_groups(model: nn.Module, card: Mapping[str, Any]) -> list[dict[str, Any]]:
     """``optimizer_grouped_parameters`` for ``model``: one group per distinct (lr, weight
-    decay, eps) of the card, each parameter in the group the card puts it in."""
+    decay, eps) of the card, each parameter in the group the card puts it in; each group's
+    ``initial_lr`` is its peak LR (the exported scheduler starts one step in)."""
     check_model(model, card)
     by_name = {g["name"]: g for g in _groups(card)}
     out: dict[tuple[float, float, float], dict[str, Any]] = {}
@@ -70,8 +117,8 @@ def hf_param_groups(model: nn.Module, card: Mapping[str, Any]) -> list[dict[str,
         g = by_name[name]
         eps = g.get("eps", card["optimizer"].get("eps", 1e-8))
         key = (float(g["lr"]), float(g["weight_decay"]), float(eps))
-        grp = out.setdefault(key, {"params": [], "names": [], "lr": key[0], "weight_decay": key[1],
-                                   "eps": key[2]})
+        grp = out.setdefault(key, {"params": [], "names": [], "lr": key[0], "initial_lr": key[0],
+                                   "weight_decay": key[1], "eps": key[2]})
         grp["params"].append(p)
         grp["names"].append(name)
     return list(out.values())

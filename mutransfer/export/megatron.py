@@ -32,23 +32,23 @@ vector (1-D, bias)      lr              adam_eps           0
 (m = hidden_size / mup_base_hidden_size; under ``use_mup`` the output layer is tagged
 ``is_embedding_parameter`` by ``LanguageModule``, so its eps is not divided by m.)
 Whatever the card says that Megatron cannot express is an error naming the field;
-``drop=[FIELD]`` exports without it, records it in ``dropped`` and warns. The fields
-(:data:`DROPPABLE`): ``init`` (Megatron's own μP init replaces the card's); ``eps``,
-``lr`` and ``weight_decay`` (some parameter's value is not the table's: μP's eps, which
-the card keeps and Megatron divides by m; CompleteP's block LR ``(L/L_base)^(α-1)``, which
-the final norm does not get, and its eps ``(L/L_base)^-α``; a per-group weight decay);
-``residual_multiplier`` (CompleteP's ``(L/L_base)^-α`` on the residual branches: Megatron
-0.19.2 has no such field); ``target.model.<name>`` (an architecture field Megatron lacks).
+``drop=[FIELD]`` (CLI ``--drop FIELD``, :class:`mutransfer.export._common.Drops`) exports
+without it, records it in ``dropped`` and warns. The fields (:data:`DROPPABLE`): ``init``
+(Megatron's own μP init replaces the card's); ``eps``, ``lr`` and ``weight_decay`` (some
+parameter's value is not the table's: μP's eps, which the card keeps and Megatron divides
+by m; CompleteP's block LR ``(L/L_base)^(α-1)``, which the final norm does not get, and its
+eps ``(L/L_base)^-α``; a per-group weight decay); ``residual_multiplier`` (CompleteP's
+``(L/L_base)^-α`` on the residual branches: Megatron 0.19.2 has no such field);
+``target.model.<name>`` (an architecture field Megatron lacks).
 """
 
 from __future__ import annotations
 
 import math
-import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from mutransfer.export._common import _floor, _groups, _steps, check_fields
+from mutransfer.export._common import Drops, _floor, _groups, _steps, check_fields, split_batch
 
 # Field names read from megatron-core 0.19.2's source (transformer/transformer_config.py,
 # models/gpt/gpt_model.py, optimizer/optimizer_config.py, and Megatron-LM's
@@ -225,16 +225,15 @@ def _fit(groups: list[dict[str, Any]], m: float, floor: float,
     return lr, decoupled, eps, wd
 
 
-def export_megatron(card: Mapping[str, Any], drop: Sequence[str] = ()) -> dict[str, Any]:
-    """The card as Megatron's config sections (module docstring). A card field Megatron
-    cannot express raises ValueError naming it, unless ``drop`` names it: then it is
-    listed in the export's ``dropped`` and a warning is issued."""
-    drop = list(drop)
-    unknown = [d for d in drop if d not in DROPPABLE and not d.startswith("target.model.")]
-    if unknown:
-        raise ValueError(f"cannot drop {unknown[0]!r}: Megatron's export drops only "
-                         f"{', '.join(DROPPABLE)} or target.model.<field>")
-    pz, opt, s, batch = card["parametrization"], card["optimizer"], card["schedule"], card["batch"]
+def export_megatron(card: Mapping[str, Any], *, dp_size: int | None = None, micro_batch: int | None = None,
+                    drop: Iterable[str] = ()) -> dict[str, Any]:
+    """The card as Megatron's config sections (module docstring). ``dp_size`` and
+    ``micro_batch`` split the global batch (:func:`mutransfer.export._common.split_batch`).
+    A card field Megatron cannot express raises ValueError naming it (and every other such
+    field), unless ``drop`` names it: then it is listed in the export's ``dropped`` and a
+    warning is issued; a ``drop`` that names nothing the export met is an error too."""
+    drops = Drops("megatron", drop)
+    pz, opt, s = card["parametrization"], card["optimizer"], card["schedule"]
     if pz.get("kind") not in ("mup", "completep") or pz.get("rules", "adam") != "adam":
         raise ValueError(f"Megatron's μP covers kind 'mup' with Adam rules (and 'completep', its depth rules "
                          f"checked field by field); the card has kind {pz.get('kind')!r} with "
@@ -289,32 +288,28 @@ def export_megatron(card: Mapping[str, Any], drop: Sequence[str] = ()) -> dict[s
     ocfg = {"optimizer": "adam", "lr": lr, "min_lr": lr * floor, "decoupled_lr": decoupled,
             "decoupled_min_lr": decoupled * floor, "weight_decay": wd,
             "adam_beta1": float(betas[0]), "adam_beta2": float(betas[1]), "adam_eps": eps}
-    sequences = int(batch["sequences"])
-    dp = int(batch.get("dp_size") or card["target"].get("dp_size") or 1)
-    training = {"global_batch_size": sequences, "micro_batch_size": sequences // dp, "train_iters": total}
-    notes.append(f"micro_batch_size {sequences // dp} is global / data-parallel size {dp} (no gradient "
-                 "accumulation); any divisor gives the same optimizer step")
+    split = split_batch(card, dp_size, micro_batch)
+    training = {"global_batch_size": split.sequences, "micro_batch_size": split.micro_batch,
+                "train_iters": total}
+    notes.append(f"global batch {split.sequences} = data-parallel size {split.dp_size} x micro batch "
+                 f"{split.micro_batch} x {split.grad_accum} accumulation step(s); Megatron-LM derives the "
+                 "accumulation from its own data-parallel size")
     if callables:
         notes.append("SwiGLU: pass activation_func=torch.nn.functional.silu with gated_linear_unit=True "
                      "(Megatron-LM's --swiglu sets both)")
-    dropped: dict[str, str] = {}
-    refused = []
+    refused = [(f, why) for f, why in problems if f not in drops.allowed]
+    if len(refused) > 1:  # all of them at once, not one per try
+        problems = [refused[0], *problems]
+        last = f"; it cannot carry {', '.join(f for f, _ in refused[1:])} either"
+        problems[0] = (refused[0][0], refused[0][1] + last)
     for field, why in problems:
-        if field in drop:
-            dropped[field] = why
-        else:
-            refused.append((field, why))
-    if refused:
-        field, why = refused[0]
-        more = f" (and {', '.join(f for f, _ in refused[1:])})" if len(refused) > 1 else ""
-        raise ValueError(f"Megatron cannot express the card's {field}: {why}{more}. Export without it with "
-                         f"drop=[{field!r}] (CLI: --drop {field})")
-    for field, why in dropped.items():
-        warnings.warn(f"Megatron export drops the card's {field}: {why}", stacklevel=2)
+        drops.cannot(field, why)
+    drops.check_used()
     out: dict[str, Any] = {
         "engine": "megatron", "transformer_config": tcfg, "transformer_config_callables": callables,
         "gpt_model": gpt, "optimizer_config": ocfg, "scheduler_config": sched, "training_config": training,
-        "tokenizer_config": {"padded_vocab_size": gpt["vocab_size"]}, "dropped": dropped, "notes": notes}
+        "tokenizer_config": {"padded_vocab_size": gpt["vocab_size"]}, "dropped": drops.dropped,
+        "notes": notes}
     out["verified_against"] = _check_megatron(out)
     return out
 

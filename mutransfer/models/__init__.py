@@ -13,6 +13,14 @@ from mutransfer.models.presets import (
     mlp_tiny,
     width_ladder,
 )
+from mutransfer.models.source import (
+    ModelSource,
+    build_model,
+    hf_proxy_config,
+    load_hf_config,
+    logits_of,
+    parse_model,
+)
 
 __all__ = [
     "DEFAULT_PRESET",
@@ -20,8 +28,14 @@ __all__ = [
     "GPTConfig",
     "MLP",
     "MLPConfig",
+    "ModelSource",
     "PRESETS",
+    "build_model",
     "get_preset",
+    "hf_proxy_config",
+    "load_hf_config",
+    "logits_of",
+    "parse_model",
     "gpt_40m",
     "gpt_tiny",
     "mlp_tiny",

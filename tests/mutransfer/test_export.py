@@ -24,10 +24,14 @@ GPT_CFG = GPTConfig(width=64, depth=2, head_dim=16, seq_len=32, vocab_size=64)
 def gpt_card(**kw) -> tuple[Parametrization, dict]:
     pz = Parametrization(lambda w: GPT(GPT_CFG.replace(width=w)), width=128, base_width=32, **kw)
     card = build_card(pz, lr=3e-3, optimizer=OPT, schedule=SCHEDULE,
-                      batch={"sequences": 8, "tokens": 256},
-                      target={"width": 128, "depth": 2, "seq_len": 32,
-                              "model": {**dataclasses.asdict(GPT_CFG.replace(width=128)), "kind": "gpt"}})
+                      batch={"sequences": 8, "tokens": 256}, target={"width": 128, "depth": 2, "seq_len": 32})
     return pz, card
+
+
+def with_model(card: dict) -> dict:
+    """The card with its target architecture (``target.model``), which Megatron's export needs."""
+    model = {**dataclasses.asdict(GPT_CFG.replace(width=128)), "kind": "gpt"}
+    return dict(card, target=dict(card["target"], model=model))
 
 
 def test_hf_training_arguments_accept_it_and_per_parameter_lrs_equal_the_card() -> None:
@@ -89,8 +93,9 @@ def test_torchtitan_optimizers_container_gives_the_cards_lrs() -> None:
 
 def test_megatron_fields_and_lrs() -> None:
     pz, card = gpt_card()
+    card = with_model(card)
     # Megatron's μP init and eps/m are dropped explicitly (see test_export_megatron).
-    with pytest.warns(UserWarning, match="drops the card's"):
+    with pytest.warns(UserWarning, match="dropped card field"):
         export = export_card(card, "megatron", drop=["init", "eps"])
     t, o = export["transformer_config"], export["optimizer_config"]
     assert t["use_mup"] is True and t["mup_base_hidden_size"] == 32 and t["mup_output_mult"] == 0.25
@@ -119,10 +124,10 @@ def test_an_engine_field_the_installed_version_lacks_is_an_error() -> None:
 
 def test_cli_export_writes_json_and_bad_input_exits_2(tmp_path, capsys) -> None:
     _, card = gpt_card()
+    card = with_model(card)
     path = save_card(card, tmp_path / "card.yaml")
-    with pytest.warns(UserWarning):
-        assert main(["export", str(path), "--to", "megatron", "--out", str(tmp_path / "m.json"), "--quiet",
-                     "--drop", "init", "--drop", "eps"]) == 0
+    assert main(["export", str(path), "--to", "megatron", "--out", str(tmp_path / "m.json"), "--quiet",
+                 "--drop", "init", "--drop", "eps"]) == 0
     assert json.loads((tmp_path / "m.json").read_text())["transformer_config"]["use_mup"] is True
     assert main(["export", str(path), "--to", "deepspeed", "--out", str(tmp_path / "x.json")]) == 2
     assert "unknown engine 'deepspeed'" in capsys.readouterr().err

@@ -51,7 +51,7 @@ def llama_shaped(card: dict) -> dict:
 
 
 def test_the_whole_architecture_is_exported() -> None:
-    with pytest.warns(UserWarning, match="drops the card's init"):
+    with pytest.warns(UserWarning, match="dropped card field init"):
         e = export_card(card_for(), "megatron", drop=MUP_DROPS)
     t, g = e["transformer_config"], e["gpt_model"]
     heads = (t["num_layers"], t["hidden_size"], t["num_attention_heads"], t["num_query_groups"])
@@ -64,7 +64,7 @@ def test_the_whole_architecture_is_exported() -> None:
     assert e["training_config"] == {"global_batch_size": 8, "micro_batch_size": 4, "train_iters": 100}
     o = e["optimizer_config"]
     assert (o["lr"], o["decoupled_lr"], o["min_lr"]) == (3e-3, 3e-3, pytest.approx(3e-4, rel=1e-12))
-    assert set(e["dropped"]) == {"init", "eps"}
+    assert {d["field"] for d in e["dropped"]} == {"init", "eps"}
     for section, names in MEGATRON_FIELDS.items():
         assert set(e[section]) <= names, section
     with pytest.warns(UserWarning):
@@ -91,7 +91,8 @@ def test_an_output_multiplier_of_exactly_one_survives_megatrons_auto_default() -
 
 def test_completep_maps_what_megatron_has_and_refuses_the_rest_by_name() -> None:
     card = card_for("completep", depth=8, base_depth=2, alpha=1.0)
-    with pytest.raises(ValueError, match=r"the card's init: .*\(and eps, residual_multiplier\).*--drop init"):
+    with pytest.raises(ValueError, match=r"cannot carry card field init: .*; it cannot carry eps, "
+                                         r"residual_multiplier either; pass --drop init"):
         export_card(card, "megatron")
     with pytest.raises(ValueError, match=r"residual_multiplier: CompleteP's \(L/L_base\)\^-alpha = "
                                          r"\(8/2\)\^-1.0 on 16 module\(s\), "
@@ -101,11 +102,11 @@ def test_completep_maps_what_megatron_has_and_refuses_the_rest_by_name() -> None
     with pytest.warns(UserWarning, match="residual_multiplier"):
         e = export_card(card, "megatron", drop=["init", "eps", "residual_multiplier"])
     assert e["transformer_config"]["num_layers"] == 8 and e["optimizer_config"]["lr"] == pytest.approx(3e-3)
-    assert set(e["dropped"]) == {"init", "eps", "residual_multiplier"}
+    assert {d["field"] for d in e["dropped"]} == {"init", "eps", "residual_multiplier"}
     # alpha = 1/2: blocks train at lr x (8/2)^-1/2, the final norm at lr: Megatron's one
     # vector LR cannot give both.
     half = card_for("completep", depth=8, base_depth=2, alpha=0.5)
-    with pytest.raises(ValueError, match=r"the card's lr: 1 parameter\(s\) differ, e.g. ln_f.weight "
+    with pytest.raises(ValueError, match=r"card field lr: 1 parameter\(s\) differ, e.g. ln_f.weight "
                                          r"\(vector\): the card has 0.003, Megatron gives 0.0015"):
         export_card(half, "megatron", drop=["init", "eps", "residual_multiplier"])
     with pytest.warns(UserWarning):
@@ -118,7 +119,7 @@ def test_per_group_weight_decay_megatron_lacks_is_refused_by_name() -> None:
     # Coupled per-group decay (hidden matrices at lambda x m, so eta x lambda is the proxy's).
     groups = [dict(g, weight_decay=g["weight_decay"] * 4) if g["role"] == "hidden" else g
               for g in card["param_groups"]]
-    with pytest.raises(ValueError, match=r"the card's weight_decay: 2 parameter\(s\) differ, e.g. wte.weight "
+    with pytest.raises(ValueError, match=r"card field weight_decay: 2 parameter\(s\) differ, e.g. wte.weight "
                                          r"\(embedding\): the card has 0.1, Megatron gives 0.4"):
         export_card(dict(card, param_groups=groups), "megatron", drop=MUP_DROPS)
 
@@ -131,18 +132,20 @@ def test_bad_input_names_the_field(tmp_path, capsys) -> None:
     capped = dict(card, target=dict(card["target"], model=dict(card["target"]["model"], logit_softcap=30.0)))
     with pytest.raises(ValueError, match=r"target.model.logit_softcap: 30.0: only None"):
         export_card(capped, "megatron", drop=MUP_DROPS)
-    with pytest.raises(ValueError, match="cannot drop 'frobnicate'"):
-        export_card(card, "megatron", drop=["frobnicate"])
+    with pytest.raises(ValueError, match="--drop frobnicate: the megatron export carries that field"):
+        export_card(card, "megatron", drop=[*MUP_DROPS, "frobnicate"])
     with pytest.raises(ValueError, match="card field target.model: missing"):
         export_card(dict(card, target={"width": 128}), "megatron", drop=MUP_DROPS)
     path = save_card(card, tmp_path / "card.yaml")
     out = tmp_path / "m.json"
     assert main(["export", str(path), "--to", "megatron", "--out", str(out)]) == 2
     assert "--drop init" in capsys.readouterr().err and not out.exists()
-    with pytest.warns(UserWarning):
-        assert main(["export", str(path), "--to", "megatron", "--out", str(out), "--drop", "init",
-                     "--drop", "eps", "--quiet"]) == 0
-    assert set(json.loads(out.read_text())["dropped"]) == {"init", "eps"}
+    assert main(["export", str(path), "--to", "megatron", "--out", str(out), "--drop", "init",
+                 "--drop", "eps", "--quiet", "--micro-batch", "2"]) == 0
+    assert "warning: megatron export: dropped card field eps" in capsys.readouterr().err
+    e = json.loads(out.read_text())
+    assert {d["field"] for d in e["dropped"]} == {"init", "eps"}
+    assert e["training_config"] == {"global_batch_size": 8, "micro_batch_size": 2, "train_iters": 100}
 
 
 # ---- megatron-core itself ----------------------------------------------------------------

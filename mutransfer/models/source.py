@@ -1,0 +1,385 @@
+"""One way to name a model: a built-in preset, a local Hugging Face config, or your builder.
+
+``parse_model(text)`` reads what every verb's ``--model`` (and the config field
+``model.source``) takes:
+
+- ``gpt-tiny`` or ``preset:gpt-tiny``: a built-in preset (:data:`mutransfer.models.PRESETS`);
+- ``hf:PATH``: a local ``config.json`` (or a folder holding one) of a ``transformers``
+  causal LM. The JSON is read here and its ``model_type`` checked against
+  ``transformers.CONFIG_MAPPING``; nothing is ever downloaded, so a hub id is refused;
+- ``module:function``: a Python builder ``function(width, depth) -> nn.Module`` mapping
+  token ids [B, T] to logits [B, T, V] (a tensor or an output with ``.logits``); the
+  current directory is importable, as for ``python -m``.
+
+:func:`build_model` builds any of them at a width and depth; for ``hf:`` the proxy's
+config comes from :func:`hf_proxy_config` (width sets the hidden size, the MLP keeps its
+ratio, heads follow ``head_rule``, depth sets the layer count; vocab and context stay the
+user's). :attr:`ModelSource.model_id` is the short stable name in the results table's
+``model`` column.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+import re
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+import torch.nn as nn
+
+HeadRule = Literal["keep_head_dim", "keep_heads"]
+HEAD_RULES: tuple[str, ...] = typing.get_args(HeadRule)
+SourceKind = Literal["preset", "hf", "builder"]
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """A parsed model name (:func:`parse_model`)."""
+
+    kind: SourceKind
+    """``preset``, ``hf`` (a local transformers config) or ``builder`` (``module:function``)."""
+    ref: str
+    """The preset's name, the absolute path of the ``config.json``, or ``module:function``."""
+    head_rule: HeadRule = "keep_head_dim"
+    """How an ``hf`` proxy's attention follows its width: ``keep_head_dim`` (heads and KV
+    heads scale with width, the GQA ratio kept) or ``keep_heads`` (head_dim scales)."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("preset", "hf", "builder"):
+            raise ValueError(f"model source kind must be preset, hf or builder, got {self.kind!r}")
+        if self.head_rule not in HEAD_RULES:
+            raise ValueError(f"head_rule must be one of {', '.join(HEAD_RULES)}, got {self.head_rule!r}")
+
+    @property
+    def builtin(self) -> bool:
+        """Whether this is one of our presets (our GPT/MLP, with its own loss and attention)."""
+        return self.kind == "preset"
+
+    @property
+    def model_id(self) -> str:
+        """Short stable name for the results table: ``gpt-small``,
+        ``hf:llama@<first 8 hex of the config.json's sha256>`` (``/keep_heads`` appended
+        under that head rule), ``builder:pkg.mod:build``."""
+        if self.kind == "preset":
+            return self.ref
+        if self.kind == "builder":
+            return f"builder:{self.ref}"
+        raw = Path(self.ref).read_bytes()
+        model_type = json.loads(raw).get("model_type", "?")
+        tail = "" if self.head_rule == "keep_head_dim" else f"/{self.head_rule}"
+        return f"hf:{model_type}@{hashlib.sha256(raw).hexdigest()[:8]}{tail}"
+
+    def describe(self) -> str:
+        """The same as :attr:`model_id`."""
+        return self.model_id
+
+    def spec(self) -> str:
+        """The text :func:`parse_model` reads back into this source."""
+        return {"preset": self.ref, "hf": f"hf:{self.ref}", "builder": self.ref}[self.kind]
+
+
+def parse_model(text: str, head_rule: str = "keep_head_dim") -> ModelSource:
+    """Parse a model name: ``NAME``/``preset:NAME``, ``hf:PATH`` or ``module:function``.
+
+    Everything is checked here (the preset exists; the config.json is local, valid JSON
+    with a known ``model_type``; the builder imports and is callable), each failure a
+    ValueError naming ``text``. Never touches the network."""
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"model must be a preset name, hf:PATH or module:function, got {text!r}")
+    text = text.strip()
+    if head_rule not in HEAD_RULES:
+        raise ValueError(f"head_rule must be one of {', '.join(HEAD_RULES)}, got {head_rule!r}")
+    rule = typing.cast(HeadRule, head_rule)
+    if text.startswith("hf:"):
+        path = _local_config_path(text)
+        _read_config_json(path)  # model_type and JSON checked now, not at the first build
+        return ModelSource("hf", str(path), rule)
+    name = text[len("preset:"):] if text.startswith("preset:") else text
+    if ":" not in name:
+        from mutransfer.models.presets import PRESETS
+
+        if name not in PRESETS:
+            raise ValueError(f"unknown model {text!r}: not a preset ({', '.join(PRESETS)}), "
+                             "hf:PATH (a local config.json) or module:function")
+        return ModelSource("preset", name, rule)
+    _load_builder(text)
+    return ModelSource("builder", text, rule)
+
+
+# ---- Hugging Face configs ------------------------------------------------------------------
+
+
+def _local_config_path(text: str) -> Path:
+    """The local config.json that ``hf:PATH`` names; a hub id or a missing file is refused."""
+    raw = text[len("hf:"):]
+    if not raw:
+        raise ValueError(f"model {text!r} names no path; give hf:PATH/TO/config.json")
+    path = Path(raw).expanduser()
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.is_file():
+        raise ValueError(f"model {text!r}: {str(path)!r} is not a local config.json or a folder holding one; "
+                         "mutransfer never downloads (no hub ids): give a local config.json")
+    return path.resolve()
+
+
+def _read_config_json(path: Path) -> tuple[str, dict[str, Any]]:
+    """(model_type, the other fields) of a config.json, the model_type checked against
+    ``transformers.CONFIG_MAPPING``."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"config {str(path)!r} is not readable JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"config {str(path)!r} is not a JSON object")
+    model_type = doc.pop("model_type", None)
+    if not isinstance(model_type, str) or not model_type:
+        raise ValueError(f"config {str(path)!r} has no model_type")
+    from transformers import CONFIG_MAPPING
+
+    if model_type not in CONFIG_MAPPING:
+        raise ValueError(f"config {str(path)!r}: unknown model_type {model_type!r} (not in this "
+                         "transformers' CONFIG_MAPPING; remote code is never run)")
+    return model_type, doc
+
+
+def load_hf_config(path: str | Path) -> Any:
+    """A ``transformers`` config from a local config.json (or a folder holding one),
+    built with ``AutoConfig.for_model(model_type, **fields)``: no hub, no network."""
+    path = _local_config_path(f"hf:{path}")
+    model_type, fields = _read_config_json(path)
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.for_model(model_type, **fields)
+    except Exception as exc:  # noqa: BLE001 - a config class rejecting the user's fields
+        raise ValueError(f"config {str(path)!r} ({model_type}) cannot be built: {exc}") from None
+
+
+@dataclass(frozen=True)
+class HFFields:
+    """Where a model family keeps its shape in its config (None: it has no such field)."""
+
+    hidden: str
+    """Hidden size d_model."""
+    layers: str
+    """Number of blocks."""
+    heads: str
+    """Attention (query) heads."""
+    kv_heads: str | None
+    """Key/value heads (GQA); None: as many as query heads."""
+    intermediate: str | None
+    """MLP (per-expert) hidden size; kept at its ratio to the hidden size."""
+    head_dim: str | None
+    """An explicit head-dim field; None: head_dim = hidden / heads."""
+
+
+_LLAMA_LIKE = HFFields("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                       "intermediate_size", "head_dim")
+#: model_type regex -> its fields, first match wins (Llama, Qwen2/3, Mistral, Mixtral,
+#: Gemma/Gemma2/Gemma3, Phi3, OLMo/OLMo2 share the last row).
+HF_FIELDS: tuple[tuple[str, HFFields], ...] = (
+    (r"^(gpt2|gpt_bigcode)$", HFFields("n_embd", "n_layer", "n_head", None, "n_inner", None)),
+    (r"^gpt_neox", HFFields("hidden_size", "num_hidden_layers", "num_attention_heads", None,
+                            "intermediate_size", None)),
+    (r"^phi3$", HFFields("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                         "intermediate_size", None)),
+    (r".*", _LLAMA_LIKE),
+)
+
+
+def hf_fields(model_type: str) -> HFFields:
+    """The :data:`HF_FIELDS` row of ``model_type`` (first match wins)."""
+    return next(f for pattern, f in HF_FIELDS if re.search(pattern, model_type))
+
+
+def _scaled(value: int, width: int, hidden: int, field: str, model_type: str) -> int:
+    """value × width / hidden as an exact positive integer, else ValueError naming ``field``."""
+    num = value * width
+    if num % hidden or num // hidden < 1:
+        raise ValueError(f"{model_type} at width {width}: {field} = {value} × {width} / {hidden} "
+                         f"= {num / hidden:g} is not a positive integer; pick a width that keeps it whole")
+    return num // hidden
+
+
+def hf_proxy_config(config: Any, width: int, depth: int, head_rule: str = "keep_head_dim") -> Any:
+    """A copy of a ``transformers`` config at hidden size ``width`` and ``depth`` layers.
+
+    The intermediate size keeps its ratio to the hidden size. ``keep_head_dim``: query and
+    KV heads scale with width together (GQA ratio kept), head_dim fixed; ``keep_heads``:
+    head counts fixed, head_dim scales. Vocab and context are the user's. A per-layer
+    ``layer_types`` list is repeated to the new depth. A width the config cannot represent
+    (a non-integer size or head count) raises ValueError naming the field."""
+    if head_rule not in HEAD_RULES:
+        raise ValueError(f"head_rule must be one of {', '.join(HEAD_RULES)}, got {head_rule!r}")
+    for label, v in (("width", width), ("depth", depth)):
+        if not (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
+            raise ValueError(f"{label} must be a positive integer, got {v!r}")
+    mt = str(getattr(config, "model_type", "") or type(config).__name__)
+    f = hf_fields(mt)
+    for name in (f.hidden, f.layers, f.heads):
+        if not isinstance(getattr(config, name, None), int):
+            raise ValueError(f"{mt} config has no integer {name}; mutransfer reads shapes from "
+                             f"{', '.join(n for n in dataclasses.astuple(f) if n)}")
+    hidden, heads = int(getattr(config, f.hidden)), int(getattr(config, f.heads))
+    kv = getattr(config, f.kv_heads, None) if f.kv_heads else None
+    kv = heads if kv is None else int(kv)
+    hd = getattr(config, f.head_dim, None) if f.head_dim else None
+    if hd is None and hidden % heads:
+        raise ValueError(f"{mt}: {f.hidden}={hidden} is not divisible by {f.heads}={heads}")
+    hd = hidden // heads if hd is None else int(hd)
+    changes: dict[str, Any] = {f.hidden: width, f.layers: depth}
+    if f.intermediate and getattr(config, f.intermediate, None) is not None:
+        changes[f.intermediate] = _scaled(int(getattr(config, f.intermediate)), width, hidden,
+                                          f.intermediate, mt)
+    if head_rule == "keep_head_dim":
+        new_heads = _scaled(heads, width, hidden, f.heads, mt)
+        changes[f.heads] = new_heads
+        if f.kv_heads and getattr(config, f.kv_heads, None) is not None:
+            new_kv = _scaled(kv, width, hidden, f.kv_heads, mt)
+            if new_heads * kv != new_kv * heads:
+                raise ValueError(f"{mt} at width {width}: {f.kv_heads}={new_kv} breaks the GQA ratio "
+                                 f"{heads}:{kv} of {f.heads}={new_heads}")
+            changes[f.kv_heads] = new_kv
+        new_hd = hd
+    else:
+        new_hd = _scaled(hd, width, hidden, "head_dim", mt)
+        if f.head_dim:
+            changes[f.head_dim] = new_hd
+    if not f.head_dim and width % changes.get(f.heads, heads):
+        raise ValueError(f"{mt} at width {width}: {f.hidden} is not divisible by "
+                         f"{f.heads}={changes.get(f.heads, heads)}")
+    if not f.head_dim and width // changes.get(f.heads, heads) != new_hd:
+        raise ValueError(f"{mt} at width {width}: head_dim would be {width // changes.get(f.heads, heads)}, "
+                         f"not {new_hd}")
+    out = copy.deepcopy(config)
+    for k, v in changes.items():
+        setattr(out, k, v)
+    types = getattr(out, "layer_types", None)
+    if isinstance(types, list) and types and len(types) != depth:
+        out.layer_types = [types[i % len(types)] for i in range(depth)]
+    return out
+
+
+def hf_shape(config: Any) -> tuple[int, int, int | None]:
+    """(width, depth, context) of a ``transformers`` config (context None if it has none)."""
+    f = hf_fields(str(getattr(config, "model_type", "")))
+    ctx = next((getattr(config, n) for n in ("max_position_embeddings", "n_positions")
+                if isinstance(getattr(config, n, None), int)), None)
+    return int(getattr(config, f.hidden)), int(getattr(config, f.layers)), ctx
+
+
+# ---- builders ------------------------------------------------------------------------------
+
+
+def _load_builder(spec: str) -> Any:
+    from mutransfer.audit import load_entry
+
+    try:
+        return load_entry(spec)
+    except ValueError as exc:
+        why = str(exc).replace(f"entry point {spec!r}", "").strip(": ")
+        raise ValueError(f"model builder {spec!r}: {why}") from None
+
+
+def logits_of(output: Any, name: str = "the model") -> torch.Tensor:
+    """The logits in a model's output: the tensor itself, its ``.logits`` (transformers),
+    or the first item of a tuple (our GPT's ``(logits, loss)``); else ValueError naming ``name``."""
+    if isinstance(output, torch.Tensor):
+        return output
+    logits = getattr(output, "logits", None)
+    if isinstance(logits, torch.Tensor):
+        return logits
+    if isinstance(output, (tuple, list)) and output and isinstance(output[0], torch.Tensor):
+        return output[0]
+    raise ValueError(f"{name} returned {type(output).__name__}, not logits: return a [B, T, V] tensor "
+                     "or an output with .logits")
+
+
+def build_model(source: ModelSource, width: int, depth: int, *, vocab_size: int | None = None,
+                device: torch.device | str | None = None) -> nn.Module:
+    """``source`` at ``width`` and ``depth`` (and the data's ``vocab_size``), at random init.
+
+    A builder's model is probed with one forward of two tokens (unless built on the meta
+    device) so that a builder that raises, returns no module or no [B, T, V] logits is a
+    ValueError naming ``module:function`` here, not a crash mid-run."""
+    if source.kind == "preset":
+        from mutransfer.models.gpt import GPT, GPTConfig
+        from mutransfer.models.mlp import MLP
+        from mutransfer.models.presets import get_preset
+
+        cfg = get_preset(source.ref)
+        if isinstance(cfg, GPTConfig):
+            g = cfg.replace(width=width, depth=depth, **({"vocab_size": vocab_size} if vocab_size else {}))
+            model: nn.Module = GPT(g)
+        else:
+            model = MLP(cfg.replace(width=width, depth=depth))
+    elif source.kind == "hf":
+        import transformers as tf
+
+        cfg = hf_proxy_config(load_hf_config(source.ref), width, depth, source.head_rule)
+        if vocab_size is not None:
+            cfg.vocab_size = int(vocab_size)
+            # Special-token ids of the user's tokenizer mean nothing on the data's vocab
+            # (and a pad id past it breaks the embedding).
+            for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
+                tok = getattr(cfg, name, None)
+                if isinstance(tok, int) and tok >= vocab_size:
+                    setattr(cfg, name, None)
+        model = tf.AutoModelForCausalLM.from_config(cfg)
+    else:
+        fn = _load_builder(source.ref)
+        try:
+            model = fn(width, depth)
+        except Exception as exc:  # noqa: BLE001 - the user's code failing is their input
+            raise ValueError(f"model builder {source.ref!r} raised {type(exc).__name__} at width={width}, "
+                             f"depth={depth}: {exc}") from None
+        if not isinstance(model, nn.Module):
+            raise ValueError(f"model builder {source.ref!r} returned {type(model).__name__}, "
+                             "not an nn.Module")
+        _probe(source, model, vocab_size)
+    return model.to(device) if device is not None else model
+
+
+def _probe(source: ModelSource, model: nn.Module, vocab_size: int | None) -> None:
+    p = next(iter(model.parameters()), None)
+    if p is None or p.device.type == "meta":
+        return
+    x = torch.zeros(1, 2, dtype=torch.long, device=p.device)
+    was = model.training
+    try:
+        with torch.no_grad():
+            out = model(x)
+    except Exception as exc:  # noqa: BLE001
+        raise ValueError(f"model builder {source.ref!r}: its model fails on token ids [1, 2]: "
+                         f"{type(exc).__name__}: {exc}") from None
+    finally:
+        model.train(was)
+    logits = logits_of(out, f"model builder {source.ref!r}")
+    if logits.dim() != 3 or tuple(logits.shape[:2]) != (1, 2) or (
+            vocab_size is not None and logits.shape[-1] < vocab_size):
+        want = f"[1, 2, {vocab_size or 'V'}]"
+        raise ValueError(f"model builder {source.ref!r}: logits of token ids [1, 2] have shape "
+                         f"{list(logits.shape)}, not {want}")
+
+
+__all__ = [
+    "HEAD_RULES",
+    "HF_FIELDS",
+    "HFFields",
+    "HeadRule",
+    "ModelSource",
+    "build_model",
+    "hf_fields",
+    "hf_proxy_config",
+    "hf_shape",
+    "load_hf_config",
+    "logits_of",
+    "parse_model",
+]

@@ -1,0 +1,199 @@
+"""mutransfer.models.source: one way to name a model (preset, local HF config.json, builder),
+the HF proxy config at a width/depth against the real transformers models, and the
+refusals (hub ids, unknown model types, widths a config cannot represent, bad builders)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+tf = pytest.importorskip("transformers", reason="the [engines] extra (transformers) is not installed")
+
+from mutransfer.models import (  # noqa: E402
+    ModelSource,
+    build_model,
+    hf_proxy_config,
+    load_hf_config,
+    logits_of,
+    parse_model,
+)
+
+LLAMA = dict(model_type="llama", hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+             num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=256,
+             max_position_embeddings=64, tie_word_embeddings=False)
+
+
+def write_config(tmp_path: Path, name: str = "cfg", **fields: object) -> Path:
+    d = tmp_path / name
+    d.mkdir(exist_ok=True)
+    (d / "config.json").write_text(json.dumps(fields))
+    return d
+
+
+BUILDERS = textwrap.dedent('''
+    import torch.nn as nn
+
+    class Tiny(nn.Module):
+        def __init__(self, width, depth, vocab=256):
+            super().__init__()
+            self.emb = nn.Embedding(vocab, width)
+            self.blocks = nn.Sequential(*[nn.Linear(width, width) for _ in range(depth)])
+            self.head = nn.Linear(width, vocab, bias=False)
+
+        def forward(self, x):
+            return self.head(self.blocks(self.emb(x)))
+
+    def build(width, depth):
+        return Tiny(width, depth)
+
+    def boom(width, depth):
+        raise RuntimeError("no such width")
+
+    class NoLogits(Tiny):
+        def forward(self, x):
+            return {"hidden": self.emb(x)}
+
+    def no_logits(width, depth):
+        return NoLogits(width, depth)
+
+    def not_a_module(width, depth):
+        return 3
+''')
+
+
+@pytest.fixture
+def builders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    (tmp_path / "user_builders.py").write_text(BUILDERS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield "user_builders"
+    sys.modules.pop("user_builders", None)
+
+
+def test_parse_each_kind(tmp_path: Path, builders: str) -> None:
+    assert parse_model("gpt-small") == parse_model("preset:gpt-small") == ModelSource("preset", "gpt-small")
+    assert parse_model("gpt-small").model_id == "gpt-small"
+    d = write_config(tmp_path, **LLAMA)
+    src = parse_model(f"hf:{d}")
+    assert src == parse_model(f"hf:{d / 'config.json'}") and src.kind == "hf"
+    raw = (d / "config.json").read_bytes()
+    import hashlib
+
+    assert src.model_id == f"hf:llama@{hashlib.sha256(raw).hexdigest()[:8]}" == src.describe()
+    assert parse_model(f"hf:{d}", head_rule="keep_heads").model_id.endswith("/keep_heads")
+    assert parse_model(src.spec()) == src
+    b = parse_model(f"{builders}:build")
+    assert b.kind == "builder" and b.model_id == f"builder:{builders}:build"
+
+
+@pytest.mark.parametrize("text, match", [
+    ("gpt-huge", "unknown model 'gpt-huge'"),
+    ("hf:meta-llama/Llama-3.2-1B", "hf:meta-llama/Llama-3.2-1B.*never downloads.*local config.json"),
+    ("hf:", "names no path"),
+    ("no_such_module_xyz:build", "no_such_module_xyz:build.*cannot be imported"),
+])
+def test_bad_names_are_refused(text: str, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        parse_model(text)
+
+
+def test_unknown_model_type_and_builder_attribute(tmp_path: Path, builders: str) -> None:
+    d = write_config(tmp_path, **{**LLAMA, "model_type": "llamazing"})
+    with pytest.raises(ValueError, match="unknown model_type 'llamazing'"):
+        parse_model(f"hf:{d}")
+    with pytest.raises(ValueError, match=f"{builders}:nope"):
+        parse_model(f"{builders}:nope")
+
+
+def test_no_network_is_touched(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Parsing, loading and building an HF model with every socket connect failing: it
+    never needs the network (a hub lookup would raise here)."""
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"network access attempted: {args}")
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    d = write_config(tmp_path, **LLAMA)
+    src = parse_model(f"hf:{d}")
+    model = build_model(src, 32, 1, vocab_size=256)
+    logits = logits_of(model(torch.zeros(1, 3, dtype=torch.long)))
+    assert logits.shape == (1, 3, 256)
+    with pytest.raises(ValueError, match="never downloads"):
+        parse_model("hf:Qwen/Qwen2-0.5B")
+
+
+def test_llama_proxy_keeps_head_dim_and_gqa_ratio(tmp_path: Path) -> None:
+    cfg = load_hf_config(write_config(tmp_path, **LLAMA))
+    assert isinstance(cfg, tf.LlamaConfig)
+    p = hf_proxy_config(cfg, 128, 3)
+    assert (p.hidden_size, p.intermediate_size, p.num_hidden_layers) == (128, 320, 3)
+    assert (p.num_attention_heads, p.num_key_value_heads, p.head_dim) == (8, 4, 16)
+    assert (p.vocab_size, p.max_position_embeddings) == (256, 64)
+    assert cfg.hidden_size == 64  # the user's config is not changed
+    q = hf_proxy_config(cfg, 128, 2, head_rule="keep_heads")
+    assert (q.num_attention_heads, q.num_key_value_heads, q.head_dim) == (4, 2, 32)
+    # The real model agrees: q_proj maps hidden -> heads × head_dim, k_proj to kv × head_dim.
+    m = tf.AutoModelForCausalLM.from_config(p)
+    attn = m.model.layers[0].self_attn
+    assert attn.q_proj.weight.shape == (128, 128) and attn.k_proj.weight.shape == (64, 128)
+    assert m.model.layers[0].mlp.up_proj.weight.shape == (320, 128) and len(m.model.layers) == 3
+
+
+@pytest.mark.parametrize("width, field", [
+    (48, "num_key_value_heads"),  # 3 heads, 1.5 kv heads
+    (40, "intermediate_size"),  # 160 × 40 / 64 = 100 ok; heads 2.5
+    (36, "intermediate_size"),  # 160 × 36 / 64 = 90; heads 2.25
+    (8, "num_key_value_heads"),  # kv 0.25
+])
+def test_unrepresentable_width_names_the_field(tmp_path: Path, width: int, field: str) -> None:
+    cfg = load_hf_config(write_config(tmp_path, **LLAMA))
+    fields = {"num_key_value_heads", "num_attention_heads", "intermediate_size"}
+    with pytest.raises(ValueError, match="|".join(fields)) as info:
+        hf_proxy_config(cfg, width, 2)
+    assert f"width {width}" in str(info.value)
+
+
+def test_family_field_tables(tmp_path: Path) -> None:
+    gpt2 = load_hf_config(write_config(tmp_path, "g", model_type="gpt2", n_embd=64, n_layer=2, n_head=4,
+                                       n_inner=256, vocab_size=256, n_positions=64))
+    p = hf_proxy_config(gpt2, 128, 3)
+    assert (p.n_embd, p.n_layer, p.n_head, p.n_inner, p.n_positions) == (128, 3, 8, 512, 64)
+    k = hf_proxy_config(gpt2, 128, 3, head_rule="keep_heads")
+    assert k.n_head == 4 and k.n_embd // k.n_head == 32
+    neox = load_hf_config(write_config(tmp_path, "n", model_type="gpt_neox", hidden_size=64,
+                                       num_hidden_layers=2, num_attention_heads=4,
+                                       intermediate_size=256, vocab_size=256, max_position_embeddings=64))
+    p = hf_proxy_config(neox, 96, 1)
+    assert (p.hidden_size, p.num_attention_heads, p.intermediate_size, p.num_hidden_layers) == (96, 6, 384, 1)
+    for mt in ("qwen2", "mistral", "gemma", "gemma2", "phi3", "olmo2", "mixtral"):
+        cfg = load_hf_config(write_config(tmp_path, mt, **{**LLAMA, "model_type": mt}))
+        p = hf_proxy_config(cfg, 128, 4)
+        assert (p.hidden_size, p.num_attention_heads, p.num_key_value_heads, p.intermediate_size,
+                p.num_hidden_layers) == (128, 8, 4, 320, 4), mt
+        types = getattr(p, "layer_types", None)
+        assert types is None or len(types) == 4, mt
+        m = build_model(parse_model(f"hf:{tmp_path / mt}"), 32, 1, vocab_size=256)  # builds at a new width
+        assert logits_of(m(torch.zeros(1, 2, dtype=torch.long))).shape == (1, 2, 256), mt
+
+
+def test_builders_and_their_failures(builders: str) -> None:
+    m = build_model(parse_model(f"{builders}:build"), 32, 3, vocab_size=256)
+    assert len(m.blocks) == 3 and m.emb.weight.shape == (256, 32)
+    for fn, match in (("boom", "raised RuntimeError"), ("no_logits", "returned dict, not logits"),
+                      ("not_a_module", "returned int, not an nn.Module")):
+        with pytest.raises(ValueError, match=f"{builders}:{fn}.*{match}|{match}.*{builders}:{fn}"):
+            build_model(parse_model(f"{builders}:{fn}"), 32, 2, vocab_size=256)
+
+
+def test_preset_builds_and_logits_of() -> None:
+    m = build_model(parse_model("gpt-tiny"), 32, 1, vocab_size=256)
+    assert m.cfg.width == 32 and m.cfg.depth == 1
+    assert logits_of(m(torch.zeros(1, 2, dtype=torch.long))).shape == (1, 2, 256)
+    with pytest.raises(ValueError, match="'mine' returned str"):
+        logits_of("x", "'mine'")
