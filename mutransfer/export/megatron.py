@@ -250,9 +250,12 @@ def export_megatron(card: Mapping[str, Any], *, dp_size: int | None = None, micr
     floor = _floor(s)
     lr, decoupled, eps, wd = _fit(groups, m, floor, problems)
     emb_mult, out_mult = _multipliers(card, groups, problems)
-    problems.insert(0, ("init", "Megatron's μP init is N(0, init_method_std) for embeddings, divided by "
-                        "sqrt(m) for hidden matrices and by sqrt(2 L m) for the output layer; the card's "
-                        "per-parameter init has no Megatron field"))
+    # TransformerConfig.__post_init__ and GPTModel (0.19.2), σ = init_method_std: embedding
+    # and untied head N(0, σ); hidden matrices σ/sqrt(m); the residual branches' output
+    # projections (attention proj, MLP fc2) σ/sqrt(2·L·m).
+    problems.insert(0, ("init", "Megatron's μP init is N(0, σ) for the embedding and the untied head, "
+                        "σ/sqrt(m) for hidden matrices and σ/sqrt(2 L m) for the residual branches' output "
+                        "projections (σ = init_method_std); the card's per-parameter init has no Megatron field"))
     notes: list[str] = []
     # Megatron replaces a mup_output_mult of exactly 1.0 by 1/m (TransformerConfig.__post_init__:
     # `if self.mup_output_mult == 1.0 and self.mup_width_mult != 1.0`). The next float
