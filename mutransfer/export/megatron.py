@@ -254,8 +254,9 @@ def export_megatron(card: Mapping[str, Any], *, dp_size: int | None = None, micr
     # and untied head N(0, σ); hidden matrices σ/sqrt(m); the residual branches' output
     # projections (attention proj, MLP fc2) σ/sqrt(2·L·m).
     problems.insert(0, ("init", "Megatron's μP init is N(0, σ) for the embedding and the untied head, "
-                        "σ/sqrt(m) for hidden matrices and σ/sqrt(2 L m) for the residual branches' output "
-                        "projections (σ = init_method_std); the card's per-parameter init has no Megatron field"))
+                        "σ/sqrt(m) for hidden matrices and σ/sqrt(2 L m) for the residual branches' "
+                        "output projections (σ = init_method_std); the card's per-parameter init has no "
+                        "Megatron field"))
     notes: list[str] = []
     # Megatron replaces a mup_output_mult of exactly 1.0 by 1/m (TransformerConfig.__post_init__:
     # `if self.mup_output_mult == 1.0 and self.mup_width_mult != 1.0`). The next float
