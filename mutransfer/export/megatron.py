@@ -221,8 +221,16 @@ def _fit(groups: list[dict[str, Any]], m: float, floor: float,
         if bad:
             g, got = bad[0]
             problems.append((field, f"{len(bad)} parameter(s) differ, e.g. {g['name']} ({kind(g)}): the card "
-                             f"has {g.get(field, 1e-8):g}, Megatron gives {got:g}"))
+                             f"has {g.get(field, 1e-8):g}, Megatron gives {got:g} ({_WHY[field]})"))
     return lr, decoupled, eps, wd
+
+
+_WHY = {
+    "lr": "Megatron: lr/m for hidden matrices, lr for every vector, decoupled_lr for embedding and head",
+    "eps": "Megatron's μP divides hidden matrices' Adam eps by m; the rest keep adam_eps",
+    "weight_decay": "Megatron: one weight_decay for every matrix, 0 for vectors; its μP does not scale it "
+                    "and decoupled_weight_decay is AdamW's lr x wd, not LR-independent decay",
+}
 
 
 def export_megatron(card: Mapping[str, Any], *, dp_size: int | None = None, micro_batch: int | None = None,
