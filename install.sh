@@ -42,8 +42,10 @@ fi
 # MUTRANSFER_ENGINES=0 skips them (those tests then skip, saying why).
 if [ "${MUTRANSFER_ENGINES:-1}" != 0 ]; then
   "${pip[@]}" install "transformers==5.24.0" "accelerate==1.15.0"
+  # triton: torchtitan's llama3 model code imports it (the μP converter's oracle test builds it)
   "${pip[@]}" install --no-deps "torchtitan==0.3.0" "tyro==1.0.17" "spmd_types==0.2.3" \
-    "torch_checkpointing==0.1.1" "einops==0.8.2" "docstring_parser==0.18.0" "typeguard==4.6.1"
+    "torch_checkpointing==0.1.1" "einops==0.8.2" "docstring_parser==0.18.0" "typeguard==4.6.1" \
+    "triton==3.9.0"
 fi
 # mup's metadata asks for torchvision and seaborn; at run time it imports only torch,
 # numpy, pandas and yaml, all of which we already have. --no-deps keeps torch untouched.

@@ -16,16 +16,12 @@ the version the exporter was written for (``verified_against`` in the export say
   ``lr_scheduler`` and ``training``, in the field names of ``OptimizersContainer.Config``,
   ``ParamGroupConfig``, ``LRSchedulersContainer.Config`` and ``TrainingConfig``.
   :func:`torchtitan_param_groups` turns them into ``ParamGroupConfig`` objects.
-- **megatron** (megatron-core >= 0.17, μP fields): ``transformer_config`` (``use_mup``,
-  ``mup_base_hidden_size``, ``mup_base_head_dim``, ``mup_embedding_mult``,
-  ``mup_output_mult``, ``softmax_scale``), ``optimizer_config`` (``lr``, ``min_lr``,
-  ``decoupled_lr`` ...), ``scheduler_config`` and ``training_config`` (Megatron-LM's
-  ``megatron.training.config``). Megatron's own μP divides the LR *and* Adam eps of every
-  non-embedding matrix, the output layer included, by the width multiplier
-  (``megatron.core.optimizer.get_mup_config_overrides``); TP-V keeps the readout's Adam LR
-  and puts 1/m in its forward. ``decoupled_lr`` (an absolute LR for the embedding and
-  output layer that μP leaves alone) set to the card's base LR reproduces the card's LRs;
-  the eps difference is listed in ``notes``.
+- **megatron** (megatron-core 0.19.2): the whole architecture and the μP fields as the
+  keyword arguments of ``TransformerConfig``, ``GPTModel``, ``OptimizerConfig`` and
+  Megatron-LM's ``SchedulerConfig``, ``TrainingConfig`` and ``TokenizerConfig``
+  (:mod:`mutransfer.export.megatron` says how each card field maps). What Megatron cannot
+  express (its μP init, per-parameter values off its table, CompleteP's residual
+  multiplier) is an error naming the field unless ``--drop`` names it.
 """
 
 from __future__ import annotations
@@ -60,13 +56,7 @@ def export_card(card: Mapping[str, Any], engine: str, model: nn.Module | None = 
     if model is not None:
         check_model(model, card)
     drop = tuple(drop)
-    if engine == "megatron":
-        if drop:
-            raise ValueError(f"--drop {drop[0]}: the megatron export takes no --drop")
-        if dp_size is not None or micro_batch is not None:
-            split_batch(card, dp_size, micro_batch)  # a split that does not divide: exit 2
-        return export_megatron(card)
-    fn = {"hf": export_hf, "torchtitan": export_torchtitan}[engine]
+    fn = {"hf": export_hf, "torchtitan": export_torchtitan, "megatron": export_megatron}[engine]
     return fn(card, dp_size=dp_size, micro_batch=micro_batch, drop=drop)
 
 

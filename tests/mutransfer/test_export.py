@@ -3,6 +3,7 @@ computes per-parameter LRs on CPU they equal the card's to 1e-12; bad input exit
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -25,6 +26,12 @@ def gpt_card(**kw) -> tuple[Parametrization, dict]:
     card = build_card(pz, lr=3e-3, optimizer=OPT, schedule=SCHEDULE,
                       batch={"sequences": 8, "tokens": 256}, target={"width": 128, "depth": 2, "seq_len": 32})
     return pz, card
+
+
+def with_model(card: dict) -> dict:
+    """The card with its target architecture (``target.model``), which Megatron's export needs."""
+    model = {**dataclasses.asdict(GPT_CFG.replace(width=128)), "kind": "gpt"}
+    return dict(card, target=dict(card["target"], model=model))
 
 
 def test_hf_training_arguments_accept_it_and_per_parameter_lrs_equal_the_card() -> None:
@@ -86,7 +93,11 @@ def test_torchtitan_optimizers_container_gives_the_cards_lrs() -> None:
 
 def test_megatron_fields_and_lrs() -> None:
     pz, card = gpt_card()
-    export = export_card(card, "megatron")
+    card = with_model(card)
+    # Megatron's μP init, eps/m and one decay for all matrices are dropped explicitly
+    # (see test_export_megatron).
+    with pytest.warns(UserWarning, match="dropped card field"):
+        export = export_card(card, "megatron", drop=["init", "eps", "weight_decay"])
     t, o = export["transformer_config"], export["optimizer_config"]
     assert t["use_mup"] is True and t["mup_base_hidden_size"] == 32 and t["mup_output_mult"] == 0.25
     assert t["softmax_scale"] == pytest.approx(0.25)  # head dim 16 fixed: SP's value
@@ -114,8 +125,10 @@ def test_an_engine_field_the_installed_version_lacks_is_an_error() -> None:
 
 def test_cli_export_writes_json_and_bad_input_exits_2(tmp_path, capsys) -> None:
     _, card = gpt_card()
+    card = with_model(card)
     path = save_card(card, tmp_path / "card.yaml")
-    assert main(["export", str(path), "--to", "megatron", "--out", str(tmp_path / "m.json"), "--quiet"]) == 0
+    assert main(["export", str(path), "--to", "megatron", "--out", str(tmp_path / "m.json"), "--quiet",
+                 "--drop", "init", "--drop", "eps", "--drop", "weight_decay"]) == 0
     assert json.loads((tmp_path / "m.json").read_text())["transformer_config"]["use_mup"] is True
     assert main(["export", str(path), "--to", "deepspeed", "--out", str(tmp_path / "x.json")]) == 2
     assert "unknown engine 'deepspeed'" in capsys.readouterr().err

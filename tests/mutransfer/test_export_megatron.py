@@ -1,0 +1,219 @@
+"""The Megatron export: the whole architecture, the μP fields, CompleteP, what is refused
+and what ``drop`` records; and, where ``MUTRANSFER_MEGATRON_PYTHON`` names a Python 3.12
+with megatron-core 0.19.2 (``bash .ci/megatron_env.sh``), megatron-core's own config
+classes and optimizer grouping built from the export give the card's values."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from mutransfer.card import build_card, save_card
+from mutransfer.cli import main
+from mutransfer.export import MEGATRON_FIELDS, export_card
+from mutransfer.models import GPT, GPTConfig
+from mutransfer.parametrization import Multipliers, Parametrization
+from mutransfer.target import TargetModel
+
+SCHEDULE = {"kind": "wsd", "warmup_steps": 10, "decay_fraction": 0.2, "total_steps": 100,
+            "decay_shape": "1-sqrt", "min_lr_ratio": 0.1}
+OPT = {"name": "adamw", "weight_decay": 0.1, "betas": (0.9, 0.95), "eps": 1e-8}
+GPT_CFG = GPTConfig(width=64, depth=2, head_dim=16, seq_len=32, vocab_size=64)
+# Megatron's μP init, its eps/m on hidden matrices, and its one decay for every matrix (the
+# card's coupled decay is per group: hidden matrices at λ·m keep the proxy's timescale)
+MUP_DROPS = ["init", "eps", "weight_decay"]
+ORACLE = Path(__file__).with_name("megatron_oracle.py")
+
+
+def card_for(kind: str = "mup", depth: int = 2, base_depth: int = 2, alpha: float = 1.0, **kw) -> dict:
+    cfg = GPT_CFG.replace(width=128, depth=depth)
+    if kind == "completep":
+        pz = Parametrization(lambda w, d: GPT(GPT_CFG.replace(width=w, depth=d)), width=128, base_width=32,
+                             depth=depth, base_depth=base_depth, depth_alpha=alpha, kind=kind, **kw)
+    else:
+        pz = Parametrization(lambda w: GPT(GPT_CFG.replace(width=w, depth=depth)), width=128, base_width=32,
+                             kind=kind, **kw)
+    # The card's target.model as `mutransfer transfer` writes it.
+    target = {"model": TargetModel("gpt", cfg, "gpt-tiny").to_dict(), "width": 128, "depth": depth,
+              "dp_size": 2}
+    return build_card(pz, lr=3e-3, optimizer=OPT, schedule=SCHEDULE,
+                      batch={"sequences": 8, "tokens": 256, "dp_size": 2}, target=target)
+
+
+def llama_shaped(card: dict) -> dict:
+    """The same card with a SwiGLU, grouped-query target (the Llama-shaped GPT fields)."""
+    model = dict(card["target"]["model"], mlp="swiglu", q_per_kv=2, mlp_ratio=2.6875, norm_eps=1e-5,
+                 rope_theta=500000.0)
+    return dict(card, target=dict(card["target"], model=model))
+
+
+def test_the_whole_architecture_is_exported() -> None:
+    with pytest.warns(UserWarning, match="dropped card field init"):
+        e = export_card(card_for(), "megatron", drop=MUP_DROPS)
+    t, g = e["transformer_config"], e["gpt_model"]
+    heads = (t["num_layers"], t["hidden_size"], t["num_attention_heads"], t["num_query_groups"])
+    assert heads == (2, 128, 8, 8)
+    assert (t["kv_channels"], t["ffn_hidden_size"], t["gated_linear_unit"]) == (16, 512, False)
+    assert (t["normalization"], t["layernorm_epsilon"], t["add_bias_linear"]) == ("RMSNorm", 1e-6, False)
+    assert t["hidden_dropout"] == t["attention_dropout"] == 0.0 and e["transformer_config_callables"] == {}
+    assert g == {"vocab_size": 64, "max_sequence_length": 32, "share_embeddings_and_output_weights": False,
+                 "position_embedding_type": "rope", "rotary_base": 10000.0, "rotary_percent": 1.0}
+    assert e["training_config"] == {"global_batch_size": 8, "micro_batch_size": 4, "train_iters": 100}
+    o = e["optimizer_config"]
+    assert (o["lr"], o["decoupled_lr"], o["min_lr"]) == (3e-3, 3e-3, pytest.approx(3e-4, rel=1e-12))
+    assert {d["field"] for d in e["dropped"]} == {"init", "eps", "weight_decay"}
+    for section, names in MEGATRON_FIELDS.items():
+        assert set(e[section]) <= names, section
+    with pytest.warns(UserWarning):
+        ll = export_card(llama_shaped(card_for()), "megatron", drop=MUP_DROPS)
+    t = ll["transformer_config"]
+    assert (t["num_query_groups"], t["ffn_hidden_size"], t["gated_linear_unit"], t["layernorm_epsilon"]) == (
+        4, 344, True, 1e-5)
+    assert ll["transformer_config_callables"] == {"activation_func": "torch.nn.functional.silu"}
+    assert ll["gpt_model"]["rotary_base"] == 500000.0
+
+
+def test_an_output_multiplier_of_exactly_one_survives_megatrons_auto_default() -> None:
+    # output multiplier 4 at m = 4: the readout's forward multiplier is 4/4 = 1.0, which
+    # Megatron would silently replace by 1/m.
+    with pytest.warns(UserWarning):
+        e = export_card(card_for(multipliers=Multipliers(output=4.0)), "megatron", drop=MUP_DROPS)
+    mult = e["transformer_config"]["mup_output_mult"]
+    assert mult != 1.0 and mult == math.nextafter(1.0, 2.0)
+    assert any("replaces exactly 1.0 by 1/m" in n for n in e["notes"])
+    with pytest.warns(UserWarning):
+        plain = export_card(card_for(), "megatron", drop=MUP_DROPS)
+    assert plain["transformer_config"]["mup_output_mult"] == 0.25
+
+
+def test_completep_maps_what_megatron_has_and_refuses_the_rest_by_name() -> None:
+    card = card_for("completep", depth=8, base_depth=2, alpha=1.0)
+    with pytest.raises(ValueError, match=r"cannot carry card field init: .*; it cannot carry eps, "
+                                         r"weight_decay, residual_multiplier either; pass --drop init"):
+        export_card(card, "megatron")
+    with pytest.raises(ValueError, match=r"residual_multiplier: CompleteP's \(L/L_base\)\^-alpha = "
+                                         r"\(8/2\)\^-1.0 on 16 module\(s\), "
+                                         r"e.g. blocks.0.attn \(post x0.25\)"):
+        export_card(card, "megatron", drop=MUP_DROPS)
+    # alpha = 1: the block LR factor (L/L_base)^0 is 1, so every LR is Megatron's.
+    with pytest.warns(UserWarning, match="residual_multiplier"):
+        e = export_card(card, "megatron", drop=[*MUP_DROPS, "residual_multiplier"])
+    assert e["transformer_config"]["num_layers"] == 8 and e["optimizer_config"]["lr"] == pytest.approx(3e-3)
+    assert {d["field"] for d in e["dropped"]} == {*MUP_DROPS, "residual_multiplier"}
+    # alpha = 1/2: blocks train at lr x (8/2)^-1/2, the final norm at lr: Megatron's one
+    # vector LR cannot give both.
+    half = card_for("completep", depth=8, base_depth=2, alpha=0.5)
+    with pytest.raises(ValueError, match=r"card field lr: 1 parameter\(s\) differ, e.g. ln_f.weight "
+                                         r"\(vector\): the card has 0.003, Megatron gives 0.0015"):
+        export_card(half, "megatron", drop=[*MUP_DROPS, "residual_multiplier"])
+    with pytest.warns(UserWarning):
+        e = export_card(half, "megatron", drop=[*MUP_DROPS, "residual_multiplier", "lr"])
+    assert e["optimizer_config"]["lr"] == pytest.approx(1.5e-3, rel=1e-12)  # the blocks' LR
+
+
+def test_per_group_weight_decay_megatron_lacks_is_refused_by_name() -> None:
+    card = card_for()  # coupled per-group decay: hidden matrices at λ·m (m = 4), the rest at λ
+    assert all(g["weight_decay"] == pytest.approx(0.4) for g in card["param_groups"] if g["role"] == "hidden")
+    with pytest.raises(ValueError, match=r"card field weight_decay: 2 parameter\(s\) differ, e.g. wte.weight "
+                                         r"\(embedding\): the card has 0.1, Megatron gives 0.4"):
+        export_card(card, "megatron", drop=["init", "eps"])
+
+
+def test_bad_input_names_the_field(tmp_path, capsys) -> None:
+    card = card_for()
+    odd = dict(card, target=dict(card["target"], model=dict(card["target"]["model"], frobnicate=3)))
+    with pytest.raises(ValueError, match=r"target.model.frobnicate: has no Megatron field"):
+        export_card(odd, "megatron", drop=MUP_DROPS)
+    capped = dict(card, target=dict(card["target"], model=dict(card["target"]["model"], logit_softcap=30.0)))
+    with pytest.raises(ValueError, match=r"target.model.logit_softcap: 30.0: only None"):
+        export_card(capped, "megatron", drop=MUP_DROPS)
+    with pytest.raises(ValueError, match="--drop frobnicate: the megatron export carries that field"):
+        export_card(card, "megatron", drop=[*MUP_DROPS, "frobnicate"])
+    with pytest.raises(ValueError, match="card field target.model: missing"):
+        export_card(dict(card, target={"width": 128}), "megatron", drop=MUP_DROPS)
+    path = save_card(card, tmp_path / "card.yaml")
+    out = tmp_path / "m.json"
+    assert main(["export", str(path), "--to", "megatron", "--out", str(out)]) == 2
+    assert "--drop init" in capsys.readouterr().err and not out.exists()
+    assert main(["export", str(path), "--to", "megatron", "--out", str(out), "--drop", "init",
+                 "--drop", "eps", "--drop", "weight_decay", "--quiet", "--micro-batch", "2"]) == 0
+    assert "warning: megatron export: dropped card field eps" in capsys.readouterr().err
+    e = json.loads(out.read_text())
+    assert {d["field"] for d in e["dropped"]} == {"init", "eps", "weight_decay"}
+    assert e["training_config"] == {"global_batch_size": 8, "micro_batch_size": 2, "train_iters": 100}
+
+
+# ---- megatron-core itself ----------------------------------------------------------------
+
+MEGATRON_PYTHON = os.environ.get("MUTRANSFER_MEGATRON_PYTHON")
+needs_megatron = pytest.mark.skipif(
+    not MEGATRON_PYTHON, reason="MUTRANSFER_MEGATRON_PYTHON is unset (a Python 3.12 with megatron-core "
+                                "0.19.2: bash .ci/megatron_env.sh builds one)")
+
+
+CASES = {
+    "mup": (lambda: card_for(), MUP_DROPS),
+    "mup-output-mult-1": (lambda: card_for(multipliers=Multipliers(output=4.0)), MUP_DROPS),
+    "llama-shaped": (lambda: llama_shaped(card_for()), MUP_DROPS),
+    "completep": (lambda: card_for("completep", depth=8, base_depth=2, alpha=1.0),
+                  [*MUP_DROPS, "residual_multiplier"]),
+}
+
+
+@pytest.fixture(scope="module")
+def megatron_built(tmp_path_factory) -> dict[str, tuple[dict, dict, dict]]:
+    """case -> (card, export, what megatron-core built from it): one oracle process."""
+    tmp = tmp_path_factory.mktemp("megatron")
+    cards, exports = {}, {}
+    for case, (make, drop) in CASES.items():
+        cards[case] = make()
+        with pytest.warns(UserWarning):
+            exports[case] = export_card(cards[case], "megatron", drop=drop)
+    payload = [{"export": exports[c], "groups": [{k: g[k] for k in ("name", "shape", "role")}
+                                                for g in cards[c]["param_groups"]]} for c in CASES]
+    (tmp / "cases.json").write_text(json.dumps(payload))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    run = subprocess.run([str(MEGATRON_PYTHON), str(ORACLE), str(tmp / "cases.json"), str(tmp / "out.json")],
+                         capture_output=True, text=True, timeout=300, env=env, cwd=tmp)
+    assert run.returncode == 0, run.stderr[-3000:]
+    built = json.loads((tmp / "out.json").read_text())
+    return {c: (cards[c], exports[c], b) for c, b in zip(CASES, built, strict=True)}
+
+
+@needs_megatron
+@pytest.mark.parametrize("case", list(CASES))
+def test_megatron_core_builds_the_export_and_gives_the_cards_values(case: str, megatron_built) -> None:
+    card, export, got = megatron_built[case]
+    assert got["version"] == "0.19.2"
+    # Every field constructs and keeps the exported value (post-init defaults included:
+    # mup_output_mult 1.0 would have become 1/m).
+    for section in ("transformer_config", "optimizer_config", "scheduler_config", "training_config",
+                    "tokenizer_config"):
+        assert got[section] == export[section], section
+    assert got["gpt_model_args_missing"] == []
+    for section, names in MEGATRON_FIELDS.items():  # the recorded names are the real ones
+        if section != "transformer_config_callables":
+            assert names <= set(got["fields"][section]), section
+    assert "activation_func" in got["fields"]["transformer_config"]
+    want_act = export["transformer_config_callables"].get("activation_func", "torch.nn.functional.gelu")
+    assert got["activation_func"] == want_act
+    assert got["mup_width_mult"] == 4.0
+    # Megatron's own optimizer grouping gives each parameter the card's LR, min LR and
+    # weight decay, and the Adam eps of the exporter's table (the card's eps is dropped).
+    floor, eps = card["schedule"]["min_lr_ratio"], export["optimizer_config"]["adam_eps"]
+    for g in card["param_groups"]:
+        mg = got["per_param"][g["name"]]
+        assert mg["max_lr"] == pytest.approx(g["lr"], rel=1e-12), g["name"]
+        assert mg["min_lr"] == pytest.approx(g["lr"] * floor, rel=1e-12), g["name"]
+        # one decay for every matrix: the hidden matrices' (λ·m); the rest is the dropped field
+        want_wd = export["optimizer_config"]["weight_decay"] if g["weight_decay"] else 0.0
+        assert mg["weight_decay"] == pytest.approx(want_wd, rel=1e-12, abs=0), g["name"]
+        if g["role"] == "hidden":
+            assert mg["weight_decay"] == pytest.approx(g["weight_decay"], rel=1e-12), g["name"]
+        hidden = g["role"] not in ("input", "output") and len(g["shape"]) >= 2
+        assert mg["eps"] == pytest.approx(eps / 4 if hidden else eps, rel=1e-12), g["name"]
