@@ -6,6 +6,7 @@ import argparse
 
 from mutransfer.cli._common import MAX_DEPTH, MAX_WIDTH, bounded_int, print_json
 from mutransfer.models.presets import DEFAULT_PRESET
+from mutransfer.parametrization import Parametrization
 
 #: explain builds the model in memory (fp32): refuse one above this many parameters
 MAX_PARAMS = 500_000_000
@@ -14,7 +15,9 @@ HELP = "print the per-parameter table: role, width dims, init std, LR multiplier
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--preset", default=DEFAULT_PRESET, help=f"model preset (default {DEFAULT_PRESET})")
+    p.add_argument("--model", "--preset", dest="model", default=DEFAULT_PRESET,
+                   help=f"a preset name (default {DEFAULT_PRESET}), hf:PATH (a local transformers "
+                        "config.json) or module:function")
     p.add_argument("--parametrization", "-p", default="mup", help="sp | mup | completep | muon")
     width = bounded_int(1, MAX_WIDTH, "width")
     depth = bounded_int(1, MAX_DEPTH, "depth")
@@ -31,13 +34,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from mutransfer.models import GPT, MLP, GPTConfig, get_preset
-    from mutransfer.parametrization import Parametrization
 
     optimizer = args.optimizer or ("muon" if args.parametrization == "muon" else "adamw")
     if (optimizer == "muon") != (args.parametrization == "muon"):
         raise ValueError(f"optimizer {optimizer!r} does not go with parametrization {args.parametrization!r}")
     rule_set = "sgd" if optimizer == "sgd" else "adam"  # Muon's non-matrix params follow Adam's rules
-    cfg = get_preset(args.preset)
+    from mutransfer.models import parse_model
+
+    source = parse_model(args.model)
+    if not source.builtin:
+        return _explain_user_model(args, source, rule_set)
+    cfg = get_preset(source.ref)
     if isinstance(cfg, GPTConfig) and args.tie_embeddings:
         cfg = cfg.replace(tie_embeddings=True)
     width = args.width or cfg.width
@@ -52,7 +59,38 @@ def run(args: argparse.Namespace) -> int:
     else:
         pz = Parametrization(lambda w: cls(cfg.replace(width=w)), width=width, base_width=base_width,
                              kind=args.parametrization, optimizer=rule_set)
-    model = pz.build(seed=0)
+    return _print(args, pz, pz.build(seed=0))
+
+
+def _explain_user_model(args: argparse.Namespace, source: object, rule_set: str) -> int:
+    """An ``hf:`` config or a ``module:function`` builder, at its own shape unless told."""
+    import torch
+
+    from mutransfer.config import ModelSection
+    from mutransfer.models import build_model
+
+    if args.tie_embeddings:
+        raise ValueError("--tie-embeddings is for the built-in GPT; an hf: config says it itself")
+    own_width, own_depth = ModelSection(source=source.spec()).own_shape()  # type: ignore[attr-defined]
+    width, depth = args.width or own_width, args.depth or own_depth
+    with torch.device("meta"):
+        n = sum(p.numel() for p in build_model(source, width, depth, device="meta").parameters())
+    if n > MAX_PARAMS:
+        raise ValueError(f"width {width} builds {n:,} parameters, above explain's limit of {MAX_PARAMS:,} "
+                         "(it builds the model in memory); the rules are the same at any width, so "
+                         "explain a smaller one")
+    base_width = args.base_width or min(own_width, width)
+    if args.depth is not None:
+        pz = Parametrization(lambda w, d: build_model(source, w, d), width=width, base_width=base_width,
+                             depth=depth, base_depth=args.base_depth or own_depth,
+                             kind=args.parametrization, optimizer=rule_set)
+    else:
+        pz = Parametrization(lambda w: build_model(source, w, depth), width=width, base_width=base_width,
+                             kind=args.parametrization, optimizer=rule_set)
+    return _print(args, pz, pz.build(seed=0))
+
+
+def _print(args: argparse.Namespace, pz: Parametrization, model: object) -> int:
     if args.json:
         print_json(pz.describe(model))
         return 0

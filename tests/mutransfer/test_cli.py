@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from mutransfer.cli import main
 
 
@@ -25,7 +27,7 @@ def test_explain_json_rows(capsys) -> None:
 
 def test_explain_bad_preset_exits_2(capsys) -> None:
     assert main(["explain", "--preset", "gpt-9b"]) == 2
-    assert "unknown preset 'gpt-9b'" in capsys.readouterr().err
+    assert "unknown model 'gpt-9b': not a preset" in capsys.readouterr().err
 
 
 def test_coord_check_on_the_mlp(tmp_path) -> None:
@@ -42,3 +44,19 @@ def test_coord_check_on_the_mlp(tmp_path) -> None:
     # SP-SGD's readout drifts up with width too, more slowly; μP-SGD's does not.
     assert verdicts["sp-sgd"]["slopes"]["fc_out"] > verdicts["mup-sgd"]["slopes"]["fc_out"] + 0.1
     assert not (tmp_path / "mup" / "coord_check.png").exists()
+
+
+def test_explain_takes_the_users_hf_config(tmp_path, capsys) -> None:
+    """``explain --model hf:PATH``: the user's own parameter names and μP's values for them."""
+    pytest.importorskip("transformers")
+    cfg = {"model_type": "llama", "vocab_size": 256, "hidden_size": 64, "intermediate_size": 128,
+           "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+           "max_position_embeddings": 64}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    argv = ["explain", "--model", f"hf:{tmp_path}", "--width", "128", "--base-width", "64", "--json"]
+    assert main(argv) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["model.layers.1.mlp.down_proj.weight"]["role"] == "hidden"
+    assert rows["model.layers.1.mlp.down_proj.weight"]["lr_mult"] == pytest.approx(0.5)
+    assert rows["lm_head.weight"]["role"] == "output" and rows["model.embed_tokens.weight"]["lr_mult"] == 1
+    assert main(["explain", "--model", "hf:org/not-local"]) == 2
