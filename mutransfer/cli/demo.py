@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import html
 import io
 import json
@@ -130,6 +131,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="ladder size: small (CPU), gpu; default: gpu when CUDA is available")
     p.add_argument("--workers", type=positive_int, default=None,
                    help="sweep workers (default: one per CPU core, one per GPU)")
+    p.add_argument("--model", default=None,
+                   help="the proxy: a preset name or hf:PATH (a local transformers config.json; the card "
+                        "then targets the same architecture at the target's width and depth); default: "
+                        "the size's Llama-shaped preset")
     p.add_argument("--json", action="store_true", help="print summary.json")
     p.add_argument("--quiet", action="store_true", help="no progress output")
 
@@ -146,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
     # rebuilds the figures, table, card and report from it; a different size is refused
     check_output(args.out, directory=True)
     summary = run_demo(Path(args.out), device=args.device, size=args.size, workers=args.workers,
-                       quiet=args.quiet or args.json)
+                       quiet=args.quiet or args.json, model=args.model)
     if args.json:
         print_json(summary)
     return 0
@@ -180,9 +185,34 @@ class _Clock:
                                  "idle_estimate_s": cpu / max(1, parallel)}
 
 
+def _model_kw(model: str) -> dict[str, str]:
+    """A sweep spec's model fields: a preset by name, an ``hf:`` config as ``model``."""
+    return {"model": model} if model.startswith("hf:") else {"preset": model}
+
+
+def _hf_target_config(out: Path, model: str, sc: ScalingStage) -> Path:
+    """The user's HF architecture at the target's width and depth (the proxy's own scaling
+    rules), byte vocabulary as the demo's proxy trained on, context at least the target's:
+    ``out/target_config.json``, the config the card is written for."""
+    import json
+
+    from mutransfer._io import atomic_write_text
+    from mutransfer.models import hf_proxy_config, load_hf_config, parse_model
+
+    source = parse_model(model)
+    cfg = hf_proxy_config(load_hf_config(source.ref), sc.target_width, sc.target_depth, source.head_rule)
+    cfg.vocab_size = 256
+    if getattr(cfg, "max_position_embeddings", None) is not None:
+        cfg.max_position_embeddings = max(int(cfg.max_position_embeddings), sc.target_seq_len)
+    path = out / "target_config.json"
+    atomic_write_text(path, json.dumps(cfg.to_dict(), indent=1, default=str))
+    return path
+
+
 def run_demo(out: Path, *, device: str = "auto", size: str | None = None, workers: int | None = None,
-             quiet: bool = False) -> dict[str, Any]:
-    """Run the demo into ``out``; returns the summary (also written as summary.json)."""
+             quiet: bool = False, model: str | None = None) -> dict[str, Any]:
+    """Run the demo into ``out``; returns the summary (also written as summary.json).
+    ``model``: the proxy instead of the size's preset, a preset name or ``hf:PATH``."""
     import torch
 
     from mutransfer._io import atomic_write_text
@@ -195,6 +225,15 @@ def run_demo(out: Path, *, device: str = "auto", size: str | None = None, worker
     if size not in SIZES:
         raise ValueError(f"unknown demo size {size!r}; choose from {', '.join(SIZES)}")
     sz = SIZES[size]
+    if model is not None:
+        from mutransfer.models import parse_model
+
+        source = parse_model(model)
+        if source.kind == "builder":
+            raise ValueError(f"demo --model {model!r}: the demo's card needs a preset or an hf: config (a "
+                             "builder has no full-size config to target); sweep it with `mutransfer sweep "
+                             "lr --model` instead")
+        sz = dataclasses.replace(sz, preset=source.ref if source.builtin else source.spec())
     out.mkdir(parents=True, exist_ok=True)
     figs = out / "figures"
     figs.mkdir(exist_ok=True)
@@ -228,7 +267,7 @@ def run_demo(out: Path, *, device: str = "auto", size: str | None = None, worker
             "base_width": sz.widths[0], "eval_every": sz.steps, "eval_batches": 8,
             "warmup_steps": max(1, sz.steps // 10), "schedule": "cosine", "lr_floor": 0.1,
             "threads": 1 if device == "cpu" else None}
-    specs = [LRSweep(preset=sz.preset, widths=sz.widths, parametrizations=(p,), seeds=seeds,
+    specs = [LRSweep(**_model_kw(sz.preset), widths=sz.widths, parametrizations=(p,), seeds=seeds,
                      lrs=tuple(2.0**x for x in grid), base=base, name=f"demo-{size}-{p}")
              for p, grid, seeds in (("sp", sz.sp_log2_lrs, sz.sp_seeds), ("mup", sz.mup_log2_lrs, sz.seeds))]
     n_trials = sum(len(sp.points()) for sp in specs)
@@ -268,10 +307,15 @@ def run_demo(out: Path, *, device: str = "auto", size: str | None = None, worker
     sc = sz.scaling
     _log(quiet, f"[6/7] card for the target: {sc.target_depth} blocks of width {sc.target_width}, "
                 f"context {sc.target_seq_len}, {sc.tokens_per_param:g} tokens per parameter")
-    argv = ["transfer", "--results", str(out / "results.csv"), "--preset", sz.preset,
-            "--parametrization", "mup", "--base-width", str(sz.widths[0]), "--seq-len", str(sz.seq_len),
-            "--set", f"width={sc.target_width}", "--set", f"depth={sc.target_depth}",
-            "--set", f"seq_len={sc.target_seq_len}", "--tokens-per-param", str(sc.tokens_per_param),
+    if sz.preset.startswith("hf:"):  # the user's architecture, scaled to the target's shape
+        target = ["--model", f"hf:{_hf_target_config(out, sz.preset, sc)}",
+                  "--seq-len", str(sc.target_seq_len)]
+    else:
+        target = ["--preset", sz.preset, "--seq-len", str(sz.seq_len), "--set", f"width={sc.target_width}",
+                  "--set", f"depth={sc.target_depth}", "--set", f"seq_len={sc.target_seq_len}"]
+    argv = ["transfer", "--results", str(out / "results.csv"), *target,
+            "--parametrization", "mup", "--base-width", str(sz.widths[0]),
+            "--tokens-per-param", str(sc.tokens_per_param),
             "--study", specs[1].study_name(), "--storage", f"journal:{out / 'sweep' / 'optuna.journal'}",
             "--out", str(out / "card.yaml")]
     if scaling.get("fit_path"):
@@ -391,7 +435,7 @@ def _scaling_stage(out: Path, sz: DemoSize, size: str, fit: Any, *, device: str,
     centre = fit.group(("mup", width))
     # a quarter-octave grid point, so a re-run (same optimum) resumes the same study
     lr_center = 2.0 ** (round(4 * centre.log2_x_opt) / 4)
-    spec = ScalingSweep(preset=sz.preset, width=width, check_width=sc.check_width,
+    spec = ScalingSweep(**_model_kw(sz.preset), width=width, check_width=sc.check_width,
                         check_batch_sizes=sc.check_batch_sizes,
                         batch_sizes=sc.batch_sizes, tokens=sc.tokens, seeds=(0,), lr_center=lr_center,
                         lr_center_batch=sz.batch_size, log2_lr_offsets=sc.log2_lr_offsets,

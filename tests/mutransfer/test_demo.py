@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
+
 from mutransfer.cli import main
 
 
@@ -62,3 +64,27 @@ def test_demo_tiny_writes_report_summary_card_and_reuses_trials(tmp_path, capsys
     assert (out / "audit_runs.json").read_text() == runs
     assert again["drift_octaves"] == s["drift_octaves"]
     assert again["holdout"] == s["holdout"] and again["card"]["steps"] == c["steps"]
+
+
+@pytest.mark.slow
+def test_demo_on_the_users_hf_config_targets_that_architecture(tmp_path, capsys) -> None:
+    """``demo --model hf:PATH``: the user's Llama-shaped config is the proxy of every stage,
+    and the card targets the same architecture at the target's width and depth, with HF's
+    own parameter names."""
+    pytest.importorskip("transformers")
+    import yaml
+
+    cfg = {"model_type": "llama", "vocab_size": 256, "hidden_size": 64, "intermediate_size": 192,
+           "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+           "tie_word_embeddings": False, "max_position_embeddings": 64}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    out = tmp_path / "demo"
+    assert main(["demo", "--size", "tiny", "--model", f"hf:{tmp_path}", "--out", str(out), "--quiet"]) == 0
+    card = yaml.safe_load((out / "card.yaml").read_text())
+    model = card["target"]["model"]
+    assert (model["kind"], model["model_type"]) == ("hf", "llama")
+    assert (card["target"]["width"], card["target"]["depth"]) == (512, 24)  # the tiny size's target
+    assert model["config"]["num_attention_heads"] == 2 * model["config"]["num_key_value_heads"]  # GQA kept
+    assert {g["name"] for g in card["param_groups"]} >= {"model.embed_tokens.weight", "lm_head.weight"}
+    assert json.loads((out / "summary.json").read_text())["preset"].startswith("hf:")
+    assert main(["demo", "--size", "tiny", "--model", "pkg_xyz:build", "--out", str(tmp_path / "b")]) == 2
