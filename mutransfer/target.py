@@ -35,6 +35,7 @@ __all__ = [
     "ScalingLaws",
     "TargetModel",
     "build_target_model",
+    "hf_config_of",
     "hf_transfer_builder",
     "parse_overrides",
     "plan_run",
@@ -309,6 +310,19 @@ def resolve_target(
     return TargetModel(_kind_of(cfg), cfg, name)
 
 
+def hf_config_of(model: Mapping[str, Any]) -> Any:
+    """The transformers config a card's ``target.model`` of kind ``hf`` holds (rebuilt from
+    the card's own fields: no file, no download); one ValueError naming the field."""
+    import transformers as tf
+
+    fields = dict(model.get("config") or {})
+    model_type = fields.pop("model_type", model.get("model_type"))
+    try:
+        return tf.AutoConfig.for_model(model_type, **fields)
+    except Exception as exc:  # noqa: BLE001 - a config class rejecting the card's fields
+        raise ValueError(f"card field target.model.config ({model_type}): {exc}") from None
+
+
 def build_target_model(card: Mapping[str, Any]) -> nn.Module:
     """A fresh model of a v2 card's ``target.model`` (to pass to ``card.apply``); an
     ``hf`` target is rebuilt from the config the card holds (no file, no download)."""
@@ -318,13 +332,7 @@ def build_target_model(card: Mapping[str, Any]) -> nn.Module:
     if model.get("kind") == "hf":
         import transformers as tf
 
-        fields = dict(model.get("config") or {})
-        model_type = fields.pop("model_type", model.get("model_type"))
-        try:
-            cfg = tf.AutoConfig.for_model(model_type, **fields)
-        except Exception as exc:  # noqa: BLE001 - a config class rejecting the card's fields
-            raise ValueError(f"card field target.model.config ({model_type}): {exc}") from None
-        return tf.AutoModelForCausalLM.from_config(cfg)
+        return tf.AutoModelForCausalLM.from_config(hf_config_of(model))
     fields = {k: v for k, v in model.items() if k not in ("kind", "preset")}
     kind = model.get("kind", "gpt")
     if kind not in _KINDS:
