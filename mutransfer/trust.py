@@ -26,9 +26,10 @@ def card_warnings(card: Mapping[str, Any]) -> list[str]:
     """What the card's own fields say against trusting it (empty for a clean card).
 
     - ``audit.passed`` false: the held-out check of the projection failed;
-    - ``target.width`` over the widest measured proxy width (``source.width``, the widest of
-      ``source.proxy_widths``), by how far: μP's transfer is exact only in the limit and
-      every octave beyond the ladder is unmeasured;
+    - ``target.width`` over the widest measured proxy width (the widest of
+      ``source.proxy_widths``; a card from a bare ``--lr`` has no ladder and no such warning),
+      by how far: μP's transfer is exact only in the limit and every octave beyond the
+      ladder is unmeasured;
     - the context (``source.seq_len`` vs ``target.seq_len``), the vocabulary
       (``target.vocab_change``) or the tokenizer (``source.tokenizer`` vs
       ``target.tokenizer``) changes from proxy to target: the LR was tuned on other
@@ -44,7 +45,7 @@ def card_warnings(card: Mapping[str, Any]) -> list[str]:
                    "optimum at the held-out point, so its values are not confirmed")
     src, tgt, batch = card.get("source") or {}, card.get("target") or {}, card.get("batch") or {}
     widths = [w for w in (src.get("proxy_widths") or []) if _num(w)]
-    widest = max(widths) if widths else src.get("width") if _num(src.get("width")) else None
+    widest = max(widths) if widths else None
     if widest and _num(tgt.get("width")) and tgt["width"] > widest:
         out.append(f"the target width {tgt['width']} is {tgt['width'] / widest:.3g}× beyond the widest "
                    f"measured width {widest:g}: μP carries the LR there, but nothing measured it")
@@ -150,7 +151,7 @@ def trust_block(
                             "lr_factor": lr_factor(b_new, proxy_tokens), "batch_factor": b_iv["factor"]})
     ranked = [o for o in options if o["lr_factor"] is not None]
     best = min(ranked, key=lambda o: o["lr_factor"]) if ranked else None
-    summary = [f"{level:.0%} intervals; {n_warnings} warning(s) below."]
+    summary = [f"{level:.0%} intervals" + (f"; {n_warnings} warning(s) below" if n_warnings else "")]
     for key, name in (("lr", "base LR"), ("batch_tokens", "batch (tokens)"), ("steps", "steps"),
                       ("tokens", "tokens"), ("weight_decay", "weight decay")):
         iv = intervals[key]
