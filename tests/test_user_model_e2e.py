@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 pytest.importorskip("transformers", reason="the [engines] extra (transformers) is not installed")
 
@@ -122,6 +123,79 @@ def test_users_day_with_the_builtin_llama_fused(tmp_path: Path, capsys, _verb) -
     assert mutransfer.cli.main(["fit", "scaling", str(csv2), "--out", str(fit), "--n-boot", "20"]) == 0
     doc = json.loads(fit.read_text())
     assert doc["n_rows"] == 27 and math.isfinite(doc["lr"]["exponents"]["tokens"])
+
+
+LLAMA_1B = {"model_type": "llama", "vocab_size": 128256, "hidden_size": 2048, "intermediate_size": 8192,
+            "num_hidden_layers": 16, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64,
+            "tie_word_embeddings": True, "max_position_embeddings": 131072, "rms_norm_eps": 1e-5}
+
+
+@pytest.mark.slow
+def test_the_card_for_a_1b_llama_goes_to_all_three_engines(tmp_path: Path, capsys, _verb) -> None:
+    """The other half of the chain: a swept Llama-shaped proxy, then ``transfer --model
+    hf:`` for a Llama-3.2-1B-shaped config (vocab 128,256, 16 layers, GQA 32/8, tied), and
+    the card exported to hf, torchtitan and megatron, each accepted by the real package's
+    config classes (megatron-core's own build: tests/mutransfer/test_export_megatron.py)."""
+    import dataclasses
+
+    import transformers
+
+    from mutransfer.card import load_card
+
+    proxy = tmp_path / "proxy"
+    proxy.mkdir()
+    # the 1B's shape scaled down: head_dim 64, GQA 4:1 from width 256
+    (proxy / "config.json").write_text(json.dumps(dict(LLAMA_1B, vocab_size=256, hidden_size=256,
+                                                       intermediate_size=1024, num_hidden_layers=2,
+                                                       num_attention_heads=4, num_key_value_heads=1,
+                                                       max_position_embeddings=64)))
+    lr = tmp_path / "lr"
+    _run(["sweep", "lr", "--model", f"hf:{proxy}", "--widths", "256,512", "--lrs", "0.003,0.01,0.03",
+          "--parametrization", "mup", "--seeds", "0", "--steps", "3", "--batch-size", "2",
+          "--set", "seq_len=16", "--set", "eval_batches=1", "--device", "cpu", "--workers", "1",
+          "--max-extend", "0", "--out", str(lr), "--quiet", "--json"], capsys)
+    csv = tmp_path / "lr.csv"
+    assert mutransfer.cli.main(["sweep", "export", "--storage", str(lr), "--out", str(csv)]) == 0
+    big = tmp_path / "llama-1b"
+    big.mkdir()
+    (big / "config.json").write_text(json.dumps(LLAMA_1B))
+    card_path = tmp_path / "card.yaml"
+    argv = ["transfer", "--results", str(csv), "--model", f"hf:{big}", "--tokens-per-param", "20",
+            "--batch-size", "512", "--seq-len", "2048", "--base-width", "256", "--base-depth", "2",
+            "--weight-decay", "0.1", "--dp-size", "8", "--micro-batch", "4", "--out", str(card_path)]
+    assert mutransfer.cli.main(argv) == 2  # the byte-level proxy's vocab is not Llama's
+    assert "--allow-vocab-change" in capsys.readouterr().err and not card_path.exists()
+    assert mutransfer.cli.main([*argv, "--allow-vocab-change"]) == 0, capsys.readouterr().err
+    card = load_card(card_path)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**LLAMA_1B))
+    names = sorted(n for n, _ in model.named_parameters())
+    assert sorted(g["name"] for g in card["param_groups"]) == names  # each parameter once, HF's names
+    assert card["batch"]["sequences"] == 512 and card["batch"]["grad_accum"] == 16
+
+    exports = {}
+    for engine, drops in (("hf", []), ("torchtitan", []),
+                          ("megatron", ["init", "eps", "weight_decay", "residual_multiplier"])):
+        out = tmp_path / f"{engine}.json"
+        flags = [x for d in drops for x in ("--drop", d)]
+        assert mutransfer.cli.main(["export", str(card_path), "--to", engine, *flags, "--out", str(out),
+                                    "--quiet"]) == 0, capsys.readouterr().err
+        exports[engine] = json.loads(out.read_text())
+    hf_args = exports["hf"]["training_arguments"]
+    args = transformers.TrainingArguments(output_dir=str(tmp_path / "hf"), **hf_args)
+    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (4, 16)
+    from torchtitan.components.optimizer.optimizer import OptimizersContainer
+
+    fields = {f.name for f in dataclasses.fields(OptimizersContainer.Config)}
+    assert set(exports["torchtitan"]["optimizer"]) <= fields
+    # torchtitan's own names: the readout is `output`, the tied embedding `tok_embeddings`
+    patterns = " ".join(g["pattern"] for g in exports["torchtitan"]["optimizer"]["param_groups"])
+    assert "tok_embeddings" in patterns and "layers" in patterns
+    t = exports["megatron"]["transformer_config"]
+    assert (t["num_layers"], t["hidden_size"], t["num_query_groups"], t["kv_channels"]) == (16, 2048, 8, 64)
+    assert exports["megatron"]["gpt_model"]["share_embeddings_and_output_weights"] is True
+    assert {d["field"] for d in exports["megatron"]["dropped"]} == {"init", "eps", "weight_decay",
+                                                                     "residual_multiplier"}
 
 BUILDERS = '''
 import torch.nn as nn

@@ -110,8 +110,52 @@ ARCH_MAP: dict[str, str] = {
 }
 
 
-def _architecture(model: Mapping[str, Any], width: int,
-                  problems: list[tuple[str, str]]) -> tuple[dict[str, Any], dict[str, Any], dict[str, str]]:
+#: HF model types whose decoder Megatron's GPTModel builds (pre-norm RMSNorm, RoPE,
+#: SwiGLU, GQA), and whether the q/k/v projections carry biases (Qwen2's do).
+HF_FAMILIES: dict[str, bool] = {"llama": False, "mistral": False, "qwen2": True}
+
+
+def _from_hf(model: Mapping[str, Any], seq_len: int | None,
+             problems: list[tuple[str, str]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """An HF target (``target.model.kind == "hf"``) in the GPT fields above, plus the
+    Megatron fields the GPT fields cannot say (rotate-half RoPE, q/k/v-only biases, a head
+    dim that is not width / heads). Anything the decoder has that Megatron would build
+    otherwise is a problem named ``target.model.config.<field>``."""
+    mt, cfg = str(model.get("model_type")), dict(model.get("config") or {})
+    if mt not in HF_FAMILIES:
+        raise ValueError(f"card field target.model.model_type: Megatron's GPTModel export covers "
+                         f"{', '.join(HF_FAMILIES)}, got {mt!r}")
+    w, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
+    kv = int(cfg.get("num_key_value_heads") or heads)
+    head_dim = int(cfg.get("head_dim") or w // heads)
+    rope = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
+    theta = float(rope.get("rope_theta", cfg.get("rope_theta", 10000.0)))
+    for key, ok, why in (
+            ("hidden_act", cfg.get("hidden_act", "silu") == "silu", "Megatron's swiglu is silu-gated"),
+            ("rope_parameters", rope.get("rope_type", "default") == "default",
+             "Megatron-core's GPTModel has no HF rope scaling of this type"),
+            ("attention_bias", not cfg.get("attention_bias"), "an o_proj bias without MLP biases"),
+            ("mlp_bias", not cfg.get("mlp_bias"), "MLP biases without q/k/v biases"),
+            ("sliding_window", not cfg.get("sliding_window") or not cfg.get("use_sliding_window", True),
+             "no sliding-window attention in this export")):
+        if not ok:
+            problems.append((f"target.model.config.{key}", f"{cfg.get(key, rope)!r}: {why}"))
+    gpt_fields = {"kind": "gpt", "width": w, "depth": int(cfg["num_hidden_layers"]), "n_head": heads,
+                  "q_per_kv": heads // kv, "mlp": "swiglu", "mlp_ratio": int(cfg["intermediate_size"]) / w,
+                  "norm_eps": float(cfg.get("rms_norm_eps", 1e-6)), "rope_theta": theta, "pos_emb": "rope",
+                  "vocab_size": int(cfg["vocab_size"]),
+                  "seq_len": int(seq_len or cfg.get("max_position_embeddings") or 0),
+                  "tie_embeddings": bool(cfg.get("tie_word_embeddings", False))}
+    extra = {"rotary_interleaved": False, "add_qkv_bias": HF_FAMILIES[mt], "add_bias_linear": False,
+             "kv_channels": head_dim}
+    return gpt_fields, extra
+
+
+def _architecture(model: Mapping[str, Any], width: int, problems: list[tuple[str, str]],
+                  seq_len: int | None = None) -> tuple[dict[str, Any], dict[str, Any], dict[str, str]]:
+    hf_extra: dict[str, Any] = {}
+    if model.get("kind") == "hf":
+        model, hf_extra = _from_hf(model, seq_len, problems)
     for key in model:
         if key not in ARCH_MAP:
             problems.append((f"target.model.{key}", f"has no Megatron field (known: {', '.join(ARCH_MAP)})"))
@@ -157,6 +201,7 @@ def _architecture(model: Mapping[str, Any], width: int,
         # when trained from scratch.
         tcfg["rotary_interleaved"] = True
         gpt.update(rotary_base=float(model.get("rope_theta", 10000.0)), rotary_percent=1.0)
+    tcfg.update(hf_extra)  # an HF decoder: rotate-half RoPE, its own biases and head dim
     callables = {"activation_func": "torch.nn.functional.silu"} if mlp == "swiglu" else {}
     return tcfg, gpt, callables
 
@@ -254,7 +299,7 @@ def export_megatron(card: Mapping[str, Any], *, dp_size: int | None = None, micr
     width, base = int(pz["width"]), int(pz["base_width"])
     m = width / base
     problems: list[tuple[str, str]] = []
-    tcfg, gpt, callables = _architecture(model, width, problems)
+    tcfg, gpt, callables = _architecture(model, width, problems, seq_len=card.get("batch", {}).get("seq_len"))
     floor = _floor(s)
     lr, decoupled, eps, wd = _fit(groups, m, floor, problems)
     emb_mult, out_mult = _multipliers(card, groups, problems)

@@ -90,7 +90,8 @@ def test_cli_builds_the_card_from_a_sweep_table(tmp_path, capsys) -> None:
     lo, hi = card["projected"]["lr"]["interval"]
     assert lo < card["optimizer"]["lr"] < hi
     assert card["projected"]["drift"]["drift_octaves"] < 0.1
-    assert card["batch"] == {"sequences": 16, "tokens": 16 * 64, "seq_len": 64, "dp_size": None}
+    assert card["batch"] == {"sequences": 16, "tokens": 16 * 64, "seq_len": 64, "dp_size": None,
+                             "micro_batch": 8, "grad_accum": 2, "rounding": "given (--batch-size)"}
     assert card["schedule"]["total_steps"] == int(np.ceil(1e8 / (16 * 64)))
     assert card["parametrization"]["base_width"] == 32 and card["target"]["width"] == 1024
     assert main(["transfer", "--lr", "0.01", "--target-width", "16", "--base-width", "64",

@@ -156,7 +156,55 @@ needs_megatron = pytest.mark.skipif(
                                 "0.19.2: bash .ci/megatron_env.sh builds one)")
 
 
+HF_LLAMA = {"model_type": "llama", "vocab_size": 96, "hidden_size": 256, "intermediate_size": 688,
+            "num_hidden_layers": 2, "num_attention_heads": 16, "num_key_value_heads": 4, "head_dim": 16,
+            "tie_word_embeddings": False, "max_position_embeddings": 64, "rms_norm_eps": 1e-5,
+            "rope_theta": 500000.0}
+
+
+def hf_llama_card(tmp: Path | None = None) -> dict:
+    """A card whose target is a local HF Llama config (``transfer --model hf:PATH``): its own
+    parameter names, GQA 16/4 (4/1 at the base width 64), head dim 16, rotate-half RoPE."""
+    import tempfile
+
+    pytest.importorskip("transformers")
+    from mutransfer.target import hf_transfer_builder, resolve_hf_target
+
+    folder = Path(tmp or tempfile.mkdtemp())
+    (folder / "config.json").write_text(json.dumps(HF_LLAMA))
+    target = resolve_hf_target(f"hf:{folder / 'config.json'}")
+    pz = Parametrization(hf_transfer_builder(target), width=256, base_width=64)
+    return build_card(pz, lr=3e-3, optimizer=OPT, schedule=SCHEDULE,
+                      batch={"sequences": 8, "tokens": 256, "seq_len": 32, "dp_size": 2},
+                      target={"model": target.to_dict(), "width": 256, "depth": 2, "dp_size": 2})
+
+
+def test_an_hf_llama_target_maps_onto_megatrons_fields(tmp_path) -> None:
+    with pytest.warns(UserWarning):
+        e = export_card(hf_llama_card(tmp_path), "megatron", drop=MUP_DROPS)
+    t, g = e["transformer_config"], e["gpt_model"]
+    assert (t["num_layers"], t["hidden_size"], t["num_attention_heads"]) == (2, 256, 16)
+    assert t["num_query_groups"] == 4  # GQA 16/4
+    assert (t["kv_channels"], t["ffn_hidden_size"], t["gated_linear_unit"]) == (16, 688, True)
+    assert t["rotary_interleaved"] is False and t["layernorm_epsilon"] == 1e-5  # HF's rotate-half RoPE
+    assert (g["vocab_size"], g["max_sequence_length"], g["rotary_base"]) == (96, 32, 500000.0)
+    assert g["share_embeddings_and_output_weights"] is False
+    assert e["transformer_config_callables"] == {"activation_func": "torch.nn.functional.silu"}
+    rope = dict(HF_LLAMA, rope_scaling={"rope_type": "linear", "factor": 8.0})
+    (tmp_path / "config.json").write_text(json.dumps(rope))
+    with pytest.raises(ValueError, match=r"target.model.config.rope_parameters"):
+        from mutransfer.target import hf_transfer_builder, resolve_hf_target
+
+        target = resolve_hf_target(f"hf:{tmp_path / 'config.json'}")
+        pz = Parametrization(hf_transfer_builder(target), width=256, base_width=64)
+        card = build_card(pz, lr=3e-3, optimizer=OPT, schedule=SCHEDULE,
+                          batch={"sequences": 8, "tokens": 256, "dp_size": 2},
+                          target={"model": target.to_dict(), "width": 256, "depth": 2, "dp_size": 2})
+        export_card(card, "megatron", drop=MUP_DROPS)
+
+
 CASES = {
+    "hf-llama": (hf_llama_card, MUP_DROPS),
     "mup": (lambda: card_for(), MUP_DROPS),
     "mup-output-mult-1": (lambda: card_for(multipliers=Multipliers(output=4.0)), MUP_DROPS),
     "llama-shaped": (lambda: llama_shaped(card_for()), MUP_DROPS),
