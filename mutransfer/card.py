@@ -498,6 +498,16 @@ def _check_consistency(card: Mapping[str, Any]) -> None:
             _C.fail(f"param_groups[{i}] ({g['name']}).lr", f"disagrees with optimizer.lr {base_lr!r} × "
                     f"lr_mult {g['lr_mult']!r} = {want!r}", g["lr"])
     if isinstance(model, Mapping):
+        if model.get("kind", "gpt") != "hf":
+            from mutransfer.target import model_fields
+
+            kind = model.get("kind", "gpt")
+            known = model_fields(kind)
+            for key in model:
+                if key not in known:
+                    cls = "GPTConfig" if kind == "gpt" else "MLPConfig"
+                    _C.fail(f"target.model.{key}", f"is not a {cls} field "
+                            f"(it has {', '.join(sorted(known))})", model[key])
         try:
             shapes = _built_shapes(json.dumps(plain(dict(model)), sort_keys=True))
         except ValueError as exc:

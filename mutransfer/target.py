@@ -36,6 +36,7 @@ __all__ = [
     "TargetModel",
     "build_target_model",
     "hf_config_of",
+    "model_fields",
     "hf_transfer_builder",
     "parse_overrides",
     "plan_run",
@@ -308,6 +309,17 @@ def resolve_target(
     if type(cfg) is not type(proxy):
         raise ValueError(f"the target is a {_kind_of(cfg)} model but the proxy is a {_kind_of(proxy)}")
     return TargetModel(_kind_of(cfg), cfg, name)
+
+
+def model_fields(kind: str) -> frozenset[str]:
+    """The keys a card's ``target.model`` of this kind (``gpt`` or ``mlp``) may hold: its
+    config's fields, their :data:`ALIASES`, ``d_ff`` for a GPT, and ``kind``/``preset``."""
+    if kind not in _KINDS:
+        raise ValueError(f"card field target.model.kind: must be gpt or mlp, got {kind!r}")
+    cls = _KINDS[kind][0]
+    names = {f.name for f in dataclasses.fields(cls)}
+    return frozenset(names | {a for a, n in ALIASES.items() if n in names} | {"kind", "preset"}
+                     | ({"d_ff"} if cls is GPTConfig else set()))
 
 
 def hf_config_of(model: Mapping[str, Any]) -> Any:
