@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import functools
 import json
 import math
 import re
@@ -40,6 +41,7 @@ import torch
 import torch.nn as nn
 
 from mutransfer._io import atomic_write_text, plain, read_text, read_yaml_mapping
+from mutransfer.config import INT_LIMITS
 from mutransfer.optim import OPTIMIZER_NAMES, OptimizerList, build_optimizer
 from mutransfer.parametrization import KINDS, ROLES, WD_MODES, Parametrization
 from mutransfer.schedules import DECAY_SHAPES, SCHEDULE_KINDS, Schedule, ScheduleConfig
@@ -199,13 +201,16 @@ class _Check:
     def positive(self, path: str, v: Any, *, none: bool = False) -> None:
         self.number(path, v, low=0.0, open_low=True, none=none)
 
-    def integer(self, path: str, v: Any, *, low: int = 1, none: bool = False) -> None:
+    def integer(self, path: str, v: Any, *, low: int = 1, none: bool = False,
+                high: int | None = None) -> None:
         if v is None and none:
             return
         if not _is_int(v):
             self.fail(path, "must be an integer", v)
         if v < low:
             self.fail(path, f"must be >= {low}", v)
+        if high is not None and v > high:
+            self.fail(path, f"must be <= {high:,} (no real run is larger)", v)
 
     def choice(self, path: str, v: Any, choices: tuple[Any, ...], *, none: bool = False) -> None:
         if v is None and none:
@@ -252,9 +257,19 @@ def check_init(path: str, init: Any) -> None:
             _C.fail(path, f"{key} must be a finite number{' >= 0' if low is not None else ''}", init)
 
 
+#: Upper bounds of a card's sizes: far above any real run, below what would allocate or loop
+#: without end (``total_steps: 1e30``). The trainer's own limits (``mutransfer.config.INT_LIMITS``)
+#: where it has the field; vocab at 2**24 (the largest tokenizers have ~2**18).
+CARD_LIMITS: dict[str, int] = {
+    "width": INT_LIMITS["width"], "depth": INT_LIMITS["depth"], "seq_len": INT_LIMITS["seq_len"],
+    "steps": INT_LIMITS["steps"], "sequences": INT_LIMITS["batch_size"], "vocab_size": 1 << 24,
+    "head_dim": INT_LIMITS["head_dim"], "dp_size": 1 << 24,
+}
+
+
 def _check_target(t: Mapping[str, Any]) -> None:
     for key in ("width", "depth", "n_params", "seq_len", "dp_size"):
-        _C.integer(f"target.{key}", t.get(key), none=True)
+        _C.integer(f"target.{key}", t.get(key), none=True, high=CARD_LIMITS.get(key))
     _C.integer("target.n_params_nonembed", t.get("n_params_nonembed"), low=0, none=True)
     _C.positive("target.tokens", t.get("tokens"), none=True)
     _C.positive("target.tokens_per_param", t.get("tokens_per_param"), none=True)
@@ -267,19 +282,21 @@ def _check_target(t: Mapping[str, Any]) -> None:
         _C.string("target.model.preset", model.get("preset"), none=True)
         for key in ("width", "depth", "vocab_size", "seq_len", "head_dim", "n_head",
                     "in_features", "out_features"):
+            high = CARD_LIMITS.get({"n_head": "width", "in_features": "width",
+                                    "out_features": "width"}.get(key, key))
             _C.integer(f"target.model.{key}", model.get(key), low=0 if key == "depth" else 1,
-                       none=True)
+                       none=True, high=high)
         _C.positive("target.model.mlp_ratio", model.get("mlp_ratio"), none=True)
 
 
 def _check_parametrization(p: Mapping[str, Any]) -> None:
     _C.choice("parametrization.kind", p.get("kind"), KINDS)
-    _C.integer("parametrization.width", p.get("width"))
-    _C.integer("parametrization.base_width", p.get("base_width"))
+    _C.integer("parametrization.width", p.get("width"), high=CARD_LIMITS["width"])
+    _C.integer("parametrization.base_width", p.get("base_width"), high=CARD_LIMITS["width"])
     if p["base_width"] > p["width"]:
         _C.fail("parametrization.base_width", f"must be <= width {p['width']}", p["base_width"])
-    _C.integer("parametrization.depth", p.get("depth"), none=True)
-    _C.integer("parametrization.base_depth", p.get("base_depth"), none=True)
+    _C.integer("parametrization.depth", p.get("depth"), none=True, high=CARD_LIMITS["depth"])
+    _C.integer("parametrization.base_depth", p.get("base_depth"), none=True, high=CARD_LIMITS["depth"])
     if p.get("kind") == "completep" and p.get("depth_alpha") not in (0.5, 1.0):
         _C.fail("parametrization.depth_alpha", "must be 0.5 or 1", p.get("depth_alpha"))
     mults = _C.mapping("parametrization.multipliers", p.get("multipliers", {}))
@@ -309,11 +326,11 @@ def _check_optimizer(o: Mapping[str, Any]) -> None:
 
 def _check_schedule(s: Mapping[str, Any], v2: bool) -> None:
     _C.choice("schedule.kind", s.get("kind"), SCHEDULE_KINDS)
-    _C.integer("schedule.warmup_steps", s.get("warmup_steps", 0), low=0)
+    _C.integer("schedule.warmup_steps", s.get("warmup_steps", 0), low=0, high=CARD_LIMITS["steps"])
     decays = s["kind"] not in ("constant", "inverse_sqrt")
     if v2 and decays and s.get("total_steps") is None:
         _C.fail("schedule.total_steps", f"is required by the {s['kind']!r} schedule", None)
-    _C.integer("schedule.total_steps", s.get("total_steps"), none=True)
+    _C.integer("schedule.total_steps", s.get("total_steps"), none=True, high=CARD_LIMITS["steps"])
     _C.number("schedule.decay_fraction", s.get("decay_fraction"), low=0.0, high=1.0, none=True)
     _C.choice("schedule.decay_shape", s.get("decay_shape"), DECAY_SHAPES, none=True)
     _C.number("schedule.min_lr_ratio", s.get("min_lr_ratio"), low=0.0, high=1.0, none=True)
@@ -326,9 +343,11 @@ def _check_schedule(s: Mapping[str, Any], v2: bool) -> None:
 
 
 def _check_batch(b: Mapping[str, Any]) -> None:
-    _C.integer("batch.sequences", b.get("sequences"))
+    _C.integer("batch.sequences", b.get("sequences"), high=CARD_LIMITS["sequences"])
     for key in ("tokens", "seq_len", "dp_size", "micro_batch", "grad_accum"):
-        _C.integer(f"batch.{key}", b.get(key), none=True)
+        high = {"tokens": CARD_LIMITS["sequences"] * CARD_LIMITS["seq_len"]}.get(key, CARD_LIMITS.get(
+            key, CARD_LIMITS["sequences"]))
+        _C.integer(f"batch.{key}", b.get(key), none=True, high=high)
     dp = b.get("dp_size")
     if dp is not None and b["sequences"] % dp:
         _C.fail("batch.sequences", f"must be a multiple of dp_size {dp}", b["sequences"])
@@ -396,11 +415,115 @@ def _check_audit(a: Mapping[str, Any]) -> None:
         _C.fail("audit.passed", "must be true, false or null", a["passed"])
 
 
+def _check_trust(t: Any) -> None:
+    """The ``trust`` block (:func:`mutransfer.trust.trust_block`): a level in (0, 1), each
+    interval's value and factor (hi / lo >= 1, or null when open), summary lines."""
+    t = _C.mapping("trust", t)
+    _C.number("trust.level", t.get("level"), low=0.0, high=1.0, open_low=True)
+    ivs = _C.mapping("trust.intervals", t.get("intervals"))
+    for k, iv in ivs.items():
+        iv = _C.mapping(f"trust.intervals.{k}", iv)
+        _C.number(f"trust.intervals.{k}.value", iv.get("value"), low=0.0)
+        for side in ("lo", "hi"):
+            _C.number(f"trust.intervals.{k}.{side}", iv.get(side), low=0.0, none=True)
+        _C.number(f"trust.intervals.{k}.factor", iv.get("factor"), low=1.0 - 1e-12, none=True)
+    summary = t.get("summary")
+    if not isinstance(summary, list) or not all(isinstance(x, str) for x in summary):
+        _C.fail("trust.summary", "must be a list of strings", summary)
+    _C.integer("trust.warnings", t.get("warnings"), low=0)
+
+
 def _check_provenance(p: Mapping[str, Any]) -> None:
     for key in ("package", "version", "date"):
         _C.string(f"provenance.{key}", p.get(key), none=True)
     for key in ("git_revision", "study", "storage"):
         _C.string(f"provenance.{key}", p.get(key), none=True)
+
+
+def _target_shape(model: Mapping[str, Any]) -> tuple[str, int | None, int | None, int | None]:
+    """(where, width, depth, vocab) that ``target.model`` declares: its own fields, or for
+    ``kind: hf`` the transformers config's hidden size and layer count."""
+    if model.get("kind") != "hf":
+        return "target.model", model.get("width"), model.get("depth"), model.get("vocab_size")
+    from mutransfer.models.source import hf_shape
+    from mutransfer.target import hf_config_of
+
+    cfg = hf_config_of(model)
+    width, depth, _ = hf_shape(cfg)
+    vocab = getattr(cfg, "vocab_size", None)
+    return "target.model.config", width, depth, vocab if _is_int(vocab) else None
+
+
+@functools.lru_cache(maxsize=8)
+def _built_shapes(model_json: str) -> dict[str, list[int]]:
+    """Name -> shape of the model a card's ``target.model`` builds, on the meta device (no
+    memory, no init); cached on the model's JSON, since every load, apply and export validates."""
+    from mutransfer.target import build_target_model
+
+    with torch.device("meta"):
+        model = build_target_model({"target": {"model": json.loads(model_json)}})
+    return {n: list(p.shape) for n, p in model.named_parameters()}
+
+
+def _check_consistency(card: Mapping[str, Any]) -> None:
+    """Fields that must agree with each other, not only be well typed: ``target`` with its
+    model config, ``parametrization.width`` with the target, the batch's context with the
+    target's, every group's lr with ``optimizer.lr × lr_mult``, and every group's shape with
+    the model built from ``target.model`` (on the meta device). One ValueError naming the
+    field and both values."""
+    t, pz, b = card["target"], card["parametrization"], card["batch"]
+    model = t.get("model")
+    if isinstance(model, Mapping):
+        where, width, depth, vocab = _target_shape(model)
+        if model.get("kind") == "hf":
+            for key, v in (("width", width), ("depth", depth), ("vocab_size", vocab)):
+                _C.integer(f"{where} ({key})", v, low=0 if key == "depth" else 1, none=key == "vocab_size",
+                           high=CARD_LIMITS[key])
+        for key, v in (("width", width), ("depth", depth)):
+            if t.get(key) is not None and v is not None and t[key] != v:
+                _C.fail(f"target.{key}", f"disagrees with {where} ({key} {v})", t[key])
+        m_seq = model.get("seq_len") if model.get("kind") == "gpt" else None
+        if t.get("seq_len") is not None and m_seq is not None and t["seq_len"] != m_seq:
+            _C.fail("target.seq_len", f"disagrees with target.model.seq_len ({m_seq})", t["seq_len"])
+    if t.get("width") is not None and pz["width"] != t["width"]:
+        _C.fail("parametrization.width", f"disagrees with target.width ({t['width']})", pz["width"])
+    if b.get("seq_len") is not None and t.get("seq_len") is not None and b["seq_len"] != t["seq_len"]:
+        _C.fail("batch.seq_len", f"disagrees with target.seq_len ({t['seq_len']})", b["seq_len"])
+    base_lr = card["optimizer"]["lr"]
+    for i, g in enumerate(card["param_groups"]):
+        if "lr_mult" not in g:  # a v1 card may give absolute LRs only
+            continue
+        want = base_lr * g["lr_mult"]
+        if not math.isclose(g["lr"], want, rel_tol=1e-9):
+            _C.fail(f"param_groups[{i}] ({g['name']}).lr", f"disagrees with optimizer.lr {base_lr!r} × "
+                    f"lr_mult {g['lr_mult']!r} = {want!r}", g["lr"])
+    if isinstance(model, Mapping):
+        if model.get("kind", "gpt") != "hf":
+            from mutransfer.target import model_fields
+
+            kind = model.get("kind", "gpt")
+            known = model_fields(kind)
+            for key in model:
+                if key not in known:
+                    cls = "GPTConfig" if kind == "gpt" else "MLPConfig"
+                    _C.fail(f"target.model.{key}", f"is not a {cls} field "
+                            f"(it has {', '.join(sorted(known))})", model[key])
+        try:
+            shapes = _built_shapes(json.dumps(plain(dict(model)), sort_keys=True))
+        except ValueError as exc:
+            _C.fail("target.model", f"does not build ({exc})", model.get("kind"))
+        names = [g["name"] for g in card["param_groups"]]
+        for i, g in enumerate(card["param_groups"]):
+            if g["name"] not in shapes:
+                _C.fail(f"param_groups[{i}].name", "is not a parameter of the model target.model builds "
+                        f"(it has e.g. {sorted(shapes)[:3]})", g["name"])
+            if list(g["shape"]) != shapes[g["name"]]:
+                _C.fail(f"param_groups[{i}] ({g['name']}).shape", "disagrees with the model target.model "
+                        f"builds (shape {shapes[g['name']]})", g["shape"])
+        missing = sorted(set(shapes) - set(names))
+        if missing:
+            _C.fail("param_groups", f"lacks {len(missing)} parameter(s) of the model target.model builds, "
+                    f"e.g. {missing[:3]}", len(names))
 
 
 def validate_card(card: Any) -> dict[str, Any]:
@@ -433,7 +556,10 @@ def validate_card(card: Any) -> dict[str, Any]:
     if v2:
         _check_audit(card["audit"])
     _check_provenance(card["provenance"])
+    if "trust" in card:
+        _check_trust(card["trust"])
     _finite_everywhere(dict(card), "")  # the free-form sections: source, projected, audit
+    _check_consistency(card)
     return dict(card)
 
 

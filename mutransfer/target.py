@@ -35,6 +35,8 @@ __all__ = [
     "ScalingLaws",
     "TargetModel",
     "build_target_model",
+    "hf_config_of",
+    "model_fields",
     "hf_transfer_builder",
     "parse_overrides",
     "plan_run",
@@ -309,6 +311,30 @@ def resolve_target(
     return TargetModel(_kind_of(cfg), cfg, name)
 
 
+def model_fields(kind: str) -> frozenset[str]:
+    """The keys a card's ``target.model`` of this kind (``gpt`` or ``mlp``) may hold: its
+    config's fields, their :data:`ALIASES`, ``d_ff`` for a GPT, and ``kind``/``preset``."""
+    if kind not in _KINDS:
+        raise ValueError(f"card field target.model.kind: must be gpt or mlp, got {kind!r}")
+    cls = _KINDS[kind][0]
+    names = {f.name for f in dataclasses.fields(cls)}
+    return frozenset(names | {a for a, n in ALIASES.items() if n in names} | {"kind", "preset"}
+                     | ({"d_ff"} if cls is GPTConfig else set()))
+
+
+def hf_config_of(model: Mapping[str, Any]) -> Any:
+    """The transformers config a card's ``target.model`` of kind ``hf`` holds (rebuilt from
+    the card's own fields: no file, no download); one ValueError naming the field."""
+    import transformers as tf
+
+    fields = dict(model.get("config") or {})
+    model_type = fields.pop("model_type", model.get("model_type"))
+    try:
+        return tf.AutoConfig.for_model(model_type, **fields)
+    except Exception as exc:  # noqa: BLE001 - a config class rejecting the card's fields
+        raise ValueError(f"card field target.model.config ({model_type}): {exc}") from None
+
+
 def build_target_model(card: Mapping[str, Any]) -> nn.Module:
     """A fresh model of a v2 card's ``target.model`` (to pass to ``card.apply``); an
     ``hf`` target is rebuilt from the config the card holds (no file, no download)."""
@@ -318,13 +344,7 @@ def build_target_model(card: Mapping[str, Any]) -> nn.Module:
     if model.get("kind") == "hf":
         import transformers as tf
 
-        fields = dict(model.get("config") or {})
-        model_type = fields.pop("model_type", model.get("model_type"))
-        try:
-            cfg = tf.AutoConfig.for_model(model_type, **fields)
-        except Exception as exc:  # noqa: BLE001 - a config class rejecting the card's fields
-            raise ValueError(f"card field target.model.config ({model_type}): {exc}") from None
-        return tf.AutoModelForCausalLM.from_config(cfg)
+        return tf.AutoModelForCausalLM.from_config(hf_config_of(model))
     fields = {k: v for k, v in model.items() if k not in ("kind", "preset")}
     kind = model.get("kind", "gpt")
     if kind not in _KINDS:
@@ -423,6 +443,13 @@ class ScalingLaws:
     """Covariance of (ln c_B, g) over the bootstrap (``batch.cov_log``), if given."""
     batch_edges: tuple[int, int] = (0, 0)
     """(budgets whose best batch sat at the edge of the batch grid, budgets measured)."""
+    batch_bounds: tuple[str, ...] = ()
+    """Where the fit's B* is only a bound (each: the FIT.json field that says so and its
+    budget): ``budgets[i].edge``, ``bracketing[i].batch.bracketed: false``,
+    ``bracketed.batch: false``. Empty: every B* is an optimum inside its grid."""
+    lr_bounds: tuple[str, ...] = ()
+    """Where an LR optimum under eta*(B, D) is only a bound: ``bracketing[i].lr.bracketed:
+    false``, ``bracketed.lr: false``."""
 
     @property
     def z(self) -> float:
@@ -484,6 +511,7 @@ class ScalingLaws:
             lr_cov=_cov(lr.get("cov_log"), 3),
             batch_cov=_cov(batch.get("cov_log"), 2),
             batch_edges=_batch_edges(doc.get("budgets")),
+            **_bounds(doc),
         )
 
     def batch_law_doubts(self, tokens: float, limit: float) -> list[str]:
@@ -634,6 +662,44 @@ def _batch_edges(budgets: Any) -> tuple[int, int]:
     return sum(1 for b in rows if b.get("edge")), len(rows)
 
 
+def _bounds(doc: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
+    """``batch_bounds`` and ``lr_bounds`` of :class:`ScalingLaws` from FIT.json's
+    ``budgets[i].edge``, ``bracketing`` and ``bracketed`` (each is optional: older fits lack
+    the last two)."""
+    batch: list[str] = []
+    lr: list[str] = []
+
+    def at(row: Mapping[str, Any]) -> str:
+        t = row.get("tokens")
+        return f" (budget {t:.3g} tokens)" if isinstance(t, (int, float)) and not isinstance(t, bool) else ""
+
+    budgets = doc.get("budgets")
+    if isinstance(budgets, Sequence) and not isinstance(budgets, (str, bytes)):
+        for i, b in enumerate(budgets):
+            if isinstance(b, Mapping) and b.get("edge"):
+                batch.append(f"budgets[{i}].edge {b['edge']!r}{at(b)}")
+    rows = doc.get("bracketing")
+    if isinstance(rows, Sequence) and not isinstance(rows, (str, bytes)):
+        for i, r in enumerate(rows):
+            if not isinstance(r, Mapping):
+                continue
+            for key, out in (("batch", batch), ("lr", lr)):
+                sec = r.get(key)
+                if isinstance(sec, Mapping) and sec.get("bracketed") is False:
+                    edge = sec.get("edge")
+                    out.append(f"bracketing[{i}].{key}.bracketed false"
+                               f"{f' (edge {edge!r})' if isinstance(edge, str) and edge else ''}{at(r)}")
+    overall = doc.get("bracketed")
+    if isinstance(overall, Mapping):
+        for key, out in (("batch", batch), ("lr", lr)):
+            if overall.get(key) is False and not out:
+                out.append(f"bracketed.{key} false")
+    return {"batch_bounds": tuple(batch), "lr_bounds": tuple(lr)}
+
+
+#: Values of the fit that ``--accept-edge`` may take although they are only bounds.
+EDGE_VALUES = ("batch", "lr")
+
 #: How the target's batch is chosen when none is given: ``fit`` = our B*(D); ``deepseek``
 #: = DeepSeek LLM's B_opt(C); ``auto`` = ours unless it is in doubt
 #: (:meth:`ScalingLaws.batch_law_doubts`), then DeepSeek's, flagged.
@@ -662,6 +728,7 @@ def plan_run(
     n_params: float | None = None,
     batch_rule: str = "auto",
     proxy_tau: float | None = None,
+    accept_edge: Sequence[str] = (),
 ) -> RunPlan:
     """Project the run of the target from the proxy optimum and (optionally) the laws.
 
@@ -694,10 +761,48 @@ def plan_run(
     resolved at all. Then ``auto`` takes DeepSeek LLM's B_opt = 0.2920·C^0.3271 tokens
     (Bi et al. 2024; C = 6·N·D FLOPs, N = ``n_params``), fitted on 1e17–3e20 FLOPs, and
     says so; our law's value stays in the card as ``batch_fit`` beside it.
+
+    A bound is never a value: with ``batch_rule="fit"`` a B* (or an LR optimum) that the
+    fit flags as at its grid's edge (:attr:`ScalingLaws.batch_bounds`, ``lr_bounds``) is a
+    ValueError naming where, unless ``accept_edge`` names it (``"batch"``, ``"lr"``); then
+    it is taken, recorded in ``projected.accepted_edges`` and warned about. Under ``auto``
+    an edge batch falls back to DeepSeek's (as above) and an edge LR is a warning.
     """
     if batch_rule not in BATCH_RULES:
         raise ValueError(f"batch rule must be one of {', '.join(BATCH_RULES)}, got {batch_rule!r}")
+    for what in accept_edge:
+        if what not in EDGE_VALUES:
+            raise ValueError(f"--accept-edge must be one of {', '.join(EDGE_VALUES)}, got {what!r}")
+        if batch_rule != "fit":
+            raise ValueError(f"--accept-edge {what} contradicts --batch-rule {batch_rule}: only --batch-rule "
+                             "fit takes the fit's values as they are; drop one")
+    if "batch" in accept_edge and (batch_sequences is not None or batch_tokens is not None):
+        flag = "--batch-size" if batch_sequences is not None else "--batch-tokens"
+        raise ValueError(f"--accept-edge batch contradicts {flag}: the batch is given, not taken from the "
+                         "fit; drop one")
+    if accept_edge and laws is None:
+        raise ValueError(f"--accept-edge {accept_edge[0]} needs --scaling-fit: there is no fit whose edge "
+                         "it would accept")
     warnings: list[str] = []
+    accepted: dict[str, list[str]] = {}
+
+    def bound(what: str, where: tuple[str, ...], how: str) -> None:
+        """Refuse, or accept and record, a value of the fit that is only a bound."""
+        if not where:
+            return
+        said = "; ".join(where[:4]) + (f"; and {len(where) - 4} more" if len(where) > 4 else "")
+        if what in accept_edge:
+            accepted[what] = list(where)
+            warnings.append(f"the {how} rests on bounds, not optima ({said}); taken as a value because "
+                            f"--accept-edge {what}")
+        elif batch_rule == "fit":
+            src = laws.source if laws is not None else "the scaling fit"
+            raise ValueError(f"--batch-rule fit: the {how} rests on bounds, not optima: {said} in {src}. "
+                             "A bound is not a value: extend the grid (sweep scaling brackets it), use "
+                             f"--batch-rule auto, or pass --accept-edge {what} to take it anyway (recorded "
+                             "in the card)")
+        elif what == "lr":
+            warnings.append(f"the {how} rests on bounds, not optima ({said})")
     projected_batch_fit = None
     if not (math.isfinite(tokens) and tokens > 0):
         raise ValueError(f"token budget must be a positive finite number, got {tokens!r}")
@@ -734,6 +839,8 @@ def plan_run(
             fit_est = _estimate(b, lo, hi, level, f"B*(D) = {laws.batch_coef:.4g} · "
                                 f"D^{laws.batch_exponent:.4g} ({laws.source})", ext["tokens"])
             doubts = laws.batch_law_doubts(tokens, extrapolation_limit)
+        if laws is not None and batch_rule == "fit":
+            bound("batch", laws.batch_bounds, "fitted B*(D)")
         if batch_rule == "deepseek" or (batch_rule == "auto" and doubts):
             if n_params is None:
                 raise ValueError("DeepSeek's batch law needs the target's parameter count (C = 6·N·D)")
@@ -794,6 +901,7 @@ def plan_run(
             raise ValueError("--scaling-fit moves the proxy's LR to the target's batch and tokens, so "
                              "it needs the proxy's batch and token budget: give --proxy-batch-tokens "
                              "and --proxy-tokens (or --results with batch_tokens and tokens columns)")
+        bound("lr", laws.lr_bounds, "fitted LR law eta*(B, D)")
         r, r_lo, r_hi = laws.lr_ratio((proxy_batch_tokens, b_tok), (proxy_tokens, tokens))
         lr = proxy_lr * r
         lr_est = _estimate(lr, None if p_lo is None else p_lo * r_lo,
@@ -891,6 +999,8 @@ def plan_run(
         "proxy": {"lr": proxy_lr, "batch_tokens": proxy_batch_tokens, "tokens": proxy_tokens},
         "warnings": warnings,
     }
+    if accepted:  # bounds the user took as values (--accept-edge), and where they were flagged
+        projected["accepted_edges"] = accepted
     if projected_batch_fit is not None:  # the fitted law's batch, shown beside the one used
         projected["batch_fit"] = projected_batch_fit
     return RunPlan(lr=lr, batch_sequences=seqs, micro_batch=micro, batch_tokens=b_tok, steps=steps,

@@ -379,6 +379,7 @@ def run_demo(out: Path, *, device: str = "auto", size: str | None = None, worker
         "mup_wider_is_better": wider_is_better,
         "mup_over_sp_best_loss_at_widest": mup_vs_sp_widest,
         "target": card["target"], "card_lr": card["optimizer"]["lr"], "card_lr_interval": lr_interval,
+        "trust": (card.get("trust") or {}).get("summary", []),
         "card": {"batch_tokens": card["batch"]["tokens"], "batch_sequences": card["batch"]["sequences"],
                  "steps": card["schedule"]["total_steps"], "lr": card["optimizer"]["lr"],
                  "weight_decay": card["optimizer"]["weight_decay"],
@@ -712,6 +713,8 @@ def _report_md(s: dict[str, Any]) -> str:
         f"({s['steps']} steps of {s['batch_size']}x{s['seq_len']} bytes, μP seeds {s['seeds']}, SP seeds "
         f"{s['sp_seeds']}, {s['device']}), widths {s['widths']} ({s['ladder_ratio']:.0f}x). Loss is held-out "
         "nats per byte.", "",
+        *(["## How far to trust the card", "", *(f"- {line}" for line in s.get("trust", [])),
+           *(f"- warning: {w}" for w in s["card"].get("warnings", [])), ""] if s.get("trust") else []),
         "## Does the optimal learning rate transfer?", "",
         "| parametrization | drift of the optimum (octaves) | 95% interval "
         "| slope of log2 LR* vs log2 width |",

@@ -78,6 +78,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "architecture scaled down (--head-rule)")
     t.add_argument("--head-rule", choices=("keep_head_dim", "keep_heads"), default="keep_head_dim",
                    help="with --model: how the scaled-down proxy's heads follow width (keep_head_dim)")
+    t.add_argument("--tokenizer", default=None, metavar="NAME",
+                   help="the target's tokenizer (recorded as target.tokenizer; a warning when it differs "
+                   "from the results table's tokenizer column)")
     t.add_argument("--allow-vocab-change", action="store_true",
                    help="accept a target vocabulary other than the proxy's (recorded in the card)")
     t.add_argument("--target-width", type=bounded_int(1, MAX_WIDTH, "--target-width"), default=None,
@@ -104,6 +107,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="where the batch comes from without --batch-size/--batch-tokens: fit = the "
                    "fitted B*(D); deepseek = DeepSeek LLM's B_opt(C); auto (default) = fit unless it "
                    "is at the grid's edge, unresolved or beyond --extrapolation-limit, then deepseek")
+    j.add_argument("--accept-edge", action="append", default=[], choices=("batch", "lr"),
+                   help="with --batch-rule fit: take the fit's batch (or LR law) although `fit scaling` "
+                   "flagged it as at its grid's edge, a bound rather than an optimum (repeatable; "
+                   "recorded in the card's projected.accepted_edges and warned about); without it such a "
+                   "value exits 2")
     j.add_argument("--audit", metavar="AUDIT.json", default=None,
                    help="held-out audit to record in the card (rows of the audit table)")
     j.add_argument("--extrapolation-limit", type=positive_float, default=100.0,
@@ -128,6 +136,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     o.add_argument("--storage", default=None, help="the sweep's storage (recorded without credentials)")
     o.add_argument("--out", required=True, help="card path (.yaml, or .json)")
     o.add_argument("--json", action="store_true", help="also print the card as JSON")
+    o.add_argument("--strict", action="store_true",
+                   help="exit 1 when the card carries any warning (failed audit, extrapolation, a change of "
+                   "context, vocabulary or tokenizer, ...): the card is still written, for inspection, but "
+                   "the exit status says it is not to be trusted as is")
 
 
 def check_flags(args: argparse.Namespace) -> None:
@@ -159,6 +171,18 @@ def check_flags(args: argparse.Namespace) -> None:
         raise ValueError("--group only goes with --fit")
     if args.batch_size is not None and args.batch_tokens is not None:
         raise ValueError("give --batch-size or --batch-tokens, not both")
+    for what in dict.fromkeys(args.accept_edge):  # a bound taken as a value: only with the fit's rule
+        if args.batch_rule != "fit":
+            raise ValueError(f"--accept-edge {what} contradicts --batch-rule {args.batch_rule}: only "
+                             "--batch-rule fit takes the fit's values as they are; drop one")
+        given = "--batch-size" if args.batch_size is not None else "--batch-tokens" if (
+            args.batch_tokens is not None) else None
+        if what == "batch" and given:
+            raise ValueError(f"--accept-edge batch contradicts {given}: the batch is given, not taken from "
+                             "the fit; drop one")
+        if not args.scaling_fit:
+            raise ValueError(f"--accept-edge {what} needs --scaling-fit: there is no fit whose edge it "
+                             "would accept")
     if args.warmup_tokens is not None and args.warmup_fraction is not None:
         raise ValueError("give --warmup-tokens or --warmup-fraction, not both")
     # before the work, never onto an input
@@ -209,7 +233,8 @@ def run(args: argparse.Namespace) -> int:
         weight_decay=args.weight_decay,
         wd_mode=args.wd_mode, warmup_tokens=args.warmup_tokens, warmup_fraction=args.warmup_fraction,
         decay_fraction=args.decay_fraction, extrapolation_limit=args.extrapolation_limit,
-        n_params=n_nonembed, batch_rule=args.batch_rule, proxy_tau=tuned.tau if tuned else None)
+        n_params=n_nonembed, batch_rule=args.batch_rule, proxy_tau=tuned.tau if tuned else None,
+        accept_edge=tuple(dict.fromkeys(args.accept_edge)))
     warnings += plan.warnings
     at_edge = projected.pop("at_edge", None)
     projected.update(plan.projected)
@@ -220,6 +245,8 @@ def run(args: argparse.Namespace) -> int:
     study, storage = provenance(args, source)
     source.update({"preset": args.preset, "width": int(max(widths)) if widths else base_width,
                    "depth": base_depth, "base_width": base_width, "base_depth": base_depth,
+                   "seq_len": int(proxy_seq),
+                   **({"proxy_widths": sorted(int(w) for w in widths)} if widths else {}),
                    "parametrization": args.parametrization, "study": study, "storage": storage})
     for flag in ("scaling_fit", "audit", "proxy_config"):
         if getattr(args, flag):
@@ -241,13 +268,26 @@ def run(args: argparse.Namespace) -> int:
                "rounding": plan.projected["batch_split"]["rule"]},
         target={"model": target.to_dict(), "width": width, "depth": depth,
                 **({"vocab_change": vocab_change} if vocab_change else {}),
+                **({"tokenizer": args.tokenizer} if args.tokenizer else {}),
                 "n_params": n_params, "n_params_nonembed": n_nonembed, "tokens": float(tokens),
                 "tokens_per_param": float(tokens) / n_params, "seq_len": seq_len,
                 "dp_size": args.dp_size},
         source=source, projected=projected, audit=audit,
         provenance={"study": study, "storage": storage},
         role_lr_mults=tuned.lr_mults if tuned else None)
+    # What the assembled card says against itself, then how far to trust its values.
+    from mutransfer.trust import card_warnings, trust_block
+
+    warnings += [w for w in card_warnings(card) if w not in warnings]
+    card["projected"]["warnings"] = warnings
+    card["trust"] = trust_block(
+        projected=card["projected"], laws=laws, proxy_lr_interval=lr_ci, proxy_lr=lr,
+        proxy_batch_tokens=args.proxy_batch_tokens or proxy_b, proxy_tokens=args.proxy_tokens or proxy_d,
+        batch_tokens=plan.batch_tokens, tokens=float(tokens), steps=plan.steps, n_warnings=len(warnings))
+    card = _trust_first(card)
     path = save_card(card, args.out)
+    for line in card["trust"]["summary"]:
+        print(f"mutransfer transfer: trust: {line}", file=sys.stderr)
     for w in warnings:
         print(f"mutransfer transfer: warning: {w}", file=sys.stderr)
     if args.json:
@@ -257,7 +297,17 @@ def run(args: argparse.Namespace) -> int:
               f"{depth} ({n_params / 1e6:.1f}M params), {plan.steps} steps of "
               f"{plan.batch_sequences} x {seq_len} = {plan.batch_tokens} tokens, "
               f"{plan.warmup_steps} warmup steps, weight decay {plan.weight_decay:.4g}")
+    if args.strict and warnings:
+        print(f"mutransfer transfer: --strict: {len(warnings)} warning(s); {path} was written for "
+              "inspection, but it is not to be trusted as is", file=sys.stderr)
+        return 1
     return 0
+
+
+def _trust_first(card: dict[str, Any]) -> dict[str, Any]:
+    """The card with ``trust`` right after ``schema``: the first thing a reader sees."""
+    head = {"schema": card["schema"], "trust": card["trust"]}
+    return {**head, **{k: v for k, v in card.items() if k not in head}}
 
 
 def target_parametrization(args: argparse.Namespace, proxy: Any, base_width: int, base_depth: int,

@@ -51,6 +51,9 @@ def test_demo_tiny_writes_report_summary_card_and_reuses_trials(tmp_path, capsys
     assert any("B*(D)" in k for k in s["images"]) and any("critical batch" in k for k in s["images"])
     md = (out / "report.md").read_text()
     assert "| SP |" in md and "| muP |" in md and "card.yaml" in md
+    # the report leads with how far to trust the card: each value's interval, what narrows it most
+    assert md.index("## How far to trust the card") < md.index("## Does the optimal learning rate transfer?")
+    assert "- base LR " in md and "narrows most: " in md
     assert "## Held-out audit" in md and "| tokens | ours |" in md and "## The card for the big run" in md
     assert (out / "report.html").read_text().startswith("<!doctype html>")
     assert (out / "card.yaml").exists() and (out / "results.csv").exists()

@@ -136,6 +136,10 @@ def test_cli_export_writes_json_and_bad_input_exits_2(tmp_path, capsys) -> None:
     bad = dict(card, param_groups=[dict(g, shape=[3, 3]) if g["name"] == "wte.weight" else g
                                    for g in card["param_groups"]])
     with pytest.raises(ValueError, match=r"wte.weight has shape \[64, 128\], the card says \[3, 3\]"):
+        export_card(dict(bad, target={k: v for k, v in card["target"].items() if k != "model"}), "megatron",
+                    model=GPT(GPT_CFG.replace(width=128)))
+    # With target.model the validator builds it (meta device) and refuses the shape first.
+    with pytest.raises(ValueError, match=r"param_groups\[0\] \(wte.weight\).shape.*\[64, 128\].*\[3, 3\]"):
         export_card(bad, "megatron", model=GPT(GPT_CFG.replace(width=128)))
     tf = pytest.importorskip("transformers")
     cfg = tmp_path / "hf"
