@@ -376,7 +376,8 @@ class OptimumFit:
                 loss_opt=o.loss_opt, n_points=o.window[1] - o.window[0], n_x=o.x.size,
                 n_rows=o.n_rows, n_diverged=o.n_diverged, at_edge=o.at_edge, edge=o.edge,
                 method=o.method, band_lo=o.band[0], band_hi=o.band[1], n_seeds=len(o.seeds),
-                loso_ratio=o.sensitivity.ratio if o.sensitivity else None,
+                loso_ratio=(o.sensitivity.ratio if o.sensitivity and o.sensitivity.ratio is not None
+                            else float("nan")),
             )
             rows.append(row)
         return pd.DataFrame(rows)
