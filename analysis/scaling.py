@@ -171,13 +171,16 @@ class ScalingProjection:
     extrapolated: bool
     baselines: dict[str, dict[str, Any]]
     warnings: list[str] = field(default_factory=list)
+    lr_loso: SeedSpread | None = None
+    """the projected LR redone with each leave-one-seed-out refit's law (None: < 2 seeds)."""
 
     def to_dict(self) -> dict[str, Any]:
         def est(e: Estimate | None) -> dict[str, Any] | None:
             return None if e is None else e.to_dict()
 
         return {
-            "lr": est(self.lr), "batch_tokens": est(self.batch_tokens),
+            "lr": est(self.lr), "lr_loso": None if self.lr_loso is None else self.lr_loso.to_dict(),
+            "batch_tokens": est(self.batch_tokens),
             "batch_sequences": int(self.batch_sequences), "steps": int(self.steps),
             "weight_decay": est(self.weight_decay), "tau": est(self.tau),
             "warmup_tokens": est(self.warmup_tokens),
@@ -196,6 +199,9 @@ class ScalingProjection:
             e = getattr(self, name)
             if e is not None:
                 lines.append(f"  {name:>13} = {e.value:.4g}  [{e.lo:.4g}, {e.hi:.4g}]  ({e.source})")
+        if self.lr_loso is not None and self.lr_loso.ratio is not None:
+            lines.append(f"  lr leave-one-seed-out: ×{self.lr_loso.ratio:.3g} over "
+                         f"{len(self.lr_loso.seeds)} refits")
         lines.append(f"  batch = {self.batch_sequences} sequences, {self.steps} steps, "
                      f"decay fraction {self.decay_fraction.value:g}")
         lines.append("  extrapolation: " + ", ".join(f"{k} {v:.3g}×"
@@ -743,7 +749,9 @@ class ScalingLawFit:
         * warmup tokens and WSD decay fraction from :class:`ScheduleRules`;
         * extrapolation per axis = target ÷ largest measured; a factor above ``limit``
           sets ``extrapolated`` and adds a warning;
-        * baselines (:func:`~analysis.scaling_baselines`) anchored at ``reference_``.
+        * baselines (:func:`~analysis.scaling_baselines`) anchored at ``reference_``;
+        * ``lr_loso``: the LR redone with each leave-one-seed-out refit's law (its
+          ``max / min`` is ``lr_loso.ratio`` in :meth:`ScalingProjection.to_dict`).
         """
         self._check_fitted()
         d = float(_arr(tokens, "tokens"))
@@ -816,6 +824,9 @@ class ScalingLawFit:
                        self.rules.decay_fraction, level,
                        "WSD cooldown fraction (Hägele et al. 2024: 20 % matches cosine)", 1.0)
 
+        x = np.array([1.0, math.log(b_tok), math.log(d)])
+        loso = seed_spread("lr", {f["seed"]: float(np.exp(f["lr_coef_log"] @ x))
+                                  for f in self.loso_fits_}) if self.loso_fits_ else None
         ref = self.reference_
         base = scaling_baselines(tokens=d, batch_tokens=b_tok, ref_lr=ref["lr"],
                                  ref_batch_tokens=ref["batch_tokens"], ref_tokens=ref["tokens"],
@@ -830,7 +841,7 @@ class ScalingLawFit:
             lr=lr_e, batch_tokens=batch, batch_sequences=int(seqs), steps=steps,
             weight_decay=wd_e, tau=tau_e, warmup_tokens=warm, decay_fraction=dec,
             extrapolation=ext, extrapolation_limit=float(limit), extrapolated=extrapolated,
-            baselines=base, warnings=warnings)
+            baselines=base, warnings=warnings, lr_loso=loso)
 
     # ------------------------------------------------------------------ curves
     def curves_(self, n_points: int = 50) -> ScalingCurves:
@@ -1034,6 +1045,13 @@ class ScalingLawFit:
             if isinstance(d.get("sensitivity"), Mapping):
                 self._sensitivity_doc = dict(d["sensitivity"])
                 self.seeds_ = tuple(self._sensitivity_doc.get("seeds") or ())
+                self.loso_fits_ = [
+                    {"seed": f["seed"], "tau": f.get("tau"),
+                     "lr_coef_log": np.array([math.log(f["lr"]["coef"]), f["lr"]["exponents"]["batch_tokens"],
+                                              f["lr"]["exponents"]["tokens"]], dtype=float),
+                     "batch_coef_log": np.array([math.log(f["batch"]["coef"]),
+                                                 f["batch"]["exponents"]["tokens"]], dtype=float)}
+                    for f in self._sensitivity_doc.get("loso") or []]
             t = d["tau"]
             self.weight_decay_ = t.get("weight_decay")
             self.tau_at_ = t.get("at")

@@ -147,3 +147,22 @@ def test_scaling_fit_one_seed_reports_no_loso() -> None:
     d = f.to_dict()["sensitivity"]
     assert d["n_seeds"] == 1 and d["values"] == {} and d["loso"] == []
     assert "leave-one-seed-out: n/a (1 seed" in f.report()
+
+
+def test_projection_carries_the_lr_spread_of_the_refits_also_after_from_dict() -> None:
+    """The projected LR redone with each refit's law: its max/min is projected lr_loso.ratio,
+    the same from the fitted object and from its JSON document."""
+    data = sweep(seeds=3, noise=0.002, rng=5)
+    f = ScalingLawFit(n_boot=0).fit(data)
+    p = f.project(2.0**25)
+    b = p.batch_tokens.value
+    refits = [ScalingLawFit(n_boot=0, loso=False).fit(data[data["seed"] != s]).predict_lr(b, 2.0**25)[0]
+              for s in f.seeds_]
+    d = p.to_dict()["lr_loso"]
+    assert d["ratio"] == pytest.approx(max(refits) / min(refits), rel=1e-9) and d["ratio"] > 1
+    assert d["octaves"] == pytest.approx(math.log2(d["ratio"])) and d["n_seeds"] == 3
+    assert "lr leave-one-seed-out: ×" in p.report()
+    back = ScalingLawFit.from_dict(json.loads(json.dumps(f.to_dict())))
+    assert back.project(2.0**25).to_dict()["lr_loso"]["ratio"] == pytest.approx(d["ratio"], rel=1e-9)
+    one = ScalingLawFit(n_boot=0).fit(sweep(seeds=1, noise=0.0)).project(2.0**25).to_dict()
+    assert one["lr_loso"] is None
