@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from ._io import as_tuple, finite_positive, group_label, require_columns, usable_rows
-from ._stats import check_level, check_n_boot, make_rng, percentile_interval
+from ._stats import SeedSpread, check_level, check_n_boot, make_rng, percentile_interval, seed_spread
 from .powerlaw import PowerLawFit
 
 __all__ = ["Drift", "GroupOptimum", "OptimumFit"]
@@ -27,6 +27,9 @@ class GroupOptimum:
     ``window`` is the ``[start, stop)`` index range the quadratic was fitted on; ``coef``
     are the quadratic's coefficients in ``t = log2 x`` (highest power first, as
     ``numpy.polyval`` takes them), or ``None`` when no quadratic was used.
+    ``seeds`` are the seed values of the group's usable rows (empty without a seed
+    column); ``sensitivity`` is the leave-one-seed-out spread of ``x_opt``
+    (:class:`~analysis._stats.SeedSpread`), ``None`` with fewer than 2 seeds.
     """
 
     key: Hashable
@@ -45,6 +48,8 @@ class GroupOptimum:
     n_rows: int
     n_diverged: int
     boot_log2: np.ndarray = field(repr=False)
+    seeds: tuple[Any, ...] = ()
+    sensitivity: SeedSpread | None = None
 
     @property
     def at_edge(self) -> bool:
@@ -179,8 +184,12 @@ class OptimumFit:
     Procedure, per group (e.g. per width):
 
     1. Drop diverged rows (``diverged`` true) and rows with a non-finite ``x`` or ``y``.
-    2. Average ``y`` over seeds at each ``x`` (a raw argmin, or a 3-point fit, moves a
-       whole grid step between seeds).
+    2. Average ``y`` over seeds at each ``x``: the arithmetic mean of every usable row
+       at that ``x`` (one per seed), so the curve that is fitted is the seed-averaged
+       one and a single seed's noise moves it by only 1/k of its size (a raw argmin, or
+       a 3-point fit, of one seed moves a whole grid step between seeds, and between
+       machines whose float rounding differs). An ``x`` where some seeds diverged is
+       averaged over the seeds that did not; ``n_seeds`` records how many.
     3. Fit ``y ≈ c2·t² + c1·t + c0`` with ``t = log2 x`` to the seed-averaged points
        within ``argmin ± window`` grid points (default 2, i.e. up to 5 points); the
        optimum is the vertex ``t* = −c1 / (2·c2)``.
@@ -196,7 +205,14 @@ class OptimumFit:
        the interval still undercovers: with 4 seeds per ``x`` a nominal 95 % interval
        covered the true optimum in about 87 % of simulated sweeps (the spread itself is
        estimated from only 3 degrees of freedom per point).
-    6. Near-optimal band: the grid ``x`` whose seed-averaged loss is within ``band``
+    6. Leave-one-seed-out (LOSO) sensitivity, when the group holds at least 2 seeds:
+       steps 2–4 are repeated without each seed in turn (a grid point left with no row
+       is dropped; a refit with fewer than 3 points is counted as failed) and
+       ``sensitivity`` reports the spread of the refit optima, ``max / min`` (1.0: no
+       single seed moves the optimum; 2.0: one seed is worth an octave). It is the
+       reproducibility figure: how far the reported optimum would move if one seed's
+       losses came out differently, as they do across machines.
+    7. Near-optimal band: the grid ``x`` whose seed-averaged loss is within ``band``
        (default 0.25 %) of the lowest seed-averaged loss, i.e. ``y ≤ (1 + band)·min y``
        — the criterion of DeepSeek-AI 2024 ("DeepSeek LLM", §3.1) and Li et al. 2025
        ("Predictable Scale: Part I", Step Law, §3).
@@ -215,7 +231,8 @@ class OptimumFit:
     -----------------
     ``results_`` (tidy DataFrame, one row per group), ``optima_`` (list of
     :class:`GroupOptimum`, same order), ``params_`` (group key -> ``x_opt``), ``ci_``
-    (group key -> ``(lo, hi)``). A group key is the value of the single ``group_by``
+    (group key -> ``(lo, hi)``), ``sensitivity_`` (group key -> LOSO
+    :class:`~analysis._stats.SeedSpread` or ``None``). A group key is the value of the single ``group_by``
     column, or a tuple when there are several.
     """
 
@@ -259,6 +276,7 @@ class OptimumFit:
         self.optima_ = optima
         self.params_ = {o.key: o.x_opt for o in optima}
         self.ci_ = {o.key: o.ci for o in optima}
+        self.sensitivity_ = {o.key: o.sensitivity for o in optima}
         self.results_ = self._table()
         return self
 
@@ -305,11 +323,30 @@ class OptimumFit:
         near = mean <= mean.min() * (1.0 + self.band) if mean.min() > 0 else (
             mean <= mean.min() + abs(mean.min()) * self.band)
         band = (float(grid[near].min()), float(grid[near].max()))
+        seeds: tuple[Any, ...] = ()
+        sens = None
+        if self.seed is not None and self.seed in ok.columns:
+            sv = ok[self.seed].to_numpy()
+            seeds = tuple(sorted(pd.unique(sv).tolist(), key=lambda s: (str(type(s)), s)))
+            if len(seeds) >= 2:
+                sens = seed_spread(self.x, {s: self._refit_without(t, yv, inv, sv != s)
+                                            for s in seeds})
         return GroupOptimum(
             key=key, label=label, x=grid, mean_loss=mean, n_seeds=n_seeds, window=win,
             coef=coef, x_opt=float(2.0**t_opt), loss_opt=loss_opt, method=method, edge=edge,
             ci=ci, band=band, n_rows=len(ok), n_diverged=n_div, boot_log2=boot,
+            seeds=seeds, sensitivity=sens,
         )
+
+    def _refit_without(self, t: np.ndarray, yv: np.ndarray, inv: np.ndarray,
+                       keep: np.ndarray) -> float | None:
+        """``x_opt`` of the seed-averaged curve of the rows in ``keep`` (steps 2–4), or
+        None when fewer than 3 grid points keep a row."""
+        cols = [j for j in range(t.size) if np.any(keep & (inv == j))]
+        if len(cols) < 3:
+            return None
+        m = np.array([yv[keep & (inv == j)].mean() for j in cols])
+        return float(2.0 ** _locate(t[cols], m, self.window)[0])
 
     def _bootstrap(self, t: np.ndarray, per_x: list[np.ndarray], inv: np.ndarray,
                    rng: np.random.Generator) -> np.ndarray:
@@ -338,7 +375,9 @@ class OptimumFit:
                 x_opt=o.x_opt, log2_x_opt=o.log2_x_opt, ci_lo=o.ci[0], ci_hi=o.ci[1],
                 loss_opt=o.loss_opt, n_points=o.window[1] - o.window[0], n_x=o.x.size,
                 n_rows=o.n_rows, n_diverged=o.n_diverged, at_edge=o.at_edge, edge=o.edge,
-                method=o.method, band_lo=o.band[0], band_hi=o.band[1],
+                method=o.method, band_lo=o.band[0], band_hi=o.band[1], n_seeds=len(o.seeds),
+                loso_ratio=(o.sensitivity.ratio if o.sensitivity and o.sensitivity.ratio is not None
+                            else float("nan")),
             )
             rows.append(row)
         return pd.DataFrame(rows)
@@ -435,13 +474,17 @@ class OptimumFit:
         self._check_fitted()
         lines = [f"OptimumFit: optimal {self.x} per {', '.join(self.group_by) or 'all'} "
                  f"(quadratic in log2 {self.x}, argmin ± {self.window}, {self.ci:.0%} "
-                 f"bootstrap CI, band = within {self.band:.2%} of min {self.y})"]
+                 f"bootstrap CI, band = within {self.band:.2%} of min {self.y}; seeds averaged, "
+                 "LOSO = max/min of the optimum refitted without each seed)"]
         for o in self.optima_:
             flag = {QUADRATIC: "", ARGMIN: "  [fallback: argmin]",
                     EDGE: f"  [AT {o.edge.upper()} EDGE of grid]"}[o.method]
+            sens = (f"  LOSO ×{o.sensitivity.ratio:.3g} over {len(o.seeds)} seeds"
+                    if o.sensitivity and o.sensitivity.ratio is not None
+                    else f"  LOSO n/a ({len(o.seeds)} seed{'s' if len(o.seeds) != 1 else ''})")
             lines.append(
                 f"  {o.label}: {self.x}* = {o.x_opt:.4g} [{o.ci[0]:.4g}, {o.ci[1]:.4g}]"
                 f"  {self.y} = {o.loss_opt:.5g}  band [{o.band[0]:.4g}, {o.band[1]:.4g}]"
-                f"  ({o.n_rows} runs, {o.n_diverged} diverged){flag}"
+                f"  ({o.n_rows} runs, {o.n_diverged} diverged){sens}{flag}"
             )
         return "\n".join(lines)

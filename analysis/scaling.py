@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from ._io import finite_positive, require_columns, usable_rows
-from ._stats import check_level, check_n_boot, make_rng, percentile_interval
+from ._stats import SeedSpread, check_level, check_n_boot, make_rng, percentile_interval, seed_spread
 from .baselines import scaling_baselines
 from .optimum import OptimumFit, _boot_locate_min, _locate, _resampled_means
 from .project import Estimate
@@ -171,13 +171,16 @@ class ScalingProjection:
     extrapolated: bool
     baselines: dict[str, dict[str, Any]]
     warnings: list[str] = field(default_factory=list)
+    lr_loso: SeedSpread | None = None
+    """the projected LR redone with each leave-one-seed-out refit's law (None: < 2 seeds)."""
 
     def to_dict(self) -> dict[str, Any]:
         def est(e: Estimate | None) -> dict[str, Any] | None:
             return None if e is None else e.to_dict()
 
         return {
-            "lr": est(self.lr), "batch_tokens": est(self.batch_tokens),
+            "lr": est(self.lr), "lr_loso": None if self.lr_loso is None else self.lr_loso.to_dict(),
+            "batch_tokens": est(self.batch_tokens),
             "batch_sequences": int(self.batch_sequences), "steps": int(self.steps),
             "weight_decay": est(self.weight_decay), "tau": est(self.tau),
             "warmup_tokens": est(self.warmup_tokens),
@@ -196,6 +199,9 @@ class ScalingProjection:
             e = getattr(self, name)
             if e is not None:
                 lines.append(f"  {name:>13} = {e.value:.4g}  [{e.lo:.4g}, {e.hi:.4g}]  ({e.source})")
+        if self.lr_loso is not None and self.lr_loso.ratio is not None:
+            lines.append(f"  lr leave-one-seed-out: ×{self.lr_loso.ratio:.3g} over "
+                         f"{len(self.lr_loso.seeds)} refits")
         lines.append(f"  batch = {self.batch_sequences} sequences, {self.steps} steps, "
                      f"decay fraction {self.decay_fraction.value:g}")
         lines.append("  extrapolation: " + ", ".join(f"{k} {v:.3g}×"
@@ -262,6 +268,17 @@ class ScalingLawFit:
     which is where the band recipe works; both are reported by the tests on the same
     synthetic sweeps.
 
+    Seeds: every estimate above is made on the seed-averaged losses (the mean over the
+    seeds at each ``(B, D, eta)`` point, as :class:`OptimumFit` does), never on one seed's
+    curve, so one noisy seed cannot carry an optimum across a grid point. With at least
+    2 seeds in the ``seed_col`` column, the whole fit is repeated without each seed in
+    turn (leave-one-seed-out, ``loso=True``; no bootstrap in the refits) and
+    ``sensitivity_`` gives each value's spread over those refits
+    (:class:`~analysis._stats.SeedSpread`: ``max / min`` for the coefficients, tau, the
+    law's LR at the reference point and B* at the largest budget; ``max − min`` for the
+    exponents), with each refit's laws in ``loso_fits_`` (so a projection can be redone
+    with each). With one seed there is nothing to leave out: ``sensitivity_`` is empty.
+
     Needs at least 3 budgets and 3 batch sizes (ValueError naming what is missing),
     each budget with at least 3 batches and each cell with at least 3 LRs.
 
@@ -271,7 +288,9 @@ class ScalingLawFit:
     (per-budget batch optima), ``reference_`` (the proxy optimum at the largest budget:
     the anchor of the baselines), ``measured_``, ``n_rows_``, ``n_in_band_``,
     ``n_excluded_``, ``n_diverged_``, ``warnings_``, ``boot_lr_``/``boot_batch_`` (draws
-    of the log-space coefficients).
+    of the log-space coefficients), ``seeds_`` (the seed values of the usable rows),
+    ``sensitivity_`` (name -> SeedSpread) and ``loso_fits_`` (one dict per refit: the left-out
+    ``seed``, ``lr_coef_log`` and ``batch_coef_log``).
     """
 
     def __init__(
@@ -284,6 +303,7 @@ class ScalingLawFit:
         method: str = "optima",
         window: int = 2,
         rules: ScheduleRules | None = None,
+        loso: bool = True,
     ) -> None:
         if not (math.isfinite(band) and band >= 0):
             raise ValueError(f"band must be a non-negative fraction, got {band!r}.")
@@ -298,6 +318,7 @@ class ScalingLawFit:
         self.method = method
         self.window = int(window)
         self.rules = rules or ScheduleRules()
+        self.loso = bool(loso)
 
     # ------------------------------------------------------------------ fitting
     def fit(
@@ -359,7 +380,47 @@ class ScalingLawFit:
             "seq_len": self._seq_len(ok, seq_len),
             "n_params": self._single(ok, "n_params"),
         }
+        self.seeds_: tuple[Any, ...] = ()
+        self.sensitivity_: dict[str, SeedSpread] = {}
+        self.loso_fits_: list[dict[str, Any]] = []
+        if seed is not None:
+            self.seeds_ = tuple(sorted(pd.unique(ok[seed]).tolist(), key=lambda s: (str(type(s)), s)))
+            if self.loso and len(self.seeds_) >= 2:
+                self._leave_one_seed_out(ok, seed, dict(
+                    lr=lr, batch=batch, tokens=tokens, loss=loss, seed_col=seed, diverged=None,
+                    weight_decay=weight_decay, seq_len=seq_len))
         return self
+
+    #: the values whose LOSO spread is reported: name -> positive (ratio) or signed (max − min)
+    LOSO_VALUES = {"lr_coef": True, "lr_exp_batch": False, "lr_exp_tokens": False,
+                   "batch_coef": True, "batch_exp_tokens": False, "tau": True,
+                   "lr_at_reference": True, "batch_at_max_tokens": True}
+
+    def _leave_one_seed_out(self, ok: pd.DataFrame, seed: str, kw: dict[str, Any]) -> None:
+        """Refit without each seed (no bootstrap, no nested LOSO); a refit that raises
+        (too few cells left without that seed) is counted as failed."""
+        ref, d_max = self.reference_, self.measured_["tokens"][1]
+        refits: dict[str, dict[Any, float | None]] = {k: {} for k in self.LOSO_VALUES}
+        for s in self.seeds_:
+            sub = ScalingLawFit(band=self.band, n_boot=0, level=self.level, seed=self.seed,
+                                method=self.method, window=self.window, rules=self.rules, loso=False)
+            try:
+                sub.fit(ok[(ok[seed] != s).to_numpy()], **kw)
+            except ValueError:
+                for k in refits:
+                    refits[k][s] = None
+                continue
+            vals = dict(sub.params_)
+            vals["lr_at_reference"] = float(sub.predict_lr(ref["batch_tokens"], ref["tokens"])[0])
+            vals["batch_at_max_tokens"] = float(sub.predict_batch(d_max)[0])
+            for k in refits:
+                refits[k][s] = vals.get(k)
+            self.loso_fits_.append({"seed": s, "lr_coef_log": sub.lr_coef_log_.copy(),
+                                    "batch_coef_log": sub.batch_coef_log_.copy(),
+                                    "tau": sub.params_.get("tau")})
+        for k, positive in self.LOSO_VALUES.items():
+            if any(v is not None for v in refits[k].values()):
+                self.sensitivity_[k] = seed_spread(k, refits[k], log_scale=positive)
 
     @staticmethod
     def _single(ok: pd.DataFrame, col: str | None) -> float | None:
@@ -688,7 +749,9 @@ class ScalingLawFit:
         * warmup tokens and WSD decay fraction from :class:`ScheduleRules`;
         * extrapolation per axis = target ÷ largest measured; a factor above ``limit``
           sets ``extrapolated`` and adds a warning;
-        * baselines (:func:`~analysis.scaling_baselines`) anchored at ``reference_``.
+        * baselines (:func:`~analysis.scaling_baselines`) anchored at ``reference_``;
+        * ``lr_loso``: the LR redone with each leave-one-seed-out refit's law (its
+          ``max / min`` is ``lr_loso.ratio`` in :meth:`ScalingProjection.to_dict`).
         """
         self._check_fitted()
         d = float(_arr(tokens, "tokens"))
@@ -761,6 +824,9 @@ class ScalingLawFit:
                        self.rules.decay_fraction, level,
                        "WSD cooldown fraction (Hägele et al. 2024: 20 % matches cosine)", 1.0)
 
+        x = np.array([1.0, math.log(b_tok), math.log(d)])
+        loso = seed_spread("lr", {f["seed"]: float(np.exp(f["lr_coef_log"] @ x))
+                                  for f in self.loso_fits_}) if self.loso_fits_ else None
         ref = self.reference_
         base = scaling_baselines(tokens=d, batch_tokens=b_tok, ref_lr=ref["lr"],
                                  ref_batch_tokens=ref["batch_tokens"], ref_tokens=ref["tokens"],
@@ -775,7 +841,7 @@ class ScalingLawFit:
             lr=lr_e, batch_tokens=batch, batch_sequences=int(seqs), steps=steps,
             weight_decay=wd_e, tau=tau_e, warmup_tokens=warm, decay_fraction=dec,
             extrapolation=ext, extrapolation_limit=float(limit), extrapolated=extrapolated,
-            baselines=base, warnings=warnings)
+            baselines=base, warnings=warnings, lr_loso=loso)
 
     # ------------------------------------------------------------------ curves
     def curves_(self, n_points: int = 50) -> ScalingCurves:
@@ -853,8 +919,39 @@ class ScalingLawFit:
                          "optimum of the largest budget")
         lines.append(f"  {self.n_rows_} rows, {self.n_excluded_} excluded ({self.n_diverged_} "
                      f"diverged), {self.n_in_band_} in the near-optimal band")
+        lines.append("  " + self._loso_text())
         lines += [f"  WARNING: {w}" for w in self.warnings_]
         return "\n".join(lines)
+
+    def _loso_text(self) -> str:
+        doc = getattr(self, "_sensitivity_doc", None) or self.sensitivity_dict()
+        n, vals = doc.get("n_seeds", 0), doc.get("values") or {}
+        if not vals:
+            return (f"leave-one-seed-out: n/a ({n} seed{'s' if n != 1 else ''}; losses averaged "
+                    "over the seeds the table holds)")
+        parts = []
+        for k, v in vals.items():
+            if v.get("ratio") is not None:
+                parts.append(f"{k} ×{v['ratio']:.3g}")
+            elif v.get("spread") is not None:
+                parts.append(f"{k} ±{v['spread']:.3g}")
+        return f"leave-one-seed-out spread over {n} seeds (seed-averaged fits): " + ", ".join(parts)
+
+    def sensitivity_dict(self) -> dict[str, Any]:
+        """The ``sensitivity`` section of :meth:`to_dict`: the LOSO spread of each value
+        and each refit's laws (empty ``values`` and ``loso`` with fewer than 2 seeds)."""
+        return {
+            "method": "leave-one-seed-out", "n_seeds": len(getattr(self, "seeds_", ())),
+            "seeds": [str(s) for s in getattr(self, "seeds_", ())],
+            "values": {k: sp.to_dict() for k, sp in self.sensitivity_.items()},
+            "loso": [{"seed": str(f["seed"]),
+                      "lr": {"coef": _num(math.exp(f["lr_coef_log"][0])),
+                             "exponents": {"batch_tokens": _num(f["lr_coef_log"][1]),
+                                           "tokens": _num(f["lr_coef_log"][2])}},
+                      "batch": {"coef": _num(math.exp(f["batch_coef_log"][0])),
+                                "exponents": {"tokens": _num(f["batch_coef_log"][1])}},
+                      "tau": _num(f["tau"])} for f in self.loso_fits_],
+        }
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe document (the ``mutransfer fit scaling`` output; see from_dict)."""
@@ -897,6 +994,8 @@ class ScalingLawFit:
             "n_rows": int(self.n_rows_), "n_in_band": int(self.n_in_band_),
             "n_excluded": int(self.n_excluded_), "n_diverged": int(self.n_diverged_),
             "warnings": list(self.warnings_),
+            "sensitivity": self._sensitivity_doc if hasattr(self, "_sensitivity_doc")
+            else self.sensitivity_dict(),
         }
         if hasattr(self, "cells_"):
             out["cells"] = [{k: (_num(v) if isinstance(v, (float, np.floating, int, np.integer))
@@ -942,6 +1041,17 @@ class ScalingLawFit:
             self.n_rows_, self.n_in_band_ = d["n_rows"], d["n_in_band"]
             self.n_excluded_, self.n_diverged_ = d["n_excluded"], d["n_diverged"]
             self.warnings_ = list(d.get("warnings", []))
+            self.sensitivity_, self.loso_fits_ = {}, []  # kept as written, in _sensitivity_doc
+            if isinstance(d.get("sensitivity"), Mapping):
+                self._sensitivity_doc = dict(d["sensitivity"])
+                self.seeds_ = tuple(self._sensitivity_doc.get("seeds") or ())
+                self.loso_fits_ = [
+                    {"seed": f["seed"], "tau": f.get("tau"),
+                     "lr_coef_log": np.array([math.log(f["lr"]["coef"]), f["lr"]["exponents"]["batch_tokens"],
+                                              f["lr"]["exponents"]["tokens"]], dtype=float),
+                     "batch_coef_log": np.array([math.log(f["batch"]["coef"]),
+                                                 f["batch"]["exponents"]["tokens"]], dtype=float)}
+                    for f in self._sensitivity_doc.get("loso") or []]
             t = d["tau"]
             self.weight_decay_ = t.get("weight_decay")
             self.tau_at_ = t.get("at")

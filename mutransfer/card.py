@@ -433,6 +433,25 @@ def _check_trust(t: Any) -> None:
     _C.integer("trust.warnings", t.get("warnings"), low=0)
 
 
+def _check_lr_sensitivity(projected: Mapping[str, Any]) -> None:
+    """``projected.lr.loso_ratio`` (max/min of the base LR refitted without each seed) is
+    >= 1 or null, ``loso_octaves`` its log2, ``loso.complete`` a boolean."""
+    lr = projected.get("lr")
+    if not isinstance(lr, Mapping):
+        return
+    _C.number("projected.lr.loso_ratio", lr.get("loso_ratio"), low=1.0, none=True)
+    _C.number("projected.lr.loso_octaves", lr.get("loso_octaves"), low=0.0, none=True)
+    if (lr.get("loso_ratio") is None) != (lr.get("loso_octaves") is None) or (
+            lr.get("loso_ratio") is not None
+            and abs(math.log2(lr["loso_ratio"]) - lr["loso_octaves"]) > 1e-9 * max(1.0, lr["loso_octaves"])):
+        _C.fail("projected.lr.loso_octaves", f"must be log2(loso_ratio {lr.get('loso_ratio')!r})",
+                lr.get("loso_octaves"))
+    if "loso" in lr:
+        loso = _C.mapping("projected.lr.loso", lr["loso"])
+        if not isinstance(loso.get("complete"), bool):
+            _C.fail("projected.lr.loso.complete", "must be true or false", loso.get("complete"))
+
+
 def _check_provenance(p: Mapping[str, Any]) -> None:
     for key in ("package", "version", "date"):
         _C.string(f"provenance.{key}", p.get(key), none=True)
@@ -558,6 +577,7 @@ def validate_card(card: Any) -> dict[str, Any]:
     _check_provenance(card["provenance"])
     if "trust" in card:
         _check_trust(card["trust"])
+    _check_lr_sensitivity(card["projected"])
     _finite_everywhere(dict(card), "")  # the free-form sections: source, projected, audit
     _check_consistency(card)
     return dict(card)

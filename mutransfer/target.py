@@ -450,6 +450,10 @@ class ScalingLaws:
     lr_bounds: tuple[str, ...] = ()
     """Where an LR optimum under eta*(B, D) is only a bound: ``bracketing[i].lr.bracketed:
     false``, ``bracketed.lr: false``."""
+    lr_loso: tuple[tuple[float, float], ...] = ()
+    """(a, b) of eta*(B, D) refitted without each seed (``sensitivity.loso``); empty with one seed."""
+    n_seeds: int = 0
+    """Seeds of the scaling sweep (``sensitivity.n_seeds``; 0 when the fit does not say)."""
 
     @property
     def z(self) -> float:
@@ -512,6 +516,7 @@ class ScalingLaws:
             batch_cov=_cov(batch.get("cov_log"), 2),
             batch_edges=_batch_edges(doc.get("budgets")),
             **_bounds(doc),
+            **_loso_laws(doc, where),
         )
 
     def batch_law_doubts(self, tokens: float, limit: float) -> list[str]:
@@ -605,6 +610,60 @@ def _cov(obj: Any, n: int) -> tuple[tuple[float, ...], ...] | None:
             for r in obj) and any(obj[i][i] > 0 for i in range(n))):
         return tuple(tuple(float(v) for v in r) for r in obj)
     return None
+
+
+def _loso_laws(doc: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """``lr_loso`` and ``n_seeds`` from a fit's ``sensitivity`` section (absent: none)."""
+    sens = doc.get("sensitivity")
+    if sens is None:
+        return {}
+    if not isinstance(sens, Mapping) or not isinstance(sens.get("loso", []), list):
+        raise ValueError(f"{where}: field sensitivity must be an object with a list sensitivity.loso")
+    n = sens.get("n_seeds", 0)
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        raise ValueError(f"{where}: field sensitivity.n_seeds must be an integer >= 0, got {n!r}")
+    loso = sens.get("loso", [])
+    exps = tuple((_num(f if isinstance(f, Mapping) else {}, "lr.exponents.batch_tokens",
+                       f"{where}: sensitivity.loso[{i}]"),
+                  _num(f if isinstance(f, Mapping) else {}, "lr.exponents.tokens",
+                       f"{where}: sensitivity.loso[{i}]"))
+                 for i, f in enumerate(loso))
+    return {"lr_loso": exps, "n_seeds": n}
+
+
+def lr_sensitivity(proxy: Mapping[str, Any] | None, laws: ScalingLaws | None, *,
+                   proxy_batch_tokens: float | None, proxy_tokens: float | None,
+                   batch_tokens: float, tokens: float) -> dict[str, Any]:
+    """Leave-one-seed-out spread of the card's base LR (``projected.lr.loso_ratio``).
+
+    The base LR is the proxy optimum times the laws' ratio eta*(B_t, D_t) / eta*(B_p, D_p).
+    Each part has its own refits without each seed: the proxy optimum's (``proxy``: the
+    ``sensitivity`` of ``fit optimum``, ``ratio`` = max/min of the refit optima) and the
+    ratio redone with each refit's exponents (``laws.lr_loso``). The two sweeps' seeds
+    are different runs, so the card's ratio is the product of the two: the most that
+    one seed of each could move the LR. ``loso_ratio`` is None when no part could be
+    refitted; ``loso.complete`` is false when a part the LR depends on has fewer than 2
+    seeds (e.g. a one-seed scaling sweep): the ratio is then a lower bound.
+    """
+    proxy = proxy or {}
+    r = proxy.get("ratio")
+    if r is not None and not (isinstance(r, (int, float)) and not isinstance(r, bool)
+                              and math.isfinite(r) and r >= 1):
+        raise ValueError(f"the proxy optimum's sensitivity.ratio must be a number >= 1 or null, got {r!r}")
+    parts: dict[str, dict[str, Any]] = {
+        "proxy": {"n_seeds": proxy.get("n_seeds"), "ratio": proxy.get("ratio")}}
+    if laws is not None:
+        ratio = None
+        if len(laws.lr_loso) >= 2 and proxy_batch_tokens and proxy_tokens:
+            rb, rd = batch_tokens / proxy_batch_tokens, tokens / proxy_tokens
+            rs = [rb**a * rd**b for a, b in laws.lr_loso]
+            ratio = max(rs) / min(rs)
+        parts["law"] = {"n_seeds": laws.n_seeds, "ratio": ratio}
+    known = [p["ratio"] for p in parts.values() if p["ratio"] is not None]
+    total = math.prod(known) if known else None
+    return {"loso_ratio": total, "loso_octaves": None if total is None else math.log2(total),
+            "loso": {"method": "leave-one-seed-out: max/min of the LR refitted without each seed",
+                     **parts, "complete": len(known) == len(parts)}}
 
 
 def read_scaling_fit(path: str | Path) -> ScalingLaws:

@@ -3,14 +3,17 @@
 Four kinds, each writing one JSON document whose top-level shape is a contract (issue 4
 §7); extra keys may be added, the listed ones are always there:
 
-* ``optimum``        ``{"fits": [{"group", "x_opt", "ci": [lo, hi], "y_opt", "at_edge"}]}``
+* ``optimum``        ``{"fits": [{"group", "x_opt", "ci": [lo, hi], "y_opt", "at_edge"}]}``;
+  each fit also has ``sensitivity`` (leave-one-seed-out: ``ratio`` = max/min of the
+  optimum refitted without each seed, null with one seed)
 * ``power-law``      ``{"fits": [{"group", "coefficient", "exponents": {COL: b}, "ci", "n_points"}]}``
 * ``critical-batch`` ``{"fits": [{"group", "S_min", "E_min", "B_crit", "cbs_20"}]}``
 * ``loss``           ``{"E", "A", "B", "alpha", "beta", "ci": {name: [lo, hi]}, "objective",
   "n_points"}``
 * ``scaling``        ``{"lr": {"coef", "exponents": {"batch_tokens", "tokens"}, "ci"},
   "batch": {"coef", "exponents": {"tokens"}, "ci"}, "tau", "warmup", "decay_fraction",
-  "measured", "n_rows", "n_in_band"}`` (issue 10 §3; :meth:`analysis.ScalingLawFit.to_dict`)
+  "measured", "n_rows", "n_in_band", "sensitivity"}`` (:meth:`analysis.ScalingLawFit.to_dict`;
+  ``sensitivity`` holds the leave-one-seed-out spread of each value and each refit's laws)
 
 ``group`` is ``{column: value}`` for the ``--group`` columns (``null`` without
 ``--group``). Numbers are plain floats; an open side of an interval (an optimum at the
@@ -342,11 +345,21 @@ def fit_optimum(args: argparse.Namespace) -> dict[str, Any]:
             "ci": [num(lo) if lo > 0 else None, num(hi)], "y_opt": num(o.loss_opt),
             "at_edge": bool(o.at_edge), "edge": o.edge or None, "log2_x_opt": num(o.log2_x_opt),
             "method": o.method, "band": pair(*o.band), "n_x": int(o.x.size),
-            "n_rows": int(o.n_rows), "n_diverged": int(o.n_diverged),
+            "n_rows": int(o.n_rows), "n_diverged": int(o.n_diverged), "n_seeds": len(o.seeds),
+            "sensitivity": optimum_sensitivity(o),
         })
     return {"kind": "optimum", "x": args.x, "y": args.y, "group_by": group or None,
             "ci_level": args.ci, "n_boot": args.n_boot, "band_fraction": args.band,
             "results": str(args.results), **counts, "fits": fits}
+
+
+def optimum_sensitivity(o: Any) -> dict[str, Any]:
+    """The leave-one-seed-out spread of one :class:`analysis.GroupOptimum` as JSON: the
+    refit optimum without each seed, ``ratio`` = max/min of them (null with one seed)."""
+    if o.sensitivity is not None:
+        return o.sensitivity.to_dict()
+    return {"method": "leave-one-seed-out", "n_seeds": len(o.seeds), "left_out": {}, "n_failed": 0,
+            "ratio": None, "octaves": None}
 
 
 def fit_power_law(args: argparse.Namespace) -> dict[str, Any]:
@@ -510,6 +523,10 @@ def summary(result: dict[str, Any]) -> str:
             lines.append(f"tau = B/(eta·lambda·D) = {result['tau']['value']:.4g}")
         lines.append(f"{result['n_rows']} rows, {result['n_in_band']} in the near-optimal band, "
                      f"{result['n_excluded']} excluded")
+        spread = ((result.get("sensitivity") or {}).get("values") or {}).get("lr_at_reference") or {}
+        if spread.get("ratio") is not None:
+            lines.append(f"leave-one-seed-out: the law's LR at the reference point moves "
+                         f"×{spread['ratio']:.3g}")
         lines += [f"WARNING: {w}" for w in result["warnings"]]
         return "\n".join(lines)
     if kind == "loss":
@@ -520,7 +537,9 @@ def summary(result: dict[str, Any]) -> str:
         label = ", ".join(f"{k}={v}" for k, v in (f["group"] or {}).items()) or "all"
         if kind == "optimum":
             flag = f"  [AT {f['edge'].upper()} EDGE]" if f["at_edge"] else ""
-            lines.append(f"{label}: {result['x']}* = {f['x_opt']:.4g} ci {f['ci']}{flag}")
+            ratio = (f.get("sensitivity") or {}).get("ratio")
+            loso = f"  leave-one-seed-out ×{ratio:.3g}" if ratio is not None else ""
+            lines.append(f"{label}: {result['x']}* = {f['x_opt']:.4g} ci {f['ci']}{loso}{flag}")
         elif kind == "power-law":
             ex = ", ".join(f"{k}^{v:.4g}" for k, v in f["exponents"].items())
             lines.append(f"{label}: {result['y']} = {f['coefficient']:.4g} · {ex}")

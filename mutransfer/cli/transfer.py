@@ -201,7 +201,7 @@ def check_flags(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     from mutransfer.card import build_card, save_card
     from mutransfer.models import get_preset
-    from mutransfer.target import plan_run, read_scaling_fit
+    from mutransfer.target import lr_sensitivity, plan_run, read_scaling_fit
 
     tuned = read_proxy_config(args) if args.proxy_config else None
     check_flags(args)
@@ -237,9 +237,13 @@ def run(args: argparse.Namespace) -> int:
         accept_edge=tuple(dict.fromkeys(args.accept_edge)))
     warnings += plan.warnings
     at_edge = projected.pop("at_edge", None)
+    sensitivity = projected.pop("sensitivity", None)
     projected.update(plan.projected)
     if at_edge is not None:
         projected["lr"]["at_edge"] = at_edge
+    projected["lr"].update(lr_sensitivity(  # how far one seed moves the base LR
+        sensitivity, laws, proxy_batch_tokens=plan.projected["proxy"]["batch_tokens"],
+        proxy_tokens=plan.projected["proxy"]["tokens"], batch_tokens=plan.batch_tokens, tokens=float(tokens)))
     projected["warnings"] = warnings
     audit = read_audit(args.audit) if args.audit else None
     study, storage = provenance(args, source)
@@ -474,7 +478,8 @@ def proxy_optimum(args: argparse.Namespace, seq_len: int, tuned: TunedProxy | No
     batch, tokens = (tuned.batch_tokens, tuned.tokens) if tuned else (None, None)
     if args.fit:
         lr, proj, src, widths = optimum_from_fit(args.fit, args.group, args.parametrization)
-        extra = {"at_edge": proj["lr"]["at_edge"], **({"drift": proj["drift"]} if "drift" in proj else {})}
+        extra = {"at_edge": proj["lr"]["at_edge"], **({"drift": proj["drift"]} if "drift" in proj else {}),
+                 **({"sensitivity": proj["sensitivity"]} if "sensitivity" in proj else {})}
         return lr, proj["lr"]["interval"], extra, src, widths, batch, tokens
     if args.lr is None and tuned is not None:
         return tuned.lr, None, projected, source, [float(tuned.width)], batch, tokens
@@ -576,7 +581,7 @@ def optimum_from_results(args: argparse.Namespace, seq_len: int
     """Fit the optimum per width on an LR sweep's table, with the same checks as
     ``mutransfer fit`` (non-numeric lr, NaN loss not marked diverged: one error)."""
     from analysis import OptimumFit
-    from mutransfer.cli.fit import load_table
+    from mutransfer.cli.fit import load_table, optimum_sensitivity
 
     table = argparse.Namespace(results=args.results, where=[], diverged="diverged", state="state",
                                dropna=False)
@@ -589,7 +594,8 @@ def optimum_from_results(args: argparse.Namespace, seq_len: int
     widest = max(fit.params_)
     lr = float(fit.params_[widest])
     lo, hi = (float(v) if math.isfinite(v) else None for v in fit.ci_[widest])  # open side: None
-    projected: dict[str, Any] = {"at_edge": bool(fit.group(widest).at_edge)}
+    projected: dict[str, Any] = {"at_edge": bool(fit.group(widest).at_edge),
+                                 "sensitivity": optimum_sensitivity(fit.group(widest))}
     if len(fit.params_) >= 2:
         projected["drift"] = fit.drift("width").to_dict()
     source = {"results": str(args.results), "n_trials": int(len(df)),
@@ -702,6 +708,8 @@ def optimum_from_fit(path: str, group: str | None, parametrization: str
     projected: dict = {"lr": {"value": float(lr), "interval": list(ci),
                               "method": f"muP optimum of group {label} from {Path(path).name}",
                               "at_edge": bool(chosen.get("at_edge", False))}}
+    if isinstance(chosen.get("sensitivity"), dict):  # leave-one-seed-out spread of the optimum
+        projected["sensitivity"] = chosen["sensitivity"]
     source: dict = {"fit": str(path), "fit_group": chosen.get("group")}
     if widths:
         source["proxy_widths"] = sorted(int(w) for w in widths)
