@@ -814,7 +814,9 @@ class ScalingLawFit:
         tau = self.params_.get("tau")
         if tau is not None:
             t_lo, t_hi = self.ci_.get("tau", (tau, tau))
-            src = "tau = B/(eta·lambda·D) at the proxy optimum, held fixed (Wang & Aitchison 2024)"
+            how = "tau* measured at its optimum" if getattr(self, "tau_source_", None) == "measured" else \
+                "tau = B/(eta·lambda·D) at the proxy optimum"
+            src = f"{how}, held fixed (Wang & Aitchison 2024)"
             n_p = self.measured_.get("n_params")
             if tau_tpp_exponent is not None:
                 if n_params is None or n_p is None:

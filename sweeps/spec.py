@@ -496,7 +496,11 @@ class ScalingSweep(SweepSpec, _LRMixin):
     the grid point as ``warmup_steps`` and ``eval_batches``. The weight decay defaults to
     :data:`DEFAULT_SCALING_WEIGHT_DECAY` (not the trainer's 0), so the AdamW timescale
     tau = B/(eta·lambda·D) is measured at the optimum and the card's weight decay can
-    follow it.
+    follow it. ``weight_decays`` adds a lambda axis at one batch (``tau_batch_size``, the
+    base width, that batch's LR grid, every budget through the branches): the fit then
+    finds tau* at its optimum instead of at one lambda. Only one batch, so its cost is
+    (weight decays other than base's) x LRs x seeds trials, not that times every batch; tau* is
+    a timescale of the run, so one batch near B* serves (Wang & Aitchison 2024).
     """
 
     kind: ClassVar[str] = "scaling"

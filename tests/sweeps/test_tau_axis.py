@@ -81,16 +81,22 @@ def test_known_tau_through_sweep_fit_and_card(_verb, tmp_path, capsys) -> None:
     lambda = B/(eta·tau*·D) at the target."""
     from sweeps.runners import SYNTHETIC_TAU
 
-    out = tmp_path / "syn"
-    assert mutransfer.cli.main([*SWEEP, "--weight-decays", "0.1,0.2,0.4,0.8,1.6", "--tau-batch-size", "16",
-                                "--out", str(out)]) == 0
-    st = json.loads(capsys.readouterr().out)
-    assert st["counts"]["complete"] == 4 * 7 + 4 * 7
-    csv, fit = tmp_path / "r.csv", tmp_path / "fit.json"
-    assert mutransfer.cli.main(["sweep", "export", "--storage", str(out), "--out", str(csv)]) == 0
-    assert mutransfer.cli.main(["fit", "scaling", str(csv), "--out", str(fit), "--n-boot", "200",
-                                "--quiet"]) == 0
-    tau = json.loads(fit.read_text())["tau"]
+    out, csv, fit = tmp_path / "syn", tmp_path / "r.csv", tmp_path / "fit.json"
+
+    def sweep_and_fit(*extra: str) -> tuple[int, dict]:
+        assert mutransfer.cli.main([*SWEEP, *extra, "--out", str(out)]) == 0
+        done = json.loads(capsys.readouterr().out)["counts"]["complete"]
+        assert mutransfer.cli.main(["sweep", "export", "--storage", str(out), "--out", str(csv)]) == 0
+        assert mutransfer.cli.main(["fit", "scaling", str(csv), "--out", str(fit), "--n-boot", "200",
+                                    "--quiet"]) == 0
+        return done, json.loads(fit.read_text())["tau"]
+
+    # the sweep's one lambda (0.1): tau at the fitted optimum, labelled as not optimised
+    done, tau = sweep_and_fit()
+    assert done == 4 * 7 and tau["source"] == "default λ"
+    # the same study grows a lambda axis at batch 16: only its 4 x 7 new trials run
+    done, tau = sweep_and_fit("--weight-decays", "0.1,0.2,0.4,0.8,1.6")  # the middle batch: 16
+    assert done == 4 * 7 + 4 * 7
     assert tau["source"] == "measured"
     assert tau["value"] == pytest.approx(SYNTHETIC_TAU, rel=1e-6)
     assert tau["ci"][0] <= SYNTHETIC_TAU <= tau["ci"][1] and tau["ci"][1] / tau["ci"][0] < 2
