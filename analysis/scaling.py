@@ -383,11 +383,12 @@ class ScalingLawFit:
         Per budget D and weight decay lambda at that batch B, the LR is re-optimised
         (:class:`OptimumFit`: the quadratic in log2 eta), which gives the profile
         ``(tau(lambda) = B/(eta*(lambda)·lambda·D), loss*(lambda))``; tau*(D) is the
-        optimum of that profile in log2 tau (:class:`OptimumFit` again, with its
-        bootstrap, which resamples the profile's weight decays, and its edge flags: at an
-        edge of the lambda grid tau* is only a bound). The value is tau* at the largest
-        budget; ``tau_by_tokens_`` holds every budget's, for a check that tau* stays
-        constant across D (Wang & Aitchison 2024; Bergsma et al. 2025 find it does at a
+        optimum of that profile in log2 tau (:class:`OptimumFit` again, with its edge
+        flags: at an edge of the lambda grid tau* is only a bound). The interval: with
+        several seeds, every step repeated on seed resamples (:meth:`_tau_seed_ci`); with one
+        seed, :class:`OptimumFit`'s bootstrap over the profile's weight decays. The value
+        is tau* at the largest budget; ``tau_by_tokens_`` holds every budget's, for a check
+        that tau* stays constant across D (Wang & Aitchison 2024; Bergsma et al. 2025 find it does at a
         fixed tokens-per-parameter). The measured tau* replaces the default lambda's."""
         self.tau_source_ = "default λ" if self.params_.get("tau") is not None else None
         self.tau_by_tokens_: list[dict[str, Any]] = []
@@ -418,6 +419,7 @@ class ScalingLawFit:
             where = ", ".join(f"lambda={w:g} D={d:g}" for w, d in zip(edges[wd], edges[tokens]))
             self.warnings_.append(f"the best LR sat at an edge of its grid for {where} on the weight-decay "
                                   "axis: those tau values are bounds.")
+        seeded = bool((rows.groupby([tokens, wd, lr])[loss].size() > 1).any())
         tf = OptimumFit(x="tau", y="loss_opt", group_by=(tokens,), diverged=None, seed=None,
                         window=self.window, band=self.band, n_boot=self.n_boot, ci=self.level,
                         random_state=rng).fit(prof)
@@ -425,7 +427,12 @@ class ScalingLawFit:
             g = prof[prof[tokens] == o.key].sort_values("tau")
             t = np.log2(g["tau"].to_numpy())
             eta = float(2.0 ** np.interp(math.log2(o.x_opt), t, np.log2(g["x_opt"].to_numpy())))
-            ci = None if self.n_boot == 0 else (float(o.ci[0]), float(o.ci[1]))
+            # an open side is infinite here, null in the JSON (a tau of 0 would be a lambda of inf)
+            lo = -math.inf if o.edge == "low" else float(o.ci[0])
+            ci = None if self.n_boot == 0 else (lo, float(o.ci[1]))
+            if ci is not None and seeded:
+                ci = self._tau_seed_ci(rows[rows[tokens] == o.key], lr, loss, wd, b_tau, float(o.key),
+                                       o.edge, rng)
             lam_opt = float(tau_from(b_tau, eta, o.x_opt, o.key))  # lambda = B/(eta·tau·D): same form
             self.tau_by_tokens_.append({"tokens": float(o.key), "value": o.x_opt, "ci": ci, "edge": o.edge,
                                         "lr": eta, "weight_decay": lam_opt, "weight_decays": g[wd].tolist()})
@@ -442,6 +449,32 @@ class ScalingLawFit:
         self.weight_decay_ = top["weight_decay"]
         self.tau_source_ = "measured"
         self.tau_boot_ = np.empty(0)
+
+    def _tau_seed_ci(self, rows: pd.DataFrame, lr: str, loss: str, wd: str, b_tau: float, d: float,
+                     edge: str, rng: np.random.Generator) -> tuple[float, float]:
+        """tau*'s interval at one budget when the runs have several seeds: the bootstrap of
+        the laws (and of :class:`OptimumFit`) -- resample the seeds at every (lambda, eta)
+        point (variance-corrected), re-optimise the LR per lambda, locate tau* on the
+        resampled profile -- ``n_boot`` times; one-sided at an edge of the lambda grid."""
+        n = self.n_boot
+        groups = list(rows.groupby(wd, sort=True))
+        T, L = np.empty((n, len(groups))), np.empty((n, len(groups)))
+        for j, (lam, g) in enumerate(groups):
+            grid, inv = np.unique(g[lr].to_numpy(dtype=float), return_inverse=True)
+            yv = g[loss].to_numpy(dtype=float)
+            M = _resampled_means([yv[inv == k] for k in range(grid.size)], n, rng)
+            t_b, L[:, j] = _boot_locate_min(np.log2(grid), M, self.window)
+            T[:, j] = math.log2(b_tau / (float(lam) * d)) - t_b  # log2 tau = log2 B/(eta·lambda·D)
+        boot = np.empty(n)
+        for b in range(n):
+            order = np.argsort(T[b])
+            boot[b] = _locate(T[b, order], L[b, order], self.window)[0]
+        if edge == "low":
+            return -math.inf, float(2.0 ** np.quantile(boot, self.level))
+        if edge == "high":
+            return float(2.0 ** np.quantile(boot, 1.0 - self.level)), math.inf
+        lo, hi = percentile_interval(boot, self.level)
+        return float(2.0**lo), float(2.0**hi)
 
     @staticmethod
     def _single(ok: pd.DataFrame, col: str | None) -> float | None:
