@@ -438,8 +438,10 @@ class ScalingLawFit:
                                         "lr": eta, "weight_decay": lam_opt, "weight_decays": g[wd].tolist()})
         top = self.tau_by_tokens_[-1]
         if top["edge"]:
-            self.warnings_.append(f"tau* sat at the {top['edge']} edge of the weight-decay grid at the "
-                                  f"largest budget: {top['value']:.4g} is only a bound; widen weight_decays.")
+            lam_end = "largest" if top["edge"] == "low" else "smallest"
+            self.warnings_.append(f"tau* sat at the {top['edge']} edge of its grid (the {lam_end} weight "
+                                  f"decay) at the largest budget: {top['value']:.4g} is only a bound; widen "
+                                  "weight_decays.")
         self.params_["tau"] = top["value"]
         self.ci_.pop("tau", None)
         if top["ci"] is not None:

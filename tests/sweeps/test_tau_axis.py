@@ -118,3 +118,26 @@ def test_known_tau_through_sweep_fit_and_card(_verb, tmp_path, capsys) -> None:
     assert "measured" in t["source"]
     b, lr = card["batch"]["tokens"], card["optimizer"]["lr"]
     assert card["optimizer"]["weight_decay"] == pytest.approx(b / (lr * tau["value"] * 2**21))
+
+
+@pytest.mark.slow
+def test_the_trainer_runs_each_weight_decay(_verb, tmp_path, capsys) -> None:
+    """With the real trainer: the lambda axis reaches the optimizer (at one LR the three
+    weight decays give three losses) and the fit measures tau over it."""
+    pytest.importorskip("mutransfer.train")
+    import pandas as pd
+
+    out, csv, fit = tmp_path / "o", tmp_path / "r.csv", tmp_path / "fit.json"
+    assert mutransfer.cli.main(["sweep", "scaling", "--preset", "gpt-tiny", "--width", "32", "--batch-sizes",
+                                "2,4,8", "--tokens", "256,512,1024", "--lr-center", "0.01",
+                                "--log2-lr-offsets=-1,0,1", "--set", "seq_len=16", "--eval-sequences", "8",
+                                "--device", "cpu", "--max-extend", "0", "--weight-decays", "0.05,1.6",
+                                "--workers", "1", "--quiet", "--out", str(out)]) == 0
+    assert mutransfer.cli.main(["sweep", "export", "--storage", str(out), "--out", str(csv)]) == 0
+    df = pd.read_csv(csv)
+    assert df.groupby("batch_size")["weight_decay"].nunique().to_dict() == {2: 1, 4: 3, 8: 1}
+    at = df[(df["batch_size"] == 4) & (df["tokens"] == df["tokens"].max())]
+    assert at.groupby("lr")["loss"].nunique().min() == 3
+    assert mutransfer.cli.main(["fit", "scaling", str(csv), "--n-boot", "20", "--out", str(fit),
+                                "--quiet"]) == 0
+    assert json.loads(fit.read_text())["tau"]["source"] == "measured"
