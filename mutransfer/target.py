@@ -454,6 +454,9 @@ class ScalingLaws:
     """(a, b) of eta*(B, D) refitted without each seed (``sensitivity.loso``); empty with one seed."""
     n_seeds: int = 0
     """Seeds of the scaling sweep (``sensitivity.n_seeds``; 0 when the fit does not say)."""
+    tau_source: str | None = None
+    """``tau.source``: ``measured`` (tau* at its optimum over a weight-decay axis) or
+    ``default λ`` (at the sweep's one weight decay); None in older fits."""
 
     @property
     def z(self) -> float:
@@ -505,6 +508,7 @@ class ScalingLaws:
             batch_exponent_ci=_exp_ci(batch, "tokens"),
             tau=_num({"tau": tau}, "tau.value", where, positive=True, optional=True),
             tau_ci=_pair(tau.get("ci")),
+            tau_source=tau.get("source") if tau.get("source") in ("measured", "default λ") else None,
             warmup=dict(doc["warmup"]) if isinstance(doc.get("warmup"), Mapping) else {},
             decay_fraction=dec_value,
             decay_fraction_ci=_pair(dec.get("ci")) if isinstance(dec, Mapping) else None,
@@ -997,7 +1001,10 @@ def plan_run(
         wd_est = _estimate(wd, lam_from_tau(t_hi), lam_from_tau(t_lo), level,
                            f"lambda = B / ({'' if wd_mode == 'independent' else 'eta · '}tau · D), "
                            f"tau {tau:.4g}", max(ext.values()))
-        tau_est = _estimate(tau, t_lo, t_hi, level, f"AdamW timescale at the proxy optimum ({laws.source})")
+        what = {"measured": "tau* measured at its optimum over the weight decays",
+                "default λ": "at the sweep's one weight decay, not optimised"}.get(laws.tau_source or "", "")
+        tau_est = _estimate(tau, t_lo, t_hi, level, f"AdamW timescale at the proxy optimum"
+                            f"{': ' + what if what else ''} ({laws.source})")
     elif proxy_tau is not None:
         if not (math.isfinite(proxy_tau) and proxy_tau > 0):
             raise ValueError(f"the proxy's weight-decay timescale tau must be a positive finite number, "

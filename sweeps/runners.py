@@ -44,6 +44,7 @@ RUNNERS: dict[str, str] = {
     "train": DEFAULT_RUNNER,
     "synthetic": SYNTHETIC_RUNNER,
     "synthetic-scaling": "sweeps.runners:synthetic_scaling_runner",
+    "synthetic-tau": "sweeps.runners:synthetic_tau_runner",
 }
 ENTRY_POINT_GROUP = "mutransfer.runners"
 
@@ -266,10 +267,36 @@ def synthetic_scaling_loss(lr: float, batch_tokens: float, tokens: float) -> flo
             + 0.01 * math.log2(batch_tokens / bstar) ** 2)
 
 
-def synthetic_scaling_runner(config: dict[str, Any], report: Report) -> dict[str, Any]:
-    """:func:`synthetic_scaling_loss` for a config, with its WSD branches (``wsd_branches``)
-    as :func:`train_runner` gives them: a stand-in for the trainer in tests of the
-    scaling sweep, its results table, its fits and the held-out audit (microseconds)."""
+#: The AdamW timescale at which :func:`synthetic_tau_loss` is lowest, at every budget.
+SYNTHETIC_TAU = 1.0
+
+
+def synthetic_tau_loss(lr: float, batch_tokens: float, tokens: float, weight_decay: float) -> float:
+    """:func:`synthetic_scaling_loss` plus ``0.02 log2(tau/tau*)^2`` with the AdamW timescale
+    ``tau = B/(lr·lambda·D)`` (coupled decay) and tau* = :data:`SYNTHETIC_TAU`: quadratic in
+    log2 lr and log2 lambda, so the LR re-optimised per lambda gives a profile quadratic in
+    log2 tau with its vertex at tau*. No weight decay: no decay term (tau infinite)."""
+    base = synthetic_scaling_loss(lr, batch_tokens, tokens)
+    if weight_decay <= 0:
+        return base
+    return base + 0.02 * math.log2(batch_tokens / (lr * weight_decay * tokens) / SYNTHETIC_TAU) ** 2
+
+
+def synthetic_tau_runner(config: dict[str, Any], report: Report) -> dict[str, Any]:
+    """:func:`synthetic_scaling_runner` on :func:`synthetic_tau_loss`: a stand-in for the
+    trainer in tests of the scaling sweep's weight-decay axis and of the tau* fit."""
+    lam = float(config.get("weight_decay") or 0.0)
+    return synthetic_scaling_runner(config, report,
+                                    loss_fn=lambda lr, b, d: synthetic_tau_loss(lr, b, d, lam))
+
+
+def synthetic_scaling_runner(config: dict[str, Any], report: Report,
+                             loss_fn: Callable[[float, float, float], float] | None = None) -> dict[str, Any]:
+    """:func:`synthetic_scaling_loss` (or ``loss_fn(lr, batch_tokens, tokens)``) for a
+    config, with its WSD branches (``wsd_branches``) as :func:`train_runner` gives them: a
+    stand-in for the trainer in tests of the scaling sweep, its results table, its fits
+    and the held-out audit (microseconds)."""
+    loss_fn = loss_fn or synthetic_scaling_loss
     steps = int(config.get("steps") or 10)
     bs = int(config.get("batch_size") or 8)
     seq = int(config.get("seq_len") or 64)
@@ -279,7 +306,7 @@ def synthetic_scaling_runner(config: dict[str, Any], report: Report) -> dict[str
     for f in fractions:
         n = max(1, round(float(f) * steps))
         tokens = n * bs * seq
-        loss = synthetic_scaling_loss(lr, bs * seq, tokens)
+        loss = loss_fn(lr, bs * seq, tokens)
         bstar = SYNTHETIC_LAWS["batch_coef"] * tokens ** SYNTHETIC_LAWS["batch_exp_tokens"]
         rows.append({"parametrization": str(config.get("parametrization") or "mup"),
                      "width": int(config.get("width") or 64), "depth": int(config.get("depth") or 2),

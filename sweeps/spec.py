@@ -496,7 +496,11 @@ class ScalingSweep(SweepSpec, _LRMixin):
     the grid point as ``warmup_steps`` and ``eval_batches``. The weight decay defaults to
     :data:`DEFAULT_SCALING_WEIGHT_DECAY` (not the trainer's 0), so the AdamW timescale
     tau = B/(eta·lambda·D) is measured at the optimum and the card's weight decay can
-    follow it.
+    follow it. ``weight_decays`` adds a lambda axis at one batch (``tau_batch_size``, the
+    base width, that batch's LR grid, every budget through the branches): the fit then
+    finds tau* at its optimum instead of at one lambda. Only one batch, so its cost is
+    (weight decays other than base's) x LRs x seeds trials, not that times every batch; tau* is
+    a timescale of the run, so one batch near B* serves (Wang & Aitchison 2024).
     """
 
     kind: ClassVar[str] = "scaling"
@@ -508,6 +512,7 @@ class ScalingSweep(SweepSpec, _LRMixin):
         ("seeds", "seed"),
         ("lrs", "lr"),
         ("log2_lr_offsets", "lr"),
+        ("weight_decays", "weight_decay"),
     )
     width: int | None = None
     """Base width of the sweep (None: the preset's); also muP's ``base_width`` unless
@@ -534,6 +539,13 @@ class ScalingSweep(SweepSpec, _LRMixin):
     """Linear warmup in tokens, the same at every batch (None: 10% of the smallest budget)."""
     eval_sequences: int = 256
     """Held-out sequences per evaluation, the same at every batch size."""
+    weight_decays: tuple[float, ...] | None = None
+    """More AdamW weight decays lambda, run at ``tau_batch_size`` only (base width, every
+    seed, that batch's LR grid; every budget through the WSD branches): with the sweep's
+    own ``base`` weight decay, >= 3 positive values, so the fit finds the timescale
+    tau* = B/(eta·lambda·D) at its optimum. None: the one weight decay of ``base``."""
+    tau_batch_size: int | None = None
+    """The batch (sequences) of the ``weight_decays`` runs (None: the middle batch)."""
 
     def __post_init__(self) -> None:
         if self.lrs is None and self.lr_center is None:
@@ -618,7 +630,32 @@ class ScalingSweep(SweepSpec, _LRMixin):
                         pts.append(head | extra)
                     else:
                         pts += [head | {"lr": lr} | extra for lr in self.lrs_for(b)]
+        b = self.tau_batch()  # the weight-decay axis: one batch, the base width
+        for lam in self.extra_weight_decays():
+            extra = {"tokens": d_max, "warmup_steps": self.warmup_steps(b),
+                     "eval_batches": max(1, math.ceil(self.eval_sequences / b)),
+                     "parametrization": self.parametrization, "weight_decay": lam}
+            for seed in self.seeds:
+                head = ({"width": self.width} if self.width is not None else {}) | {"batch_size": b,
+                                                                                    "seed": seed}
+                if self.adaptive:
+                    pts.append(head | extra)
+                else:
+                    pts += [head | {"lr": lr} | extra for lr in self.lrs_for(b)]
         return pts
+
+    def tau_batch(self) -> int:
+        """The batch (sequences) of the ``weight_decays`` runs: ``tau_batch_size`` or the
+        middle batch, where B* is most likely to lie (so tau* is measured near it)."""
+        if self.tau_batch_size is not None:
+            return int(self.tau_batch_size)
+        ordered = sorted({int(b) for b in self.batch_sizes})
+        return ordered[(len(ordered) - 1) // 2]
+
+    def extra_weight_decays(self) -> tuple[float, ...]:
+        """The ``weight_decays`` other than ``base``'s (that one runs at every batch)."""
+        lam0 = self.base.get("weight_decay")
+        return tuple(float(x) for x in dict.fromkeys(self.weight_decays or ()) if x != lam0)
 
     def search(self) -> dict[str, tuple[float, float]]:
         if not self.adaptive:
@@ -655,6 +692,8 @@ class ScalingSweep(SweepSpec, _LRMixin):
         if self.lr_center is not None:
             self._check_lr_center()
         _check_lrs(self)
+        if self.weight_decays is not None or self.tau_batch_size is not None:
+            self._check_weight_decays()
         for name in ("tokens", "steps"):
             if name in self.base:
                 raise ValueError(f"base must not set {name!r}: the scaling sweep derives it from tokens")
@@ -668,6 +707,25 @@ class ScalingSweep(SweepSpec, _LRMixin):
                              f"{list(self.fractions())} (leave it out: the sweep sets it)")
         if not _TRUSTED:
             self._check_points()
+
+    def _check_weight_decays(self) -> None:
+        for x in self.weight_decays or ():
+            if isinstance(x, bool) or not isinstance(x, (int, float)) or not (0 < x < math.inf):
+                raise ValueError(f"weight_decays: {x!r} must be a positive finite number "
+                                 "(tau = B/(eta·lambda·D) needs lambda > 0)")
+        b = self.tau_batch_size
+        if b is not None and b not in self.batch_sizes:
+            raise ValueError(f"tau_batch_size {b!r} must be one of batch_sizes {list(self.batch_sizes)}")
+        if self.weight_decays is None:
+            raise ValueError("tau_batch_size needs weight_decays (the weight decays to run there)")
+        lam0 = self.base.get("weight_decay")
+        lams = {float(x) for x in self.weight_decays} | ({float(lam0)} if lam0 else set())
+        if len(lams) < 3:
+            raise ValueError(f"weight_decays {list(self.weight_decays)} with base weight_decay {lam0!r} give "
+                             f"{len(lams)} positive value(s); tau* needs at least 3")
+        if self.base.get("wd_mode", "coupled") != "coupled":
+            raise ValueError(f"weight_decays needs wd_mode coupled (tau = B/(eta·lambda·D)), "
+                             f"got {self.base.get('wd_mode')!r}")
 
     def _check_lr_center(self) -> None:
         if self.lrs is not None:

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 # spec fields that may change between runs of one study (they only add or drop points)
 _GROWABLE = {"widths", "depths", "parametrizations", "seeds", "lrs", "batch_sizes", "tokens",
-             "grid", "trials", "name", "log2_lr_min", "log2_lr_max", "log2_lr_step"}
+             "weight_decays", "grid", "trials", "name", "log2_lr_min", "log2_lr_max", "log2_lr_step"}
 
 
 @dataclass(frozen=True)

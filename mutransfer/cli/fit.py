@@ -520,7 +520,9 @@ def summary(result: dict[str, Any]) -> str:
     if kind == "scaling":
         lines = [result["lr"]["law"], result["batch"]["law"]]
         if result["tau"]["value"] is not None:
-            lines.append(f"tau = B/(eta·lambda·D) = {result['tau']['value']:.4g}")
+            t = result["tau"]
+            ci = f" [{t['ci'][0]:.4g}, {t['ci'][1]:.4g}]" if t.get("ci") and None not in t["ci"] else ""
+            lines.append(f"tau = B/(eta·lambda·D) = {t['value']:.4g}{ci} ({t.get('source') or 'default λ'})")
         lines.append(f"{result['n_rows']} rows, {result['n_in_band']} in the near-optimal band, "
                      f"{result['n_excluded']} excluded")
         spread = ((result.get("sensitivity") or {}).get("values") or {}).get("lr_at_reference") or {}

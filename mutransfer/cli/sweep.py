@@ -177,6 +177,11 @@ def _add_run_flags(p: argparse.ArgumentParser, kind: str) -> None:
                        help="warmup in tokens at every batch (default 10%% of the smallest budget)")
         p.add_argument("--eval-sequences", type=_int, default=None,
                        help="held-out sequences per evaluation at every batch (default 256)")
+        p.add_argument("--weight-decays", type=_list(float, "a number"), default=None, metavar="L1,L2,...",
+                       help="weight decays run at --tau-batch-size besides the base one (>= 3 in all): "
+                            "fit scaling then measures tau* = B/(eta·lambda·D) at its optimum")
+        p.add_argument("--tau-batch-size", type=_int, default=None,
+                       help="batch (sequences) of the --weight-decays runs (default: the middle batch)")
         p.add_argument("--holdout", action="store_true",
                        help="after the sweep: the held-out audit (fit without the largest budget, "
                             "then without the largest batch; run each predicted config) -> OUT/AUDIT.json")
@@ -288,6 +293,7 @@ def _spec_from_args(args: argparse.Namespace, kind: str) -> Any:
         "lr_center": "lr_center", "lr_center_batch": "lr_center_batch",
         "lr_batch_exponent": "lr_batch_exponent", "log2_lr_offsets": "log2_lr_offsets",
         "warmup_tokens": "warmup_tokens", "eval_sequences": "eval_sequences",
+        "weight_decays": "weight_decays", "tau_batch_size": "tau_batch_size",
     }
     for attr, fname in flags.items():
         v = getattr(args, attr, None)
