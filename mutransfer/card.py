@@ -674,6 +674,21 @@ class Applied(NamedTuple):
     param_groups: list[dict[str, Any]]
 
 
+@torch.no_grad()
+def apply_init(model: nn.Module, init: Mapping[str, str]) -> None:
+    """A card's init on top of the model's own, per parameter name: ``keep``, ``zeros``,
+    ``scale:F`` (×F) or ``normal:S`` (a fresh N(0, S²))."""
+    params = dict(model.named_parameters())
+    for name, how in init.items():
+        p = params[name]
+        if how == "zeros":
+            p.zero_()
+        elif how.startswith("scale:"):
+            p.mul_(float(how.split(":", 1)[1]))
+        elif how.startswith("normal:"):
+            p.normal_(0.0, float(how.split(":", 1)[1]))
+
+
 def apply(model: nn.Module, card: Mapping[str, Any]) -> Applied:
     """Initialize ``model`` (the target architecture) as the card says, register its
     forward multipliers and attention scales, and build the optimizer and scheduler.
@@ -703,15 +718,7 @@ def apply(model: nn.Module, card: Mapping[str, Any]) -> Applied:
                              f"{groups_by_name[name]['shape']}")
     if getattr(model, "_mutransfer_hooks", None):
         raise ValueError("this model is already parametrized; build a fresh one")
-    with torch.no_grad():
-        for name, p in params.items():
-            init = groups_by_name[name]["init"]
-            if init == "zeros":
-                p.zero_()
-            elif init.startswith("scale:"):
-                p.mul_(float(init.split(":", 1)[1]))
-            elif init.startswith("normal:"):
-                p.normal_(0.0, float(init.split(":", 1)[1]))
+    apply_init(model, {name: groups_by_name[name]["init"] for name in params})
     fm = card["forward_multipliers"]
     Parametrization.install_forward_multipliers(model, fm["hooks"], fm["attention"])
     opt_card = card["optimizer"]
@@ -737,6 +744,6 @@ def apply(model: nn.Module, card: Mapping[str, Any]) -> Applied:
 #: ``mutransfer.apply_card``: :func:`apply` under a name that says what it applies.
 apply_card = apply
 
-__all__ = ["SCHEMA", "SCHEMAS", "SCHEMA_V1", "SCHEMA_V2", "Applied", "LambdaLRList", "apply",
+__all__ = ["SCHEMA", "SCHEMAS", "SCHEMA_V1", "SCHEMA_V2", "Applied", "LambdaLRList", "apply", "apply_init",
            "apply_card", "build_card", "check_init", "git_revision", "load_card", "save_card",
            "schedule_config", "validate_card"]

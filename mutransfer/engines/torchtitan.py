@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
 import torch.nn as nn
 from torchtitan.protocols.model import ModelConfigConverter
+
+from mutransfer.card import apply_init
 
 
 def load_mup(export: str | Path | Mapping[str, Any]) -> dict[str, Any]:
@@ -63,19 +64,6 @@ def check_names(model: nn.Module, mup: Mapping[str, Any]) -> None:
             raise ValueError(f"the torchtitan model does not match the card: {name} has shape "
                              f"{params[name]}, the card says {mup['shapes'][name]}")
 
-
-@torch.no_grad()
-def apply_init(model: nn.Module, init: Mapping[str, str]) -> None:
-    """The card's init on top of the model's own: zeros, ×scale, or a fresh normal."""
-    params = dict(model.named_parameters())
-    for name, how in init.items():
-        p = params[name]
-        if how == "zeros":
-            p.zero_()
-        elif how.startswith("scale:"):
-            p.mul_(float(how.split(":", 1)[1]))
-        elif how.startswith("normal:"):
-            p.normal_(0.0, float(how.split(":", 1)[1]))
 
 
 def install(model: nn.Module, mup: Mapping[str, Any]) -> nn.Module:
@@ -128,4 +116,4 @@ class MuPConverter(ModelConfigConverter):
         return cls(**kw)
 
 
-__all__ = ["MuPConverter", "apply_init", "check_names", "install", "load_mup"]
+__all__ = ["MuPConverter", "check_names", "install", "load_mup"]
