@@ -64,7 +64,7 @@ def plot_scaling(curves: ScalingCurves, path: PathLike) -> Path:
 
 @dataclass(frozen=True)
 class CriticalBatchComparison:
-    """The two critical-batch estimates on the same runs (issue 10 §3).
+    """The two critical-batch estimates on the same runs.
 
     ``batch``/``gns``: each run's batch and its measured simple noise scale ``B_simple``
     (McCandlish et al. 2018, eq. 2.8); ``b_simple`` is their median with a ``level``

@@ -5,7 +5,7 @@ base depth 2) under μP (width rules only), CompleteP α=1 and CompleteP α=0.5 
 2025, "Don't be lazy: CompleteP enables compute-efficient deep transformers", Table 1),
 scans the LR around the optimum per (parametrization, depth) and reads the drift of the
 optimum across depth in octaves with its bootstrap interval (``analysis.OptimumFit``).
-Target (issue 15 §3): CompleteP drift <= 0.5 octave, μP's larger.
+Target: CompleteP drift <= 0.5 octave, μP's larger.
 
     python -m benchmarks.depth_fidelity [--steps N] [--seeds 0,1] [--out DIR]
 

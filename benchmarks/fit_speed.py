@@ -1,5 +1,5 @@
 """Benchmark: the 4500-start Huber loss-law fit and a 1000-resample bootstrap; and
-``mutransfer fit scaling`` with 1000 bootstrap resamples (issue 10: < 10 s on 2 cores).
+``mutransfer fit scaling`` with 1000 bootstrap resamples (target: < 10 s on 2 cores).
 
 docs/architecture.md targets: the grid fit in < 10 s and a bootstrap of 1000 in < 60 s on 2 CPU
 cores. Synthetic data: 245 runs (the size of the Chinchilla approach-3 data set as

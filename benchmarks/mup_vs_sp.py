@@ -1,6 +1,6 @@
 """μP vs SP at the widest proxy: where μP's 3% best-loss gap comes from, and a fix.
 
-Issue 15 §1-§2. On the demo's proxy (gpt-small, 150 steps; ``DEMO`` in
+On the demo's proxy (gpt-small, 150 steps; ``DEMO`` in
 ``benchmarks/tuned_multipliers.py``) μP transfers its LR but its best loss at width 256 is
 ~3% above SP's. At its optimum μP's hidden-matrix LR equals SP's (2^-5.6 / 8 ≈ 2^-8.6), so
 the gap comes from what μP does differently from SP elsewhere. Two modes:

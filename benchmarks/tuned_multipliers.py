@@ -1,6 +1,6 @@
 """Tuned multipliers: is μP, tuned at the base width, at least as good as SP at the widest proxy?
 
-Issue 15 §1-§2. Tensor Programs V (Yang et al. 2022, Fig. 1) finds μP better than SP at the
+Tensor Programs V (Yang et al. 2022, Fig. 1) finds μP better than SP at the
 widest width once μP's multipliers are tuned; untuned, the demo's μP is ~3% worse at
 width 256. This benchmark
 

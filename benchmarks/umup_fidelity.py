@@ -1,6 +1,6 @@
 """u-μP as a peer: does its default LR transfer across width, and how good is its best loss?
 
-Issue 15 §5. Graphcore's ``unit_scaling`` package (u-μP: Blake et al. 2024, "u-μP: The
+Graphcore's ``unit_scaling`` package (u-μP: Blake et al. 2024, "u-μP: The
 Unit-Scaled Maximal Update Parametrization") claims near-optimal defaults: every
 multiplier at 1 and one LR (η = 2^1.5 with its Adam, see ``DEFAULT_LOG2_LR``) that
 transfers across width. This benchmark trains the demo's proxy (the shape of
@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).parent
-#: u-μP's default LR (log2) as issue 15 reads Blake et al. 2024: η = 2^1.5 with every α at 1.
+#: u-μP's default LR (log2) as we read Blake et al. 2024: η = 2^1.5 with every α at 1.
 #: (Not re-checked against the paper's text here; the package's own demo notebook, 5000
 #: steps on WikiText bytes, finds its optimum near 2^0.)
 DEFAULT_LOG2_LR = 1.5

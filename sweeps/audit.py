@@ -1,4 +1,4 @@
-"""The held-out audit of a scaling sweep (issue 10, part 5): does the fitted law predict a
+"""The held-out audit of a scaling sweep: does the fitted law predict a
 point it has not seen?
 
 For each axis, ``tokens`` and then ``batch_tokens``, :func:`analysis.holdout_audit` fits
@@ -37,8 +37,8 @@ from sweeps.spec import PSEUDO_FIELDS, ScalingSweep, point_key
 if TYPE_CHECKING:
     import pandas as pd
 
-#: Issue 10's target on the CPU proxies: LR within 1.3x of the measured optimum, loss
-#: within 0.25% of the best measured run.
+#: The target on the CPU proxies (docs/architecture.md): LR within 1.3x of the measured
+#: optimum, loss within 0.25% of the best measured run.
 CRITERIA: dict[str, float] = {"lr_ratio": 1.3, "loss_gap": 0.0025}
 AXES: tuple[str, ...] = ("tokens", "batch_tokens")
 OURS = "ours"

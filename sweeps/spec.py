@@ -478,7 +478,7 @@ DEFAULT_SCALING_WEIGHT_DECAY = 0.1
 class ScalingSweep(SweepSpec, _LRMixin):
     """Token budget D x batch size B x LR at the base width, plus a check at one wider width.
 
-    What muP does not fix (issue 10): the LR optimum eta*(B, D), the batch optimum B*(D)
+    What muP does not fix: the LR optimum eta*(B, D), the batch optimum B*(D)
     and the critical batch. Each trial is one (width, batch, seed, lr) and trains the
     largest budget with a WSD schedule; its WSD branches (:func:`mutransfer.train.
     train_wsd_branches`) cool down at every smaller budget, so one trial gives one

@@ -1,7 +1,7 @@
 """``mutransfer fit``: optimum, power law, critical batch or loss law from a results table.
 
-Four kinds, each writing one JSON document whose top-level shape is a contract (issue 4
-§7); extra keys may be added, the listed ones are always there:
+Four kinds, each writing one JSON document whose top-level shape is a contract (docs/architecture.md,
+Fit JSON); extra keys may be added, the listed ones are always there:
 
 * ``optimum``        ``{"fits": [{"group", "x_opt", "ci": [lo, hi], "y_opt", "at_edge"}]}``;
   each fit also has ``sensitivity`` (leave-one-seed-out: ``ratio`` = max/min of the

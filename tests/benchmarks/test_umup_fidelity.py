@@ -1,4 +1,4 @@
-"""The u-μP peer benchmark (issue 15 §5): its proxy, built from ``unit_scaling`` layers, is
+"""The u-μP peer benchmark: its proxy, built from ``unit_scaling`` layers, is
 unit-scaled at init at every width, its optimizer applies u-μP's LR table to our wiring,
 and its loop learns and reports divergence as the trainer does. Skipped without the
 optional ``unit_scaling`` package, except ``--help``, which must never need it."""

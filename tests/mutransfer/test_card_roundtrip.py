@@ -1,4 +1,4 @@
-"""Round trip (issue 4 §6): a card written for the proxy itself (target width == proxy width
+"""Round trip: a card written for the proxy itself (target width == proxy width
 == base width) reproduces the proxy's own param groups and its forward pass."""
 
 from __future__ import annotations

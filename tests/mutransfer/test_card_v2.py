@@ -1,4 +1,4 @@
-"""Card v2 (issue 10 §1, §4, §6; issue 13 §5): the target is a model and a token budget,
+"""Card v2: the target is a model and a token budget,
 the projection comes from the scaling fit, one validator guards every field, and
 ``apply`` returns a working optimizer and scheduler. The FIT.json here is synthetic (the
 contract of ``mutransfer fit scaling``), so the known answers follow from its laws."""
@@ -234,7 +234,7 @@ def test_model_config_file_and_tokens_per_param(tmp_path: Path, capsys) -> None:
     assert scale == pytest.approx(4 / 48)
 
 
-# ---- the validator (issue 13 §5) --------------------------------------------------------
+# ---- the validator --------------------------------------------------------
 
 
 @pytest.fixture(scope="module")

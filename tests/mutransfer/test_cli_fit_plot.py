@@ -1,5 +1,6 @@
-"""`mutransfer fit`, `mutransfer plot` and `mutransfer transfer --fit`: the JSON contract of
-issue 4 §7, known answers on published data, rendered figures and their data, bad input."""
+"""`mutransfer fit`, `mutransfer plot` and `mutransfer transfer --fit`: the JSON contract
+(docs/architecture.md, Fit JSON), known answers on published data, rendered figures and
+their data, bad input."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The tuned proxy reaches the card (issue 15 §1): `mutransfer sweep multipliers` writes the
+"""The tuned proxy reaches the card: `mutransfer sweep multipliers` writes the
 best trial's config, and `mutransfer transfer --proxy-config` carries its forward and per-role
 LR multipliers, Adam betas/eps and weight-decay timescale into the card. Oracle: a card made
 for the proxy's own shape and budget rebuilds the trainer's optimizer groups and forward."""

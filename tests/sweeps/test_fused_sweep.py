@@ -268,7 +268,7 @@ def test_a_member_failed_elsewhere_is_lost_and_the_others_finish(tmp_path) -> No
 
 
 def test_a_fused_trial_config_is_resolved_once(tmp_path, fused_calls, monkeypatch) -> None:
-    """#14 §2: validation, the claim (fusion key), the trial's provenance attrs and the
+    """validation, the claim (fusion key), the trial's provenance attrs and the
     fused runner share one TrainConfig per trial instead of resolving it up to 4 times."""
     from mutransfer.config import TrainConfig
     from sweeps.spec import _to_train_config, to_train_config

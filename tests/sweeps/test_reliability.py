@@ -220,7 +220,7 @@ def test_a_damaged_or_foreign_journal_is_named_with_its_line(tmp_path, capsys) -
     assert "not a readable Optuna journal" in capsys.readouterr().err
 
 
-# ---- issue 14: Optuna's public API only, and no import cycle ------------------------------
+# ---- Optuna's public API only, and no import cycle ------------------------------
 
 #: Optuna internals the code once used (``study._storage``, ...) and any ``optuna._x`` module
 _PRIVATE = re.compile(r"_pop_waiting_trial_id|\._storage\b|\._trial_id\b|_thread_local|\._study_id\b"
