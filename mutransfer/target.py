@@ -769,6 +769,17 @@ EDGE_VALUES = ("batch", "lr")
 BATCH_RULES = ("auto", "fit", "deepseek")
 
 
+def default_micro_batch(sequences: int, dp_size: int = 1) -> int:
+    """The largest power of two (at most 8) that divides each rank's share of the batch:
+    a micro-batch every usual accelerator count and memory size can take."""
+    share = sequences // max(dp_size, 1)
+    micro = 1
+    while micro < 8 and share % (micro * 2) == 0:
+        micro *= 2
+    return micro
+
+
+
 def plan_run(
     *,
     proxy_lr: float,
@@ -800,7 +811,7 @@ def plan_run(
       ``micro_batch`` a projected batch is rounded to a multiple of ``dp_size × 8`` (or of
       the largest power of two that fits a smaller batch), so it splits over any usual
       device count; the micro-batch is then the largest power of two <= 8 dividing each
-      rank's share (:func:`mutransfer.export._common.default_micro_batch`), recorded in
+      rank's share (:func:`default_micro_batch`), recorded in
       ``projected.batch_split``. A given ``batch_sequences`` must be such a multiple.
     - Base LR: the proxy's μP optimum ``proxy_lr`` moved by the fitted law's ratio
       eta*(B_t, D_t) / eta*(B_p, D_p) from the proxy's batch and tokens to the target's.
@@ -938,7 +949,6 @@ def plan_run(
             unit = dp * pow2
             how = (f"a multiple of dp_size {dp} × {pow2} (power-of-two default: no --micro-batch given)")
         seqs = max(unit, int(round(raw_seqs / unit)) * unit)
-    from mutransfer.export._common import default_micro_batch
 
     micro = micro_batch or default_micro_batch(seqs, dp)
     split = {"sequences": seqs, "dp_size": dp, "micro_batch": micro,

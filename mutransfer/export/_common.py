@@ -118,13 +118,3 @@ def split_batch(card: Mapping[str, Any], dp_size: int | None = None,
         raise ValueError(f"the card's batch of {seqs} sequences is not a multiple of dp_size {dp} × "
                          f"micro_batch {micro} = {dp * micro}")
     return BatchSplit(seqs, dp, micro, seqs // (dp * micro))
-
-
-def default_micro_batch(sequences: int, dp_size: int = 1) -> int:
-    """The largest power of two (at most 8) that divides each rank's share of the batch:
-    a micro-batch every usual accelerator count and memory size can take."""
-    share = sequences // max(dp_size, 1)
-    micro = 1
-    while micro < 8 and share % (micro * 2) == 0:
-        micro *= 2
-    return micro
