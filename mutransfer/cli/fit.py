@@ -66,7 +66,8 @@ def add_table_flags(p: argparse.ArgumentParser, n_boot: int = 1000) -> None:
                    "failing")
     p.add_argument("--n-boot", type=bounded_int(0, MAX_N_BOOT, "--n-boot"), default=n_boot,
                    help=f"bootstrap resamples for the intervals (default {n_boot}; 0: no intervals)")
-    p.add_argument("--ci", type=float, default=0.95, help="interval level (default 0.95)")
+    p.add_argument("--level", "--ci", dest="level", type=float, default=0.95,
+                   help="level of the intervals (default 0.95; 0.9 for scaling); --ci is the same flag")
     p.add_argument("--seed", type=bounded_int(0, MAX_SEED, "--seed"), default=0,
                    help="bootstrap seed (default 0)")
 
@@ -151,8 +152,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_scaling_columns(sc)
     sc.add_argument("--band", type=float, default=0.0025,
                     help="near-optimal band, fraction of the minimum (default 0.0025)")
-    sc.add_argument("--level", type=float, default=0.9,
-                    help="level of the bootstrap intervals (default 0.9)")
+    sc.set_defaults(level=0.9)  # the scaling laws' bootstrap intervals
     sc.add_argument("--method", choices=("optima", "band"), default="optima",
                     help="optima: laws through the per-cell quadratic optima (default); band: "
                     "Step Law's regression on every run inside the band")
@@ -335,7 +335,7 @@ def fit_optimum(args: argparse.Namespace) -> dict[str, Any]:
     df, counts = load_table(args, [args.x, args.y], group, keep_diverged=True)
     diverged = None if args.diverged.lower() == "none" else args.diverged
     fit = OptimumFit(x=args.x, y=args.y, group_by=tuple(group), diverged=diverged,
-                     seed=args.seed_col, band=args.band, n_boot=args.n_boot, ci=args.ci,
+                     seed=args.seed_col, band=args.band, n_boot=args.n_boot, ci=args.level,
                      random_state=args.seed).fit(df)
     fits = []
     for o in fit.optima_:
@@ -349,7 +349,7 @@ def fit_optimum(args: argparse.Namespace) -> dict[str, Any]:
             "sensitivity": optimum_sensitivity(o),
         })
     return {"kind": "optimum", "x": args.x, "y": args.y, "group_by": group or None,
-            "ci_level": args.ci, "n_boot": args.n_boot, "band_fraction": args.band,
+            "ci_level": args.level, "n_boot": args.n_boot, "band_fraction": args.band,
             "results": str(args.results), **counts, "fits": fits}
 
 
@@ -374,7 +374,7 @@ def fit_power_law(args: argparse.Namespace) -> dict[str, Any]:
     fits = []
     for key, g in _groups(df, group):
         f = _in_group(group, key, lambda g=g: PowerLawFit(
-            xs, args.y, weight=args.weight, n_boot=args.n_boot, ci=args.ci,
+            xs, args.y, weight=args.weight, n_boot=args.n_boot, ci=args.level,
             random_state=args.seed).fit(g))
         names = f.param_names_[1:]
         ci: dict[str, Any] = {}
@@ -388,7 +388,7 @@ def fit_power_law(args: argparse.Namespace) -> dict[str, Any]:
             "x_range": {col: pair(*f.x_range_[col]) for col in xs},
         })
     return {"kind": "power-law", "x": xs, "y": args.y, "group_by": group or None,
-            "ci_level": args.ci, "n_boot": args.n_boot, "results": str(args.results), **counts,
+            "ci_level": args.level, "n_boot": args.n_boot, "results": str(args.results), **counts,
             "fits": fits}
 
 
@@ -401,7 +401,7 @@ def fit_critical_batch(args: argparse.Namespace) -> dict[str, Any]:
     for key, g in _groups(df, group):
         f = _in_group(group, key, lambda g=g: CriticalBatchFit(
             args.batch, args.steps, b0=args.b0, overshoot=0.2, diverged=None,
-            n_boot=args.n_boot, ci=args.ci, random_state=args.seed).fit(g))
+            n_boot=args.n_boot, ci=args.level, random_state=args.seed).fit(g))
         p = f.params_
         rename = {"S_min": "S_min", "E_min": "E_min", "B_crit": "B_crit", "CBS": "cbs_20"}
         fits.append({
@@ -411,7 +411,7 @@ def fit_critical_batch(args: argparse.Namespace) -> dict[str, Any]:
             "n_points": int(f.n_), "batch_range": pair(*f.b_range_),
         })
     return {"kind": "critical-batch", "batch": args.batch, "steps": args.steps,
-            "group_by": group or None, "b0": args.b0, "overshoot": 0.2, "ci_level": args.ci,
+            "group_by": group or None, "b0": args.b0, "overshoot": 0.2, "ci_level": args.level,
             "n_boot": args.n_boot, "results": str(args.results), **counts, "fits": fits}
 
 
@@ -424,7 +424,7 @@ def fit_loss(args: argparse.Namespace) -> dict[str, Any]:
     if len(set(xs)) != len(xs):
         raise ValueError(f"--n and --d are both {args.n!r}; give two different columns")
     df, counts = load_table(args, [*xs, args.loss], [])
-    kw = dict(n_boot=args.n_boot, ci=args.ci, random_state=args.seed, diverged=None,
+    kw = dict(n_boot=args.n_boot, ci=args.level, random_state=args.seed, diverged=None,
               n_jobs=args.n_jobs)
     if args.saturating:
         fit: Any = SaturatingPowerLawFit(args.n, args.loss, **kw).fit(df)
@@ -437,7 +437,7 @@ def fit_loss(args: argparse.Namespace) -> dict[str, Any]:
         "objective": num(fit.loss_), "n_points": int(fit.n_),
         "kind": "loss", "law": fit._law_text(), "columns": {"n": args.n, "loss": args.loss},
         "huber_delta": fit.delta, "n_starts": int(fit.n_starts_),
-        "n_converged": int(fit.n_converged_), "ci_level": args.ci, "n_boot": args.n_boot,
+        "n_converged": int(fit.n_converged_), "ci_level": args.level, "n_boot": args.n_boot,
         "rms_residual_log": num((fit.residuals_**2).mean() ** 0.5),
         "x_range": {k: pair(*v) for k, v in fit.x_range_.items()},
         "results": str(args.results), **counts,
@@ -458,8 +458,7 @@ def scaling_fit(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     """Load a scaling sweep and fit :class:`analysis.ScalingLawFit`; ``(fit, counts)``."""
     from analysis import ScalingLawFit
 
-    if not 0 < args.level < 1:
-        raise ValueError(f"--level must be in (0, 1), got {args.level}")
+    check_level(args.level)
     if not (math.isfinite(args.band) and args.band >= 0):
         raise ValueError(f"--band must be a fraction >= 0, got {args.band}")
     df, counts = load_table(args, [args.lr, args.batch, args.tokens, args.loss], [],
@@ -491,9 +490,9 @@ def dumps(obj: Any) -> str:
     return json.dumps(obj, indent=2, allow_nan=False) + "\n"
 
 
-def check_level(ci: float) -> None:
-    if not 0 < ci < 1:
-        raise ValueError(f"--ci must be in (0, 1), got {ci}")
+def check_level(level: float, flag: str = "--level (--ci)") -> None:
+    if not 0 < level < 1:
+        raise ValueError(f"{flag} must be in (0, 1), got {level}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -502,7 +501,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.out and not args.json:
         raise ValueError("give --out FIT.json (or --json to print the fit)")
     check_output(args.out, inputs=[("the results table", args.results)])  # before the fit
-    check_level(args.ci)
+    check_level(args.level)
     result = FITTERS[args.kind](args)
     text = dumps(result)
     if args.out:

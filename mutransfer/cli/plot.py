@@ -106,7 +106,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_table_flags(sc, n_boot=200)
     add_scaling_columns(sc)
     sc.add_argument("--band", type=float, default=0.0025, help="near-optimal band (default 0.0025)")
-    sc.add_argument("--level", type=float, default=0.9, help="band level (default 0.9)")
+    sc.set_defaults(level=0.9)  # the bands' level
     sc.add_argument("--method", choices=("optima", "band"), default="optima",
                     help="how the near-optimal runs are picked (default optima)")
     _output(sc)
@@ -132,7 +132,7 @@ def plot_lr(args: argparse.Namespace) -> dict[str, Any]:
     df, counts = load_table(args, [args.x, args.y], group, keep_diverged=True)
     diverged = None if args.diverged.lower() == "none" else args.diverged
     fit = OptimumFit(x=args.x, y=args.y, group_by=tuple(group), diverged=diverged,
-                     seed=args.seed_col, n_boot=args.n_boot, ci=args.ci,
+                     seed=args.seed_col, n_boot=args.n_boot, ci=args.level,
                      random_state=args.seed).fit(df)
     curves = lr_curve_data(fit, df, panel=panel)
     plot_lr_panels(curves, args.out, x_name=args.x, y_name=args.y)
@@ -149,14 +149,14 @@ def plot_optimum(args: argparse.Namespace) -> dict[str, Any]:
     from analysis import OptimumFit, read_results
     from analysis.plots import optimum_series, plot_optimum_series
 
-    check_level(args.interval)
+    check_level(args.interval, "--interval")
     head = read_results(args.results, required=())
     by = _auto(args.by, head.columns, "parametrization")
     group = [c for c in (by, args.across) if c]
     df, counts = load_table(args, [args.x, args.y, args.across], group, keep_diverged=True)
     diverged = None if args.diverged.lower() == "none" else args.diverged
     fit = OptimumFit(x=args.x, y=args.y, group_by=tuple(group), diverged=diverged,
-                     seed=args.seed_col, n_boot=args.n_boot, ci=args.ci,
+                     seed=args.seed_col, n_boot=args.n_boot, ci=args.level,
                      random_state=args.seed).fit(df)
     series = optimum_series(fit, across=args.across, by=by, target=args.target,
                             interval=args.interval)
@@ -179,7 +179,7 @@ def plot_cbs(args: argparse.Namespace) -> dict[str, Any]:
     group = list(args.group or [])
     df, counts = load_table(args, [args.batch, args.steps], group, inf_ok=[args.steps])
     res = fit_critical_batch(df, group_by=tuple(group), batch=args.batch, steps=args.steps,
-                             b0=args.b0, diverged=None, n_boot=args.n_boot, ci=args.ci,
+                             b0=args.b0, diverged=None, n_boot=args.n_boot, ci=args.level,
                              random_state=args.seed)
     plot_critical_batch(res, args.out)
     fits = []
@@ -199,7 +199,7 @@ def plot_loss(args: argparse.Namespace) -> dict[str, Any]:
     if args.n_jobs < 1:
         raise ValueError(f"--n-jobs must be >= 1, got {args.n_jobs}")
     df, counts = load_table(args, [args.n, args.d, args.loss], [])
-    fit = ChinchillaFit(args.n, args.d, args.loss, n_boot=args.n_boot, ci=args.ci,
+    fit = ChinchillaFit(args.n, args.d, args.loss, n_boot=args.n_boot, ci=args.level,
                         random_state=args.seed, diverged=None, n_jobs=args.n_jobs).fit(df)
     curves = isoflop_curves(fit, args.compute)
     plot_isoflop(curves, args.out)
@@ -238,7 +238,7 @@ PLOTTERS = {"lr-curves": plot_lr, "optimum": plot_optimum, "critical-batch": plo
 def run(args: argparse.Namespace) -> int:
     if Path(args.out).suffix.lower() not in FORMATS:
         raise ValueError(f"--out {args.out!r} must end in .png, .pdf or .svg")
-    check_level(args.ci)
+    check_level(args.level)
     from mutransfer._io import check_output
 
     check_output(args.out, inputs=[args.results])
