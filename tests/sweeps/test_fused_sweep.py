@@ -19,11 +19,10 @@ import pandas as pd
 import pytest
 
 import mutransfer.cli
+import mutransfer.fused  # noqa: E402,F401  (an import error fails, never skips)
 from sweeps import LRSweep, open_study, prepare, results_table, run_sweep, spawn_workers
 from sweeps.spec import point_key
 from sweeps.storage import Storage
-
-pytest.importorskip("mutransfer.fused")
 
 BASE = {"steps": 6, "batch_size": 4, "eval_every": 3, "eval_batches": 1}
 LRS = (2.0**-8, 2.0**-6, 2.0**-4)
