@@ -314,6 +314,24 @@ def _trust_first(card: dict[str, Any]) -> dict[str, Any]:
     return {**head, **{k: v for k, v in card.items() if k not in head}}
 
 
+
+def _target_rules(args: argparse.Namespace, tuned: Any, width: int, depth: int, base_width: int,
+                  base_depth: int) -> tuple[str, dict[str, Any], list[str]]:
+    """(kind, depth keywords, warnings) for a target of ``width`` x ``depth``; a target
+    smaller than the proxy is refused."""
+    if base_width > width:
+        raise ValueError(f"the target is smaller than the proxy: base width {base_width} is larger "
+                         f"than the target width {width}")
+    if depth < base_depth:
+        raise ValueError(f"the target is smaller than the proxy: target depth {depth} is below "
+                         f"the proxy's depth {base_depth}")
+    kind, warnings = depth_rules(args.parametrization, base_depth, depth)
+    depth_kw: dict[str, Any] = {"depth": depth, "base_depth": base_depth} if kind == "completep" else {}
+    if tuned is not None and kind == "completep" and args.parametrization == "completep":
+        depth_kw["depth_alpha"] = tuned.depth_alpha
+    return kind, depth_kw, warnings
+
+
 def target_parametrization(args: argparse.Namespace, proxy: Any, base_width: int, base_depth: int,
                            tuned: TunedProxy | None = None) -> tuple[Any, Any, list[str]]:
     """The target model, its Parametrization (CompleteP when the depth changes; the tuned
@@ -325,16 +343,7 @@ def target_parametrization(args: argparse.Namespace, proxy: Any, base_width: int
     extra = {"multipliers": tuned.multipliers, "readout_init": tuned.readout_init} if tuned else {}
     if args.model is not None:
         hft = resolve_hf_target(args.model, args.head_rule)
-        if base_width > hft.width:
-            raise ValueError(f"the target is smaller than the proxy: base width {base_width} is larger "
-                             f"than the target width {hft.width}")
-        if hft.depth < base_depth:
-            raise ValueError(f"the target is smaller than the proxy: target depth {hft.depth} is below "
-                             f"the proxy's depth {base_depth}")
-        kind, warnings = depth_rules(args.parametrization, base_depth, hft.depth)
-        depth_kw = {"depth": hft.depth, "base_depth": base_depth} if kind == "completep" else {}
-        if tuned is not None and kind == "completep" and args.parametrization == "completep":
-            depth_kw["depth_alpha"] = tuned.depth_alpha
+        kind, depth_kw, warnings = _target_rules(args, tuned, hft.width, hft.depth, base_width, base_depth)
         pz = Parametrization(hf_transfer_builder(hft), width=hft.width, base_width=base_width, kind=kind,
                              **depth_kw, **extra)
         return hft, pz, warnings
@@ -346,16 +355,7 @@ def target_parametrization(args: argparse.Namespace, proxy: Any, base_width: int
     target = resolve_target(proxy, preset=args.target_preset, overrides=overrides,
                             model_config=args.model_config, proxy_preset=args.preset)
     cfg = target.config
-    if base_width > cfg.width:
-        raise ValueError(f"the target is smaller than the proxy: base width {base_width} is larger "
-                         f"than the target width {cfg.width}")
-    if cfg.depth < base_depth:
-        raise ValueError(f"the target is smaller than the proxy: target depth {cfg.depth} is below "
-                         f"the proxy's depth {base_depth}")
-    kind, warnings = depth_rules(args.parametrization, base_depth, cfg.depth)
-    depth_kw = {"depth": cfg.depth, "base_depth": base_depth} if kind == "completep" else {}
-    if tuned is not None and kind == "completep" and args.parametrization == "completep":
-        depth_kw["depth_alpha"] = tuned.depth_alpha
+    kind, depth_kw, warnings = _target_rules(args, tuned, cfg.width, cfg.depth, base_width, base_depth)
     pz = Parametrization(transfer_builder(target, proxy), width=cfg.width, base_width=base_width,
                          kind=kind, **depth_kw, **extra)
     return target, pz, warnings
