@@ -703,7 +703,14 @@ class Parametrization:
         not probed (its internals stay unknown, as before the probe existed)."""
         from mutransfer.audit import _default_input
         from mutransfer.internals import find_internal_multipliers
+        from mutransfer.models.gpt import GPT
+        from mutransfer.models.mlp import MLP
 
+        if isinstance(models[min(models)], (GPT, MLP)):
+            # Our own proxies apply no scalar outside their parameters (every multiplier is
+            # a hook of this class), so there is nothing to find; probing them only risks
+            # reading float noise as a width law.
+            return ()
         key = (*sorted(models), depth)
         try:
             cache = _INTERNALS_CACHE.setdefault(builder, {})
