@@ -120,7 +120,7 @@ def run(depths: tuple[int, ...] = (2, 4, 8, 16), width: int = 32, steps: int = 1
 
 
 if __name__ == "__main__":
-    from mutransfer.cli._common import int_list, seed_list
+    from mutransfer_cli._common import int_list, seed_list
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--depths", type=int_list, default=(2, 4, 8, 16),

@@ -130,7 +130,7 @@ def scaling_sweep(seed: int = 0) -> Any:
 def scaling_timing() -> dict[str, Any]:
     """Seconds of ScalingLawFit (both methods) and of `mutransfer fit scaling`, 1000 resamples."""
     from analysis import ScalingLawFit
-    from mutransfer.cli import main
+    from mutransfer_cli import main
 
     df = scaling_sweep()
     t_fit, fit = _time(lambda: ScalingLawFit(n_boot=N_BOOT).fit(df))

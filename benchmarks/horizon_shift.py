@@ -135,7 +135,7 @@ def run(horizons: tuple[int, ...] = (150, 300, 600, 1200), width: int = 64, base
 
 
 if __name__ == "__main__":
-    from mutransfer.cli._common import int_list, seed_list
+    from mutransfer_cli._common import int_list, seed_list
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--horizons", type=int_list, default=(150, 300, 600, 1200),

@@ -31,7 +31,7 @@ def run(size: str | None = None, out: str | os.PathLike[str] | None = None) -> d
 
     import mutransfer
     from mutransfer._io import atomic_write_text
-    from mutransfer.cli.demo import run_demo
+    from mutransfer_cli.demo import run_demo
 
     cuda = torch.cuda.is_available()
     size = size or ("gpu" if cuda else "small")

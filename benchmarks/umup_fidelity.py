@@ -248,7 +248,7 @@ def run(widths: tuple[int, ...] = (32, 64, 128, 256), seeds: tuple[int, ...] = (
 
 
 if __name__ == "__main__":
-    from mutransfer.cli._common import int_list, seed_list
+    from mutransfer_cli._common import int_list, seed_list
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--widths", type=int_list, default=(32, 64, 128, 256),

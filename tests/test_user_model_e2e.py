@@ -15,7 +15,7 @@ import torch
 
 pytest.importorskip("transformers", reason="the [engines] extra (transformers) is not installed")
 
-import mutransfer.cli  # noqa: E402
+import mutransfer_cli  # noqa: E402
 
 LLAMA = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
          "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 256,
@@ -32,11 +32,11 @@ def llama(tmp_path: Path) -> str:
 
 @pytest.fixture
 def _verb(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(mutransfer.cli.VERBS, "sweep", ("mutransfer.cli.sweep", "sweeps"))
+    monkeypatch.setitem(mutransfer_cli.VERBS, "sweep", ("mutransfer_cli.sweep", "sweeps"))
 
 
 def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict:
-    assert mutransfer.cli.main(argv) == 0, capsys.readouterr().err
+    assert mutransfer_cli.main(argv) == 0, capsys.readouterr().err
     return json.loads(capsys.readouterr().out)
 
 
@@ -54,7 +54,7 @@ def test_users_day_with_a_local_hf_llama(llama: str, tmp_path: Path, capsys, _ve
                "--out", str(out), "--quiet", "--json"], capsys)
     assert st["counts"]["complete"] == 3 * 2
     csv = tmp_path / "lr.csv"
-    assert mutransfer.cli.main(["sweep", "export", "--storage", str(out), "--out", str(csv)]) == 0
+    assert mutransfer_cli.main(["sweep", "export", "--storage", str(out), "--out", str(csv)]) == 0
     from analysis.results import read_results
 
     df = read_results(csv)
@@ -77,9 +77,9 @@ def test_users_day_with_a_local_hf_llama(llama: str, tmp_path: Path, capsys, _ve
                "--out", str(sc), "--quiet", "--json"], capsys)
     assert st["counts"]["complete"] == 3 * 3
     csv2, fit = tmp_path / "sc.csv", tmp_path / "fit.json"
-    assert mutransfer.cli.main(["sweep", "export", "--storage", str(sc), "--out", str(csv2)]) == 0
+    assert mutransfer_cli.main(["sweep", "export", "--storage", str(sc), "--out", str(csv2)]) == 0
     assert len(read_results(csv2)) == 9 * 3  # one row per WSD branch
-    assert mutransfer.cli.main(["fit", "scaling", str(csv2), "--out", str(fit), "--n-boot", "20"]) == 0
+    assert mutransfer_cli.main(["fit", "scaling", str(csv2), "--out", str(fit), "--n-boot", "20"]) == 0
     doc = json.loads(fit.read_text())
     assert doc["n_rows"] == 27 and math.isfinite(doc["lr"]["exponents"]["tokens"])
 
@@ -106,7 +106,7 @@ def test_users_day_with_the_builtin_llama_fused(tmp_path: Path, capsys, _verb) -
                    "--fuse", fuse, "--max-extend", "0", "--out", str(out), "--quiet", "--json"], capsys)
         assert st["counts"]["complete"] == 3 * 2
         csv = tmp_path / f"lr{fuse}.csv"
-        assert mutransfer.cli.main(["sweep", "export", "--storage", str(out), "--out", str(csv)]) == 0
+        assert mutransfer_cli.main(["sweep", "export", "--storage", str(out), "--out", str(csv)]) == 0
         df = read_results(csv)
         assert set(df["arch"]) == {"llama-tiny"}
         losses[fuse] = df.sort_values(["width", "lr"])["loss"].tolist()
@@ -119,8 +119,8 @@ def test_users_day_with_the_builtin_llama_fused(tmp_path: Path, capsys, _verb) -
                "--fuse", "3", "--max-extend", "0", "--out", str(sc), "--quiet", "--json"], capsys)
     assert st["counts"]["complete"] == 3 * 3
     csv2, fit = tmp_path / "sc.csv", tmp_path / "fit.json"
-    assert mutransfer.cli.main(["sweep", "export", "--storage", str(sc), "--out", str(csv2)]) == 0
-    assert mutransfer.cli.main(["fit", "scaling", str(csv2), "--out", str(fit), "--n-boot", "20"]) == 0
+    assert mutransfer_cli.main(["sweep", "export", "--storage", str(sc), "--out", str(csv2)]) == 0
+    assert mutransfer_cli.main(["fit", "scaling", str(csv2), "--out", str(fit), "--n-boot", "20"]) == 0
     doc = json.loads(fit.read_text())
     assert doc["n_rows"] == 27 and math.isfinite(doc["lr"]["exponents"]["tokens"])
 
@@ -155,7 +155,7 @@ def test_the_card_for_a_1b_llama_goes_to_all_three_engines(tmp_path: Path, capsy
           "--set", "seq_len=16", "--set", "eval_batches=1", "--device", "cpu", "--workers", "1",
           "--max-extend", "0", "--out", str(lr), "--quiet", "--json"], capsys)
     csv = tmp_path / "lr.csv"
-    assert mutransfer.cli.main(["sweep", "export", "--storage", str(lr), "--out", str(csv)]) == 0
+    assert mutransfer_cli.main(["sweep", "export", "--storage", str(lr), "--out", str(csv)]) == 0
     big = tmp_path / "llama-1b"
     big.mkdir()
     (big / "config.json").write_text(json.dumps(LLAMA_1B))
@@ -163,9 +163,9 @@ def test_the_card_for_a_1b_llama_goes_to_all_three_engines(tmp_path: Path, capsy
     argv = ["transfer", "--results", str(csv), "--model", f"hf:{big}", "--tokens-per-param", "20",
             "--batch-size", "512", "--seq-len", "2048", "--base-width", "256", "--base-depth", "2",
             "--weight-decay", "0.1", "--dp-size", "8", "--micro-batch", "4", "--out", str(card_path)]
-    assert mutransfer.cli.main(argv) == 2  # the byte-level proxy's vocab is not Llama's
+    assert mutransfer_cli.main(argv) == 2  # the byte-level proxy's vocab is not Llama's
     assert "--allow-vocab-change" in capsys.readouterr().err and not card_path.exists()
-    assert mutransfer.cli.main([*argv, "--allow-vocab-change"]) == 0, capsys.readouterr().err
+    assert mutransfer_cli.main([*argv, "--allow-vocab-change"]) == 0, capsys.readouterr().err
     card = load_card(card_path)
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**LLAMA_1B))
@@ -178,7 +178,7 @@ def test_the_card_for_a_1b_llama_goes_to_all_three_engines(tmp_path: Path, capsy
                           ("megatron", ["init", "eps", "weight_decay", "residual_multiplier"])):
         out = tmp_path / f"{engine}.json"
         flags = [x for d in drops for x in ("--drop", d)]
-        assert mutransfer.cli.main(["export", str(card_path), "--to", engine, *flags, "--out", str(out),
+        assert mutransfer_cli.main(["export", str(card_path), "--to", engine, *flags, "--out", str(out),
                                     "--quiet"]) == 0, capsys.readouterr().err
         exports[engine] = json.loads(out.read_text())
     hf_args = exports["hf"]["training_arguments"]
@@ -245,7 +245,7 @@ def test_bad_models_exit_2_naming_them(verb: str, model: str, needle: str, tmp_p
             "coord-check": ["coord-check", "--model", model, "--widths", f"32,{width}", "--out", out],
             "sweep-lr": ["sweep", "lr", "--model", model, "--widths", f"32,{width}", "--lrs", "0.01",
                          "--steps", "1", "--out", out, "--workers", "1", "--quiet"]}[verb]
-    assert mutransfer.cli.main(argv) == 2
+    assert mutransfer_cli.main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert needle in err and len(err.splitlines()) == 1, err
     assert not (tmp_path / "out" / "optuna.journal").exists()
@@ -255,13 +255,13 @@ def test_builder_without_logits_exits_2(tmp_path: Path, capsys, monkeypatch: pyt
     (tmp_path / "user_bad_builders.py").write_text(BUILDERS)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "user_bad_builders", raising=False)
-    assert mutransfer.cli.main(["train", "--model", "user_bad_builders:no_logits", "--set", "steps=1"]) == 2
+    assert mutransfer_cli.main(["train", "--model", "user_bad_builders:no_logits", "--set", "steps=1"]) == 2
     err = capsys.readouterr().err
     assert "'user_bad_builders:no_logits'" in err and "[1, 2, 256]" in err
 
 
 def test_fused_sweep_refuses_a_user_model(llama: str, tmp_path: Path, capsys, _verb) -> None:
-    assert mutransfer.cli.main(["sweep", "lr", "--model", llama, "--widths", "32,64", "--lrs", "0.01",
+    assert mutransfer_cli.main(["sweep", "lr", "--model", llama, "--widths", "32,64", "--lrs", "0.01",
                                 "--steps", "1", "--fuse", "4", "--out", str(tmp_path / "o"),
                                 "--workers", "1", "--quiet"]) == 2
     err = capsys.readouterr().err.strip()
@@ -271,10 +271,10 @@ def test_fused_sweep_refuses_a_user_model(llama: str, tmp_path: Path, capsys, _v
 def test_audit_takes_the_same_model_names(llama: str, capsys) -> None:
     """``audit --model hf:PATH`` audits mutransfer's own μP on the user's model (it passes);
     ``--entry`` stays the builder form's alias, one of the two."""
-    assert mutransfer.cli.main(["audit", "--model", llama, "--widths", "32,64,128", "--no-coord-check",
+    assert mutransfer_cli.main(["audit", "--model", llama, "--widths", "32,64,128", "--no-coord-check",
                                 "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["passed"] is True
-    assert mutransfer.cli.main(["audit", "--model", llama, "--entry", "x:y"]) == 2
-    assert mutransfer.cli.main(["audit", "--model", "hf:no/such-hub-id"]) == 2
+    assert mutransfer_cli.main(["audit", "--model", llama, "--entry", "x:y"]) == 2
+    assert mutransfer_cli.main(["audit", "--model", "hf:no/such-hub-id"]) == 2
     assert "'hf:no/such-hub-id'" in capsys.readouterr().err

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from mutransfer.audit import audit, load_entry
-from mutransfer.cli import main
+from mutransfer_cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 ENTRY = "tests.mutransfer.audit_variants"

@@ -9,7 +9,7 @@ import torch
 import yaml
 
 from mutransfer.card import SCHEMA, apply, build_card, load_card, save_card
-from mutransfer.cli import main
+from mutransfer_cli import main
 from mutransfer.models import GPT, GPTConfig
 from mutransfer.optim import build_optimizer
 from mutransfer.parametrization import Multipliers, Parametrization

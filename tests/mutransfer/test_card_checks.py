@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from mutransfer.card import apply, load_card, save_card, validate_card
-from mutransfer.cli import main
+from mutransfer_cli import main
 from mutransfer.target import ScalingLaws, build_target_model
 from mutransfer.trust import card_warnings, trust_block
 

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from mutransfer.card import load_card, validate_card
-from mutransfer.cli import main
+from mutransfer_cli import main
 
 T_STAR, C, K = -7.3, 0.02, 0.04  # true optimum, curvature, seed 0's tilt
 

@@ -11,7 +11,7 @@ import torch
 import torch.nn as nn
 
 from mutransfer.card import apply, build_card, load_card, save_card
-from mutransfer.cli import main
+from mutransfer_cli import main
 from mutransfer.models import GPT, MLP, get_preset
 from mutransfer.parametrization import Multipliers, Parametrization
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from mutransfer.card import apply, load_card, schedule_config
-from mutransfer.cli import main
+from mutransfer_cli import main
 from mutransfer.export import export_card, hf_param_groups
 from mutransfer.schedules import Schedule
 

@@ -17,7 +17,7 @@ import torch
 import yaml
 
 from mutransfer.card import SCHEMA_V1, SCHEMA_V2, apply, load_card, save_card, schedule_config
-from mutransfer.cli import main
+from mutransfer_cli import main
 from mutransfer.models import GPT, get_preset
 from mutransfer.parametrization import Parametrization
 from mutransfer.schedules import Schedule

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from mutransfer.cli import main
+from mutransfer_cli import main
 
 
 def test_explain_prints_every_parameter_with_its_role(capsys) -> None:

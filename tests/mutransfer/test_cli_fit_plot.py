@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from mutransfer.cli import main
+from mutransfer_cli import main
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 ZHANG = DATA / "zhang2024_cbs_steps_to_target.csv"

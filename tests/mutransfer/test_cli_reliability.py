@@ -8,11 +8,11 @@ import sys
 
 import pytest
 
-import mutransfer.cli
+import mutransfer_cli
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    rc = mutransfer.cli.main(argv)
+    rc = mutransfer_cli.main(argv)
     return rc, capsys.readouterr().err
 
 
@@ -150,7 +150,7 @@ def test_audit_out_never_replaces_the_study(tmp_path, capsys) -> None:
 
 def _checkpoint(tmp_path):
     run_dir = tmp_path / "run"
-    assert mutransfer.cli.main(["train", "--preset", "gpt-tiny", "--set", "width=32", "--set", "depth=1",
+    assert mutransfer_cli.main(["train", "--preset", "gpt-tiny", "--set", "width=32", "--set", "depth=1",
                                 "--set", "seq_len=16", "--set", "batch_size=4", "--set", "steps=2",
                                 "--set", "data_max_bytes=100000", "--set", "checkpoint_every=2",
                                 "--out", str(run_dir), "--quiet"]) == 0
@@ -409,7 +409,7 @@ def test_audit_entry_that_does_not_finish_is_an_error(fn, extra, first, tail, tm
 
 
 def test_audit_help_says_the_entry_runs_as_the_user(capsys) -> None:
-    assert mutransfer.cli.main(["audit", "--help"]) == 0
+    assert mutransfer_cli.main(["audit", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "run with your permissions" in text and "current directory comes first on the import path" in text
 

@@ -168,7 +168,7 @@ def test_yaml_config_may_be_flat_or_nested(tmp_path) -> None:
 
 
 def test_cli_set_takes_dotted_keys(tmp_path) -> None:
-    from mutransfer.cli.train import add_arguments, build_config
+    from mutransfer_cli.train import add_arguments, build_config
 
     p = argparse.ArgumentParser()
     add_arguments(p)

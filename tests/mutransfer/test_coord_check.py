@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
-from mutransfer.cli import main
+from mutransfer_cli import main
 from mutransfer.coord_check import coord_check, fit_slopes
 from mutransfer.data import DataConfig, load_dataset
 from mutransfer.models import GPT, GPTConfig

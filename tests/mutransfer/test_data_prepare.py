@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from mutransfer.cli import main
+from mutransfer_cli import main
 from mutransfer.data import DataConfig, _split_by_file, load_dataset, prepare_tokens, stdlib_files
 from mutransfer.train import TrainConfig, train
 

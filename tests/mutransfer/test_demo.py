@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from mutransfer.cli import main
+from mutransfer_cli import main
 
 
 def test_demo_tiny_writes_report_summary_card_and_reuses_trials(tmp_path, capsys) -> None:

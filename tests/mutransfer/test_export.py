@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from mutransfer.card import apply, build_card, save_card
-from mutransfer.cli import main
+from mutransfer_cli import main
 from mutransfer.export import MEGATRON_FIELDS, check_fields, export_card, hf_param_groups
 from mutransfer.models import GPT, GPTConfig
 from mutransfer.parametrization import Parametrization

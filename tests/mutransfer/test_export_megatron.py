@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from mutransfer.card import build_card, save_card
-from mutransfer.cli import main
+from mutransfer_cli import main
 from mutransfer.export import MEGATRON_FIELDS, export_card
 from mutransfer.models import GPT, GPTConfig
 from mutransfer.parametrization import Multipliers, Parametrization

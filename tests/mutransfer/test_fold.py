@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from mutransfer.checkpoint import load_checkpoint
-from mutransfer.cli import main
+from mutransfer_cli import main
 from mutransfer.fold import PLAIN_FORMAT, fold
 from mutransfer.models import GPT, GPTConfig
 from mutransfer.optim import build_optimizer

@@ -7,14 +7,14 @@ from pathlib import Path
 import pytest
 
 from mutransfer import cli
-from mutransfer.cli import memory as memory_cli
+from mutransfer_cli import memory as memory_cli
 from mutransfer.memory import OPTIMIZERS, parse_count, training_memory
 
 
 @pytest.fixture
 def with_verb(monkeypatch: pytest.MonkeyPatch) -> None:
     # The lead owns cli/__init__.py; register the verb for these tests only.
-    monkeypatch.setitem(cli.VERBS, "memory", ("mutransfer.cli.memory", memory_cli.HELP))
+    monkeypatch.setitem(cli.VERBS, "memory", ("mutransfer_cli.memory", memory_cli.HELP))
 
 
 def test_adamw_7b_is_112_gb_with_zero_breakdown() -> None:

@@ -189,7 +189,7 @@ def test_coord_check_takes_rules_and_figure_names_every_line() -> None:
 def test_cli_coord_check_takes_rules(tmp_path, capsys) -> None:
     import json
 
-    from mutransfer.cli import main
+    from mutransfer_cli import main
 
     common = ["coord-check", "--model", "mlp", "--widths", "32,64", "--steps", "1", "--n-seeds", "1",
               "--quiet", "--no-plot"]

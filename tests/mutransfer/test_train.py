@@ -185,10 +185,10 @@ CLI_SETS = ["--set", "width=32", "--set", "depth=1", "--set", "head_dim=16", "--
 
 @pytest.fixture()
 def cli(monkeypatch):
-    import mutransfer.cli
+    import mutransfer_cli
 
-    monkeypatch.setitem(mutransfer.cli.VERBS, "train", ("mutransfer.cli.train", "train a proxy"))
-    return mutransfer.cli.main
+    monkeypatch.setitem(mutransfer_cli.VERBS, "train", ("mutransfer_cli.train", "train a proxy"))
+    return mutransfer_cli.main
 
 
 def test_cli_trains_writes_result_and_json(cli, tmp_path, capsys) -> None:

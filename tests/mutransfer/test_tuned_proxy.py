@@ -13,7 +13,7 @@ import torch
 import yaml
 
 from mutransfer.card import apply, load_card
-from mutransfer.cli import main
+from mutransfer_cli import main
 from mutransfer.models import GPT
 from mutransfer.train import TrainConfig, Trainer
 

@@ -1,4 +1,4 @@
-"""``mutransfer sweep`` through mutransfer.cli.main (the verb registered by monkeypatch)."""
+"""``mutransfer sweep`` through mutransfer_cli.main (the verb registered by monkeypatch)."""
 
 from __future__ import annotations
 
@@ -6,18 +6,18 @@ import json
 
 import pytest
 
-import mutransfer.cli
+import mutransfer_cli
 
 SYN = ["--runner", "sweeps.runners:synthetic_runner"]
 
 
 @pytest.fixture(autouse=True)
 def _verb(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(mutransfer.cli.VERBS, "sweep", ("mutransfer.cli.sweep", "sweeps"))
+    monkeypatch.setitem(mutransfer_cli.VERBS, "sweep", ("mutransfer_cli.sweep", "sweeps"))
 
 
 def main(*argv: str) -> int:
-    return mutransfer.cli.main(["sweep", *argv])
+    return mutransfer_cli.main(["sweep", *argv])
 
 
 def test_lr_sweep_status_export_and_resume(tmp_path, capsys) -> None:

@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-import mutransfer.cli
+import mutransfer_cli
 from sweeps import attrs
 from sweeps.runners import SYNTHETIC_LAWS
 
@@ -23,10 +23,10 @@ ETA_8 = SYNTHETIC_LAWS["lr_coef"] * (8 * SEQ) ** 0.5 * 98304 ** SYNTHETIC_LAWS["
 
 @pytest.fixture()
 def sweep(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
-    monkeypatch.setitem(mutransfer.cli.VERBS, "sweep", ("mutransfer.cli.sweep", "sweeps"))
+    monkeypatch.setitem(mutransfer_cli.VERBS, "sweep", ("mutransfer_cli.sweep", "sweeps"))
 
     def run(*argv: str) -> tuple[int, dict]:
-        rc = mutransfer.cli.main(["sweep", *argv, "--quiet", "--json"])
+        rc = mutransfer_cli.main(["sweep", *argv, "--quiet", "--json"])
         out = capsys.readouterr().out
         return rc, (json.loads(out) if out.strip() else {})
 
@@ -77,8 +77,8 @@ def test_scaling_extends_both_axes_until_bracketed_and_recovers_the_laws(sweep, 
 
     # fit scaling on the extended table: the known laws, and every budget bracketed in FIT.json
     csv, fit = tmp_path / "r.csv", tmp_path / "fit.json"
-    assert mutransfer.cli.main(["sweep", "export", "--storage", str(out), "--out", str(csv)]) == 0
-    assert mutransfer.cli.main(["fit", "scaling", str(csv), "--out", str(fit), "--n-boot", "20",
+    assert mutransfer_cli.main(["sweep", "export", "--storage", str(out), "--out", str(csv)]) == 0
+    assert mutransfer_cli.main(["fit", "scaling", str(csv), "--out", str(fit), "--n-boot", "20",
                                 "--quiet"]) == 0
     doc = json.loads(fit.read_text())
     assert doc["batch"]["exponents"]["tokens"] == pytest.approx(SYNTHETIC_LAWS["batch_exp_tokens"], abs=1e-6)
@@ -146,8 +146,8 @@ def test_lr_sweep_extends_each_group_within_max_extend(sweep, tmp_path) -> None:
     (["--log2-lr-range=-3:-9"], "log2 LR range -3.0:-9.0"),
 ])
 def test_bad_bounds_exit_2_before_any_study(tmp_path, monkeypatch, capsys, argv, needle) -> None:
-    monkeypatch.setitem(mutransfer.cli.VERBS, "sweep", ("mutransfer.cli.sweep", "sweeps"))
+    monkeypatch.setitem(mutransfer_cli.VERBS, "sweep", ("mutransfer_cli.sweep", "sweeps"))
     out = tmp_path / "o"
-    assert mutransfer.cli.main(["sweep", *_scaling(out, "2,4,8"), *argv, "--quiet"]) == 2
+    assert mutransfer_cli.main(["sweep", *_scaling(out, "2,4,8"), *argv, "--quiet"]) == 2
     assert needle in capsys.readouterr().err
     assert not (out / "optuna.journal").exists()

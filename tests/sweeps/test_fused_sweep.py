@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-import mutransfer.cli
+import mutransfer_cli
 import mutransfer.fused  # noqa: E402,F401  (an import error fails, never skips)
 from sweeps import LRSweep, open_study, prepare, results_table, run_sweep, spawn_workers
 from sweeps.spec import point_key
@@ -146,12 +146,12 @@ def test_a_diverging_and_a_pruned_member_leave_the_others_alone(tmp_path, monkey
 
 
 def _main(*argv: str) -> int:
-    return mutransfer.cli.main(["sweep", *argv])
+    return mutransfer_cli.main(["sweep", *argv])
 
 
 @pytest.mark.parametrize("value", ["0", "-2", "x", "1.5"])
 def test_bad_fuse_exits_2_naming_the_value(tmp_path, capsys, monkeypatch, value) -> None:
-    monkeypatch.setitem(mutransfer.cli.VERBS, "sweep", ("mutransfer.cli.sweep", "sweeps"))
+    monkeypatch.setitem(mutransfer_cli.VERBS, "sweep", ("mutransfer_cli.sweep", "sweeps"))
     assert _main("lr", "--widths", "32", "--fuse", value, "--out", str(tmp_path / "o")) == 2
     err = capsys.readouterr().err
     assert f"fuse {value!r}" in err and "--fuse" in err
@@ -163,7 +163,7 @@ def test_bad_fuse_exits_2_naming_the_value(tmp_path, capsys, monkeypatch, value)
 
 
 def test_fuse_is_a_study_default_for_joining_workers(tmp_path, capsys, monkeypatch) -> None:
-    monkeypatch.setitem(mutransfer.cli.VERBS, "sweep", ("mutransfer.cli.sweep", "sweeps"))
+    monkeypatch.setitem(mutransfer_cli.VERBS, "sweep", ("mutransfer_cli.sweep", "sweeps"))
     syn = ["--runner", "sweeps.runners:synthetic_runner"]
     assert _main("lr", "--widths", "32", "-p", "mup", "--lrs", "0.001,0.01,0.1", "--out", str(tmp_path),
                  "--fuse", "auto", "--prepare-only", *syn) == 0

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-import mutransfer.cli
+import mutransfer_cli
 from sweeps import LRSweep, open_study, prepare, run_sweep
 from sweeps.storage import Storage, mask_url, read_storage_file
 
@@ -24,7 +24,7 @@ SECRET = "s3cr3t-Pw"
 
 
 def sweep(*argv: str) -> int:
-    return mutransfer.cli.main(["sweep", *argv])
+    return mutransfer_cli.main(["sweep", *argv])
 
 
 # ---- 1. the storage password -------------------------------------------------------------

@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-import mutransfer.cli
+import mutransfer_cli
 from sweeps.spec import ScalingSweep, load_spec, spec_from_dict
 
 
@@ -78,7 +78,7 @@ def test_bad_specs_raise_one_clear_error(kw: dict, match: str) -> None:
 
 @pytest.fixture()
 def _verb(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(mutransfer.cli.VERBS, "sweep", ("mutransfer.cli.sweep", "sweeps"))
+    monkeypatch.setitem(mutransfer_cli.VERBS, "sweep", ("mutransfer_cli.sweep", "sweeps"))
 
 
 @pytest.mark.parametrize(("argv", "needle"), [
@@ -99,7 +99,7 @@ def test_cli_bad_input_exits_2_before_any_study_exists(_verb, tmp_path, capsys, 
     else:
         argv = [*argv, "--lr-center", "0.01"]
     out = tmp_path / "o"
-    assert mutransfer.cli.main([*base, *argv, "--out", str(out), "--quiet"]) == 2
+    assert mutransfer_cli.main([*base, *argv, "--out", str(out), "--quiet"]) == 2
     assert needle in capsys.readouterr().err
     assert not out.exists()
 
@@ -115,7 +115,7 @@ def test_known_laws_through_sweep_export_fit_and_holdout_audit(_verb, tmp_path, 
             "--tokens", "32768,65536,131072,262144", "--lr-center", "0.0072", "--lr-center-batch", "8",
             "--set", "seq_len=64", "--runner", "sweeps.runners:synthetic_scaling_runner", "--holdout",
             "--out", str(out), "--workers", "1", "--quiet", "--json"]
-    assert mutransfer.cli.main(argv) == 0
+    assert mutransfer_cli.main(argv) == 0
     st = json.loads(capsys.readouterr().out)
     assert st["counts"]["complete"] == 4 * 7 and st["audit"]["passed"] is True
     audit = json.loads((out / "AUDIT.json").read_text())
@@ -130,8 +130,8 @@ def test_known_laws_through_sweep_export_fit_and_holdout_audit(_verb, tmp_path, 
     assert run["tokens"] == pytest.approx(262144, rel=0.02)
 
     csv, fit = tmp_path / "r.csv", tmp_path / "fit.json"
-    assert mutransfer.cli.main(["sweep", "export", "--storage", str(out), "--out", str(csv)]) == 0
-    assert mutransfer.cli.main(["fit", "scaling", str(csv), "--out", str(fit), "--n-boot", "50"]) == 0
+    assert mutransfer_cli.main(["sweep", "export", "--storage", str(out), "--out", str(csv)]) == 0
+    assert mutransfer_cli.main(["fit", "scaling", str(csv), "--out", str(fit), "--n-boot", "50"]) == 0
     doc = json.loads(fit.read_text())
     assert doc["n_rows"] == 4 * 7 * 4
     assert doc["lr"]["exponents"]["batch_tokens"] == pytest.approx(SYNTHETIC_LAWS["lr_exp_batch"], abs=1e-6)
@@ -150,11 +150,11 @@ TINY = ["sweep", "scaling", "--preset", "gpt-tiny", "--width", "32", "--check-wi
 @pytest.mark.slow
 def test_tiny_scaling_sweep_with_the_real_trainer(_verb, tmp_path, capsys) -> None:
     out = tmp_path / "s"
-    assert mutransfer.cli.main([*TINY, "--out", str(out), "--workers", "1"]) == 0
+    assert mutransfer_cli.main([*TINY, "--out", str(out), "--workers", "1"]) == 0
     st = json.loads(capsys.readouterr().out)
     assert st["counts"]["complete"] == 3 * 3 + 3  # 3 batches x 3 LRs, + the check's 3 LRs at B=4
     csv = tmp_path / "r.csv"
-    assert mutransfer.cli.main(["sweep", "export", "--storage", str(out), "--out", str(csv)]) == 0
+    assert mutransfer_cli.main(["sweep", "export", "--storage", str(out), "--out", str(csv)]) == 0
 
     from analysis.results import read_results
 
@@ -176,7 +176,7 @@ def test_tiny_scaling_sweep_with_the_real_trainer(_verb, tmp_path, capsys) -> No
 
     # the table feeds `fit scaling`, at the base width (the wider check repeats its points)
     fit = tmp_path / "fit.json"
-    assert mutransfer.cli.main(["fit", "scaling", str(csv), "--where", "width=32", "--out", str(fit),
+    assert mutransfer_cli.main(["fit", "scaling", str(csv), "--where", "width=32", "--out", str(fit),
                                 "--n-boot", "20"]) == 0
     doc = json.loads(fit.read_text())
     assert doc["kind"] == "scaling" and doc["n_rows"] == 27

@@ -10,7 +10,7 @@ from collections import Counter
 import optuna
 import pytest
 
-import mutransfer.cli
+import mutransfer_cli
 from sweeps.storage import STORAGE_ENV, Storage
 
 SECRET = "pw-s3cret-9"
@@ -19,7 +19,7 @@ SYN = ["--runner", "sweeps.runners:synthetic_runner"]
 
 @pytest.fixture(autouse=True)
 def _verb(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(mutransfer.cli.VERBS, "sweep", ("mutransfer.cli.sweep", "sweeps"))
+    monkeypatch.setitem(mutransfer_cli.VERBS, "sweep", ("mutransfer_cli.sweep", "sweeps"))
 
 
 @pytest.fixture
@@ -53,7 +53,7 @@ def resolved(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_sweep_lr_opens_the_journal_once_in_the_parent(tmp_path, capsys, opened, resolved, workers) -> None:
     out = tmp_path / "d"
-    assert mutransfer.cli.main(["sweep", "lr", "--widths", "32", "-p", "mup", "--lrs", "0.001,0.01",
+    assert mutransfer_cli.main(["sweep", "lr", "--widths", "32", "-p", "mup", "--lrs", "0.001,0.01",
                                 "--out", str(out), "--workers", workers, "--quiet", "--json", *SYN]) == 0
     cap = capsys.readouterr()
     assert json.loads(cap.out)["counts"]["complete"] == 2  # the workers did run the trials
@@ -73,7 +73,7 @@ def test_sweep_lr_opens_an_rdb_once_in_the_parent(tmp_path, capsys, opened, kind
     url = f"sqlite:///{tmp_path / 's.db'}" if kind == "sqlite" else str(PG_URL)
     study = f"lr-{uuid.uuid4().hex[:8]}"
     try:
-        assert mutransfer.cli.main(["sweep", "lr", "--widths", "32", "-p", "mup", "--lrs", "0.001",
+        assert mutransfer_cli.main(["sweep", "lr", "--widths", "32", "-p", "mup", "--lrs", "0.001",
                                     "--out", str(tmp_path / "d"), "--storage", url, "--study", study,
                                     "--workers", "1", "--quiet", *SYN]) == 0
         assert opened == Counter({"RDBStorage": 1})  # opened with the heartbeat, reused for the rest
@@ -92,7 +92,7 @@ def test_a_worker_builds_its_storage_from_the_environment(tmp_path, monkeypatch,
     assert env == {STORAGE_ENV: where.url}  # all a spawned worker gets: no argv, no flag
     monkeypatch.setenv(STORAGE_ENV, env[STORAGE_ENV])
     opened.clear()
-    assert mutransfer.cli.main(["sweep", "worker", "--study", "lr"]) == 0
+    assert mutransfer_cli.main(["sweep", "worker", "--study", "lr"]) == 0
     assert opened == Counter({"JournalStorage": 1})
     study, _ = open_study(where, "lr")
     assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE"]

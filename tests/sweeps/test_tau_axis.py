@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-import mutransfer.cli
+import mutransfer_cli
 from mutransfer.card import load_card
 from sweeps.spec import ScalingSweep, check_trials, spec_from_dict
 
@@ -52,7 +52,7 @@ def test_bad_weight_decay_axis_raises_one_clear_error(kw: dict, match: str) -> N
 
 @pytest.fixture()
 def _verb(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(mutransfer.cli.VERBS, "sweep", ("mutransfer.cli.sweep", "sweeps"))
+    monkeypatch.setitem(mutransfer_cli.VERBS, "sweep", ("mutransfer_cli.sweep", "sweeps"))
 
 
 SWEEP = ["sweep", "scaling", "--preset", "gpt-tiny", "--width", "32", "--batch-sizes", "8,16,32,64",
@@ -69,7 +69,7 @@ SWEEP = ["sweep", "scaling", "--preset", "gpt-tiny", "--width", "32", "--batch-s
 ])
 def test_cli_bad_weight_decays_exit_2_before_any_study(_verb, tmp_path, capsys, argv, needle) -> None:
     out = tmp_path / "o"
-    assert mutransfer.cli.main([*SWEEP, *argv, "--out", str(out)]) == 2
+    assert mutransfer_cli.main([*SWEEP, *argv, "--out", str(out)]) == 2
     assert needle in capsys.readouterr().err
     assert not out.exists()
 
@@ -84,10 +84,10 @@ def test_known_tau_through_sweep_fit_and_card(_verb, tmp_path, capsys) -> None:
     out, csv, fit = tmp_path / "syn", tmp_path / "r.csv", tmp_path / "fit.json"
 
     def sweep_and_fit(*extra: str) -> tuple[int, dict]:
-        assert mutransfer.cli.main([*SWEEP, *extra, "--out", str(out)]) == 0
+        assert mutransfer_cli.main([*SWEEP, *extra, "--out", str(out)]) == 0
         done = json.loads(capsys.readouterr().out)["counts"]["complete"]
-        assert mutransfer.cli.main(["sweep", "export", "--storage", str(out), "--out", str(csv)]) == 0
-        assert mutransfer.cli.main(["fit", "scaling", str(csv), "--out", str(fit), "--n-boot", "200",
+        assert mutransfer_cli.main(["sweep", "export", "--storage", str(out), "--out", str(csv)]) == 0
+        assert mutransfer_cli.main(["fit", "scaling", str(csv), "--out", str(fit), "--n-boot", "200",
                                     "--quiet"]) == 0
         return done, json.loads(fit.read_text())["tau"]
 
@@ -107,7 +107,7 @@ def test_known_tau_through_sweep_fit_and_card(_verb, tmp_path, capsys) -> None:
     assert 0.2 < tau["weight_decay"] < 0.8
 
     card_path = tmp_path / "card.yaml"
-    code = mutransfer.cli.main(["transfer", "--preset", "gpt-tiny", "--seq-len", "64", "--lr", "0.01",
+    code = mutransfer_cli.main(["transfer", "--preset", "gpt-tiny", "--seq-len", "64", "--lr", "0.01",
                                 "--proxy-batch-tokens", "1024", "--proxy-tokens", "262144",
                                 "--set", "width=128", "--tokens", str(2**21), "--scaling-fit", str(fit),
                                 "--out", str(card_path)])
@@ -129,16 +129,16 @@ def test_the_trainer_runs_each_weight_decay(_verb, tmp_path, capsys) -> None:
     import mutransfer.train  # noqa: F401  (an import error fails, never skips)
 
     out, csv, fit = tmp_path / "o", tmp_path / "r.csv", tmp_path / "fit.json"
-    assert mutransfer.cli.main(["sweep", "scaling", "--preset", "gpt-tiny", "--width", "32", "--batch-sizes",
+    assert mutransfer_cli.main(["sweep", "scaling", "--preset", "gpt-tiny", "--width", "32", "--batch-sizes",
                                 "2,4,8", "--tokens", "256,512,1024", "--lr-center", "0.01",
                                 "--log2-lr-offsets=-1,0,1", "--set", "seq_len=16", "--eval-sequences", "8",
                                 "--device", "cpu", "--max-extend", "0", "--weight-decays", "0.05,1.6",
                                 "--workers", "1", "--quiet", "--out", str(out)]) == 0
-    assert mutransfer.cli.main(["sweep", "export", "--storage", str(out), "--out", str(csv)]) == 0
+    assert mutransfer_cli.main(["sweep", "export", "--storage", str(out), "--out", str(csv)]) == 0
     df = pd.read_csv(csv)
     assert df.groupby("batch_size")["weight_decay"].nunique().to_dict() == {2: 1, 4: 3, 8: 1}
     at = df[(df["batch_size"] == 4) & (df["tokens"] == df["tokens"].max())]
     assert at.groupby("lr")["loss"].nunique().min() == 3
-    assert mutransfer.cli.main(["fit", "scaling", str(csv), "--n-boot", "20", "--out", str(fit),
+    assert mutransfer_cli.main(["fit", "scaling", str(csv), "--n-boot", "20", "--out", str(fit),
                                 "--quiet"]) == 0
     assert json.loads(fit.read_text())["tau"]["source"] == "measured"

@@ -8,23 +8,23 @@ import math
 
 import pytest
 
-import mutransfer.cli
+import mutransfer_cli
 import mutransfer.train  # noqa: E402,F401  (the real trainer: an import error fails, never skips)
 
 
 @pytest.mark.slow
 def test_lr_sweep_with_the_real_trainer_feeds_analysis(tmp_path, capsys, monkeypatch) -> None:
-    monkeypatch.setitem(mutransfer.cli.VERBS, "sweep", ("mutransfer.cli.sweep", "sweeps"))
+    monkeypatch.setitem(mutransfer_cli.VERBS, "sweep", ("mutransfer_cli.sweep", "sweeps"))
     out = tmp_path / "d"
     argv = ["sweep", "lr", "--preset", "gpt-tiny", "--widths", "32,64", "-p", "mup",
             "--lrs", f"{2**-8},{2**-6},{2**-4}", "--steps", "6", "--batch-size", "4", "--set", "eval_every=3",
             "--set", "eval_batches=1", "--device", "cpu", "--out", str(out), "--workers", "2",
             "--max-extend", "0", "--quiet", "--json"]  # the grid as given (extension: test_extend.py)
-    assert mutransfer.cli.main(argv) == 0
+    assert mutransfer_cli.main(argv) == 0
     st = json.loads(capsys.readouterr().out)
     assert st["counts"]["complete"] == 6 and st["workers"] == 2
     csv = tmp_path / "results.csv"
-    assert mutransfer.cli.main(["sweep", "export", "--storage", str(out), "--out", str(csv)]) == 0
+    assert mutransfer_cli.main(["sweep", "export", "--storage", str(out), "--out", str(csv)]) == 0
 
     from analysis import OptimumFit
     from analysis.results import read_results

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from mutransfer.cli._common import MAX_DEPTH, MAX_WIDTH, bounded_int, print_json
+from mutransfer_cli._common import MAX_DEPTH, MAX_WIDTH, bounded_int, print_json
 from mutransfer.models.presets import DEFAULT_PRESET
 from mutransfer.parametrization import Parametrization
 

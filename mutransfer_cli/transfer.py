@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from mutransfer.cli._common import (
+from mutransfer_cli._common import (
     MAX_DEPTH,
     MAX_WIDTH,
     bounded_int,
@@ -581,7 +581,7 @@ def optimum_from_results(args: argparse.Namespace, seq_len: int
     """Fit the optimum per width on an LR sweep's table, with the same checks as
     ``mutransfer fit`` (non-numeric lr, NaN loss not marked diverged: one error)."""
     from analysis import OptimumFit
-    from mutransfer.cli.fit import load_table, optimum_sensitivity
+    from mutransfer_cli.fit import load_table, optimum_sensitivity
 
     table = argparse.Namespace(results=args.results, where=[], diverged="diverged", state="state",
                                dropna=False)

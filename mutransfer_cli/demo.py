@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mutransfer.cli._common import positive_int, print_json
+from mutransfer_cli._common import positive_int, print_json
 
 HELP = "all of it, end to end, on the embedded corpus: coord check, LR sweep, fits, card, report"
 
@@ -243,7 +243,7 @@ def run_demo(out: Path, *, device: str = "auto", size: str | None = None, worker
 
     # 1. coordinate check -------------------------------------------------------------
     _log(quiet, f"[1/7] coordinate check, SP vs muP, widths {list(sz.coord_widths)}")
-    from mutransfer.cli import main as cli_main
+    from mutransfer_cli import main as cli_main
 
     coord: dict[str, Any] = {}
     with clock.stage("coord_check", parallel=min(2, torch.get_num_threads())):

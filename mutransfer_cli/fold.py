@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from mutransfer.cli._common import add_output_flags, print_json
+from mutransfer_cli._common import add_output_flags, print_json
 
 HELP = "fold the μP forward multipliers into the weights: a plain checkpoint for any tool"
 

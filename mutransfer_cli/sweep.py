@@ -20,7 +20,7 @@ import argparse
 import sys
 from typing import Any
 
-from mutransfer.cli._common import MAX_SEED, bounded_int, key_value, seed_list
+from mutransfer_cli._common import MAX_SEED, bounded_int, key_value, seed_list
 
 HELP = "Optuna sweeps over proxies: lr | batch | scaling | run | worker | status | export"
 
@@ -330,7 +330,7 @@ def _spec_from_args(args: argparse.Namespace, kind: str) -> Any:
 
 
 def _print_status(st: dict[str, Any], as_json: bool) -> None:
-    from mutransfer.cli._common import print_json
+    from mutransfer_cli._common import print_json
     from sweeps.export import format_status
 
     if as_json:
@@ -369,7 +369,7 @@ def run(args: argparse.Namespace) -> int:
     summary = {"study": study.study_name, "rows": len(df), "out": str(path),
                "diverged": int(df["diverged"].sum()) if len(df) else 0}
     if args.json:
-        from mutransfer.cli._common import print_json
+        from mutransfer_cli._common import print_json
 
         print_json(summary)
     else:

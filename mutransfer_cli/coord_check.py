@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from mutransfer.cli._common import (
+from mutransfer_cli._common import (
     add_output_flags,
     int_list,
     positive_float,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from mutransfer.cli._common import int_list, positive_float, positive_int, print_json
+from mutransfer_cli._common import int_list, positive_float, positive_int, print_json
 
 HELP = "audit a muP implementation: per-parameter width exponents vs the rule table, verdict"
 

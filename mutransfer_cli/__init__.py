@@ -1,6 +1,6 @@
 """The ``mutransfer`` command.
 
-Each verb lives in its own module under ``mutransfer.cli`` and defines
+Each verb lives in its own module under ``mutransfer_cli`` and defines
 
     HELP: str                                   # one line for ``mutransfer --help``
     def add_arguments(p: argparse.ArgumentParser) -> None
@@ -21,19 +21,19 @@ import sys
 
 # verb -> (module, one-line help). Keep in the order of the user's day.
 VERBS: dict[str, tuple[str, str]] = {
-    "coord-check": ("mutransfer.cli.coord_check", "coordinate check: is the parametrization right?"),
-    "audit": ("mutransfer.cli.audit", "is someone else's muP right? per layer, with a verdict"),
-    "explain": ("mutransfer.cli.explain", "print the per-parameter table of roles, init std, LR mult, WD"),
-    "data": ("mutransfer.cli.data", "prepare your own tokens: text + a local tokenizer.json -> tokens.bin"),
-    "train": ("mutransfer.cli.train", "train one proxy on the embedded corpus or your data"),
-    "sweep": ("mutransfer.cli.sweep", "Optuna sweeps: lr | batch | run | worker | status | export"),
-    "fit": ("mutransfer.cli.fit", "fit optimum | power-law | critical-batch | loss laws to a results table"),
-    "plot": ("mutransfer.cli.plot", "render LR curves, optimum vs width, critical batch, loss laws"),
-    "demo": ("mutransfer.cli.demo", "all of it, end to end, on the embedded corpus"),
-    "transfer": ("mutransfer.cli.transfer", "project to the target scale and write the transfer card"),
-    "memory": ("mutransfer.cli.memory", "optimizer memory bill: bytes per parameter and total"),
-    "fold": ("mutransfer.cli.fold", "fold the μP forward multipliers into the weights: a plain checkpoint"),
-    "export": ("mutransfer.cli.export", "write a card as an engine's config: megatron | torchtitan | hf"),
+    "coord-check": ("mutransfer_cli.coord_check", "coordinate check: is the parametrization right?"),
+    "audit": ("mutransfer_cli.audit", "is someone else's muP right? per layer, with a verdict"),
+    "explain": ("mutransfer_cli.explain", "print the per-parameter table of roles, init std, LR mult, WD"),
+    "data": ("mutransfer_cli.data", "prepare your own tokens: text + a local tokenizer.json -> tokens.bin"),
+    "train": ("mutransfer_cli.train", "train one proxy on the embedded corpus or your data"),
+    "sweep": ("mutransfer_cli.sweep", "Optuna sweeps: lr | batch | run | worker | status | export"),
+    "fit": ("mutransfer_cli.fit", "fit optimum | power-law | critical-batch | loss laws to a results table"),
+    "plot": ("mutransfer_cli.plot", "render LR curves, optimum vs width, critical batch, loss laws"),
+    "demo": ("mutransfer_cli.demo", "all of it, end to end, on the embedded corpus"),
+    "transfer": ("mutransfer_cli.transfer", "project to the target scale and write the transfer card"),
+    "memory": ("mutransfer_cli.memory", "optimizer memory bill: bytes per parameter and total"),
+    "fold": ("mutransfer_cli.fold", "fold the μP forward multipliers into the weights: a plain checkpoint"),
+    "export": ("mutransfer_cli.export", "write a card as an engine's config: megatron | torchtitan | hf"),
 }
 
 

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from mutransfer.cli._common import add_output_flags, positive_int, print_json
+from mutransfer_cli._common import add_output_flags, positive_int, print_json
 
 HELP = "write a card as an engine's config: megatron | torchtitan | hf"
 

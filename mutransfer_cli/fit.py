@@ -30,7 +30,7 @@ import math
 from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from mutransfer.cli._common import MAX_N_BOOT, MAX_SEED, bounded_int, positive_float, print_json
+from mutransfer_cli._common import MAX_N_BOOT, MAX_SEED, bounded_int, positive_float, print_json
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from mutransfer.cli._common import add_output_flags, float_list, key_value
+from mutransfer_cli._common import add_output_flags, float_list, key_value
 
 HELP = "train a proxy model (muP/SP/CompleteP/Muon) on the embedded corpus or your data"
 

@@ -15,8 +15,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from mutransfer.cli._common import bounded_int, float_list, positive_float, print_json
-from mutransfer.cli.fit import (
+from mutransfer_cli._common import bounded_int, float_list, positive_float, print_json
+from mutransfer_cli.fit import (
     add_scaling_columns,
     add_table_flags,
     check_level,

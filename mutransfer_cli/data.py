@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mutransfer.cli._common import add_output_flags, print_json
+from mutransfer_cli._common import add_output_flags, print_json
 
 HELP = "prepare your own tokens: text + a local tokenizer.json -> tokens.bin + sidecar"
 
