@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from mutransfer_cli._common import MAX_DEPTH, MAX_WIDTH, bounded_int, print_json
 from mutransfer.models.presets import DEFAULT_PRESET
 from mutransfer.parametrization import Parametrization
+from mutransfer_cli._common import MAX_DEPTH, MAX_WIDTH, bounded_int, print_json
 
 #: explain builds the model in memory (fp32): refuse one above this many parameters
 MAX_PARAMS = 500_000_000

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from mutransfer.models.presets import DEFAULT_PRESET
 from mutransfer_cli._common import (
     MAX_DEPTH,
     MAX_WIDTH,
@@ -27,7 +28,6 @@ from mutransfer_cli._common import (
     positive_int,
     print_json,
 )
-from mutransfer.models.presets import DEFAULT_PRESET
 
 HELP = "project to the target model and token budget and write the transfer card (YAML)"
 

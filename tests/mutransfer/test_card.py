@@ -9,10 +9,10 @@ import torch
 import yaml
 
 from mutransfer.card import SCHEMA, apply, build_card, load_card, save_card
-from mutransfer_cli import main
 from mutransfer.models import GPT, GPTConfig
 from mutransfer.optim import build_optimizer
 from mutransfer.parametrization import Multipliers, Parametrization
+from mutransfer_cli import main
 
 CFG = GPTConfig(width=32, depth=2, head_dim=16, seq_len=16, vocab_size=64)
 

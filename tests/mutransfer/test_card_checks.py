@@ -16,9 +16,9 @@ import pytest
 import yaml
 
 from mutransfer.card import apply, load_card, save_card, validate_card
-from mutransfer_cli import main
 from mutransfer.target import ScalingLaws, build_target_model
 from mutransfer.trust import card_warnings, trust_block
+from mutransfer_cli import main
 
 PROXY = ["--preset", "gpt-tiny", "--lr", "0.01", "--proxy-batch-tokens", "1024", "--proxy-tokens", "2e6"]
 FIT: dict[str, Any] = {

@@ -11,9 +11,9 @@ import torch
 import torch.nn as nn
 
 from mutransfer.card import apply, build_card, load_card, save_card
-from mutransfer_cli import main
 from mutransfer.models import GPT, MLP, get_preset
 from mutransfer.parametrization import Multipliers, Parametrization
+from mutransfer_cli import main
 
 
 def per_parameter(groups: list[dict[str, Any]]) -> dict[str, tuple[float, float, float, str]]:

@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from mutransfer.card import apply, load_card, schedule_config
-from mutransfer_cli import main
 from mutransfer.export import export_card, hf_param_groups
 from mutransfer.schedules import Schedule
+from mutransfer_cli import main
 
 tf = pytest.importorskip("transformers", reason="the [engines] extra is not installed")
 

@@ -17,11 +17,11 @@ import torch
 import yaml
 
 from mutransfer.card import SCHEMA_V1, SCHEMA_V2, apply, load_card, save_card, schedule_config
-from mutransfer_cli import main
 from mutransfer.models import GPT, get_preset
 from mutransfer.parametrization import Parametrization
 from mutransfer.schedules import Schedule
 from mutransfer.target import build_target_model
+from mutransfer_cli import main
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "cards"
 FIT: dict[str, Any] = {

@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 import torch
 
-from mutransfer_cli import main
 from mutransfer.coord_check import coord_check, fit_slopes
 from mutransfer.data import DataConfig, load_dataset
 from mutransfer.models import GPT, GPTConfig
+from mutransfer_cli import main
 
 CFG = GPTConfig(width=32, depth=2, head_dim=16, seq_len=32, vocab_size=256)
 

@@ -17,9 +17,9 @@ import pandas as pd
 import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from mutransfer_cli import main
 from mutransfer.data import DataConfig, _split_by_file, load_dataset, prepare_tokens, stdlib_files
 from mutransfer.train import TrainConfig, train
+from mutransfer_cli import main
 
 EOS = "<|endoftext|>"
 

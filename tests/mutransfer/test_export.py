@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from mutransfer.card import apply, build_card, save_card
-from mutransfer_cli import main
 from mutransfer.export import MEGATRON_FIELDS, check_fields, export_card, hf_param_groups
 from mutransfer.models import GPT, GPTConfig
 from mutransfer.parametrization import Parametrization
+from mutransfer_cli import main
 
 SCHEDULE = {"kind": "wsd", "warmup_steps": 10, "decay_fraction": 0.2, "total_steps": 100,
             "decay_shape": "1-sqrt"}

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from mutransfer.card import build_card, save_card
-from mutransfer_cli import main
 from mutransfer.export import MEGATRON_FIELDS, export_card
 from mutransfer.models import GPT, GPTConfig
 from mutransfer.parametrization import Multipliers, Parametrization
 from mutransfer.target import TargetModel
+from mutransfer_cli import main
 
 SCHEDULE = {"kind": "wsd", "warmup_steps": 10, "decay_fraction": 0.2, "total_steps": 100,
             "decay_shape": "1-sqrt", "min_lr_ratio": 0.1}

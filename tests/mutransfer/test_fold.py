@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from mutransfer.checkpoint import load_checkpoint
-from mutransfer_cli import main
 from mutransfer.fold import PLAIN_FORMAT, fold
 from mutransfer.models import GPT, GPTConfig
 from mutransfer.optim import build_optimizer
 from mutransfer.parametrization import Multipliers, Parametrization
+from mutransfer_cli import main
 
 CFG = GPTConfig(width=64, depth=2, head_dim=16, seq_len=16, vocab_size=64)
 MULTS = Multipliers(input=2.0, output=0.5, attention=1.7, residual=0.8)

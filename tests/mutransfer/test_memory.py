@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from mutransfer import cli
-from mutransfer_cli import memory as memory_cli
 from mutransfer.memory import OPTIMIZERS, parse_count, training_memory
+from mutransfer_cli import memory as memory_cli
 
 
 @pytest.fixture

@@ -13,9 +13,9 @@ import torch
 import yaml
 
 from mutransfer.card import apply, load_card
-from mutransfer_cli import main
 from mutransfer.models import GPT
 from mutransfer.train import TrainConfig, Trainer
+from mutransfer_cli import main
 
 TUNED = {"preset": "gpt-tiny", "parametrization": "mup", "width": 32, "base_width": 32, "seq_len": 32,
          "steps": 40, "batch_size": 4, "lr": 0.02, "lr_mult_input": 6.5, "lr_mult_output": 0.5,

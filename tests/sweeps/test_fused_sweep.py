@@ -18,8 +18,8 @@ from typing import Any
 import pandas as pd
 import pytest
 
-import mutransfer_cli
 import mutransfer.fused  # noqa: E402,F401  (an import error fails, never skips)
+import mutransfer_cli
 from sweeps import LRSweep, open_study, prepare, results_table, run_sweep, spawn_workers
 from sweeps.spec import point_key
 from sweeps.storage import Storage
@@ -42,7 +42,6 @@ def _spec(**kw: Any) -> LRSweep:
 @pytest.fixture
 def fused_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Sizes of the train_fused calls made in this process."""
-    import mutransfer.fused
 
     sizes: list[int] = []
     real = mutransfer.fused.train_fused

@@ -8,8 +8,8 @@ import math
 
 import pytest
 
-import mutransfer_cli
 import mutransfer.train  # noqa: E402,F401  (the real trainer: an import error fails, never skips)
+import mutransfer_cli
 
 
 @pytest.mark.slow
