@@ -15,12 +15,13 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from sweeps.audit import run_holdout_audit
     from sweeps.export import best_config, best_per_group, results_table, status, write_table
+    from sweeps.holdout import run_holdout
     from sweeps.lifecycle import SweepStudy, run_group
     from sweeps.objective import worst_case_loss
     from sweeps.progress import Counts, study_counts
     from sweeps.recovery import requeue, sweep_stale
+    from sweeps.resolve import check_trials, resolve_config
     from sweeps.runners import (
         DEFAULT_RUNNER,
         load_runner,
@@ -36,9 +37,7 @@ if TYPE_CHECKING:
         MultiplierSweep,
         ScalingSweep,
         SweepSpec,
-        check_trials,
         load_spec,
-        resolve_config,
         spec_from_dict,
     )
     from sweeps.storage import Storage
@@ -51,7 +50,7 @@ _EXPORTS: dict[str, str] = {
     "Storage": "sweeps.storage",
     "DEFAULT_RUNNER": "sweeps.runners", "load_runner": "sweeps.runners",
     "train_runner": "sweeps.runners", "synthetic_runner": "sweeps.runners",
-    "resolve_config": "sweeps.spec", "worst_case_loss": "sweeps.objective",
+    "resolve_config": "sweeps.resolve", "worst_case_loss": "sweeps.objective",
     "requeue": "sweeps.recovery", "sweep_stale": "sweeps.recovery",
     "Counts": "sweeps.progress", "study_counts": "sweeps.progress",
     "SweepSettings": "sweeps.worker", "open_study": "sweeps.worker", "work": "sweeps.worker",
@@ -60,16 +59,16 @@ _EXPORTS: dict[str, str] = {
     "run_sweep": "sweeps.study",
     "results_table": "sweeps.export", "write_table": "sweeps.export", "status": "sweeps.export",
     "best_per_group": "sweeps.export",
-    "SweepStudy": "sweeps.lifecycle", "run_group": "sweeps.lifecycle", "check_trials": "sweeps.spec",
+    "SweepStudy": "sweeps.lifecycle", "run_group": "sweeps.lifecycle", "check_trials": "sweeps.resolve",
     "registered_runners": "sweeps.runners", "ScalingSweep": "sweeps.spec",
-    "run_holdout_audit": "sweeps.audit", "MultiplierSweep": "sweeps.spec",
+    "run_holdout": "sweeps.holdout", "MultiplierSweep": "sweeps.spec",
     "MULTIPLIER_SEARCH_SPACE": "sweeps.spec", "best_config": "sweeps.export",
 }
 
 __all__ = [
     "BatchSweep", "Counts", "DEFAULT_RUNNER", "GridSweep", "LRSweep", "MULTIPLIER_SEARCH_SPACE",
     "MultiplierSweep", "Plan", "ScalingSweep", "best_config",
-    "SweepResult", "run_holdout_audit",
+    "SweepResult", "run_holdout",
     "SweepSettings", "SweepSpec", "SweepStudy", "best_per_group", "check_trials", "registered_runners",
     "run_group", "load_runner", "load_spec", "Storage",
     "open_study", "prepare", "requeue", "resolve_config", "results_table",

@@ -16,7 +16,11 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mutransfer._io import atomic_path
 from sweeps import attrs
+from sweeps.attrs import STUDY_ATTR
+from sweeps.progress import study_counts
+from sweeps.worker import SweepSettings
 
 if TYPE_CHECKING:
     import optuna
@@ -83,8 +87,6 @@ def results_table(study: optuna.Study, include_failed: bool = False) -> pd.DataF
 
 def write_table(df: pd.DataFrame, path: str | os.PathLike[str]) -> Path:
     """CSV (``.csv``, ``.csv.gz``) or Parquet (``.parquet``, needs pyarrow), written atomically."""
-    from mutransfer._io import atomic_path
-
     p = Path(path)
     name = p.name.lower()
     if name.endswith(".parquet"):
@@ -144,10 +146,6 @@ def best_config(study: optuna.Study) -> dict[str, Any]:
 
 def status(study: optuna.Study) -> dict[str, Any]:
     """Counts by state and the best trial per group, as a JSON-able dict."""
-    from sweeps.attrs import STUDY_ATTR
-    from sweeps.progress import study_counts
-    from sweeps.worker import SweepSettings
-
     attr = study.user_attrs.get(STUDY_ATTR)
     keys: list[str] = []
     total = None

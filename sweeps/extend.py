@@ -27,13 +27,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sweeps import attrs
-from sweeps.spec import LRSweep, ScalingSweep, SweepSpec, point_key, train_config
+from sweeps.export import results_table
+from sweeps.holdout import fit_rows
+from sweeps.resolve import train_config
+from sweeps.spec import LRSweep, ScalingSweep, SweepSpec, point_key
+from sweeps.study import SweepResult, run_sweep
+from sweeps.worker import open_study
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from sweeps.lifecycle import SweepStudy
-    from sweeps.study import SweepResult
 
 AXES: tuple[str, ...] = ("batch", "lr")
 _ROUND = "__extended_round"  # a planned point's round, carried until it is enqueued
@@ -182,10 +186,9 @@ def _finished(table: pd.DataFrame) -> pd.DataFrame:
 def _scaling_plan(spec: ScalingSweep, table: pd.DataFrame, tried: _Tried, bounds: Bounds,
                   rep: Bracketing) -> list[tuple[str, dict[str, Any]]]:
     from analysis import ScalingLawFit
-    from sweeps.audit import audit_rows
 
     try:
-        fit = ScalingLawFit(n_boot=0).fit(audit_rows(_finished(table), spec))
+        fit = ScalingLawFit(n_boot=0).fit(fit_rows(_finished(table), spec))
     except ValueError as exc:
         rep.error = str(exc)
         return []
@@ -314,8 +317,6 @@ def check_bracketing(spec: SweepSpec, study: SweepStudy, bounds: Bounds,
                      ) -> tuple[Bracketing, list[tuple[str, dict[str, Any]]]]:
     """Locate the optima of the study's finished trials; ``(report, [(axis, point), ...])``
     with the points one more round of extension would add (none when bracketed or bound)."""
-    from sweeps.export import results_table
-
     rep = Bracketing(kind=spec.kind, max_extend=bounds.max_extend)
     tried = _tried(study)
     rep.extended_trials = len(tried.extended)
@@ -355,9 +356,6 @@ def run_bracketed(spec: SweepSpec, bounds: Bounds | None = None, **run_kwargs: A
     run again, until bracketed or bound. ``run_kwargs`` go to ``run_sweep`` unchanged (the
     workers, storage and runner of the extension are the sweep's). The report is None for
     a sweep that does not extend (:func:`extendable`)."""
-    from sweeps.study import run_sweep
-    from sweeps.worker import open_study
-
     bounds = bounds or Bounds()
     t0 = time.perf_counter()
     res = run_sweep(spec, **run_kwargs)

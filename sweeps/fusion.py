@@ -20,12 +20,15 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 from sweeps import attrs
-from sweeps.spec import SweepSpec, train_config
+from sweeps.resolve import train_config
+from sweeps.spec_base import SweepSpec
 
 if TYPE_CHECKING:
     import optuna
 
     from sweeps.lifecycle import SweepStudy
+
+# mutransfer.fused is imported inside the functions that size a group: it imports torch.
 
 AUTO = "auto"
 #: ``None`` | K >= 1 | ``"auto"`` (see the module docstring).
@@ -58,9 +61,8 @@ def is_fused(fuse: Fuse) -> bool:
 
 def check_spec_fusible(spec: SweepSpec, fuse: Fuse) -> None:
     """A fused sweep of a model that is not a built-in preset -> ValueError (one line)."""
-    model = getattr(spec, "model", None)
-    if is_fused(fuse) and model is not None:
-        raise ValueError(f"--fuse {fuse} cannot train model {model!r}: fused training swaps stacked "
+    if is_fused(fuse) and spec.model is not None:
+        raise ValueError(f"--fuse {fuse} cannot train model {spec.model!r}: fused training swaps stacked "
                          "parameters into our own GPT (exactness is only guaranteed there); use --fuse 1")
 
 

@@ -35,8 +35,9 @@ import optuna
 from sweeps import attrs
 from sweeps.objective import _jsonable, full_config, suggest_params, told
 from sweeps.provenance import git_revision, hostname, package_versions, process_start_ticks
-from sweeps.runners import FusedRunner, Report, Runner
-from sweeps.spec import SweepSpec, resolve_config
+from sweeps.resolve import resolve_config
+from sweeps.runners import FusedRunner, Report, Runner, train_runner
+from sweeps.spec_base import SweepSpec
 
 if TYPE_CHECKING:
     from optuna.trial import FrozenTrial
@@ -324,6 +325,4 @@ def _takes_progress(runner: Runner) -> bool:
 
 
 def _is_train_runner(runner: Runner) -> bool:
-    from sweeps.runners import train_runner
-
     return runner is train_runner

@@ -15,7 +15,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from sweeps.spec import SweepSpec, preset_attr, to_train_config
+from sweeps.resolve import to_train_config
+from sweeps.spec_base import PARAMETRIZATIONS, SweepSpec, preset_attr
 
 if TYPE_CHECKING:
     import optuna
@@ -87,8 +88,6 @@ def dim_distribution(name: str, values: Sequence[Any]) -> optuna.distributions.B
     [False, True], and other values a categorical of the spec's values (fixed per study).
     """
     from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
-
-    from sweeps.spec import PARAMETRIZATIONS
 
     vals = list(values)
     numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals)

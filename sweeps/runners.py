@@ -27,6 +27,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from sweeps.resolve import to_train_config
+
+# mutransfer.train and mutransfer.fused are imported inside the runners that train: they
+# import torch, which a worker of the synthetic runner (and the study's parent) never needs.
+
 Report = Callable[[int, float], bool]
 Runner = Callable[[dict[str, Any], Report], dict[str, Any]]
 #: ``run_trials(configs, reports) -> [row | exception per config]``.
@@ -87,8 +92,7 @@ def load_runner(path: str) -> Runner:
 
 def train_runner(config: dict[str, Any], report: Report, *, progress: bool = False) -> dict[str, Any]:
     """Train ``config`` (TrainConfig fields) with ``mutransfer.train`` and return its row."""
-    from mutransfer.train import train  # type: ignore[import-not-found]
-    from sweeps.spec import to_train_config
+    from mutransfer.train import train
 
     config = dict(config)
     branches = config.pop("wsd_branches", None)
@@ -105,7 +109,7 @@ def _train_wsd_row(cfg: Any, fractions: Any, report: Report, *, progress: bool =
     loss is the value told to the study) with ``branches``, every branch's own row in the
     order of ``fractions``; the results table (:mod:`sweeps.export`) has one row per
     branch. ``cpu_s``: the CPU seconds of the whole trial (shared by its branches)."""
-    from mutransfer.train import train_wsd_branches  # type: ignore[import-not-found]
+    from mutransfer.train import train_wsd_branches
 
     if isinstance(fractions, (str, bytes)) or not hasattr(fractions, "__iter__"):
         raise ValueError(f"wsd_branches {fractions!r} must be a list of fractions in (0, 1]")
@@ -166,8 +170,7 @@ def train_fused_runner(configs: list[dict[str, Any]], reports: list[Report]
     only its own members (their entry is the exception).
     """
     from mutransfer.fused import partition, train_fused, unsupported_reason
-    from mutransfer.train import train  # type: ignore[import-not-found]
-    from sweeps.spec import to_train_config
+    from mutransfer.train import train
 
     if len(configs) != len(reports):
         raise ValueError(f"got {len(reports)} report functions for {len(configs)} configs")

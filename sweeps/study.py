@@ -8,6 +8,7 @@ again); a finished grid point is never repeated. Grid order is the spec's (deter
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -16,15 +17,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mutransfer._io import atomic_write_text
 from sweeps import attrs
 from sweeps.attrs import STUDY_ATTR
 from sweeps.fusion import Fuse, check_fuse, check_spec_fusible
+from sweeps.objective import dim_distribution
 from sweeps.progress import Counts, StudyBar, study_counts
-from sweeps.recovery import RequeueCallback
+from sweeps.recovery import RequeueCallback, sweep_stale
+from sweeps.resolve import check_trials
 from sweeps.runners import DEFAULT_RUNNER, Runner, load_runner
-from sweeps.spec import SweepSpec, check_trials, point_key
+from sweeps.spec import SweepSpec, point_key, spec_from_dict, trusted
 from sweeps.storage import Storage, study_names
-from sweeps.worker import SweepSettings
+from sweeps.worker import SweepSettings, open_study, spawn_workers, work
 
 if TYPE_CHECKING:
     from sweeps.lifecycle import SweepStudy
@@ -53,9 +57,6 @@ def _check_compatible(old: dict[str, Any], new: SweepSettings, name: str) -> Non
     if old.get("runner") != new.runner:
         diff.append("runner")
     from optuna.distributions import CategoricalDistribution
-
-    from sweeps.objective import dim_distribution
-    from sweeps.spec import spec_from_dict, trusted
 
     with trusted():
         old_dims = dict(spec_from_dict(o).grid_dims())
@@ -92,8 +93,7 @@ def prepare(
     import optuna
     from optuna.trial import TrialState
 
-    from sweeps.lifecycle import SweepStudy
-    from sweeps.recovery import sweep_stale
+    from sweeps.lifecycle import SweepStudy  # subclasses optuna.Study: imports optuna
 
     storage = Storage.resolve(storage)
     fuse = check_fuse(fuse)
@@ -201,8 +201,6 @@ def run_sweep(
     >= 1, or ``"auto"`` for :func:`mutransfer.fused.choose_k`); None or 1: unfused.
     Results are the same either way (to float tolerance), only faster on small proxies.
     """
-    from sweeps.worker import spawn_workers, work
-
     t0 = time.perf_counter()
     fuse = check_fuse(fuse)
     where = Storage.resolve(storage, out)
@@ -213,16 +211,12 @@ def run_sweep(
     if device is not None:
         base = dict(spec.base)
         base["device"] = device
-        import dataclasses
-
         spec = dataclasses.replace(spec, base=base)
     plan = prepare(spec, where, study_name=study_name, runner=runner_path,
                    heartbeat_interval=heartbeat_interval, grace_period=grace_period,
                    max_retries=max_retries, workers=workers or 1, fuse=fuse)
     if out is not None:
         _write_spec(Path(out), spec)
-    from sweeps.worker import open_study
-
     study, _ = open_study(where, plan.study_name)
     counts = study_counts(study)
     if workers is None and where.kind == "sqlite":
@@ -268,8 +262,6 @@ def _supervise(study: SweepStudy, procs: list[Any], bar: StudyBar, *, grace_peri
                max_retries: int, poll_s: float) -> None:
     """Poll the storage for the bar and fail+requeue trials of dead workers (a journal's:
     an RDB's heartbeat is swept by the workers, through Optuna)."""
-    from sweeps.recovery import sweep_stale
-
     while any(p.poll() is None for p in procs):
         try:
             if study.location.journal:
@@ -284,17 +276,12 @@ def _visible_gpus() -> list[str]:
     env = os.environ.get("CUDA_VISIBLE_DEVICES")
     if env:
         return [g for g in env.split(",") if g.strip()]
-    try:
-        import torch
+    import torch
 
-        return [str(i) for i in range(torch.cuda.device_count())]
-    except ImportError:
-        return []
+    return [str(i) for i in range(torch.cuda.device_count())]
 
 
 def _write_spec(out: Path, spec: SweepSpec) -> None:
     import yaml
-
-    from mutransfer._io import atomic_write_text
 
     atomic_write_text(out / "sweep.yaml", yaml.safe_dump(spec.to_dict(), sort_keys=False))

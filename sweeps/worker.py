@@ -43,8 +43,8 @@ from typing import TYPE_CHECKING, Any
 
 from sweeps import attrs
 from sweeps.attrs import STUDY_ATTR
-from sweeps.fusion import Fuse, check_fuse, check_spec_fusible, is_fused
-from sweeps.recovery import RequeueCallback
+from sweeps.fusion import Fuse, check_fuse, check_spec_fusible, claim_group, is_fused
+from sweeps.recovery import RequeueCallback, sweep_stale
 from sweeps.runners import DEFAULT_RUNNER, Runner, fused_runner_for, load_runner
 from sweeps.spec import SweepSpec, spec_from_dict, trusted
 from sweeps.storage import Storage, default_study_name
@@ -113,7 +113,7 @@ def open_study(storage: Storage | str, study_name: str | None, *, worker_index: 
     """Load an existing sweep study (``study_name`` None: the storage's only one) with the
     sampler and pruner its spec asks for, on this process's Optuna storage (opened once,
     with the study's heartbeat settings)."""
-    from sweeps.lifecycle import SweepStudy
+    from sweeps.lifecycle import SweepStudy  # subclasses optuna.Study: imports optuna
 
     storage = Storage.resolve(storage)
     probe = storage.open(create=False)  # whatever this process holds already, else a plain open
@@ -170,9 +170,7 @@ def work(
     """
     from optuna.trial import TrialState
 
-    from sweeps.fusion import claim_group
-    from sweeps.lifecycle import run_group
-    from sweeps.recovery import sweep_stale
+    from sweeps.lifecycle import run_group  # imports optuna
 
     fuse = check_fuse(fuse)
     study, settings = open_study(storage, study_name, worker_index=worker_index)

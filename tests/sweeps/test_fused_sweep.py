@@ -269,7 +269,7 @@ def test_a_fused_trial_config_is_resolved_once(tmp_path, fused_calls, monkeypatc
     """validation, the claim (fusion key), the trial's provenance attrs and the
     fused runner share one TrainConfig per trial instead of resolving it up to 4 times."""
     from mutransfer.config import TrainConfig
-    from sweeps.spec import _to_train_config, to_train_config
+    from sweeps.resolve import _to_train_config, to_train_config
 
     _to_train_config.cache_clear()
     resolved: list[dict[str, Any]] = []

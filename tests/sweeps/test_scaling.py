@@ -184,7 +184,7 @@ def test_tiny_scaling_sweep_with_the_real_trainer(_verb, tmp_path, capsys) -> No
 
     # the audit's predicted-config recipe reproduces a measured run exactly (same warmup in
     # tokens, held-out set, seed): a fresh run of the middle budget equals its WSD branch
-    from sweeps.audit import predicted_config
+    from sweeps.holdout import predicted_config
     from sweeps.runners import train_runner
     from sweeps.worker import open_study
 

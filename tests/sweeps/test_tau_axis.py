@@ -9,7 +9,8 @@ import pytest
 
 import mutransfer_cli
 from mutransfer.card import load_card
-from sweeps.spec import ScalingSweep, check_trials, spec_from_dict
+from sweeps.resolve import check_trials
+from sweeps.spec import ScalingSweep, spec_from_dict
 
 
 def _spec(**kw: object) -> ScalingSweep:

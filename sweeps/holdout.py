@@ -1,5 +1,5 @@
-"""The held-out audit of a scaling sweep: does the fitted law predict a
-point it has not seen?
+"""The held-out check of a scaling sweep's fit: does the fitted law predict a point it
+has not seen? (Not the μP-implementation audit, :mod:`mutransfer.audit`.)
 
 For each axis, ``tokens`` and then ``batch_tokens``, :func:`analysis.holdout_audit` fits
 eta*(B, D) and B*(D) on every row but those at the largest value of the axis, predicts the
@@ -19,7 +19,8 @@ The result, written as ``AUDIT.json`` (``mutransfer transfer --audit``)::
      "study": ..., "width": ..., "seq_len": ...}
 
 Trained configs are cached in ``audit_runs.json`` beside ``AUDIT.json``, so re-running the
-audit (or the demo) trains nothing twice.
+check (or the demo) trains nothing twice. Both file names, and the card's ``audit`` block
+that records the result, keep their names: they are the files' and the card's contract.
 """
 
 from __future__ import annotations
@@ -31,11 +32,15 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mutransfer._io import plain
-from sweeps.spec import PSEUDO_FIELDS, ScalingSweep, point_key
+from mutransfer._io import atomic_write_text, plain
+from sweeps.runners import DEFAULT_RUNNER, load_runner
+from sweeps.spec_base import PSEUDO_FIELDS, model_source, point_key
+from sweeps.spec_scaling import ScalingSweep
 
 if TYPE_CHECKING:
     import pandas as pd
+
+# analysis is imported inside the functions that fit: it imports pandas and scipy.
 
 #: The target on the CPU proxies (docs/architecture.md): LR within 1.3x of the measured
 #: optimum, loss within 0.25% of the best measured run.
@@ -44,8 +49,8 @@ AXES: tuple[str, ...] = ("tokens", "batch_tokens")
 OURS = "ours"
 
 
-def audit_rows(table: pd.DataFrame, spec: ScalingSweep) -> pd.DataFrame:
-    """The rows the audit fits: the base width's finished rows (the wider check is not
+def fit_rows(table: pd.DataFrame, spec: ScalingSweep) -> pd.DataFrame:
+    """The rows the held-out check fits: the base width's finished rows (the wider check is not
     part of the fit; it checks the transfer of the fitted optimum across width)."""
     df = table
     if "width" in df.columns and spec.width is not None:
@@ -53,15 +58,8 @@ def audit_rows(table: pd.DataFrame, spec: ScalingSweep) -> pd.DataFrame:
     if "state" in df.columns:
         df = df[df["state"] == "COMPLETE"]
     if df.empty:
-        raise ValueError("the scaling sweep has no finished rows at its base width to audit")
+        raise ValueError("the scaling sweep has no finished rows at its base width to check")
     return df.reset_index(drop=True)
-
-
-def _rows(obj: Any) -> list[dict[str, Any]]:
-    if hasattr(obj, "to_dict") and hasattr(obj, "columns"):
-        return [dict(r) for r in obj.to_dict(orient="records")]
-    return [dict(r) for r in obj]
-
 
 
 def heldout_point(rows: pd.DataFrame, axis: str, row: Mapping[str, Any],
@@ -75,7 +73,7 @@ def heldout_point(rows: pd.DataFrame, axis: str, row: Mapping[str, Any],
     budget, with the row's ``pred_lr`` = eta*(B_h, D_max) of the law fitted without B_h.
     """
     if axis not in AXES:
-        raise ValueError(f"audit axis {axis!r} must be one of {', '.join(AXES)}")
+        raise ValueError(f"held-out axis {axis!r} must be one of {', '.join(AXES)}")
     d_max = float(rows["tokens"].max())
     if axis == "batch_tokens":
         return {"tokens": d_max, "batch_tokens": float(rows["batch_tokens"].max()),
@@ -121,8 +119,7 @@ def predicted_config(spec: ScalingSweep, lr: float, batch_tokens: float, tokens:
     steps = round(tokens / (b * seq))
     if steps < 1:
         raise ValueError(f"token budget {tokens:.0f} is below one batch of {b} x {seq} tokens")
-    model = {"source": spec.model} if spec.model is not None else {}
-    cfg: dict[str, Any] = {"preset": spec.preset, **model,
+    cfg: dict[str, Any] = {"preset": spec.preset, **model_source(spec),
                            **{k: v for k, v in spec.base.items() if k not in PSEUDO_FIELDS}}
     if spec.width is not None:
         cfg["width"] = spec.width
@@ -145,7 +142,7 @@ def _load_cache(path: Path | None) -> dict[str, Any]:
 
 
 def check_holdout(spec: ScalingSweep) -> None:
-    """Before the first trial: the held-out audit refits without the largest budget and
+    """Before the first trial: the held-out check refits without the largest budget and
     without the largest batch, so each axis needs 4 distinct values (3 to fit, 1 held out).
     One ValueError naming the flag, instead of one after the whole sweep has trained."""
     for flag, values in (("--tokens", spec.tokens), ("--batch-sizes", spec.batch_sizes)):
@@ -154,7 +151,7 @@ def check_holdout(spec: ScalingSweep) -> None:
                              f"{','.join(str(v) for v in sorted(set(values)))}")
 
 
-def run_holdout_audit(
+def run_holdout(
     spec: ScalingSweep,
     table: pd.DataFrame,
     *,
@@ -164,16 +161,14 @@ def run_holdout_audit(
     quiet: bool = True,
     fit_kwargs: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Audit ``table`` (the sweep's results table) on both axes; returns the AUDIT dict
+    """Check the fit of ``table`` (the sweep's results table) on both axes; returns the AUDIT dict
     (and writes it to ``out`` when given). Ours is trained at each held-out point; the
     baselines' held-out errors are their LR and batch ratios (their ``loss_gap`` stays
     None: training each of them would cost five more runs per axis)."""
     from analysis import fill_loss_gap, holdout_audit
-    from mutransfer._io import atomic_write_text
-    from sweeps.runners import DEFAULT_RUNNER, load_runner
 
     fn = load_runner(runner or DEFAULT_RUNNER) if not callable(runner) else runner
-    rows = audit_rows(table, spec)
+    rows = fit_rows(table, spec)
     out_path = Path(out) if out is not None else None
     cache_path = out_path.with_name("audit_runs.json") if out_path is not None else None
     cache = _load_cache(cache_path)
@@ -185,7 +180,7 @@ def run_holdout_audit(
         audited = holdout_audit(rows, axis=axis, fit_kwargs=fit_kwargs)
         ours = next((r for r in audited if r.get("method") == OURS), None)
         if ours is None:
-            raise ValueError(f"the {axis} audit has no row for our fit")
+            raise ValueError(f"the held-out {axis} check has no row for our fit")
         point = heldout_point(rows, axis, ours, fit_kwargs)
         losses, cpu = [], 0.0
         config: dict[str, Any] = {}
@@ -194,7 +189,7 @@ def run_holdout_audit(
             key = point_key(config)
             if key not in cache:
                 if not quiet:
-                    print(f"audit, held-out {axis}: training lr={config['lr']:.4g} batch="
+                    print(f"held-out {axis}: training lr={config['lr']:.4g} batch="
                           f"{config['batch_size']}x{seq} steps={config['steps']} seed={seed}", flush=True)
                 c0 = time.process_time()
                 row = fn(dict(config), lambda step, value: False)
@@ -218,13 +213,13 @@ def run_holdout_audit(
                      "batch_tokens": config["batch_size"] * seq,
                      "predicted_batch_tokens": point["batch_tokens"],
                      "loss": loss, "losses": losses, "best_loss": best, "cpu_s": cpu})
-    audit = {"holdout": [plain(r, nonfinite_to_none=True) for r in table_rows],
+    result = {"holdout": [plain(r, nonfinite_to_none=True) for r in table_rows],
              "passed": passed(table_rows), "criteria": dict(CRITERIA),
              "runs": plain(runs, nonfinite_to_none=True), "study": spec.study_name(),
              "width": spec.width, "seq_len": seq, "seeds": list(seeds)}
     if out_path is not None:
-        atomic_write_text(out_path, json.dumps(audit, indent=2) + "\n")
-    return audit
+        atomic_write_text(out_path, json.dumps(result, indent=2) + "\n")
+    return result
 
 
 def passed(rows: Sequence[Mapping[str, Any]]) -> bool | None:
@@ -236,10 +231,11 @@ def passed(rows: Sequence[Mapping[str, Any]]) -> bool | None:
                and float(r["loss_gap"]) <= CRITERIA["loss_gap"] for r in ours)
 
 
-def audit_summary(audit: Mapping[str, Any]) -> dict[str, Any]:
-    """Ours per axis: ``{axis: {lr_ratio, batch_ratio, loss_gap}}`` and ``passed``."""
-    out: dict[str, Any] = {"passed": audit.get("passed")}
-    for r in audit.get("holdout", []):
+def holdout_summary(result: Mapping[str, Any]) -> dict[str, Any]:
+    """Ours per axis of a :func:`run_holdout` result: ``{axis: {lr_ratio, batch_ratio,
+    loss_gap}}`` and ``passed``."""
+    out: dict[str, Any] = {"passed": result.get("passed")}
+    for r in result.get("holdout", []):
         if r.get("method") == OURS:
             out[str(r.get("axis"))] = {k: r.get(k) for k in ("lr_ratio", "batch_ratio", "loss_gap")}
     return out
