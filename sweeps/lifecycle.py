@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import optuna
 
 from sweeps import attrs
-from sweeps.objective import _jsonable, full_config, suggest_params, told
+from sweeps.objective import full_config, json_row, suggest_params, told
 from sweeps.provenance import git_revision, hostname, package_versions, process_start_ticks
 from sweeps.resolve import resolve_config
 from sweeps.runners import FusedRunner, Report, Runner, train_runner
@@ -255,7 +255,12 @@ def run_group(
                     member_tb = tb or "".join(traceback.format_exception(type(res), res, res.__traceback__))
                     outcomes[i] = _fail_trial(study, trials[i], res, member_tb)
                 else:
-                    outcomes[i] = _finish(study, trials[i], config, _jsonable(res))
+                    try:
+                        row = json_row(res, "the runner's row")
+                    except ValueError as exc:
+                        outcomes[i] = _fail_trial(study, trials[i], exc, traceback.format_exc())
+                    else:
+                        outcomes[i] = _finish(study, trials[i], config, row)
     except UpdateFinishedTrialError:  # every member was finished elsewhere before the start
         pass
     return [o or "lost" for o in outcomes]
@@ -278,7 +283,7 @@ def _start(trial: optuna.Trial, spec: SweepSpec, *, sampler_seed: int, full: boo
         (attrs.TRIAL_SEED, config.get("seed")),
         (attrs.VERSIONS, package_versions()),
         (attrs.GIT_REVISION, git_revision()),
-        (attrs.CONFIG, full_config(config) if full else _jsonable(config)),
+        (attrs.CONFIG, full_config(config) if full else json_row(config, "the trial's config")),
     ):
         trial.set_user_attr(k, v)
     return config

@@ -11,10 +11,12 @@ trial's parameters under distributions that stay stable while a resumed study gr
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from mutransfer._io import plain
 from sweeps.resolve import to_train_config
 from sweeps.spec_base import PARAMETRIZATIONS, SweepSpec, preset_attr
 
@@ -27,9 +29,9 @@ OUTCOMES = ("complete", "diverged", "pruned", "failed", "lost")
 def full_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """Every TrainConfig field of ``config`` (defaults filled) when the trainer imports."""
     try:
-        return _jsonable(to_train_config(config).to_flat())
+        return json_row(to_train_config(config).to_flat(), "the trial's config")
     except Exception:
-        return _jsonable(dict(config))
+        return json_row(config, "the trial's config")
 
 
 def told(config: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[str, float | None]:
@@ -53,24 +55,22 @@ def worst_case_loss(config: Mapping[str, Any], loss: float | None = None) -> flo
     return worst
 
 
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, Mapping):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if obj is None or isinstance(obj, (bool, str)):
-        return obj
-    if isinstance(obj, int):
-        return int(obj)
-    if isinstance(obj, float):
-        return float(obj)
-    try:  # numpy / torch scalars
-        item = obj.item()
-        if isinstance(item, (bool, int, float)):
-            return item
-    except AttributeError:
-        pass
-    return str(obj)
+def json_row(row: Mapping[str, Any], what: str) -> dict[str, Any]:
+    """``row`` as a trial attribute holds it: :func:`mutransfer._io.plain` (string keys,
+    lists, numpy/torch scalars as Python scalars; NaN stays, :func:`told` reads it). A
+    value JSON cannot hold (a path, a set, an object) -> ValueError naming its field and
+    type, so the trial fails saying so; it is never stored as its ``str()``."""
+    out = plain(row)
+    bad = []
+    for key, value in out.items():
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError):
+            bad.append(f"{key} ({type(value).__name__})")
+    if bad:
+        raise ValueError(f"{what} holds value(s) JSON cannot store: {', '.join(bad)}; give numbers, "
+                         "strings, booleans, lists or mappings")
+    return out
 
 
 INT_FIELDS = frozenset({"width", "depth", "seed", "batch_size", "steps", "tokens", "head_dim", "seq_len",

@@ -6,7 +6,6 @@ import functools
 import os
 import platform
 import socket
-import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -27,15 +26,12 @@ def package_versions() -> dict[str, str]:
 
 @functools.lru_cache(maxsize=1)
 def git_revision() -> str | None:
-    """HEAD of the checkout holding this package (``None`` outside a git checkout)."""
-    root = Path(__file__).resolve().parent.parent
-    try:
-        res = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
-                             text=True, timeout=5, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    rev = res.stdout.strip()
-    return rev if res.returncode == 0 and rev else None
+    """HEAD of the checkout holding the package (``None`` outside a git checkout): the
+    library's :func:`mutransfer.card.git_revision`, read once per process (every trial
+    records it; the card reads it once)."""
+    from mutransfer.card import git_revision as library_revision  # mutransfer.card imports torch
+
+    return library_revision()
 
 
 def hostname() -> str:

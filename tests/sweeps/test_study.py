@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import math
 import os
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from sweeps import LRSweep, open_study, prepare, results_table, run_sweep, write_table
@@ -77,6 +79,32 @@ def test_a_nan_loss_counts_as_diverged_even_without_the_flag(tmp_path) -> None:
                     runner=_nan_runner)
     t = open_study(res.plan.storage, None)[0].trials[0]
     assert t.user_attrs["diverged"] is True and math.isfinite(t.value)
+
+
+def _numpy_row_runner(config: dict[str, Any], report: Any) -> dict[str, Any]:
+    return {"loss": np.float64(2.5), "steps": np.int64(3), "curve": (np.float32(1.5), 2.0)}
+
+
+def _path_row_runner(config: dict[str, Any], report: Any) -> dict[str, Any]:
+    return {"loss": 2.5, "where": Path("/tmp/run"), "tags": {"a"}}
+
+
+def test_a_rows_numpy_scalars_are_stored_as_python_numbers(tmp_path) -> None:
+    res = run_sweep(_spec(widths=(32,), parametrizations=("mup",), lrs=(1e-3,)), out=tmp_path,
+                    runner=_numpy_row_runner)
+    row = open_study(res.plan.storage, None)[0].trials[0].user_attrs["row"]
+    assert row["loss"] == 2.5 and type(row["loss"]) is float and type(row["steps"]) is int
+    assert row["curve"] == [1.5, 2.0]
+
+
+def test_a_row_value_json_cannot_hold_fails_the_trial_naming_it(tmp_path) -> None:
+    # stored as its str() before; now the trial fails and says which fields
+    res = run_sweep(_spec(widths=(32,), parametrizations=("mup",), lrs=(1e-3,)), out=tmp_path,
+                    runner=_path_row_runner)
+    t = open_study(res.plan.storage, None)[0].trials[0]
+    assert t.state.name == "FAIL" and res.counts.complete == 0
+    assert "where (PosixPath)" in t.user_attrs["error"] and "tags (set)" in t.user_attrs["error"]
+    assert "row" not in t.user_attrs
 
 
 def _curve_runner(config: dict[str, Any], report: Any) -> dict[str, Any]:
