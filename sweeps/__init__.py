@@ -5,7 +5,8 @@ enumerate grid points;
 :func:`run_sweep` checks every grid point's config (:func:`check_trials`), creates or
 resumes the study in a journal file or an RDB and runs workers, which claim and run trials
 through :class:`SweepStudy` on Optuna's public API; :func:`results_table` /
-:func:`write_table` give the tidy table that ``analysis`` reads. Names load lazily:
+:func:`write_table` give the tidy table that ``analysis`` reads; :func:`run_holdout` checks a
+scaling fit at a point it has not seen. Names load lazily:
 ``import sweeps`` imports neither optuna nor torch.
 """
 

@@ -20,6 +20,7 @@ the grid point completes exactly once.
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -71,8 +72,6 @@ def sweep_stale(study: SweepStudy, *, grace_period: float, max_retries: int = 3)
         import optuna
 
         before = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
-        import warnings
-
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             optuna.storages.fail_stale_trials(study)  # calls RequeueCallback for each

@@ -15,8 +15,11 @@ environment. Open it in the dashboard with ``optuna-dashboard URL`` (for a journ
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 import re
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -321,8 +324,6 @@ class Storage:
 
     def _open_rdb(self, key: tuple[int, int, StaleCallback | None] | None, create: bool
                   ) -> optuna.storages.BaseStorage:
-        import warnings
-
         import optuna
 
         url = self.url
@@ -414,8 +415,6 @@ def cut_torn_tail(path: str | os.PathLike[str]) -> int:
 
 def _journal_error(path: Path, exc: Exception) -> str:
     """One line naming the journal and its first unreadable line."""
-    import json
-
     line_no = None
     try:
         with open(path, "rb") as f:
@@ -439,8 +438,6 @@ def _pick_pg_driver(url: str) -> str:
     """SQLAlchemy 2.1 maps plain ``postgresql://`` to psycopg 3; fall back to psycopg2."""
     if not url.startswith("postgresql://"):
         return url
-    import importlib.util
-
     if importlib.util.find_spec("psycopg") is None and importlib.util.find_spec("psycopg2") is not None:
         return "postgresql+psycopg2://" + url[len("postgresql://"):]
     return url
