@@ -93,3 +93,18 @@ def test_mup_base_shape_defaults_to_the_smallest_width_and_depth() -> None:
     assert s.base["base_width"] == 32 and s.base["base_depth"] == 2
     assert LRSweep(widths=(64,), base={"base_width": 16}).base["base_width"] == 16
     assert BatchSweep(widths=(64, 32)).base["base_width"] == 32
+
+
+def test_the_fields_a_sweep_may_set_are_the_train_configs_own() -> None:
+    # derived from the config's section dataclasses, not a hand copy (one fell 19 fields behind)
+    from mutransfer.config import ALIASES
+    from sweeps.spec_base import train_config_fields
+
+    assert train_config_fields() == frozenset(ALIASES)
+    s = GridSweep(grid={"qk_clip_tau": [50.0, 100.0]},
+                  base={"lr_mult_output": 2.0, "head_rule": "keep_head_dim"})
+    assert [p["qk_clip_tau"] for p in s.points()] == [50.0, 100.0]
+    with pytest.raises(ValueError, match="not_a_field"):
+        GridSweep(grid={"not_a_field": [1]})
+    with pytest.raises(ValueError, match="not_a_field"):
+        GridSweep(grid={"lr": [1e-3]}, base={"not_a_field": 1})
