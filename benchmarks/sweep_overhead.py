@@ -50,8 +50,7 @@ def _machinery(storage: str | None, out: Path, name: str) -> float:
 
 def _trainer(out: Path) -> tuple[float, float]:
     from mutransfer.train import TrainConfig, train
-    from sweeps import LRSweep, run_sweep
-    from sweeps.spec import resolve_config
+    from sweeps import LRSweep, resolve_config, run_sweep
 
     spec = LRSweep(widths=TRAIN_WIDTHS, parametrizations=("mup",), lrs=TRAIN_LRS, base=TRAIN_BASE)
     configs = [resolve_config(spec, p) for p in spec.points()]

@@ -426,8 +426,8 @@ def _scaling_stage(out: Path, sz: DemoSize, size: str, fit: Any, *, device: str,
     from analysis import ScalingLawFit
     from mutransfer._io import atomic_write_text
     from sweeps import results_table, write_table
-    from sweeps.audit import audit_rows, run_holdout_audit
     from sweeps.extend import Bounds, run_bracketed
+    from sweeps.holdout import fit_rows, run_holdout
     from sweeps.spec import ScalingSweep
     from sweeps.worker import open_study
 
@@ -479,7 +479,7 @@ def _scaling_stage(out: Path, sz: DemoSize, size: str, fit: Any, *, device: str,
         for line in bracket.lines():
             _log(quiet, f"      {line}")
     _log(quiet, "[5/7] eta*(B, D) and B*(D) laws, critical batch two ways, held-out audit")
-    rows = audit_rows(table, spec)
+    rows = fit_rows(table, spec)
     try:
         with clock.stage("scaling_fit"):
             t_fit = time.perf_counter()
@@ -512,7 +512,7 @@ def _scaling_stage(out: Path, sz: DemoSize, size: str, fit: Any, *, device: str,
     info["width_check"] = _width_check(table, spec)
     try:
         with clock.stage("holdout_audit"):
-            audit = run_holdout_audit(spec, table, out=out / "AUDIT.json", device=device, quiet=quiet)
+            audit = run_holdout(spec, table, out=out / "AUDIT.json", device=device, quiet=quiet)
         info["audit"] = audit
         info["audit_path"] = str(out / "AUDIT.json")
     except ValueError as exc:

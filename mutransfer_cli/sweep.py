@@ -431,7 +431,7 @@ def _run_sweep(args: argparse.Namespace, kind: str) -> int:
             raise ValueError("--holdout writes AUDIT.json: give --out or --audit-out")
         from pathlib import Path
 
-        from sweeps.audit import check_holdout
+        from sweeps.holdout import check_holdout
 
         check_holdout(spec)  # before the first trial, not after the whole sweep
         audit_path = Path(args.audit_out) if args.audit_out else Path(args.out) / "AUDIT.json"
@@ -476,12 +476,12 @@ def _run_sweep(args: argparse.Namespace, kind: str) -> int:
     if bracket is not None:
         st["bracketing"] = bracket.to_dict()
     if holdout and res.complete:
-        from sweeps.audit import audit_summary, run_holdout_audit
         from sweeps.export import results_table
+        from sweeps.holdout import holdout_summary, run_holdout
 
-        audit = run_holdout_audit(spec, results_table(study), out=audit_path, device=args.device,
-                                  runner=args.runner, quiet=args.quiet or args.json)
-        st["audit"] = {"path": str(audit_path), **audit_summary(audit)}
+        audit = run_holdout(spec, results_table(study), out=audit_path, device=args.device,
+                            runner=args.runner, quiet=args.quiet or args.json)
+        st["audit"] = {"path": str(audit_path), **holdout_summary(audit)}
     if kind == "multipliers":
         st["best_config"] = _write_best_config(study, args.out, args.json)
     _print_status(st, args.json)
