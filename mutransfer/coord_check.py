@@ -232,7 +232,8 @@ def ladder_tol(widths: Sequence[int], tol_inf: float = TOL_INF, kappa: float = F
     uncompensated embedding scale, 0.495 over 32-128) must fail, which needs kappa < 5.5
     (= (0.495 - 0.25) / 0.044); the audit's broken variants (0.56 and up over 32-256) fail
     up to kappa 8.2. The measured amplitude agrees: |log2 l1(w) - log2 l1(1024)| · sqrt(w)
-    reaches 4-6 at widths 32-64 on GPT-2, Qwen2 and Mixtral (3 seeds; ``benchmarks/hf_vanishing.py``).
+    reaches 4-6 at widths 32-64 on GPT-2, Qwen2 and Mixtral with 3 seeds (6-8 with one,
+    seed noise included; ``python -m benchmarks.hf_vanishing --seeds 3``).
 
     Scope: the finite-width correction grows with the Adam step against the init (lr /
     init std at the base width: 0.5 for Hugging Face's std 0.02 at lr 1e-2; 0.06 for our
