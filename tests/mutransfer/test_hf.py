@@ -198,6 +198,7 @@ def _batch() -> tuple[torch.Tensor, torch.Tensor]:
     return x[:, :-1], x[:, 1:]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ["gpt2", "qwen2"])
 @pytest.mark.parametrize("lr", [3e-3, 1e-2])
 def test_correct_mup_passes_at_both_lrs_and_sp_fails(arch: str, lr: float) -> None:
