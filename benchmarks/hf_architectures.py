@@ -3,10 +3,11 @@
 For every architecture of :mod:`mutransfer.engines.hf` (tiny configs, random init, no
 download), the coordinate check (:mod:`mutransfer.coord_check`) with the README's
 settings: Adam, 3 steps at lr 3e-3, one fixed batch of 4 x 32 tokens, widths 32-256,
-tolerance ±0.25. Reported per architecture and parametrization: the largest log2 slope of
-activation size against width (SP grows ~1-2; μP stays inside the band), the worst row,
-whether the check passed, and the width-dependent internals μP found and compensated
-(Gemma's sqrt(hidden_size) embedding scale). Target: μP passes and SP fails for every one.
+the check's default tolerance (:func:`mutransfer.coord_check.ladder_tol`: ±0.42 over 32-256).
+Reported per architecture and parametrization: the largest log2 slope of activation size
+against width (SP grows ~1-2; μP stays inside the band), the worst row, whether the check
+passed, and the width-dependent internals μP found and compensated (Gemma's
+sqrt(hidden_size) embedding scale). Target: μP passes and SP fails for every one.
 
     python -m benchmarks.hf_architectures [--seeds N] [--archs llama,gemma2,...]
 """
@@ -51,7 +52,8 @@ def check_arch(arch: str, seeds: int) -> dict[str, Any]:
         worst = r.worst()
         out[kind] = {"max_slope": float(r.slopes["slope"].max()), "min_slope": float(r.slopes["slope"].min()),
                      "worst_module": worst["module"], "worst_slope": float(worst["slope"]),
-                     "passed": r.passed, "wall_s": round(time.perf_counter() - t0, 1)}
+                     "passed": r.passed, "tol": round(r.tol, 4),
+                     "wall_s": round(time.perf_counter() - t0, 1)}
     pz = Parametrization(builder, width=WIDTHS[-1], base_width=WIDTHS[0])
     out["internals"] = [{"module": m.producer, "consumer": m.consumer, "exponent": round(m.exponent, 4)}
                         for m in pz.internal_multipliers]
@@ -63,6 +65,7 @@ def run(seeds: int = 1, archs: Sequence[str] = CORE) -> dict[str, Any]:
 
     import mutransfer
     from mutransfer._io import atomic_write_text
+    from mutransfer.coord_check import ladder_tol
 
     t0 = time.perf_counter()
     per = {a: check_arch(a, seeds) for a in archs}
@@ -84,7 +87,7 @@ def run(seeds: int = 1, archs: Sequence[str] = CORE) -> dict[str, Any]:
                      "transformers": __import__("transformers").__version__,
                      "mutransfer": mutransfer.__version__},
         "setup": {"widths": list(WIDTHS), "steps": STEPS, "lr": LR, "seeds": seeds, "optimizer": "adamw",
-                  "batch": [4, 32], "tol": 0.25, "archs": list(archs)},
+                  "batch": [4, 32], "tol": round(ladder_tol(WIDTHS), 4), "archs": list(archs)},
         "figures": figures,
         "per_arch": per,
         "targets": {"mup": "passes the coordinate check", "sp": "fails it"},

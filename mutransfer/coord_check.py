@@ -8,9 +8,15 @@ TP-V §3 and Fig. 5; Yang & Hu 2021 for the coordinate-check method).
 
 The verdict is a fitted slope: for every (module, step) we fit
 log2(mean l1 over seeds) = a + slope · log2(width) and the check passes when every slope
-lies within ±``tol`` (default 0.25: a quarter power, far below SP's ~1 and above the
-noise of a 3-seed mean). Vanishing activations (slope <= -tol) fail too: a layer whose
-output dies with width stops learning features. The one exception is the μP readout:
+lies within ±``tol``. By default ``tol`` is :func:`ladder_tol` of the widths: 0.25 (a
+quarter power, far below SP's ~1) plus the slope that μP's own finite-width correction
+can put on that ladder, which is largest when the ladder starts small (0.42 over 32-256,
+0.37 over 64-512, 0.34 over 128-1024). Without it a correct μP failed at a large LR:
+a few Adam steps much larger than the init (Hugging Face's std 0.02 at lr 1e-2) move the
+smallest widths furthest from the infinite-width limit, and the fitted slope over 32-256
+read -0.3 to -0.4 on GPT-2, Qwen2 and Mixtral while it shrinks toward 0 as the ladder
+moves up (benchmarks/hf_vanishing.py). Vanishing activations (slope <= -tol) fail too: a
+layer whose output dies with width stops learning features. The one exception is the μP readout:
 TP-V's output layer (init variance 1/fan_in², or a forward 1/m_in) makes the logits
 shrink like width^-1/2 at init by design (Yang et al. 2022, Table 3), and that init part
 fades only as the Θ(1) updates take over (on our GPT at lr 1e-2: slopes -0.49, -0.45,
@@ -185,13 +191,66 @@ class CoordCheckResult:
         axes[0][0].set_ylabel("mean |activation|")
         verdict = "passed" if self.passed else "FAILED"
         fig.suptitle(f"coord check: {self.parametrization} ({verdict}, worst slope "
-                     f"{self.worst()['slope']:.2f}, tol ±{self.tol})")
+                     f"{self.worst()['slope']:.2f}, tol ±{self.tol:.2f})")
         fig.tight_layout()
         # One legend for the figure, every module named; long lists wrap into columns.
         handles, labels = axes[0][0].get_legend_handles_labels()
         fig.legend(handles, labels, fontsize=5, loc="center left", bbox_to_anchor=(1.0, 0.5),
                    ncol=max(1, math.ceil(len(labels) / 40)), title="module", title_fontsize=6)
         return fig
+
+
+TOL_INF = 0.25
+"""The band of the fitted slope on an infinitely wide ladder: a quarter power."""
+FINITE_WIDTH_KAPPA = 4.5
+"""κ of :func:`ladder_tol`: a correct μP's log2 activation size may sit up to κ/sqrt(width)
+from its infinite-width value (1.74× at width 32, 1.10× at 1024)."""
+
+
+def ladder_tol(widths: Sequence[int], tol_inf: float = TOL_INF, kappa: float = FINITE_WIDTH_KAPPA) -> float:
+    """The coordinate check's default tolerance on a ladder of ``widths``.
+
+    ``tol = tol_inf + kappa · |beta|`` with ``beta = sum_i c_i · w_i^-1/2``,
+    ``c_i = (x_i - mean x) / sum_j (x_j - mean x)^2`` and ``x_i = log2 w_i``.
+
+    Where it comes from: the check fits the ordinary least-squares slope
+    ``sum_i c_i · y_i`` of ``y_i = log2 l1(w_i)``. Under a correct μP the activation size
+    tends to a width-independent limit, and at finite width it deviates from it by the
+    leading correction of order width^-1/2 (Tensor Programs: a width-n network's
+    coordinates are their infinite-width values plus O(n^-1/2) fluctuations; Yang 2019,
+    "Tensor Programs I", and for trained networks Bordelon & Pehlevan 2023, "Dynamics of
+    finite width kernel and prediction fluctuations in mean field neural networks"). With
+    ``y_i = a + kappa · w_i^-1/2`` the fitted slope is ``kappa · beta`` instead of 0: the
+    allowance. It is largest on short ladders that start small (|beta| = 0.038 over 32-256,
+    0.027 over 64-512, 0.019 over 128-1024) and tends to 0 as the ladder moves up, so the
+    band tends to ``tol_inf``; one width gives ``tol_inf``.
+
+    Constants: ``tol_inf`` 0.25 (the band this check always had). ``kappa`` 4.5, set
+    between what a correct model needs and what the check must still catch: tiny Hugging
+    Face GPT-2 under μP at lr 1e-2 (3 Adam steps on one batch, 1 seed) reads -0.40 over
+    32-256, which needs kappa >= 4.1 (= (0.40 - 0.25) / 0.038); a width^0.5 law (Gemma2's
+    uncompensated embedding scale, 0.495 over 32-128) must fail, which needs kappa < 5.5
+    (= (0.495 - 0.25) / 0.044); the audit's broken variants (0.56 and up over 32-256) fail
+    up to kappa 8.2. The measured amplitude agrees: |log2 l1(w) - log2 l1(1024)| · sqrt(w)
+    reaches 4-6 at widths 32-64 on GPT-2, Qwen2 and Mixtral with 3 seeds (6-8 with one,
+    seed noise included; ``python -m benchmarks.hf_vanishing --seeds 3``).
+
+    Scope: the finite-width correction grows with the Adam step against the init (lr /
+    init std at the base width: 0.5 for Hugging Face's std 0.02 at lr 1e-2; 0.06 for our
+    GPT at lr 1e-2). Far beyond 0.5 (our GPT at lr 1e-1: -0.49 over 32-256) the smallest
+    widths leave the limit further than this allows and the check fails: start the ladder
+    at 64 or lower the LR.
+    """
+    ws = np.array(sorted({int(w) for w in widths}), dtype=float)
+    if not (math.isfinite(tol_inf) and tol_inf > 0 and math.isfinite(kappa) and kappa >= 0):
+        raise ValueError(f"tol_inf must be > 0 and kappa >= 0, got tol_inf={tol_inf!r}, kappa={kappa!r}")
+    if len(ws) and ws.min() < 1:
+        raise ValueError(f"widths must be positive, got {list(widths)}")
+    if len(ws) < 2:
+        return float(tol_inf)
+    x = np.log2(ws)
+    c = (x - x.mean()) / float(((x - x.mean()) ** 2).sum())
+    return float(tol_inf + kappa * abs(float((c * ws**-0.5).sum())))
 
 
 def _slope(x: np.ndarray, y: np.ndarray) -> float:
@@ -267,7 +326,7 @@ def coord_check(
     readout_init: str = "constant",
     loss_fn: LossFn = gpt_loss,
     modules: Callable[[nn.Module], list[str]] = default_modules,
-    tol: float = 0.25,
+    tol: float | None = None,
     progress: Callable[[], None] | None = None,
 ) -> CoordCheckResult:
     """Run the check. ``builder(width)`` (or ``builder(width, depth)`` when ``depths`` is
@@ -276,7 +335,8 @@ def coord_check(
     step 0 is the init. ``rules`` are the Parametrization's ordered ``(regex, role)``
     overrides, for models whose roles cannot all be inferred. ``readout_init`` is the
     Parametrization's; under ``fan_in`` the readout's logits keep SP's width-independent
-    init scale, so the readout gets no allowance for vanishing (see :meth:`lower_bounds`)."""
+    init scale, so the readout gets no allowance for vanishing (see :meth:`lower_bounds`).
+    ``tol`` None (the default) is :func:`ladder_tol` of ``widths``."""
     widths = sorted({int(w) for w in widths})
     if len(widths) < 2 and not (depths and len(set(depths)) >= 2):
         raise ValueError(f"a coordinate check needs at least 2 widths (or depths), got {widths}")
@@ -286,6 +346,10 @@ def coord_check(
         raise ValueError(f"steps must be >= 1 and there must be a seed, got steps={steps}, seeds={seeds}")
     if not (math.isfinite(lr) and lr > 0):
         raise ValueError(f"learning rate must be a positive finite number, got {lr!r}")
+    if tol is not None and not (math.isfinite(tol) and tol > 0):
+        raise ValueError(f"tol must be a positive finite number, got {tol!r}")
+    tol_rule = "fixed" if tol is not None else f"ladder: {TOL_INF} + {FINITE_WIDTH_KAPPA} |beta(widths)|"
+    tol = ladder_tol(widths) if tol is None else float(tol)
     base_width = base_width or widths[0]
     depth_list: list[int | None] = sorted({int(d) for d in depths}) if depths else [None]
     if depths:
@@ -322,9 +386,9 @@ def coord_check(
     settings = {"widths": widths, "depths": [d for d in depth_list if d], "steps": steps,
                 "seeds": seeds, "optimizer": optimizer, "lr": lr, "base_width": base_width,
                 "base_depth": base_depth, "depth_alpha": depth_alpha,
-                "rules": [list(r) for r in rules], "readout_init": readout_init}
+                "rules": [list(r) for r in rules], "readout_init": readout_init, "tol_rule": tol_rule}
     return CoordCheckResult(kind, data, fit_slopes(data), tol, settings, tuple(sorted(readouts)))
 
 
-__all__ = ["CoordCheckResult", "coord_check", "default_modules", "fit_slopes", "gpt_loss",
-           "record_activations"]
+__all__ = ["FINITE_WIDTH_KAPPA", "TOL_INF", "CoordCheckResult", "coord_check", "default_modules",
+           "fit_slopes", "gpt_loss", "ladder_tol", "record_activations"]

@@ -43,8 +43,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=positive_int, default=8, help="sequences in the batch")
     p.add_argument("--seq-len", type=positive_int, default=64, help="tokens per sequence")
     p.add_argument("--data", default="stdlib", help="token source (default: the embedded stdlib corpus)")
-    p.add_argument("--tol", type=positive_float, default=0.25,
-                   help="largest allowed |log2 slope| of activation size (default 0.25)")
+    p.add_argument("--tol", type=positive_float, default=None,
+                   help="largest allowed |log2 slope| of activation size (default: 0.25 plus the "
+                        "finite-width allowance of the widths, 0.37 over 64-512; see ladder_tol)")
     p.add_argument("--rule", action="append", default=[], metavar="REGEX=ROLE",
                    help="role override, first match wins (repeatable): e.g. 'pos_emb=vector'; "
                         "roles: input, hidden, output, vector, scalar")
@@ -134,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
         worst = summary["worst"]
         verdict = "PASSED" if result.passed else "FAILED"
         print(f"coord-check {args.parametrization}: {verdict} (max slope {worst['slope']:.2f} "
-              f"at {worst['module']}, step {worst['step']}, along {worst['axis']}; tol {args.tol})")
+              f"at {worst['module']}, step {worst['step']}, along {worst['axis']}; tol {result.tol:.3g})")
         print("wrote " + ", ".join(str(p) for p in paths.values()))
     return 1 if (args.strict and not result.passed) else 0
 

@@ -3,19 +3,37 @@ and plain μP fails; the CLI writes its three files and exits as documented."""
 
 from __future__ import annotations
 
+import importlib
 import json
+import math
+import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
-from mutransfer.coord_check import coord_check, fit_slopes
+from mutransfer.coord_check import (
+    FINITE_WIDTH_KAPPA,
+    TOL_INF,
+    CoordCheckResult,
+    coord_check,
+    default_modules,
+    fit_slopes,
+    gpt_loss,
+    ladder_tol,
+    record_activations,
+)
 from mutransfer.data import DataConfig, load_dataset
 from mutransfer.models import GPT, GPTConfig
 from mutransfer_cli import main
 
 CFG = GPTConfig(width=32, depth=2, head_dim=16, seq_len=32, vocab_size=256)
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+audit_variants = importlib.import_module("tests.mutransfer.audit_variants")
 
 
 @pytest.fixture(scope="module")
@@ -124,3 +142,79 @@ def test_fan_in_readout_passes_without_the_readouts_vanishing_allowance(batch, w
 
     assert abs(init_slope(fan_in)) < 0.1
     assert init_slope(width_results["mup"]) == pytest.approx(-0.5, abs=0.1)
+
+
+# ---- the tolerance as a function of the ladder ------------------------------------------------
+
+
+def test_ladder_tol_known_answers_and_limits() -> None:
+    # Two widths: the OLS weights are -1, +1, so beta = 64^-1/2 - 32^-1/2.
+    assert ladder_tol((32, 64)) == pytest.approx(0.25 + 4.5 * (32**-0.5 - 64**-0.5), abs=1e-12)
+    assert ladder_tol((64, 32, 64)) == ladder_tol((32, 64))  # a set of widths, any order
+    assert ladder_tol((64,)) == 0.25 and ladder_tol((32, 64), kappa=0.0) == 0.25
+    # The README's numbers, shrinking toward tol_inf as the ladder moves up.
+    bands = [ladder_tol(tuple(2**k for k in range(lo, lo + 4))) for lo in (5, 6, 7, 20)]
+    assert [round(b, 3) for b in bands[:3]] == [0.421, 0.371, 0.335]
+    assert bands[0] > bands[1] > bands[2] > bands[3] > 0.25 and bands[3] == pytest.approx(0.25, abs=1e-3)
+    for bad in ((0, 32), (-8, 32)):
+        with pytest.raises(ValueError, match="widths must be positive"):
+            ladder_tol(bad)
+    with pytest.raises(ValueError, match="kappa"):
+        ladder_tol((32, 64), kappa=-1.0)
+
+
+@pytest.mark.parametrize("widths", [(32, 64), (32, 64, 128), (32, 64, 128, 256), (64, 128, 256, 512)])
+def test_ladder_tol_is_the_slope_of_a_kappa_over_sqrt_width_deviation(widths) -> None:
+    """The allowance is what the check's own fit reads off a width-independent law that
+    carries the finite-width correction kappa/sqrt(width) in log2: exactly -(tol - tol_inf)."""
+    rows = [{"width": w, "depth": 0, "seed": 0, "module": "m", "step": 1,
+             "l1": 0.3 * 2 ** (FINITE_WIDTH_KAPPA / math.sqrt(w))} for w in widths]
+    slope = fit_slopes(pd.DataFrame(rows))["slope"].item()
+    assert slope == pytest.approx(-(ladder_tol(widths) - TOL_INF), abs=1e-9)
+
+
+def test_coord_check_defaults_to_the_ladder_tolerance(width_results, batch) -> None:
+    mu = width_results["mup"]
+    assert mu.tol == ladder_tol((32, 64, 128, 256)) and mu.settings["tol_rule"].startswith("ladder")
+    assert mu.to_json_dict()["tol"] == mu.tol
+    fixed = coord_check(lambda w: GPT(CFG.replace(width=w)), batch, widths=(32, 64), steps=1, seeds=1,
+                        tol=0.3)
+    assert fixed.tol == 0.3 and fixed.settings["tol_rule"] == "fixed"
+    for bad in (0.0, -0.1, float("nan")):
+        with pytest.raises(ValueError, match="tol must be a positive finite number"):
+            coord_check(lambda w: GPT(CFG.replace(width=w)), batch, widths=(32, 64), steps=1, tol=bad)
+
+
+VARIANT_WIDTHS = (32, 64, 128, 256)
+
+
+def _variant_check(name: str) -> CoordCheckResult:
+    """The coordinate check of an audit fixture ``fn(width) -> (model, optimizer)``, under
+    the ladder tolerance (the audit's own check, on a real next-token batch)."""
+    fn = getattr(audit_variants, name)
+    x = torch.randint(0, audit_variants.CFG.vocab_size, (4, audit_variants.CFG.seq_len + 1),
+                      generator=torch.Generator().manual_seed(0))
+    rows = []
+    for w in VARIANT_WIDTHS:
+        torch.manual_seed(0)
+        model, opt = fn(w)
+        for step, module, l1, _loss in record_activations(model, opt, (x[:, :-1], x[:, 1:]), gpt_loss,
+                                                         default_modules(model), 3):
+            rows.append({"width": w, "depth": 0, "seed": 0, "module": module, "step": step, "l1": l1})
+    data = pd.DataFrame(rows)
+    return CoordCheckResult("mup", data, fit_slopes(data), ladder_tol(VARIANT_WIDTHS), {}, ("lm_head",))
+
+
+@pytest.mark.parametrize("name", ["ours", "ours_fixed_heads", "table3_form", "mup_mureadout"])
+def test_correct_variants_pass_under_the_ladder_tolerance(name: str) -> None:
+    r = _variant_check(name)
+    assert r.passed, r.violations()
+
+
+@pytest.mark.parametrize("name", ["hidden_lr_not_scaled", "readout_multiplier_missing", "hf_constant_init",
+                                  "tied_scaled_twice"])
+def test_broken_variants_still_fail_under_the_ladder_tolerance(name: str) -> None:
+    """The wider band on a short ladder from width 32 does not let a wrong exponent through."""
+    r = _variant_check(name)
+    assert not r.passed
+    assert abs(r.worst()["slope"]) > ladder_tol(VARIANT_WIDTHS)

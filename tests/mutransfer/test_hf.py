@@ -188,3 +188,70 @@ def test_the_audit_reports_a_hidden_multiplier_between_modules() -> None:
     assert row.name == "fc1 -> fc2" and row.verdict == "n/a"
     assert row.found["mult"] == pytest.approx(0.5, abs=1e-4)
     assert "fc1 -> fc2" in res.table()
+
+
+# ---- the lr 1e-2 "vanishing": a finite-width effect, not a rule error -----------------------------
+
+
+def _batch() -> tuple[torch.Tensor, torch.Tensor]:
+    x = torch.randint(0, 128, (4, 33), generator=torch.Generator().manual_seed(0))
+    return x[:, :-1], x[:, 1:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["gpt2", "qwen2"])
+@pytest.mark.parametrize("lr", [3e-3, 1e-2])
+def test_correct_mup_passes_at_both_lrs_and_sp_fails(arch: str, lr: float) -> None:
+    """At lr 1e-2 the 32-256 ladder reads slopes of -0.3 to -0.4 on a correct μP (the
+    smallest widths leave the infinite-width limit first); the ladder tolerance (0.42 over
+    32-256) allows that finite-width bias, and SP's growth (slope > 1) still fails."""
+    kw = dict(widths=(32, 64, 128, 256), steps=3, seeds=2, lr=lr, loss_fn=hf_loss)
+    builder = tiny_builder(arch, tie=arch == "gpt2")
+    mu = coord_check(builder, _batch(), kind="mup", **kw)
+    assert mu.tol == pytest.approx(0.4207, abs=1e-4)
+    assert mu.passed, mu.violations()
+    sp = coord_check(builder, _batch(), kind="sp", **kw)
+    assert not sp.passed and sp.slopes["slope"].max() > 1.0
+
+
+def test_conv1d_rules_match_mup_on_gpt2() -> None:
+    """Conv1D's transposed weight (in, out) in the rules: every GPT-2 Conv1D gets the hidden
+    role and mup's Adam LR (set_base_shapes + MuAdam on the same model), and the same
+    model rebuilt with nn.Linear (weight (out, in)) gets the same spec row by row (role,
+    fan multipliers, LR, init), so the lr 1e-2 vanishing does not come from Conv1D."""
+    mup = pytest.importorskip("mup")
+
+    def _conv1d_as_linear(model: torch.nn.Module) -> None:
+        for module in list(model.modules()):
+            for child_name, child in list(module.named_children()):
+                if type(child).__name__ == "Conv1D":
+                    lin = torch.nn.Linear(*child.weight.shape, device=child.weight.device)
+                    lin.weight = torch.nn.Parameter(child.weight.detach().t().clone())
+                    lin.bias = torch.nn.Parameter(child.bias.detach().clone())
+                    setattr(module, child_name, lin)
+
+    builder = tiny_builder("gpt2", tie=True)
+    pz = Parametrization(builder, width=128, base_width=32)
+    model = builder(128)
+    # no MuReadout in a stock GPT-2 (its tied head is checked elsewhere): skip that assert
+    mup.set_base_shapes(model, builder(32), delta=builder(64), rescale_params=False, do_assert=False)
+    mup_lr = {}
+    for g in mup.MuAdam(model.parameters(), lr=1.0).param_groups:
+        for p in g["params"]:
+            mup_lr[id(p)] = g["lr"]
+    for name, p in model.named_parameters():
+        if ".h." in name and name.endswith(("c_attn.weight", "c_fc.weight", "c_proj.weight")):
+            spec = pz.specs[name]
+            assert spec.role == "hidden" and spec.lr_mult == pytest.approx(mup_lr[id(p)]) == 0.25, name
+            assert p.infshape.fanin_fanout_mult_ratio() == spec.fan_in_mult / spec.fan_out_mult == 1.0
+
+    def linear_builder(width: int) -> torch.nn.Module:
+        m = builder(width)
+        _conv1d_as_linear(m)
+        return m
+
+    lin = Parametrization(linear_builder, width=128, base_width=32)
+    for name, spec in pz.specs.items():
+        other = lin.specs[name]
+        assert (other.role, other.lr_mult, other.init, other.fan_in_mult, other.fan_out_mult) == (
+            spec.role, spec.lr_mult, spec.init, spec.fan_in_mult, spec.fan_out_mult), name
