@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ._fitted import check_is_fitted
 from ._io import as_tuple, finite_positive, group_label, require_columns, usable_rows
 from ._stats import check_level, check_n_boot, make_rng, percentile_interval
 from .powerlaw import PowerLawFit
@@ -235,13 +236,9 @@ class CriticalBatchFit:
         d = self._derived(np.array(out))
         return np.array([[r[k] for k in _PARAMS] for r in d])
 
-    def _check_fitted(self) -> None:
-        if not hasattr(self, "params_"):
-            raise ValueError("this CriticalBatchFit is not fitted yet; call fit() first.")
-
     def predict(self, batch: Any) -> np.ndarray:
         """Steps to target ``S(B) = S_min + E_min/B`` at batch size(s) ``batch``."""
-        self._check_fitted()
+        check_is_fitted(self, "params_")
         b = finite_positive(np.atleast_1d(batch), "batch")
         return self.params_["S_min"] + self.params_["E_min"] / b
 
@@ -251,7 +248,7 @@ class CriticalBatchFit:
         return b * self.predict(b)
 
     def report(self) -> str:
-        self._check_fitted()
+        check_is_fitted(self, "params_")
         lines = [f"CriticalBatchFit: S(B) = S_min + E_min/B, fitted in log space "
                  f"(n={self.n_}, B in [{self.b_range_[0]:g}, {self.b_range_[1]:g}])"]
         for k in _PARAMS:

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ._fitted import check_is_fitted
 from ._io import finite_positive, require_columns, usable_rows
 from ._lbfgs import batched_lbfgs_threads
 from ._stats import check_level, check_n_boot, make_rng, percentile_interval
@@ -294,12 +295,8 @@ class _LSEHuberFit:
                   for k in range(K)]
         return np.logaddexp.reduce(np.stack(terms), axis=0)
 
-    def _check_fitted(self) -> None:
-        if not hasattr(self, "params_"):
-            raise ValueError(f"this {type(self).__name__} is not fitted yet; call fit() first.")
-
     def _predict(self, xs: Sequence[Any], interval: float | None) -> Any:
-        self._check_fitted()
+        check_is_fitted(self, "params_")
         arrs = np.broadcast_arrays(*[np.atleast_1d(np.asarray(v, float)) for v in xs])
         shape = arrs[0].shape
         logx = np.column_stack([np.log(finite_positive(a, n).ravel())
@@ -319,7 +316,7 @@ class _LSEHuberFit:
 
     def report(self) -> str:
         """Readable summary: the law, parameters with intervals, fit diagnostics."""
-        self._check_fitted()
+        check_is_fitted(self, "params_")
         lines = [f"{type(self).__name__}: {self._law_text()}",
                  f"  Huber(δ={self.delta:g}) on log loss, n={self.n_}, best of "
                  f"{self.n_starts_} L-BFGS starts ({self.n_converged_} converged), "
@@ -401,7 +398,7 @@ class ChinchillaFit(_LSEHuberFit):
         ``D_opt(C) = G^{-1}·(C/6)^(α/(α+β))``, ``G = (α·A/(β·B))^(1/(α+β))``. The band is
         the percentile band of the same formula over the bootstrap draws.
         """
-        self._check_fitted()
+        check_is_fitted(self, "params_")
         c = finite_positive(np.atleast_1d(compute), "compute")
         p = self.params_
         n_opt, d_opt = _allocation(p["A"], p["B"], p["alpha"], p["beta"], c)

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ._fitted import check_is_fitted
 from ._io import as_tuple, finite_positive, group_label, require_columns, usable_rows
 from ._stats import SeedSpread, check_level, check_n_boot, make_rng, percentile_interval, seed_spread
 from .powerlaw import PowerLawFit
@@ -383,13 +384,9 @@ class OptimumFit:
         return pd.DataFrame(rows)
 
     # ------------------------------------------------------------------- using
-    def _check_fitted(self) -> None:
-        if not hasattr(self, "optima_"):
-            raise ValueError("this OptimumFit is not fitted yet; call fit() first.")
-
     def group(self, key: Hashable) -> GroupOptimum:
         """The :class:`GroupOptimum` of one group key."""
-        self._check_fitted()
+        check_is_fitted(self, "optima_")
         for o in self.optima_:
             if o.key == key:
                 return o
@@ -404,7 +401,7 @@ class OptimumFit:
         return np.polyval(o.coef, np.log2(xs))
 
     def _select(self, where: Mapping[str, Any] | None) -> list[GroupOptimum]:
-        self._check_fitted()
+        check_is_fitted(self, "optima_")
         sel = []
         for o, (_, row) in zip(self.optima_, self.results_.iterrows(), strict=True):
             if where is None or all(row[k] == v for k, v in where.items()):
@@ -417,7 +414,7 @@ class OptimumFit:
         ``where`` maps group columns to required values, e.g. ``{"parametrization":
         "mup"}``. Needs at least two groups.
         """
-        self._check_fitted()
+        check_is_fitted(self, "optima_")
         if across not in self.group_by:
             raise ValueError(f"across={across!r} is not one of the group_by columns "
                              f"{list(self.group_by)}.")
@@ -455,7 +452,7 @@ class OptimumFit:
     def drift_table(self, by: str | Sequence[str] = "parametrization",
                     across: str = "width") -> pd.DataFrame:
         """One :meth:`drift` row per value of ``by`` (e.g. SP and muP side by side)."""
-        self._check_fitted()
+        check_is_fitted(self, "optima_")
         by_t = as_tuple(by)
         rows = []
         for vals, _ in self.results_.groupby(list(by_t), sort=True):
@@ -471,7 +468,7 @@ class OptimumFit:
 
     def report(self) -> str:
         """Readable table of the optima with intervals, bands and flags."""
-        self._check_fitted()
+        check_is_fitted(self, "optima_")
         lines = [f"OptimumFit: optimal {self.x} per {', '.join(self.group_by) or 'all'} "
                  f"(quadratic in log2 {self.x}, argmin ± {self.window}, {self.ci:.0%} "
                  f"bootstrap CI, band = within {self.band:.2%} of min {self.y}; seeds averaged, "

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ._fitted import check_is_fitted
 from ._io import atomic_path, savefig_atomic, usable_rows
 from .critical_batch import CriticalBatchFit, CriticalBatchResults
 from .loss_law import ChinchillaFit, SaturatingPowerLawFit
@@ -146,7 +147,7 @@ def plot_optimum_vs_width(fit: OptimumFit, path: PathLike, across: str = "width"
 def plot_power_law(fit: PowerLawFit, path: PathLike, interval: float = 0.9) -> Path:
     """Data, fitted power law, its confidence band and prediction band (one x variable)."""
     plt = _pyplot()
-    fit._check_fitted()
+    check_is_fitted(fit, "params_")
     if len(fit.x_names_) != 1:
         raise ValueError("plot_power_law draws one-variable laws; this fit has "
                          f"{len(fit.x_names_)} variables.")
@@ -175,7 +176,7 @@ def plot_critical_batch(fit: CriticalBatchFit | CriticalBatchResults, path: Path
     fits = list(fit.fits.items()) if isinstance(fit, CriticalBatchResults) else [(None, fit)]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.5))
     for i, (key, f) in enumerate(fits):
-        f._check_fitted()
+        check_is_fitted(f, "params_")
         color = f"C{i}"
         name = "" if key is None else f"{key}: "
         b, s = f.batch_data_, f.steps_data_
@@ -205,7 +206,7 @@ def plot_loss_law(fit: ChinchillaFit | SaturatingPowerLawFit, path: PathLike,
     """Loss against the first variable with the fitted law and its bootstrap band (for
     Chinchilla, at three token counts spanning the data), and observed vs predicted."""
     plt = _pyplot()
-    fit._check_fitted()
+    check_is_fitted(fit, "params_")
     X, L = fit.x_data_, fit.y_data_
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.5))
     grid = np.geomspace(X[:, 0].min(), X[:, 0].max(), 100)
@@ -280,7 +281,7 @@ def lr_curve_data(fit: OptimumFit, data: pd.DataFrame, panel: str | None = None)
     each of its values gets a panel, the other group columns a line. The seed band is the
     standard deviation over the rows the fit used (diverged and non-finite rows dropped).
     """
-    fit._check_fitted()
+    check_is_fitted(fit, "optima_")
     cols = list(fit.group_by)
     if panel is not None and panel not in cols:
         raise ValueError(f"panel column {panel!r} is not among the fit's groups {cols}.")
@@ -370,7 +371,7 @@ class OptimumSeries:
 def optimum_series(fit: OptimumFit, across: str = "width", by: str | None = None,
                    target: float | None = None, interval: float = 0.9) -> list[OptimumSeries]:
     """The series of :func:`plot_optimum_series`: one per value of ``by`` (or one)."""
-    fit._check_fitted()
+    check_is_fitted(fit, "optima_")
     res = fit.results_
     if across not in res.columns:
         raise ValueError(f"{across!r} is not a group column of the fit ({list(fit.group_by)}).")
@@ -466,7 +467,7 @@ def isoflop_curves(fit: ChinchillaFit, compute: Sequence[float] | None = None, n
                    interval: float = 0.9) -> IsoFlopCurves:
     """Iso-FLOP curves of a fitted law; ``compute`` defaults to 5 budgets spanning the
     data's ``6·N·D``."""
-    fit._check_fitted()
+    check_is_fitted(fit, "params_")
     X, L = fit.x_data_, fit.y_data_
     if compute is None:
         c_data = 6.0 * X[:, 0] * X[:, 1]

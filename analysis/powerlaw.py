@@ -10,6 +10,7 @@ from typing import Any, Literal, overload
 import numpy as np
 import pandas as pd
 
+from ._fitted import check_is_fitted
 from ._io import as_tuple, finite_positive, require_columns
 from ._stats import check_level, check_n_boot, make_rng, percentile_interval
 
@@ -208,10 +209,6 @@ class PowerLawFit:
         return coef
 
     # --------------------------------------------------------------- prediction
-    def _check_fitted(self) -> None:
-        if not hasattr(self, "params_"):
-            raise ValueError("this PowerLawFit is not fitted yet; call fit() first.")
-
     def _design(self, x: Any) -> np.ndarray:
         k = len(self.x_names_)
         if isinstance(x, pd.DataFrame):
@@ -252,7 +249,7 @@ class PowerLawFit:
         These are the textbook normal-theory OLS intervals (e.g. Montgomery, Peck &
         Vining, "Introduction to Linear Regression Analysis", §2.4).
         """
-        self._check_fitted()
+        check_is_fitted(self, "params_")
         X0 = self._design(x)
         mean = X0 @ self.coef_
         point = np.exp(mean)
@@ -273,7 +270,7 @@ class PowerLawFit:
 
         Per point, the largest over variables of ``x/max`` or ``min/x`` (whichever > 1).
         """
-        self._check_fitted()
+        check_is_fitted(self, "params_")
         logs = self._design(x)[:, 1:]
         out = np.ones(logs.shape[0])
         for j, name in enumerate(self.x_names_):
@@ -284,7 +281,7 @@ class PowerLawFit:
 
     def report(self) -> str:
         """Readable summary: the law, each parameter with its CI, fit quality."""
-        self._check_fitted()
+        check_is_fitted(self, "params_")
         terms = " · ".join(
             f"{n}^{p}" for n, p in zip(self.x_names_, self.param_names_[1:], strict=True)
         )
