@@ -272,8 +272,7 @@ class ScalingDocument:
                    method=method if method in ("optima", "band") else "optima", rules=rules)
         self.source_ = where
         self.warmup_ = dict(w)
-        if dec is not None:
-            self.decay_fraction_, self.decay_fraction_ci_ = dec, dec_ci
+        self.decay_fraction_, self.decay_fraction_ci_ = dec, dec_ci
         self.lr_coef_log_ = np.array([math.log(lr["coef"]), lr["exponents"]["batch_tokens"],
                                       lr["exponents"]["tokens"]], dtype=float)
         self.batch_coef_log_ = np.array([math.log(bt["coef"]), bt["exponents"]["tokens"]], dtype=float)
