@@ -1,4 +1,14 @@
-"""Projection: recommended hyperparameters at a target scale, with intervals and flags."""
+"""Projection from generic fits: recommended hyperparameters at a target scale, with
+intervals and flags.
+
+This is not the projection of a scaling sweep to a training run (that one is
+:meth:`analysis.ScalingLawFit.project`, whose rules the card's run plan shares). It
+stays separate because it answers another question from other inputs: it combines any
+:class:`PowerLawFit` (an LR or batch law over width, ``n_params`` or compute), a
+critical-batch law and a Chinchilla loss law at a target *model size or compute*, and
+has no batch-and-budget laws, tau or schedule rules to share. :class:`Estimate`, its
+value record, is the record of every projection here.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
+from ._io import plain
 from ._stats import check_level
 from .loss_law import ChinchillaFit
 from .powerlaw import PowerLawFit
@@ -17,14 +26,8 @@ __all__ = ["Estimate", "Projection", "project"]
 
 
 def _plain(v: Any) -> Any:
-    """JSON-safe scalar: plain float/int/bool/str, non-finite floats become ``None``."""
-    if isinstance(v, (bool, np.bool_)):
-        return bool(v)
-    if isinstance(v, (int, np.integer)):
-        return int(v)
-    if isinstance(v, (float, np.floating)):
-        return float(v) if math.isfinite(v) else None
-    return v
+    """JSON-safe value: Python scalars, non-finite floats as ``None``."""
+    return plain(v, nonfinite_to_none=True)
 
 
 @dataclass(frozen=True)
