@@ -81,7 +81,8 @@ def test_card_equals_the_projection(fitted: tuple[ScalingLawFit, Path], tmp_path
     fit, path = fitted
     proxy_lr = float(fit.predict_lr(B_P, D_P)[0])
     out = tmp_path / "card.yaml"
-    code = main(["transfer", "--preset", "gpt-tiny", "--lr", repr(proxy_lr), "--proxy-batch-tokens", repr(B_P),
+    code = main(["transfer", "--preset", "gpt-tiny", "--lr", repr(proxy_lr),
+                 "--proxy-batch-tokens", repr(B_P),
                  "--proxy-tokens", repr(D_P), "--tokens", repr(D_T), "--scaling-fit", str(path),
                  "--batch-rule", "fit", "--set", "width=256", "--out", str(out)])
     assert code == 0, capsys.readouterr().err
