@@ -38,7 +38,7 @@ import pandas as pd
 from ._fitted import check_is_fitted
 from ._io import finite_positive, require_columns, usable_rows
 from ._lbfgs import batched_lbfgs_threads
-from ._stats import check_level, check_n_boot, make_rng, percentile_interval
+from ._stats import check_level, check_n_boot, level_or_ci, make_rng, percentile_interval
 
 __all__ = [
     "HOFFMANN_DELTA",
@@ -130,7 +130,7 @@ class _LSEHuberFit:
     _coef_names: tuple[str, ...]
     _exp_names: tuple[str, ...]
 
-    def __init__(self, xs: tuple[str, ...], y: str, *, delta: float, n_boot: int, ci: float,
+    def __init__(self, xs: tuple[str, ...], y: str, *, delta: float, n_boot: int, level: float,
                  random_state: int | np.random.Generator | None, diverged: str | None,
                  bootstrap_starts: int, max_iter: int, n_jobs: int) -> None:
         if not delta > 0:
@@ -141,7 +141,7 @@ class _LSEHuberFit:
         self.xs, self.y = xs, y
         self.delta = float(delta)
         self.n_boot = check_n_boot(n_boot)
-        self.ci = check_level(ci)
+        self.level = check_level(level)
         self.random_state = random_state
         self.diverged = diverged
         self.bootstrap_starts = int(bootstrap_starts)
@@ -246,7 +246,7 @@ class _LSEHuberFit:
             np.empty((0, len(self.param_names))))
         self.ci_: dict[str, tuple[float, float]] = {}
         if self.boot_.shape[0]:
-            lo, hi = percentile_interval(self.boot_, self.ci)
+            lo, hi = percentile_interval(self.boot_, self.level)
             self.ci_ = {k: (float(lo[i]), float(hi[i])) for i, k in enumerate(self.param_names)}
         return self
 
@@ -326,7 +326,7 @@ class _LSEHuberFit:
             cis = f"  [{ci[0]:.5g}, {ci[1]:.5g}]" if ci else ""
             lines.append(f"  {k:>5} = {self.params_[k]:.6g}{cis}")
         if self.ci_:
-            lines.append(f"  intervals: {self.ci:.0%} percentile bootstrap over runs, "
+            lines.append(f"  intervals: {self.level:.0%} percentile bootstrap over runs, "
                          f"{self.boot_.shape[0]} resamples")
         rms = float(np.sqrt(np.mean(self.residuals_**2)))
         lines.append(f"  rms residual of log loss = {rms:.4g}")
@@ -358,7 +358,8 @@ class ChinchillaFit(_LSEHuberFit):
 
     Parameters: column names ``n`` (default ``n_params``), ``d`` (``tokens``), ``y``
     (``loss``); ``delta`` (1e-3); ``n_boot`` (1000 pairs-bootstrap refits over runs);
-    ``ci`` (0.95); ``bootstrap_starts`` (starts per bootstrap refit, default 4);
+    ``level`` (0.95; ``ci`` is its old spelling, still taken); ``bootstrap_starts`` (starts
+    per bootstrap refit, default 4);
     ``max_iter`` per start (default 1000).
 
     Fitted attributes: ``params_`` (``E, A, B, alpha, beta``), ``ci_``, ``boot_``,
@@ -370,11 +371,11 @@ class ChinchillaFit(_LSEHuberFit):
     _exp_names = ("alpha", "beta")
 
     def __init__(self, n: str = "n_params", d: str = "tokens", y: str = "loss", *,
-                 delta: float = HOFFMANN_DELTA, n_boot: int = 1000, ci: float = 0.95,
+                 delta: float = HOFFMANN_DELTA, n_boot: int = 1000, level: float = 0.95,
                  random_state: int | np.random.Generator | None = 0,
                  diverged: str | None = "diverged", bootstrap_starts: int = 4,
-                 max_iter: int = 200, n_jobs: int = 1) -> None:
-        super().__init__((n, d), y, delta=delta, n_boot=n_boot, ci=ci,
+                 max_iter: int = 200, n_jobs: int = 1, ci: float | None = None) -> None:
+        super().__init__((n, d), y, delta=delta, n_boot=n_boot, level=level_or_ci(level, ci),
                          random_state=random_state, diverged=diverged,
                          bootstrap_starts=bootstrap_starts, max_iter=max_iter,
                          n_jobs=n_jobs)
@@ -446,11 +447,11 @@ class SaturatingPowerLawFit(_LSEHuberFit):
     _exp_names = ("alpha",)
 
     def __init__(self, x: str = "n_params", y: str = "loss", *,
-                 delta: float = HOFFMANN_DELTA, n_boot: int = 1000, ci: float = 0.95,
+                 delta: float = HOFFMANN_DELTA, n_boot: int = 1000, level: float = 0.95,
                  random_state: int | np.random.Generator | None = 0,
                  diverged: str | None = "diverged", bootstrap_starts: int = 4,
-                 max_iter: int = 200, n_jobs: int = 1) -> None:
-        super().__init__((x,), y, delta=delta, n_boot=n_boot, ci=ci,
+                 max_iter: int = 200, n_jobs: int = 1, ci: float | None = None) -> None:
+        super().__init__((x,), y, delta=delta, n_boot=n_boot, level=level_or_ci(level, ci),
                          random_state=random_state, diverged=diverged,
                          bootstrap_starts=bootstrap_starts, max_iter=max_iter,
                          n_jobs=n_jobs)

@@ -11,7 +11,14 @@ import pandas as pd
 
 from ._fitted import check_is_fitted
 from ._io import as_tuple, finite_positive, group_label, require_columns, usable_rows
-from ._stats import SeedSpread, check_level, check_n_boot, make_rng, percentile_interval, seed_spread
+from ._stats import (
+    SeedSpread,
+    check_n_boot,
+    level_or_ci,
+    make_rng,
+    percentile_interval,
+    seed_spread,
+)
 from .powerlaw import PowerLawFit
 
 __all__ = ["Drift", "GroupOptimum", "OptimumFit"]
@@ -196,7 +203,7 @@ class OptimumFit:
        optimum is the vertex ``t* = −c1 / (2·c2)``.
     4. Flags instead of extrapolation: an argmin on the first or last surviving grid
        point gives ``at_edge=True``, the optimum is that grid point and the interval is
-       one-sided (``0`` or ``inf`` on the open side, the ``ci`` quantile on the other);
+       one-sided (``0`` or ``inf`` on the open side, the ``level`` quantile on the other);
        a concave/degenerate quadratic, or a vertex outside the fitted span, falls back
        to the argmin with ``method="argmin"``. A diverged neighbour counts as the grid's
        end, since the optimum then sits at the stability edge.
@@ -225,8 +232,9 @@ class OptimumFit:
         ``diverged``, ``seed``). ``diverged`` and ``seed`` may be absent from the data;
         when ``seed`` is present, a repeated ``(group, x, seed)`` raises, since it means
         a varying column is missing from ``group_by``.
-    window, band, n_boot, ci, random_state:
-        As described above (defaults 2, 0.0025, 1000, 0.95, 0).
+    window, band, n_boot, level, random_state:
+        As described above (defaults 2, 0.0025, 1000, 0.95, 0); ``ci=`` is the old
+        spelling of ``level``, still taken.
 
     Fitted attributes
     -----------------
@@ -248,8 +256,9 @@ class OptimumFit:
         window: int = 2,
         band: float = 0.0025,
         n_boot: int = 1000,
-        ci: float = 0.95,
+        level: float = 0.95,
         random_state: int | np.random.Generator | None = 0,
+        ci: float | None = None,
     ) -> None:
         if int(window) != window or window < 1:
             raise ValueError(f"window must be a positive integer, got {window!r}.")
@@ -261,7 +270,7 @@ class OptimumFit:
         self.window = int(window)
         self.band = float(band)
         self.n_boot = check_n_boot(n_boot)
-        self.ci = check_level(ci)
+        self.level = level_or_ci(level, ci)
         self.random_state = random_state
 
     # ------------------------------------------------------------------ fitting
@@ -312,11 +321,11 @@ class OptimumFit:
         boot = self._bootstrap(t, per_x, inv, rng)
         if boot.size:
             if edge == "low":
-                ci_log2 = (-np.inf, float(np.quantile(boot, self.ci)))
+                ci_log2 = (-np.inf, float(np.quantile(boot, self.level)))
             elif edge == "high":
-                ci_log2 = (float(np.quantile(boot, 1.0 - self.ci)), np.inf)
+                ci_log2 = (float(np.quantile(boot, 1.0 - self.level)), np.inf)
             else:
-                lo, hi = percentile_interval(boot, self.ci)
+                lo, hi = percentile_interval(boot, self.level)
                 ci_log2 = (float(lo), float(hi))
             ci = (float(2.0**ci_log2[0]), float(2.0**ci_log2[1]))
         else:
@@ -431,7 +440,7 @@ class OptimumFit:
         if all(b.size for b in boots):
             n = min(b.size for b in boots)
             D = np.column_stack([b[:n] for b in boots])
-            lo, hi = percentile_interval(D.max(axis=1) - D.min(axis=1), self.ci)
+            lo, hi = percentile_interval(D.max(axis=1) - D.min(axis=1), self.level)
             ci = (float(lo), float(hi))
         else:
             ci = (float("-inf"), float("inf"))
@@ -440,7 +449,7 @@ class OptimumFit:
                       dtype=float)
         slope = slope_ci = law = None
         if len(sel) >= 3 and np.unique(xs).size >= 2:
-            law = PowerLawFit(across, "x_opt", n_boot=self.n_boot, ci=self.ci,
+            law = PowerLawFit(across, "x_opt", n_boot=self.n_boot, level=self.level,
                               random_state=self.random_state)
             law.fit(xs, np.array([o.x_opt for o in sel]))
             slope = law.params_["b"]
@@ -470,7 +479,7 @@ class OptimumFit:
         """Readable table of the optima with intervals, bands and flags."""
         check_is_fitted(self, "optima_")
         lines = [f"OptimumFit: optimal {self.x} per {', '.join(self.group_by) or 'all'} "
-                 f"(quadratic in log2 {self.x}, argmin ± {self.window}, {self.ci:.0%} "
+                 f"(quadratic in log2 {self.x}, argmin ± {self.window}, {self.level:.0%} "
                  f"bootstrap CI, band = within {self.band:.2%} of min {self.y}; seeds averaged, "
                  "LOSO = max/min of the optimum refitted without each seed)"]
         for o in self.optima_:

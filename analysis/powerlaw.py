@@ -12,7 +12,7 @@ import pandas as pd
 
 from ._fitted import check_is_fitted
 from ._io import as_tuple, finite_positive, require_columns
-from ._stats import check_level, check_n_boot, make_rng, percentile_interval
+from ._stats import check_level, check_n_boot, level_or_ci, make_rng, percentile_interval
 
 __all__ = ["PowerLawFit", "PowerLawPrediction"]
 
@@ -52,8 +52,8 @@ class PowerLawFit:
         Pairs-bootstrap resamples for ``ci_`` (default 1000; 0 disables ``ci_``).
         Resamples whose design is singular (e.g. all draws at one x) are dropped; the
         number kept is ``n_boot_used_``.
-    ci:
-        Two-sided level of ``ci_`` (default 0.95).
+    level:
+        Two-sided level of ``ci_`` (default 0.95; ``ci=`` is its old spelling, still taken).
     random_state:
         Seed or Generator for the bootstrap.
 
@@ -73,14 +73,15 @@ class PowerLawFit:
         *,
         weight: str | None = None,
         n_boot: int = 1000,
-        ci: float = 0.95,
+        level: float = 0.95,
         random_state: int | np.random.Generator | None = 0,
+        ci: float | None = None,
     ) -> None:
         self.x = as_tuple(x)
         self.y = y
         self.weight = weight
         self.n_boot = check_n_boot(n_boot)
-        self.ci = check_level(ci)
+        self.level = level_or_ci(level, ci)
         self.random_state = random_state
 
     # ------------------------------------------------------------------ fitting
@@ -186,7 +187,7 @@ class PowerLawFit:
         self.n_boot_used_ = int(self.boot_.shape[0])
         self.ci_: dict[str, tuple[float, float]] = {}
         if self.n_boot_used_:
-            lo, hi = percentile_interval(self.boot_, self.ci)
+            lo, hi = percentile_interval(self.boot_, self.level)
             self.ci_["a"] = (float(np.exp(lo[0])), float(np.exp(hi[0])))
             for j, p in enumerate(self.param_names_[1:], start=1):
                 self.ci_[p] = (float(lo[j]), float(hi[j]))
@@ -292,7 +293,7 @@ class PowerLawFit:
             lines.append(f"  {p:>2} = {self.params_[p]:.6g}{cis}")
         if self.ci_:
             lines.append(
-                f"  intervals: {self.ci:.0%} percentile bootstrap, "
+                f"  intervals: {self.level:.0%} percentile bootstrap, "
                 f"{self.n_boot_used_} resamples"
             )
         lines.append(f"  residual sd (log y) = {self.sigma_:.4g}, R² = {self.r2_:.4f}")

@@ -296,7 +296,7 @@ class ScalingLawFit(ScalingPredictions, ScalingDocument):
                                   "axis: those tau values are bounds.")
         seeded = bool((rows.groupby([tokens, wd, lr])[loss].size() > 1).any())
         tf = OptimumFit(x="tau", y="loss_opt", group_by=(tokens,), diverged=None, seed=None,
-                        window=self.window, band=self.band, n_boot=self.n_boot, ci=self.level,
+                        window=self.window, band=self.band, n_boot=self.n_boot, level=self.level,
                         random_state=rng).fit(prof)
         for o in tf.optima_:
             g = prof[prof[tokens] == o.key].sort_values("tau")

@@ -58,3 +58,12 @@ def test_plain_is_json_data() -> None:
     assert got == {"1": [2.5, 3, True], "x": [None, "s", None]}
     assert type(got["1"][1]) is int and type(got["1"][2]) is bool
     assert math.isinf(plain([math.inf])[0])  # kept unless asked: a validator refuses it
+
+
+def test_the_interval_level_is_level_and_ci_its_old_spelling() -> None:
+    assert PowerLawFit(level=0.8).level == 0.8 and PowerLawFit(ci=0.8).level == 0.8
+    assert OptimumFit(ci=0.8).level == 0.8 and ChinchillaFit(level=0.8).level == 0.8
+    with pytest.raises(ValueError, match="level=0.8 and its old spelling ci=0.9"):
+        CriticalBatchFit(level=0.8, ci=0.9)
+    with pytest.raises(ValueError, match="level"):
+        PowerLawFit(level=1.5)
