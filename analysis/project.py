@@ -113,6 +113,27 @@ def _from_law(law: PowerLawFit, target: Mapping[str, float], what: str,
     return Estimate(float(p.point[0]), float(p.lo[0]), float(p.hi[0]), level, src, ext)
 
 
+def _steps_and_warmup(values: dict[str, Estimate], tgt: Mapping[str, float], warmup_fraction: float,
+                      level: float, warnings: list[str]) -> None:
+    """``steps = tokens / (batch_size · seq_len)`` (its interval from the batch's) and
+    ``warmup_steps = warmup_fraction · steps``, added to ``values`` when the target allows."""
+    bs = values.get("batch_size")
+    if bs is not None and "tokens" in tgt and "seq_len" in tgt:
+        per_step = tgt["seq_len"]
+        steps = Estimate(tgt["tokens"] / (bs.value * per_step),
+                         tgt["tokens"] / (bs.hi * per_step),
+                         tgt["tokens"] / (bs.lo * per_step), level,
+                         "tokens / (batch_size · seq_len)", bs.extrapolation)
+        values["steps"] = steps
+        values["warmup_steps"] = Estimate(
+            warmup_fraction * steps.value, warmup_fraction * steps.lo,
+            warmup_fraction * steps.hi, level,
+            f"rule of thumb: {warmup_fraction:g} × steps (not fitted)", bs.extrapolation)
+    elif bs is not None:
+        warnings.append("steps and warmup were not projected: the target needs both "
+                        "'tokens' and 'seq_len'.")
+
+
 def project(
     target: Mapping[str, float],
     *,
@@ -198,21 +219,7 @@ def project(
                                   max(1.0, float(ext)))
 
     bs = values.get("batch_size")
-    if bs is not None and "tokens" in tgt and "seq_len" in tgt:
-        per_step = tgt["seq_len"]
-        steps = Estimate(tgt["tokens"] / (bs.value * per_step),
-                         tgt["tokens"] / (bs.hi * per_step),
-                         tgt["tokens"] / (bs.lo * per_step), level,
-                         "tokens / (batch_size · seq_len)", bs.extrapolation)
-        values["steps"] = steps
-        values["warmup_steps"] = Estimate(
-            warmup_fraction * steps.value, warmup_fraction * steps.lo,
-            warmup_fraction * steps.hi, level,
-            f"rule of thumb: {warmup_fraction:g} × steps (not fitted)", bs.extrapolation)
-    elif bs is not None:
-        warnings.append("steps and warmup were not projected: the target needs both "
-                        "'tokens' and 'seq_len'.")
-
+    _steps_and_warmup(values, tgt, warmup_fraction, level, warnings)
     baselines: dict[str, dict[str, Any]] = {}
     if reference is not None and bs is not None:
         if "lr" not in reference or "batch_size" not in reference:

@@ -223,6 +223,32 @@ def fitted_or_published_batch(laws: ScalingLawFit | None, *, tokens: float, n_pa
     return b_est, fit_est
 
 
+def _plan_batch(laws: ScalingLawFit | None, *, tokens: float, seq_len: int, batch_sequences: int | None,
+                batch_tokens: float | None, dp: int, micro_batch: int | None, n_params: float | None,
+                batch_rule: str, level: float, ext_tokens: float, extrapolation_limit: float, bound: _Bounds,
+                warnings: list[str]) -> tuple[dict[str, Any], float, dict[str, Any] | None]:
+    """(the batch's estimate, the batch in sequences before rounding, the fitted law's batch
+    shown beside a published one): given (``--batch-size``, ``--batch-tokens``), else
+    :func:`fitted_or_published_batch`."""
+    if batch_sequences is not None:
+        if batch_sequences % (dp * (micro_batch or 1)):
+            raise ValueError(f"--batch-size {batch_sequences} is not a multiple of --dp-size {dp}"
+                             + (f" × --micro-batch {micro_batch}" if micro_batch else ""))
+        return (_estimate(batch_sequences * seq_len, None, None, level, "given (--batch-size)"),
+                float(batch_sequences), None)
+    if batch_tokens is not None:
+        return (_estimate(batch_tokens, None, None, level, "given (--batch-tokens)"), batch_tokens / seq_len,
+                None)
+    if laws is None and batch_rule != "deepseek":
+        raise ValueError("no batch for the target: the batch size needs the scaling fit "
+                         "B*(D) (--scaling-fit FIT.json from `mutransfer fit scaling`), or give it "
+                         "with --batch-tokens or --batch-size")
+    b_est, fit_est = fitted_or_published_batch(
+        laws, tokens=tokens, n_params=n_params, batch_rule=batch_rule, level=level, ext_tokens=ext_tokens,
+        extrapolation_limit=extrapolation_limit, bound=bound, warnings=warnings)
+    return b_est, b_est["value"] / seq_len, fit_est
+
+
 def _split_batch(raw_seqs: float, batch_sequences: int | None, dp: int, micro_batch: int | None
                  ) -> dict[str, Any]:
     """The batch in whole sequences and its split over ``dp`` ranks (``projected.batch_split``)."""
@@ -349,6 +375,24 @@ def _plan_schedule(laws: ScalingLawFit | None, *, warmup_tokens: float | None, w
     return w, w_est, dec, d_est
 
 
+def _flags_and_baselines(ext: Mapping[str, float], limit: float, warnings: list[str], *, proxy_lr: float,
+                         proxy_batch_tokens: float | None, proxy_tokens: float | None, tokens: float,
+                         b_tok: int, n_params: float | None) -> tuple[bool, dict[str, Any]]:
+    """(extrapolated beyond ``limit`` on an axis, with a warning each; the textbook rules
+    beside ours, anchored at the proxy optimum: shown, never used)."""
+    extrapolated = any(f > limit for f in ext.values())
+    for axis, f in ext.items():
+        if f > limit:
+            warnings.append(f"the target's {axis} lies {f:.3g}× outside the measured range of the "
+                            f"scaling sweep (limit {limit:g}×): treat the projection as a guess")
+    baselines: dict[str, Any] = {}
+    if proxy_batch_tokens and proxy_tokens:
+        baselines = scaling_baselines(tokens=tokens, batch_tokens=b_tok, ref_lr=proxy_lr,
+                                      ref_batch_tokens=proxy_batch_tokens, ref_tokens=proxy_tokens,
+                                      n_params=n_params)
+    return extrapolated, baselines
+
+
 def plan_run(
     *,
     proxy_lr: float,
@@ -417,32 +461,16 @@ def plan_run(
                        micro_batch=micro_batch)
     warnings: list[str] = []
     bound = _Bounds(laws, batch_rule, accept_edge, warnings)
-    projected_batch_fit = None
     dp = dp_size or 1
     level = laws.level if laws else 0.9
     ext = {"tokens": 1.0, "batch_tokens": 1.0}
     if laws is not None:
         ext["tokens"] = extrapolation_factor(tokens, laws.measured_tokens)
 
-    # batch
-    if batch_sequences is not None:
-        if batch_sequences % (dp * (micro_batch or 1)):
-            raise ValueError(f"--batch-size {batch_sequences} is not a multiple of --dp-size {dp}"
-                             + (f" × --micro-batch {micro_batch}" if micro_batch else ""))
-        b_est = _estimate(batch_sequences * seq_len, None, None, level, "given (--batch-size)")
-        raw_seqs = float(batch_sequences)
-    elif batch_tokens is not None:
-        b_est = _estimate(batch_tokens, None, None, level, "given (--batch-tokens)")
-        raw_seqs = batch_tokens / seq_len
-    elif laws is not None or batch_rule == "deepseek":
-        b_est, projected_batch_fit = fitted_or_published_batch(
-            laws, tokens=tokens, n_params=n_params, batch_rule=batch_rule, level=level,
-            ext_tokens=ext["tokens"], extrapolation_limit=extrapolation_limit, bound=bound, warnings=warnings)
-        raw_seqs = b_est["value"] / seq_len
-    else:
-        raise ValueError("no batch for the target: the batch size needs the scaling fit "
-                         "B*(D) (--scaling-fit FIT.json from `mutransfer fit scaling`), or give it "
-                         "with --batch-tokens or --batch-size")
+    b_est, raw_seqs, projected_batch_fit = _plan_batch(
+        laws, tokens=tokens, seq_len=seq_len, batch_sequences=batch_sequences, batch_tokens=batch_tokens,
+        dp=dp, micro_batch=micro_batch, n_params=n_params, batch_rule=batch_rule, level=level,
+        ext_tokens=ext["tokens"], extrapolation_limit=extrapolation_limit, bound=bound, warnings=warnings)
     split = _split_batch(raw_seqs, batch_sequences, dp, micro_batch)
     seqs, micro = split["sequences"], split["micro_batch"]
     b_tok = seqs * seq_len
@@ -465,18 +493,9 @@ def plan_run(
                                           tokens=tokens, level=level, ext_tokens=ext["tokens"])
     warmup_steps = min(steps, int(round(w / b_tok)))
 
-    extrapolated = any(f > extrapolation_limit for f in ext.values())
-    for axis, f in ext.items():
-        if f > extrapolation_limit:
-            warnings.append(f"the target's {axis} lies {f:.3g}× outside the measured range of the "
-                            f"scaling sweep (limit {extrapolation_limit:g}×): treat the projection "
-                            "as a guess")
-    baselines: dict[str, Any] = {}
-    if proxy_batch_tokens and proxy_tokens:
-        # Textbook rules beside ours, anchored at the proxy optimum (shown, never used).
-        baselines = scaling_baselines(tokens=tokens, batch_tokens=b_tok, ref_lr=proxy_lr,
-                                      ref_batch_tokens=proxy_batch_tokens, ref_tokens=proxy_tokens,
-                                      n_params=n_params)
+    extrapolated, baselines = _flags_and_baselines(
+        ext, extrapolation_limit, warnings, proxy_lr=proxy_lr, proxy_batch_tokens=proxy_batch_tokens,
+        proxy_tokens=proxy_tokens, tokens=tokens, b_tok=b_tok, n_params=n_params)
     projected = {
         "lr": {**lr_est, "interval": [lr_est["lo"], lr_est["hi"]], "method": lr_est["source"]},
         "batch_tokens": b_est, "batch_sequences": seqs, "batch_split": split, "steps": steps,
