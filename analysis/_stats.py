@@ -110,3 +110,14 @@ def level_or_ci(level: float, ci: float | None) -> float:
     if ci is not None and ci != level and level != 0.95:
         raise ValueError(f"give the interval level once: level={level!r} and its old spelling ci={ci!r}.")
     return check_level(level if ci is None else ci, "level")
+
+
+def renamed_level(level: float | None, interval: float | None) -> float | None:
+    """A call's interval level: ``level``, or ``interval``, its old spelling, still taken
+    so callers not yet moved keep working; given both, they must agree."""
+    if interval is None:
+        return level
+    if level is not None and level != interval:
+        raise ValueError(f"give the interval level once: level={level!r} and its old spelling "
+                         f"interval={interval!r}.")
+    return interval

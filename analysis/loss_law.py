@@ -38,7 +38,7 @@ import pandas as pd
 from ._fitted import check_is_fitted
 from ._io import finite_positive, require_columns, usable_rows
 from ._lbfgs import batched_lbfgs_threads
-from ._stats import check_level, check_n_boot, level_or_ci, make_rng, percentile_interval
+from ._stats import check_level, check_n_boot, level_or_ci, make_rng, percentile_interval, renamed_level
 
 __all__ = [
     "HOFFMANN_DELTA",
@@ -295,16 +295,16 @@ class _LSEHuberFit:
                   for k in range(K)]
         return np.logaddexp.reduce(np.stack(terms), axis=0)
 
-    def _predict(self, xs: Sequence[Any], interval: float | None) -> Any:
+    def _predict(self, xs: Sequence[Any], level: float | None) -> Any:
         check_is_fitted(self, "params_")
         arrs = np.broadcast_arrays(*[np.atleast_1d(np.asarray(v, float)) for v in xs])
         shape = arrs[0].shape
         logx = np.column_stack([np.log(finite_positive(a, n).ravel())
                                 for a, n in zip(arrs, self.xs, strict=True)])
         point = np.exp(self._predict_log(self.theta_[None, :], logx)[0]).reshape(shape)
-        if interval is None:
+        if level is None:
             return point
-        level = check_level(interval, "interval")
+        level = check_level(level, "level")
         if not self.boot_theta_.shape[0]:
             raise ValueError("no bootstrap draws (n_boot=0), so no interval can be given.")
         draws = np.exp(self._predict_log(self.boot_theta_, logx))
@@ -385,14 +385,16 @@ class ChinchillaFit(_LSEHuberFit):
         super().fit(data, *more)
         return self
 
-    def predict(self, n: Any, d: Any, interval: float | None = None) -> Any:
-        """``E + A/N^α + B/D^β``; with ``interval``, a :class:`LossPrediction` band."""
-        return self._predict([n, d], interval)
+    def predict(self, n: Any, d: Any, level: float | None = None, *, interval: float | None = None) -> Any:
+        """``E + A/N^α + B/D^β``; with ``level``, a :class:`LossPrediction` band at that level
+        (``interval`` is its old spelling, still taken)."""
+        return self._predict([n, d], renamed_level(level, interval))
 
     def _law_text(self) -> str:
         return f"{self.y} = E + A/{self.xs[0]}^alpha + B/{self.xs[1]}^beta"
 
-    def compute_optimal(self, compute: Any, interval: float = 0.9) -> ComputeOptimal:
+    def compute_optimal(self, compute: Any, level: float = 0.9, *,
+                        interval: float | None = None) -> ComputeOptimal:
         """Compute-optimal ``N`` and ``D`` at FLOP budgets ``C`` (with ``C ≈ 6·N·D``).
 
         Hoffmann et al. 2022, eq. 4: ``N_opt(C) = G·(C/6)^(β/(α+β))``,
@@ -403,7 +405,7 @@ class ChinchillaFit(_LSEHuberFit):
         c = finite_positive(np.atleast_1d(compute), "compute")
         p = self.params_
         n_opt, d_opt = _allocation(p["A"], p["B"], p["alpha"], p["beta"], c)
-        level = check_level(interval, "interval")
+        level = check_level(renamed_level(level, interval), "level")  # type: ignore[arg-type]
         if self.boot_.shape[0]:
             bA, bB, bal, bbe = (self.boot_[:, self.param_names.index(k)][:, None]
                                 for k in ("A", "B", "alpha", "beta"))
@@ -461,9 +463,10 @@ class SaturatingPowerLawFit(_LSEHuberFit):
         super().fit(data, *more)
         return self
 
-    def predict(self, x: Any, interval: float | None = None) -> Any:
-        """``E + A/x^α``; with ``interval``, a :class:`LossPrediction` band."""
-        return self._predict([x], interval)
+    def predict(self, x: Any, level: float | None = None, *, interval: float | None = None) -> Any:
+        """``E + A/x^α``; with ``level``, a :class:`LossPrediction` band at that level
+        (``interval`` is its old spelling, still taken)."""
+        return self._predict([x], renamed_level(level, interval))
 
     def _law_text(self) -> str:
         return f"{self.y} = E + A/{self.xs[0]}^alpha"

@@ -12,7 +12,7 @@ import pandas as pd
 
 from ._fitted import check_is_fitted
 from ._io import as_tuple, finite_positive, require_columns
-from ._stats import check_level, check_n_boot, level_or_ci, make_rng, percentile_interval
+from ._stats import check_level, check_n_boot, level_or_ci, make_rng, percentile_interval, renamed_level
 
 __all__ = ["PowerLawFit", "PowerLawPrediction"]
 
@@ -229,20 +229,25 @@ class PowerLawFit:
         return np.column_stack([np.ones(xs.shape[0]), np.log(xs)])
 
     @overload
-    def predict(self, x: Any, interval: None = None, kind: str = ...) -> np.ndarray: ...
+    def predict(self, x: Any, level: None = None, kind: str = ..., *,
+                interval: None = None) -> np.ndarray: ...
 
     @overload
     def predict(
-        self, x: Any, interval: float, kind: Literal["prediction", "confidence"] = ...
+        self, x: Any, level: float | None = ..., kind: Literal["prediction", "confidence"] = ..., *,
+        interval: float | None = ...,
     ) -> PowerLawPrediction: ...
 
     def predict(
         self,
         x: Any,
-        interval: float | None = None,
+        level: float | None = None,
         kind: Literal["prediction", "confidence"] = "prediction",
+        *,
+        interval: float | None = None,
     ) -> np.ndarray | PowerLawPrediction:
-        """``a·x^b...`` at ``x``; with ``interval`` also a two-sided band.
+        """``a·x^b...`` at ``x``; with ``level`` also a two-sided band at that level
+        (``interval`` is its old spelling, still taken).
 
         ``kind="prediction"`` (default) bands a new observation (weight 1):
         ``ŷ ± t_{dof,(1+q)/2} · σ · sqrt(1 + x0ᵀ(XᵀWX)⁻¹x0)`` in log space, then
@@ -254,9 +259,10 @@ class PowerLawFit:
         X0 = self._design(x)
         mean = X0 @ self.coef_
         point = np.exp(mean)
-        if interval is None:
+        level = renamed_level(level, interval)
+        if level is None:
             return point
-        level = check_level(interval, "interval")
+        level = check_level(level, "level")
         if kind not in ("prediction", "confidence"):
             raise ValueError(f"kind must be 'prediction' or 'confidence', got {kind!r}.")
         from scipy import stats

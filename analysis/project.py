@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._io import plain
-from ._stats import check_level
+from ._stats import check_level, renamed_level
 from .loss_law import ChinchillaFit
 from .powerlaw import PowerLawFit
 
@@ -105,7 +105,7 @@ def _law_inputs(law: PowerLawFit, target: Mapping[str, float], what: str) -> dic
 def _from_law(law: PowerLawFit, target: Mapping[str, float], what: str,
               level: float) -> Estimate:
     x = _law_inputs(law, target, what)
-    p = law.predict(x, interval=level, kind="prediction")
+    p = law.predict(x, level=level, kind="prediction")
     ext = float(law.extrapolation_factor(x)[0])
     terms = " · ".join(f"{n}^{law.params_[b]:.3g}"
                        for n, b in zip(law.x_names_, law.param_names_[1:], strict=True))
@@ -143,7 +143,8 @@ def project(
     loss: ChinchillaFit | None = None,
     reference: Mapping[str, float] | None = None,
     warmup_fraction: float = 0.01,
-    interval: float = 0.9,
+    level: float = 0.9,
+    interval: float | None = None,
     k: float = 10.0,
 ) -> Projection:
     """Recommend LR, batch size, B_crit, steps and warmup at ``target``, with intervals.
@@ -152,7 +153,8 @@ def project(
     ``n_params``, ``tokens``, ``compute`` (FLOPs), ``seq_len``, ``batch_size``. Each
     power-law fit reads the target values of the columns it was fitted on (e.g. an LR
     law fitted on ``width``, or the Step Law form on ``("n_params", "tokens")``), and
-    gives a ``interval`` (default 90 %) prediction interval (:meth:`PowerLawFit.predict`).
+    gives a ``level`` (default 90 %; ``interval`` is its old spelling) prediction interval
+    (:meth:`PowerLawFit.predict`).
 
     * ``compute`` without ``n_params``/``tokens``: with a Chinchilla ``loss`` fit, the
       compute-optimal ``N``/``D`` (Hoffmann et al. 2022, eq. 4) fill them in; with both
@@ -172,7 +174,7 @@ def project(
     A value whose inputs lie more than ``k``× (default 10) outside its law's fitted
     range sets ``extrapolated`` and adds a sentence to ``warnings``.
     """
-    level = check_level(interval, "interval")
+    level = check_level(renamed_level(level, interval), "level")  # type: ignore[arg-type]
     if not k >= 1:
         raise ValueError(f"k (the extrapolation limit) must be >= 1, got {k!r}.")
     if not 0 <= warmup_fraction < 1:
@@ -190,7 +192,7 @@ def project(
     warnings: list[str] = []
 
     if loss is not None and "compute" in tgt and not ("n_params" in tgt and "tokens" in tgt):
-        alloc = loss.compute_optimal(tgt["compute"], interval=level)
+        alloc = loss.compute_optimal(tgt["compute"], level=level)
         src = "compute-optimal allocation (Hoffmann et al. 2022, eq. 4)"
         values["n_params"] = Estimate(float(alloc.n_opt[0]), float(alloc.n_lo[0]),
                                       float(alloc.n_hi[0]), level, src)
@@ -211,7 +213,7 @@ def project(
     if critical_batch is not None:
         values["b_crit"] = _from_law(critical_batch, tgt, "critical batch", level)
     if loss is not None and "n_params" in tgt and "tokens" in tgt:
-        lp = loss.predict(tgt["n_params"], tgt["tokens"], interval=level)
+        lp = loss.predict(tgt["n_params"], tgt["tokens"], level=level)
         ext = max(max(v / hi, lo / v) for v, (lo, hi) in
                   zip((tgt["n_params"], tgt["tokens"]), loss.x_range_.values(), strict=True))
         values["loss"] = Estimate(float(lp.point[0]), float(lp.lo[0]), float(lp.hi[0]),

@@ -67,3 +67,12 @@ def test_the_interval_level_is_level_and_ci_its_old_spelling() -> None:
         CriticalBatchFit(level=0.8, ci=0.9)
     with pytest.raises(ValueError, match="level"):
         PowerLawFit(level=1.5)
+
+
+def test_a_call_s_level_is_level_and_interval_its_old_spelling() -> None:
+    x = np.array([64.0, 128.0, 256.0, 512.0, 1024.0])
+    fit = PowerLawFit("width", "lr", n_boot=0).fit(x, 0.5 * x**-1.0 * np.exp([0.01, -0.02, 0.0, 0.02, -0.01]))
+    new, old = fit.predict([2048.0], level=0.8), fit.predict([2048.0], interval=0.8)
+    assert new.lo[0] == old.lo[0] and new.hi[0] == old.hi[0] and new.lo[0] < new.point[0] < new.hi[0]
+    with pytest.raises(ValueError, match="level=0.8 and its old spelling interval=0.9"):
+        fit.predict([2048.0], level=0.8, interval=0.9)
