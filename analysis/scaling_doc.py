@@ -247,7 +247,7 @@ class ScalingDocument:
         return out
 
     @classmethod
-    def from_dict(cls, d: Any, where: str = "scaling fit document") -> Any:
+    def from_dict(cls, d: Any, where: str = "scaling fit") -> Any:
         """Rebuild a fit from :meth:`to_dict` output (FIT.json): laws, bands, tau, rules,
         reference, sensitivity and the edge flags; the one reader of FIT.json.
 
