@@ -157,6 +157,7 @@ class ScalingLawFit(TauMeasurement, ScalingPredictions, ScalingDocument):
         ok = usable_rows(df, [lr, batch, tokens, loss], div).copy()
         ok_all, ok = ok, self._one_weight_decay(ok, weight_decay, batch)
         self.n_rows_ = int(len(df))
+        self.flags_ = None  # the edge flags of this fit, read from its document when first asked
         self.n_diverged_ = n_div
         self.n_excluded_ = int(len(df) - len(ok))
         if ok.empty:
