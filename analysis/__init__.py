@@ -7,6 +7,8 @@ that need them, so ``import analysis`` stays light.
 
 from __future__ import annotations
 
+from ._fitted import NotFittedError, check_is_fitted
+from ._io import plain
 from .baselines import (
     DEEPSEEK_LLM,
     POWER_LINES_BATCH_EXPONENT,
@@ -65,6 +67,9 @@ from .scaling_plots import (
 
 __all__ = [
     "AUDIT_KEYS",
+    "NotFittedError",
+    "check_is_fitted",
+    "plain",
     "CriticalBatchComparison",
     "critical_batch_comparison",
     "plot_critical_batch_comparison",

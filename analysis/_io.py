@@ -1,4 +1,4 @@
-"""Shared input checks and atomic writes for the analysis package.
+"""Shared input checks, JSON plain values and atomic writes for the analysis package.
 
 ``analysis`` never imports ``mutransfer``, so the small atomic-write helper is repeated
 here rather than shared.
@@ -7,9 +7,10 @@ here rather than shared.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import tempfile
-from collections.abc import Hashable, Iterable, Iterator, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -110,3 +111,27 @@ def savefig_atomic(fig: Any, path: str | os.PathLike[str], dpi: int = 120) -> Pa
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=dpi, bbox_inches="tight")
     return Path(path)
+
+
+def plain(obj: Any, *, nonfinite_to_none: bool = False) -> Any:
+    """What JSON and YAML hold: mappings -> dicts with string keys, tuples -> lists, numpy
+    scalars and 0-d arrays (anything with ``.item()``) -> Python scalars, recursively.
+    ``nonfinite_to_none`` writes NaN and inf as null (JSON has neither); otherwise they
+    stay, for a validator to refuse. The one such helper of the project's bottom layer."""
+    if isinstance(obj, Mapping):
+        return {str(k): plain(v, nonfinite_to_none=nonfinite_to_none) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [plain(v, nonfinite_to_none=nonfinite_to_none) for v in obj]
+    if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):
+        obj = obj.item()
+    if nonfinite_to_none and isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def finite_or_none(v: Any) -> float | None:
+    """``float(v)``, or None for None or a non-finite value (an open interval side)."""
+    if v is None:
+        return None
+    f = float(v)
+    return f if math.isfinite(f) else None

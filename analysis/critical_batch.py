@@ -9,8 +9,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ._fitted import check_is_fitted
 from ._io import as_tuple, finite_positive, group_label, require_columns, usable_rows
-from ._stats import check_level, check_n_boot, make_rng, percentile_interval
+from ._stats import check_n_boot, level_or_ci, make_rng, percentile_interval
 from .powerlaw import PowerLawFit
 
 __all__ = [
@@ -160,8 +161,9 @@ class CriticalBatchFit:
         overshoot: float = 0.2,
         diverged: str | None = "diverged",
         n_boot: int = 1000,
-        ci: float = 0.95,
+        level: float = 0.95,
         random_state: int | np.random.Generator | None = 0,
+        ci: float | None = None,
     ) -> None:
         if not b0 > 0:
             raise ValueError(f"b0 must be > 0, got {b0!r}.")
@@ -170,7 +172,7 @@ class CriticalBatchFit:
         self.batch, self.steps, self.diverged = batch, steps, diverged
         self.b0, self.overshoot = float(b0), float(overshoot)
         self.n_boot = check_n_boot(n_boot)
-        self.ci = check_level(ci)
+        self.level = level_or_ci(level, ci)
         self.random_state = random_state
 
     def fit(self, data: pd.DataFrame | Any, steps: Any = None) -> CriticalBatchFit:
@@ -206,7 +208,7 @@ class CriticalBatchFit:
         self.boot_ = self._bootstrap(b, s, p)
         self.ci_: dict[str, tuple[float, float]] = {}
         if self.boot_.shape[0]:
-            lo, hi = percentile_interval(self.boot_, self.ci)
+            lo, hi = percentile_interval(self.boot_, self.level)
             self.ci_ = {k: (float(lo[i]), float(hi[i])) for i, k in enumerate(_PARAMS)}
         return self
 
@@ -235,13 +237,9 @@ class CriticalBatchFit:
         d = self._derived(np.array(out))
         return np.array([[r[k] for k in _PARAMS] for r in d])
 
-    def _check_fitted(self) -> None:
-        if not hasattr(self, "params_"):
-            raise ValueError("this CriticalBatchFit is not fitted yet; call fit() first.")
-
     def predict(self, batch: Any) -> np.ndarray:
         """Steps to target ``S(B) = S_min + E_min/B`` at batch size(s) ``batch``."""
-        self._check_fitted()
+        check_is_fitted(self, "params_")
         b = finite_positive(np.atleast_1d(batch), "batch")
         return self.params_["S_min"] + self.params_["E_min"] / b
 
@@ -251,7 +249,7 @@ class CriticalBatchFit:
         return b * self.predict(b)
 
     def report(self) -> str:
-        self._check_fitted()
+        check_is_fitted(self, "params_")
         lines = [f"CriticalBatchFit: S(B) = S_min + E_min/B, fitted in log space "
                  f"(n={self.n_}, B in [{self.b_range_[0]:g}, {self.b_range_[1]:g}])"]
         for k in _PARAMS:

@@ -35,9 +35,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ._fitted import check_is_fitted
 from ._io import finite_positive, require_columns, usable_rows
 from ._lbfgs import batched_lbfgs_threads
-from ._stats import check_level, check_n_boot, make_rng, percentile_interval
+from ._stats import check_level, check_n_boot, level_or_ci, make_rng, percentile_interval, renamed_level
 
 __all__ = [
     "HOFFMANN_DELTA",
@@ -129,7 +130,7 @@ class _LSEHuberFit:
     _coef_names: tuple[str, ...]
     _exp_names: tuple[str, ...]
 
-    def __init__(self, xs: tuple[str, ...], y: str, *, delta: float, n_boot: int, ci: float,
+    def __init__(self, xs: tuple[str, ...], y: str, *, delta: float, n_boot: int, level: float,
                  random_state: int | np.random.Generator | None, diverged: str | None,
                  bootstrap_starts: int, max_iter: int, n_jobs: int) -> None:
         if not delta > 0:
@@ -140,7 +141,7 @@ class _LSEHuberFit:
         self.xs, self.y = xs, y
         self.delta = float(delta)
         self.n_boot = check_n_boot(n_boot)
-        self.ci = check_level(ci)
+        self.level = check_level(level)
         self.random_state = random_state
         self.diverged = diverged
         self.bootstrap_starts = int(bootstrap_starts)
@@ -245,7 +246,7 @@ class _LSEHuberFit:
             np.empty((0, len(self.param_names))))
         self.ci_: dict[str, tuple[float, float]] = {}
         if self.boot_.shape[0]:
-            lo, hi = percentile_interval(self.boot_, self.ci)
+            lo, hi = percentile_interval(self.boot_, self.level)
             self.ci_ = {k: (float(lo[i]), float(hi[i])) for i, k in enumerate(self.param_names)}
         return self
 
@@ -294,20 +295,16 @@ class _LSEHuberFit:
                   for k in range(K)]
         return np.logaddexp.reduce(np.stack(terms), axis=0)
 
-    def _check_fitted(self) -> None:
-        if not hasattr(self, "params_"):
-            raise ValueError(f"this {type(self).__name__} is not fitted yet; call fit() first.")
-
-    def _predict(self, xs: Sequence[Any], interval: float | None) -> Any:
-        self._check_fitted()
+    def _predict(self, xs: Sequence[Any], level: float | None) -> Any:
+        check_is_fitted(self, "params_")
         arrs = np.broadcast_arrays(*[np.atleast_1d(np.asarray(v, float)) for v in xs])
         shape = arrs[0].shape
         logx = np.column_stack([np.log(finite_positive(a, n).ravel())
                                 for a, n in zip(arrs, self.xs, strict=True)])
         point = np.exp(self._predict_log(self.theta_[None, :], logx)[0]).reshape(shape)
-        if interval is None:
+        if level is None:
             return point
-        level = check_level(interval, "interval")
+        level = check_level(level, "level")
         if not self.boot_theta_.shape[0]:
             raise ValueError("no bootstrap draws (n_boot=0), so no interval can be given.")
         draws = np.exp(self._predict_log(self.boot_theta_, logx))
@@ -319,7 +316,7 @@ class _LSEHuberFit:
 
     def report(self) -> str:
         """Readable summary: the law, parameters with intervals, fit diagnostics."""
-        self._check_fitted()
+        check_is_fitted(self, "params_")
         lines = [f"{type(self).__name__}: {self._law_text()}",
                  f"  Huber(δ={self.delta:g}) on log loss, n={self.n_}, best of "
                  f"{self.n_starts_} L-BFGS starts ({self.n_converged_} converged), "
@@ -329,7 +326,7 @@ class _LSEHuberFit:
             cis = f"  [{ci[0]:.5g}, {ci[1]:.5g}]" if ci else ""
             lines.append(f"  {k:>5} = {self.params_[k]:.6g}{cis}")
         if self.ci_:
-            lines.append(f"  intervals: {self.ci:.0%} percentile bootstrap over runs, "
+            lines.append(f"  intervals: {self.level:.0%} percentile bootstrap over runs, "
                          f"{self.boot_.shape[0]} resamples")
         rms = float(np.sqrt(np.mean(self.residuals_**2)))
         lines.append(f"  rms residual of log loss = {rms:.4g}")
@@ -361,7 +358,8 @@ class ChinchillaFit(_LSEHuberFit):
 
     Parameters: column names ``n`` (default ``n_params``), ``d`` (``tokens``), ``y``
     (``loss``); ``delta`` (1e-3); ``n_boot`` (1000 pairs-bootstrap refits over runs);
-    ``ci`` (0.95); ``bootstrap_starts`` (starts per bootstrap refit, default 4);
+    ``level`` (0.95; ``ci`` is its old spelling, still taken); ``bootstrap_starts`` (starts
+    per bootstrap refit, default 4);
     ``max_iter`` per start (default 1000).
 
     Fitted attributes: ``params_`` (``E, A, B, alpha, beta``), ``ci_``, ``boot_``,
@@ -373,11 +371,11 @@ class ChinchillaFit(_LSEHuberFit):
     _exp_names = ("alpha", "beta")
 
     def __init__(self, n: str = "n_params", d: str = "tokens", y: str = "loss", *,
-                 delta: float = HOFFMANN_DELTA, n_boot: int = 1000, ci: float = 0.95,
+                 delta: float = HOFFMANN_DELTA, n_boot: int = 1000, level: float = 0.95,
                  random_state: int | np.random.Generator | None = 0,
                  diverged: str | None = "diverged", bootstrap_starts: int = 4,
-                 max_iter: int = 200, n_jobs: int = 1) -> None:
-        super().__init__((n, d), y, delta=delta, n_boot=n_boot, ci=ci,
+                 max_iter: int = 200, n_jobs: int = 1, ci: float | None = None) -> None:
+        super().__init__((n, d), y, delta=delta, n_boot=n_boot, level=level_or_ci(level, ci),
                          random_state=random_state, diverged=diverged,
                          bootstrap_starts=bootstrap_starts, max_iter=max_iter,
                          n_jobs=n_jobs)
@@ -387,25 +385,27 @@ class ChinchillaFit(_LSEHuberFit):
         super().fit(data, *more)
         return self
 
-    def predict(self, n: Any, d: Any, interval: float | None = None) -> Any:
-        """``E + A/N^α + B/D^β``; with ``interval``, a :class:`LossPrediction` band."""
-        return self._predict([n, d], interval)
+    def predict(self, n: Any, d: Any, level: float | None = None, *, interval: float | None = None) -> Any:
+        """``E + A/N^α + B/D^β``; with ``level``, a :class:`LossPrediction` band at that level
+        (``interval`` is its old spelling, still taken)."""
+        return self._predict([n, d], renamed_level(level, interval))
 
     def _law_text(self) -> str:
         return f"{self.y} = E + A/{self.xs[0]}^alpha + B/{self.xs[1]}^beta"
 
-    def compute_optimal(self, compute: Any, interval: float = 0.9) -> ComputeOptimal:
+    def compute_optimal(self, compute: Any, level: float = 0.9, *,
+                        interval: float | None = None) -> ComputeOptimal:
         """Compute-optimal ``N`` and ``D`` at FLOP budgets ``C`` (with ``C ≈ 6·N·D``).
 
         Hoffmann et al. 2022, eq. 4: ``N_opt(C) = G·(C/6)^(β/(α+β))``,
         ``D_opt(C) = G^{-1}·(C/6)^(α/(α+β))``, ``G = (α·A/(β·B))^(1/(α+β))``. The band is
         the percentile band of the same formula over the bootstrap draws.
         """
-        self._check_fitted()
+        check_is_fitted(self, "params_")
         c = finite_positive(np.atleast_1d(compute), "compute")
         p = self.params_
         n_opt, d_opt = _allocation(p["A"], p["B"], p["alpha"], p["beta"], c)
-        level = check_level(interval, "interval")
+        level = check_level(renamed_level(level, interval), "level")  # type: ignore[arg-type]
         if self.boot_.shape[0]:
             bA, bB, bal, bbe = (self.boot_[:, self.param_names.index(k)][:, None]
                                 for k in ("A", "B", "alpha", "beta"))
@@ -449,11 +449,11 @@ class SaturatingPowerLawFit(_LSEHuberFit):
     _exp_names = ("alpha",)
 
     def __init__(self, x: str = "n_params", y: str = "loss", *,
-                 delta: float = HOFFMANN_DELTA, n_boot: int = 1000, ci: float = 0.95,
+                 delta: float = HOFFMANN_DELTA, n_boot: int = 1000, level: float = 0.95,
                  random_state: int | np.random.Generator | None = 0,
                  diverged: str | None = "diverged", bootstrap_starts: int = 4,
-                 max_iter: int = 200, n_jobs: int = 1) -> None:
-        super().__init__((x,), y, delta=delta, n_boot=n_boot, ci=ci,
+                 max_iter: int = 200, n_jobs: int = 1, ci: float | None = None) -> None:
+        super().__init__((x,), y, delta=delta, n_boot=n_boot, level=level_or_ci(level, ci),
                          random_state=random_state, diverged=diverged,
                          bootstrap_starts=bootstrap_starts, max_iter=max_iter,
                          n_jobs=n_jobs)
@@ -463,9 +463,10 @@ class SaturatingPowerLawFit(_LSEHuberFit):
         super().fit(data, *more)
         return self
 
-    def predict(self, x: Any, interval: float | None = None) -> Any:
-        """``E + A/x^α``; with ``interval``, a :class:`LossPrediction` band."""
-        return self._predict([x], interval)
+    def predict(self, x: Any, level: float | None = None, *, interval: float | None = None) -> Any:
+        """``E + A/x^α``; with ``level``, a :class:`LossPrediction` band at that level
+        (``interval`` is its old spelling, still taken)."""
+        return self._predict([x], renamed_level(level, interval))
 
     def _law_text(self) -> str:
         return f"{self.y} = E + A/{self.xs[0]}^alpha"

@@ -9,8 +9,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ._fitted import check_is_fitted
 from ._io import as_tuple, finite_positive, group_label, require_columns, usable_rows
-from ._stats import SeedSpread, check_level, check_n_boot, make_rng, percentile_interval, seed_spread
+from ._stats import (
+    SeedSpread,
+    check_n_boot,
+    level_or_ci,
+    make_rng,
+    percentile_interval,
+    seed_spread,
+)
 from .powerlaw import PowerLawFit
 
 __all__ = ["Drift", "GroupOptimum", "OptimumFit"]
@@ -195,7 +203,7 @@ class OptimumFit:
        optimum is the vertex ``t* = −c1 / (2·c2)``.
     4. Flags instead of extrapolation: an argmin on the first or last surviving grid
        point gives ``at_edge=True``, the optimum is that grid point and the interval is
-       one-sided (``0`` or ``inf`` on the open side, the ``ci`` quantile on the other);
+       one-sided (``0`` or ``inf`` on the open side, the ``level`` quantile on the other);
        a concave/degenerate quadratic, or a vertex outside the fitted span, falls back
        to the argmin with ``method="argmin"``. A diverged neighbour counts as the grid's
        end, since the optimum then sits at the stability edge.
@@ -224,8 +232,9 @@ class OptimumFit:
         ``diverged``, ``seed``). ``diverged`` and ``seed`` may be absent from the data;
         when ``seed`` is present, a repeated ``(group, x, seed)`` raises, since it means
         a varying column is missing from ``group_by``.
-    window, band, n_boot, ci, random_state:
-        As described above (defaults 2, 0.0025, 1000, 0.95, 0).
+    window, band, n_boot, level, random_state:
+        As described above (defaults 2, 0.0025, 1000, 0.95, 0); ``ci=`` is the old
+        spelling of ``level``, still taken.
 
     Fitted attributes
     -----------------
@@ -247,8 +256,9 @@ class OptimumFit:
         window: int = 2,
         band: float = 0.0025,
         n_boot: int = 1000,
-        ci: float = 0.95,
+        level: float = 0.95,
         random_state: int | np.random.Generator | None = 0,
+        ci: float | None = None,
     ) -> None:
         if int(window) != window or window < 1:
             raise ValueError(f"window must be a positive integer, got {window!r}.")
@@ -260,7 +270,7 @@ class OptimumFit:
         self.window = int(window)
         self.band = float(band)
         self.n_boot = check_n_boot(n_boot)
-        self.ci = check_level(ci)
+        self.level = level_or_ci(level, ci)
         self.random_state = random_state
 
     # ------------------------------------------------------------------ fitting
@@ -311,11 +321,11 @@ class OptimumFit:
         boot = self._bootstrap(t, per_x, inv, rng)
         if boot.size:
             if edge == "low":
-                ci_log2 = (-np.inf, float(np.quantile(boot, self.ci)))
+                ci_log2 = (-np.inf, float(np.quantile(boot, self.level)))
             elif edge == "high":
-                ci_log2 = (float(np.quantile(boot, 1.0 - self.ci)), np.inf)
+                ci_log2 = (float(np.quantile(boot, 1.0 - self.level)), np.inf)
             else:
-                lo, hi = percentile_interval(boot, self.ci)
+                lo, hi = percentile_interval(boot, self.level)
                 ci_log2 = (float(lo), float(hi))
             ci = (float(2.0**ci_log2[0]), float(2.0**ci_log2[1]))
         else:
@@ -383,13 +393,9 @@ class OptimumFit:
         return pd.DataFrame(rows)
 
     # ------------------------------------------------------------------- using
-    def _check_fitted(self) -> None:
-        if not hasattr(self, "optima_"):
-            raise ValueError("this OptimumFit is not fitted yet; call fit() first.")
-
     def group(self, key: Hashable) -> GroupOptimum:
         """The :class:`GroupOptimum` of one group key."""
-        self._check_fitted()
+        check_is_fitted(self, "optima_")
         for o in self.optima_:
             if o.key == key:
                 return o
@@ -404,7 +410,7 @@ class OptimumFit:
         return np.polyval(o.coef, np.log2(xs))
 
     def _select(self, where: Mapping[str, Any] | None) -> list[GroupOptimum]:
-        self._check_fitted()
+        check_is_fitted(self, "optima_")
         sel = []
         for o, (_, row) in zip(self.optima_, self.results_.iterrows(), strict=True):
             if where is None or all(row[k] == v for k, v in where.items()):
@@ -417,7 +423,7 @@ class OptimumFit:
         ``where`` maps group columns to required values, e.g. ``{"parametrization":
         "mup"}``. Needs at least two groups.
         """
-        self._check_fitted()
+        check_is_fitted(self, "optima_")
         if across not in self.group_by:
             raise ValueError(f"across={across!r} is not one of the group_by columns "
                              f"{list(self.group_by)}.")
@@ -434,7 +440,7 @@ class OptimumFit:
         if all(b.size for b in boots):
             n = min(b.size for b in boots)
             D = np.column_stack([b[:n] for b in boots])
-            lo, hi = percentile_interval(D.max(axis=1) - D.min(axis=1), self.ci)
+            lo, hi = percentile_interval(D.max(axis=1) - D.min(axis=1), self.level)
             ci = (float(lo), float(hi))
         else:
             ci = (float("-inf"), float("inf"))
@@ -443,7 +449,7 @@ class OptimumFit:
                       dtype=float)
         slope = slope_ci = law = None
         if len(sel) >= 3 and np.unique(xs).size >= 2:
-            law = PowerLawFit(across, "x_opt", n_boot=self.n_boot, ci=self.ci,
+            law = PowerLawFit(across, "x_opt", n_boot=self.n_boot, level=self.level,
                               random_state=self.random_state)
             law.fit(xs, np.array([o.x_opt for o in sel]))
             slope = law.params_["b"]
@@ -455,7 +461,7 @@ class OptimumFit:
     def drift_table(self, by: str | Sequence[str] = "parametrization",
                     across: str = "width") -> pd.DataFrame:
         """One :meth:`drift` row per value of ``by`` (e.g. SP and muP side by side)."""
-        self._check_fitted()
+        check_is_fitted(self, "optima_")
         by_t = as_tuple(by)
         rows = []
         for vals, _ in self.results_.groupby(list(by_t), sort=True):
@@ -471,9 +477,9 @@ class OptimumFit:
 
     def report(self) -> str:
         """Readable table of the optima with intervals, bands and flags."""
-        self._check_fitted()
+        check_is_fitted(self, "optima_")
         lines = [f"OptimumFit: optimal {self.x} per {', '.join(self.group_by) or 'all'} "
-                 f"(quadratic in log2 {self.x}, argmin ± {self.window}, {self.ci:.0%} "
+                 f"(quadratic in log2 {self.x}, argmin ± {self.window}, {self.level:.0%} "
                  f"bootstrap CI, band = within {self.band:.2%} of min {self.y}; seeds averaged, "
                  "LOSO = max/min of the optimum refitted without each seed)"]
         for o in self.optima_:

@@ -18,7 +18,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ._fitted import check_is_fitted
 from ._io import atomic_path, savefig_atomic, usable_rows
+from ._stats import renamed_level
 from .critical_batch import CriticalBatchFit, CriticalBatchResults
 from .loss_law import ChinchillaFit, SaturatingPowerLawFit
 from .optimum import OptimumFit
@@ -131,7 +133,7 @@ def plot_optimum_vs_width(fit: OptimumFit, path: PathLike, across: str = "width"
             ax.plot(xs[edge], y[edge], "^", mfc="none", color="k", ms=12, label="at grid edge")
         if d.law is not None:
             grid = np.geomspace(xs.min(), xs.max(), 50)
-            band = d.law.predict(grid, interval=0.9, kind="confidence")
+            band = d.law.predict(grid, level=0.9, kind="confidence")
             ax.plot(grid, band.point, "-", color=color,
                     label=f"{name}slope {d.slope:.2f}")
             ax.fill_between(grid, band.lo, band.hi, color=color, alpha=0.2)
@@ -143,22 +145,24 @@ def plot_optimum_vs_width(fit: OptimumFit, path: PathLike, across: str = "width"
     return _save(fig, path)
 
 
-def plot_power_law(fit: PowerLawFit, path: PathLike, interval: float = 0.9) -> Path:
+def plot_power_law(fit: PowerLawFit, path: PathLike, level: float = 0.9, *,
+                   interval: float | None = None) -> Path:
     """Data, fitted power law, its confidence band and prediction band (one x variable)."""
     plt = _pyplot()
-    fit._check_fitted()
+    check_is_fitted(fit, "params_")
+    level = renamed_level(level, interval)  # interval: the old spelling of level
     if len(fit.x_names_) != 1:
         raise ValueError("plot_power_law draws one-variable laws; this fit has "
                          f"{len(fit.x_names_)} variables.")
     x, y = fit.x_data_[:, 0], fit.y_data_
     grid = np.geomspace(x.min(), x.max(), 100)
-    conf = fit.predict(grid, interval=interval, kind="confidence")
-    pred = fit.predict(grid, interval=interval, kind="prediction")
+    conf = fit.predict(grid, level=level, kind="confidence")
+    pred = fit.predict(grid, level=level, kind="prediction")
     fig, ax = plt.subplots(figsize=(6, 4.5))
     ax.plot(x, y, "o", label="data")
     ax.plot(grid, conf.point, "-", label=f"a={fit.params_['a']:.3g}, b={fit.params_['b']:.3g}")
-    ax.fill_between(grid, conf.lo, conf.hi, alpha=0.3, label=f"{interval:.0%} confidence")
-    ax.fill_between(grid, pred.lo, pred.hi, alpha=0.12, label=f"{interval:.0%} prediction")
+    ax.fill_between(grid, conf.lo, conf.hi, alpha=0.3, label=f"{level:.0%} confidence")
+    ax.fill_between(grid, pred.lo, pred.hi, alpha=0.12, label=f"{level:.0%} prediction")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel(fit.x_names_[0])
@@ -175,7 +179,7 @@ def plot_critical_batch(fit: CriticalBatchFit | CriticalBatchResults, path: Path
     fits = list(fit.fits.items()) if isinstance(fit, CriticalBatchResults) else [(None, fit)]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.5))
     for i, (key, f) in enumerate(fits):
-        f._check_fitted()
+        check_is_fitted(f, "params_")
         color = f"C{i}"
         name = "" if key is None else f"{key}: "
         b, s = f.batch_data_, f.steps_data_
@@ -201,11 +205,12 @@ def plot_critical_batch(fit: CriticalBatchFit | CriticalBatchResults, path: Path
 
 
 def plot_loss_law(fit: ChinchillaFit | SaturatingPowerLawFit, path: PathLike,
-                  interval: float = 0.9) -> Path:
+                  level: float = 0.9, *, interval: float | None = None) -> Path:
     """Loss against the first variable with the fitted law and its bootstrap band (for
     Chinchilla, at three token counts spanning the data), and observed vs predicted."""
     plt = _pyplot()
-    fit._check_fitted()
+    check_is_fitted(fit, "params_")
+    level = renamed_level(level, interval)  # interval: the old spelling of level
     X, L = fit.x_data_, fit.y_data_
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.5))
     grid = np.geomspace(X[:, 0].min(), X[:, 0].max(), 100)
@@ -216,7 +221,7 @@ def plot_loss_law(fit: ChinchillaFit | SaturatingPowerLawFit, path: PathLike,
         for d in np.quantile(X[:, 1], [0.0, 0.5, 1.0]):
             dd = np.full_like(grid, d)
             if has_band:
-                p = fit.predict(grid, dd, interval=interval)
+                p = fit.predict(grid, dd, level=level)
                 ax1.fill_between(grid, p.lo, p.hi, alpha=0.2, color="gray")
                 line = p.point
             else:
@@ -226,8 +231,8 @@ def plot_loss_law(fit: ChinchillaFit | SaturatingPowerLawFit, path: PathLike,
     else:
         ax1.plot(X[:, 0], L, "o", ms=4)
         if has_band:
-            p = fit.predict(grid, interval=interval)
-            ax1.fill_between(grid, p.lo, p.hi, alpha=0.3, label=f"{interval:.0%} band")
+            p = fit.predict(grid, level=level)
+            ax1.fill_between(grid, p.lo, p.hi, alpha=0.3, label=f"{level:.0%} band")
             ax1.plot(grid, p.point, "-", label="fit")
         else:
             ax1.plot(grid, fit.predict(grid), "-", label="fit")
@@ -280,7 +285,7 @@ def lr_curve_data(fit: OptimumFit, data: pd.DataFrame, panel: str | None = None)
     each of its values gets a panel, the other group columns a line. The seed band is the
     standard deviation over the rows the fit used (diverged and non-finite rows dropped).
     """
-    fit._check_fitted()
+    check_is_fitted(fit, "optima_")
     cols = list(fit.group_by)
     if panel is not None and panel not in cols:
         raise ValueError(f"panel column {panel!r} is not among the fit's groups {cols}.")
@@ -368,9 +373,11 @@ class OptimumSeries:
 
 
 def optimum_series(fit: OptimumFit, across: str = "width", by: str | None = None,
-                   target: float | None = None, interval: float = 0.9) -> list[OptimumSeries]:
+                   target: float | None = None, level: float = 0.9, *,
+                   interval: float | None = None) -> list[OptimumSeries]:
     """The series of :func:`plot_optimum_series`: one per value of ``by`` (or one)."""
-    fit._check_fitted()
+    check_is_fitted(fit, "optima_")
+    level = renamed_level(level, interval)  # interval: the old spelling of level
     res = fit.results_
     if across not in res.columns:
         raise ValueError(f"{across!r} is not a group column of the fit ({list(fit.group_by)}).")
@@ -388,10 +395,10 @@ def optimum_series(fit: OptimumFit, across: str = "width", by: str | None = None
         if d.law is not None:
             hi_x = max(xs.max(), target) if target else xs.max()
             grid = np.geomspace(xs.min(), hi_x, 60)
-            band = d.law.predict(grid, interval=interval, kind="confidence")
+            band = d.law.predict(grid, level=level, kind="confidence")
             line, blo, bhi = band.point, band.lo, band.hi
             if target is not None:
-                p = d.law.predict([target], interval=interval, kind="prediction")
+                p = d.law.predict([target], level=level, kind="prediction")
                 tgt = (float(p.point[0]), float(p.lo[0]), float(p.hi[0]))
                 ext = float(d.law.extrapolation_factor([target])[0])
         out.append(OptimumSeries(
@@ -463,16 +470,17 @@ class IsoFlopCurves:
 
 
 def isoflop_curves(fit: ChinchillaFit, compute: Sequence[float] | None = None, n_grid: int = 80,
-                   interval: float = 0.9) -> IsoFlopCurves:
+                   level: float = 0.9, *, interval: float | None = None) -> IsoFlopCurves:
     """Iso-FLOP curves of a fitted law; ``compute`` defaults to 5 budgets spanning the
     data's ``6·N·D``."""
-    fit._check_fitted()
+    check_is_fitted(fit, "params_")
+    level = renamed_level(level, interval)  # interval: the old spelling of level
     X, L = fit.x_data_, fit.y_data_
     if compute is None:
         c_data = 6.0 * X[:, 0] * X[:, 1]
         compute = np.geomspace(c_data.min(), c_data.max(), 5)
     c = np.asarray(compute, dtype=float)
-    opt = fit.compute_optimal(c, interval=interval)
+    opt = fit.compute_optimal(c, level=level)
     n = np.geomspace(opt.n_opt / 30.0, opt.n_opt * 30.0, n_grid, axis=1)
     loss = fit.predict(n, c[:, None] / (6.0 * n))
     return IsoFlopCurves(

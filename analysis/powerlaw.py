@@ -10,8 +10,9 @@ from typing import Any, Literal, overload
 import numpy as np
 import pandas as pd
 
+from ._fitted import check_is_fitted
 from ._io import as_tuple, finite_positive, require_columns
-from ._stats import check_level, check_n_boot, make_rng, percentile_interval
+from ._stats import check_level, check_n_boot, level_or_ci, make_rng, percentile_interval, renamed_level
 
 __all__ = ["PowerLawFit", "PowerLawPrediction"]
 
@@ -51,8 +52,8 @@ class PowerLawFit:
         Pairs-bootstrap resamples for ``ci_`` (default 1000; 0 disables ``ci_``).
         Resamples whose design is singular (e.g. all draws at one x) are dropped; the
         number kept is ``n_boot_used_``.
-    ci:
-        Two-sided level of ``ci_`` (default 0.95).
+    level:
+        Two-sided level of ``ci_`` (default 0.95; ``ci=`` is its old spelling, still taken).
     random_state:
         Seed or Generator for the bootstrap.
 
@@ -72,14 +73,15 @@ class PowerLawFit:
         *,
         weight: str | None = None,
         n_boot: int = 1000,
-        ci: float = 0.95,
+        level: float = 0.95,
         random_state: int | np.random.Generator | None = 0,
+        ci: float | None = None,
     ) -> None:
         self.x = as_tuple(x)
         self.y = y
         self.weight = weight
         self.n_boot = check_n_boot(n_boot)
-        self.ci = check_level(ci)
+        self.level = level_or_ci(level, ci)
         self.random_state = random_state
 
     # ------------------------------------------------------------------ fitting
@@ -185,7 +187,7 @@ class PowerLawFit:
         self.n_boot_used_ = int(self.boot_.shape[0])
         self.ci_: dict[str, tuple[float, float]] = {}
         if self.n_boot_used_:
-            lo, hi = percentile_interval(self.boot_, self.ci)
+            lo, hi = percentile_interval(self.boot_, self.level)
             self.ci_["a"] = (float(np.exp(lo[0])), float(np.exp(hi[0])))
             for j, p in enumerate(self.param_names_[1:], start=1):
                 self.ci_[p] = (float(lo[j]), float(hi[j]))
@@ -208,10 +210,6 @@ class PowerLawFit:
         return coef
 
     # --------------------------------------------------------------- prediction
-    def _check_fitted(self) -> None:
-        if not hasattr(self, "params_"):
-            raise ValueError("this PowerLawFit is not fitted yet; call fit() first.")
-
     def _design(self, x: Any) -> np.ndarray:
         k = len(self.x_names_)
         if isinstance(x, pd.DataFrame):
@@ -231,20 +229,25 @@ class PowerLawFit:
         return np.column_stack([np.ones(xs.shape[0]), np.log(xs)])
 
     @overload
-    def predict(self, x: Any, interval: None = None, kind: str = ...) -> np.ndarray: ...
+    def predict(self, x: Any, level: None = None, kind: str = ..., *,
+                interval: None = None) -> np.ndarray: ...
 
     @overload
     def predict(
-        self, x: Any, interval: float, kind: Literal["prediction", "confidence"] = ...
+        self, x: Any, level: float | None = ..., kind: Literal["prediction", "confidence"] = ..., *,
+        interval: float | None = ...,
     ) -> PowerLawPrediction: ...
 
     def predict(
         self,
         x: Any,
-        interval: float | None = None,
+        level: float | None = None,
         kind: Literal["prediction", "confidence"] = "prediction",
+        *,
+        interval: float | None = None,
     ) -> np.ndarray | PowerLawPrediction:
-        """``a·x^b...`` at ``x``; with ``interval`` also a two-sided band.
+        """``a·x^b...`` at ``x``; with ``level`` also a two-sided band at that level
+        (``interval`` is its old spelling, still taken).
 
         ``kind="prediction"`` (default) bands a new observation (weight 1):
         ``ŷ ± t_{dof,(1+q)/2} · σ · sqrt(1 + x0ᵀ(XᵀWX)⁻¹x0)`` in log space, then
@@ -252,13 +255,14 @@ class PowerLawFit:
         These are the textbook normal-theory OLS intervals (e.g. Montgomery, Peck &
         Vining, "Introduction to Linear Regression Analysis", §2.4).
         """
-        self._check_fitted()
+        check_is_fitted(self, "params_")
         X0 = self._design(x)
         mean = X0 @ self.coef_
         point = np.exp(mean)
-        if interval is None:
+        level = renamed_level(level, interval)
+        if level is None:
             return point
-        level = check_level(interval, "interval")
+        level = check_level(level, "level")
         if kind not in ("prediction", "confidence"):
             raise ValueError(f"kind must be 'prediction' or 'confidence', got {kind!r}.")
         from scipy import stats
@@ -273,7 +277,7 @@ class PowerLawFit:
 
         Per point, the largest over variables of ``x/max`` or ``min/x`` (whichever > 1).
         """
-        self._check_fitted()
+        check_is_fitted(self, "params_")
         logs = self._design(x)[:, 1:]
         out = np.ones(logs.shape[0])
         for j, name in enumerate(self.x_names_):
@@ -284,7 +288,7 @@ class PowerLawFit:
 
     def report(self) -> str:
         """Readable summary: the law, each parameter with its CI, fit quality."""
-        self._check_fitted()
+        check_is_fitted(self, "params_")
         terms = " · ".join(
             f"{n}^{p}" for n, p in zip(self.x_names_, self.param_names_[1:], strict=True)
         )
@@ -295,7 +299,7 @@ class PowerLawFit:
             lines.append(f"  {p:>2} = {self.params_[p]:.6g}{cis}")
         if self.ci_:
             lines.append(
-                f"  intervals: {self.ci:.0%} percentile bootstrap, "
+                f"  intervals: {self.level:.0%} percentile bootstrap, "
                 f"{self.n_boot_used_} resamples"
             )
         lines.append(f"  residual sd (log y) = {self.sigma_:.4g}, R² = {self.r2_:.4f}")

@@ -1,4 +1,14 @@
-"""Projection: recommended hyperparameters at a target scale, with intervals and flags."""
+"""Projection from generic fits: recommended hyperparameters at a target scale, with
+intervals and flags.
+
+This is not the projection of a scaling sweep to a training run (that one is
+:meth:`analysis.ScalingLawFit.project`, whose rules the card's run plan shares). It
+stays separate because it answers another question from other inputs: it combines any
+:class:`PowerLawFit` (an LR or batch law over width, ``n_params`` or compute), a
+critical-batch law and a Chinchilla loss law at a target *model size or compute*, and
+has no batch-and-budget laws, tau or schedule rules to share. :class:`Estimate`, its
+value record, is the record of every projection here.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
-from ._stats import check_level
+from ._io import plain
+from ._stats import check_level, renamed_level
 from .loss_law import ChinchillaFit
 from .powerlaw import PowerLawFit
 
@@ -17,14 +26,8 @@ __all__ = ["Estimate", "Projection", "project"]
 
 
 def _plain(v: Any) -> Any:
-    """JSON-safe scalar: plain float/int/bool/str, non-finite floats become ``None``."""
-    if isinstance(v, (bool, np.bool_)):
-        return bool(v)
-    if isinstance(v, (int, np.integer)):
-        return int(v)
-    if isinstance(v, (float, np.floating)):
-        return float(v) if math.isfinite(v) else None
-    return v
+    """JSON-safe value: Python scalars, non-finite floats as ``None``."""
+    return plain(v, nonfinite_to_none=True)
 
 
 @dataclass(frozen=True)
@@ -102,12 +105,33 @@ def _law_inputs(law: PowerLawFit, target: Mapping[str, float], what: str) -> dic
 def _from_law(law: PowerLawFit, target: Mapping[str, float], what: str,
               level: float) -> Estimate:
     x = _law_inputs(law, target, what)
-    p = law.predict(x, interval=level, kind="prediction")
+    p = law.predict(x, level=level, kind="prediction")
     ext = float(law.extrapolation_factor(x)[0])
     terms = " · ".join(f"{n}^{law.params_[b]:.3g}"
                        for n, b in zip(law.x_names_, law.param_names_[1:], strict=True))
     src = f"power law {law.y} = {law.params_['a']:.3g} · {terms}"
     return Estimate(float(p.point[0]), float(p.lo[0]), float(p.hi[0]), level, src, ext)
+
+
+def _steps_and_warmup(values: dict[str, Estimate], tgt: Mapping[str, float], warmup_fraction: float,
+                      level: float, warnings: list[str]) -> None:
+    """``steps = tokens / (batch_size · seq_len)`` (its interval from the batch's) and
+    ``warmup_steps = warmup_fraction · steps``, added to ``values`` when the target allows."""
+    bs = values.get("batch_size")
+    if bs is not None and "tokens" in tgt and "seq_len" in tgt:
+        per_step = tgt["seq_len"]
+        steps = Estimate(tgt["tokens"] / (bs.value * per_step),
+                         tgt["tokens"] / (bs.hi * per_step),
+                         tgt["tokens"] / (bs.lo * per_step), level,
+                         "tokens / (batch_size · seq_len)", bs.extrapolation)
+        values["steps"] = steps
+        values["warmup_steps"] = Estimate(
+            warmup_fraction * steps.value, warmup_fraction * steps.lo,
+            warmup_fraction * steps.hi, level,
+            f"rule of thumb: {warmup_fraction:g} × steps (not fitted)", bs.extrapolation)
+    elif bs is not None:
+        warnings.append("steps and warmup were not projected: the target needs both "
+                        "'tokens' and 'seq_len'.")
 
 
 def project(
@@ -119,7 +143,8 @@ def project(
     loss: ChinchillaFit | None = None,
     reference: Mapping[str, float] | None = None,
     warmup_fraction: float = 0.01,
-    interval: float = 0.9,
+    level: float = 0.9,
+    interval: float | None = None,
     k: float = 10.0,
 ) -> Projection:
     """Recommend LR, batch size, B_crit, steps and warmup at ``target``, with intervals.
@@ -128,7 +153,8 @@ def project(
     ``n_params``, ``tokens``, ``compute`` (FLOPs), ``seq_len``, ``batch_size``. Each
     power-law fit reads the target values of the columns it was fitted on (e.g. an LR
     law fitted on ``width``, or the Step Law form on ``("n_params", "tokens")``), and
-    gives a ``interval`` (default 90 %) prediction interval (:meth:`PowerLawFit.predict`).
+    gives a ``level`` (default 90 %; ``interval`` is its old spelling) prediction interval
+    (:meth:`PowerLawFit.predict`).
 
     * ``compute`` without ``n_params``/``tokens``: with a Chinchilla ``loss`` fit, the
       compute-optimal ``N``/``D`` (Hoffmann et al. 2022, eq. 4) fill them in; with both
@@ -148,7 +174,7 @@ def project(
     A value whose inputs lie more than ``k``× (default 10) outside its law's fitted
     range sets ``extrapolated`` and adds a sentence to ``warnings``.
     """
-    level = check_level(interval, "interval")
+    level = check_level(renamed_level(level, interval), "level")  # type: ignore[arg-type]
     if not k >= 1:
         raise ValueError(f"k (the extrapolation limit) must be >= 1, got {k!r}.")
     if not 0 <= warmup_fraction < 1:
@@ -166,7 +192,7 @@ def project(
     warnings: list[str] = []
 
     if loss is not None and "compute" in tgt and not ("n_params" in tgt and "tokens" in tgt):
-        alloc = loss.compute_optimal(tgt["compute"], interval=level)
+        alloc = loss.compute_optimal(tgt["compute"], level=level)
         src = "compute-optimal allocation (Hoffmann et al. 2022, eq. 4)"
         values["n_params"] = Estimate(float(alloc.n_opt[0]), float(alloc.n_lo[0]),
                                       float(alloc.n_hi[0]), level, src)
@@ -187,7 +213,7 @@ def project(
     if critical_batch is not None:
         values["b_crit"] = _from_law(critical_batch, tgt, "critical batch", level)
     if loss is not None and "n_params" in tgt and "tokens" in tgt:
-        lp = loss.predict(tgt["n_params"], tgt["tokens"], interval=level)
+        lp = loss.predict(tgt["n_params"], tgt["tokens"], level=level)
         ext = max(max(v / hi, lo / v) for v, (lo, hi) in
                   zip((tgt["n_params"], tgt["tokens"]), loss.x_range_.values(), strict=True))
         values["loss"] = Estimate(float(lp.point[0]), float(lp.lo[0]), float(lp.hi[0]),
@@ -195,21 +221,7 @@ def project(
                                   max(1.0, float(ext)))
 
     bs = values.get("batch_size")
-    if bs is not None and "tokens" in tgt and "seq_len" in tgt:
-        per_step = tgt["seq_len"]
-        steps = Estimate(tgt["tokens"] / (bs.value * per_step),
-                         tgt["tokens"] / (bs.hi * per_step),
-                         tgt["tokens"] / (bs.lo * per_step), level,
-                         "tokens / (batch_size · seq_len)", bs.extrapolation)
-        values["steps"] = steps
-        values["warmup_steps"] = Estimate(
-            warmup_fraction * steps.value, warmup_fraction * steps.lo,
-            warmup_fraction * steps.hi, level,
-            f"rule of thumb: {warmup_fraction:g} × steps (not fitted)", bs.extrapolation)
-    elif bs is not None:
-        warnings.append("steps and warmup were not projected: the target needs both "
-                        "'tokens' and 'seq_len'.")
-
+    _steps_and_warmup(values, tgt, warmup_fraction, level, warnings)
     baselines: dict[str, dict[str, Any]] = {}
     if reference is not None and bs is not None:
         if "lr" not in reference or "batch_size" not in reference:

@@ -84,7 +84,7 @@ def test_compute_target_uses_chinchilla_allocation() -> None:
     fit.params_ = {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28}
     fit.boot_ = np.empty((0, 5))
     fit.x_range_ = {"n_params": (1e7, 1e10), "tokens": (1e9, 1e12)}
-    fit.predict = lambda n, d, interval=None: LossPrediction(  # type: ignore[method-assign]
+    fit.predict = lambda n, d, level=None: LossPrediction(  # type: ignore[method-assign]
         np.atleast_1d(1.69 + 406.4 / n**0.34 + 410.7 / d**0.28),
         np.atleast_1d(1.6), np.atleast_1d(1.8), 0.9)
     p = project({"compute": 1e21}, loss=fit)

@@ -1,0 +1,514 @@
+"""The plan of the target's run: the card's ``projected`` section.
+
+:func:`plan_run` moves the proxy's optimum to the target's batch and token budget with the
+laws of ``mutransfer fit scaling``, and gives batch, steps, warmup, weight decay (through
+the AdamW timescale tau) and the WSD decay fraction, each with its interval and
+extrapolation factor. It holds no rule of its own: the laws, their intervals, the LR ratio,
+the warmup rule, the edge flags and the extrapolation factor are those of the one
+projection object, :class:`analysis.ScalingLawFit` (read from FIT.json by its own reader,
+:meth:`~analysis.ScalingLawFit.from_dict`). What it adds: the proxy anchor (the base LR
+is the proxy's μP optimum moved by the laws' ratio), the values the user gives, the
+split of the batch over devices, and the published batch law as a fallback.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from analysis import ScalingLawFit
+from analysis.baselines import deepseek_llm, scaling_baselines
+from analysis.scaling_projection import extrapolation_factor
+from analysis.tau import weight_decay_for
+from mutransfer._io import read_text
+
+__all__ = ["BATCH_RULES", "EDGE_VALUES", "RunPlan", "ScalingLaws", "default_micro_batch", "lr_sensitivity",
+           "plan_run", "read_scaling_fit"]
+
+#: The laws of ``mutransfer fit scaling`` as the run plan reads them: the one projection
+#: object (kept under this name for the code that imports it from mutransfer.target).
+ScalingLaws = ScalingLawFit
+
+
+def read_scaling_fit(path: str | Path) -> ScalingLawFit:
+    """The fit in the FIT.json of ``mutransfer fit scaling``, through its own reader."""
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"scaling fit {str(p)!r} does not exist")
+    try:
+        doc = json.loads(read_text(p, "scaling fit"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"scaling fit {str(p)!r} is not valid JSON: {exc}") from None
+    return ScalingLawFit.from_dict(doc, f"scaling fit {p.name!r}")
+
+
+def lr_sensitivity(proxy: Mapping[str, Any] | None, laws: ScalingLawFit | None, *,
+                   proxy_batch_tokens: float | None, proxy_tokens: float | None,
+                   batch_tokens: float, tokens: float) -> dict[str, Any]:
+    """Leave-one-seed-out spread of the card's base LR (``projected.lr.loso_ratio``).
+
+    The base LR is the proxy optimum times the laws' ratio eta*(B_t, D_t) / eta*(B_p, D_p).
+    Each part has its own refits without each seed: the proxy optimum's (``proxy``: the
+    ``sensitivity`` of ``fit optimum``, ``ratio`` = max/min of the refit optima) and the
+    ratio redone with each refit's exponents (``laws.lr_loso``). The two sweeps' seeds
+    are different runs, so the card's ratio is the product of the two: the most that
+    one seed of each could move the LR. ``loso_ratio`` is None when no part could be
+    refitted; ``loso.complete`` is false when a part the LR depends on has fewer than 2
+    seeds (e.g. a one-seed scaling sweep): the ratio is then a lower bound.
+    """
+    proxy = proxy or {}
+    r = proxy.get("ratio")
+    if r is not None and not (isinstance(r, (int, float)) and not isinstance(r, bool)
+                              and math.isfinite(r) and r >= 1):
+        raise ValueError(f"the proxy optimum's sensitivity.ratio must be a number >= 1 or null, got {r!r}")
+    parts: dict[str, dict[str, Any]] = {
+        "proxy": {"n_seeds": proxy.get("n_seeds"), "ratio": proxy.get("ratio")}}
+    if laws is not None:
+        ratio = None
+        if len(laws.lr_loso) >= 2 and proxy_batch_tokens and proxy_tokens:
+            rb, rd = batch_tokens / proxy_batch_tokens, tokens / proxy_tokens
+            rs = [rb**a * rd**b for a, b in laws.lr_loso]
+            ratio = max(rs) / min(rs)
+        parts["law"] = {"n_seeds": laws.n_seeds, "ratio": ratio}
+    known = [p["ratio"] for p in parts.values() if p["ratio"] is not None]
+    total = math.prod(known) if known else None
+    return {"loso_ratio": total, "loso_octaves": None if total is None else math.log2(total),
+            "loso": {"method": "leave-one-seed-out: max/min of the LR refitted without each seed",
+                     **parts, "complete": len(known) == len(parts)}}
+
+
+
+
+def _estimate(value: float, lo: float | None, hi: float | None, level: float, source: str,
+              extrapolation: float = 1.0) -> dict[str, Any]:
+    """The projection's value record (as ``analysis.project.Estimate.to_dict()``)."""
+    return {"value": float(value), "lo": None if lo is None else float(lo),
+            "hi": None if hi is None else float(hi), "level": float(level), "source": source,
+            "extrapolation": float(extrapolation)}
+
+
+@dataclass
+class RunPlan:
+    """Batch, steps, LR, weight decay, warmup and schedule of the target run."""
+
+    lr: float
+    batch_sequences: int
+    micro_batch: int
+    batch_tokens: int
+    steps: int
+    warmup_tokens: float
+    warmup_steps: int
+    decay_fraction: float
+    weight_decay: float
+    tau: float | None
+    projected: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+
+
+#: Values of the fit that ``--accept-edge`` may take although they are only bounds.
+EDGE_VALUES = ("batch", "lr")
+
+#: How the target's batch is chosen when none is given: ``fit`` = our B*(D); ``deepseek``
+#: = DeepSeek LLM's B_opt(C); ``auto`` = ours unless it is in doubt
+#: (:meth:`~analysis.ScalingLawFit.batch_law_doubts`), then DeepSeek's, flagged.
+BATCH_RULES = ("auto", "fit", "deepseek")
+
+
+def default_micro_batch(sequences: int, dp_size: int = 1) -> int:
+    """The largest power of two (at most 8) that divides each rank's share of the batch:
+    a micro-batch every usual accelerator count and memory size can take."""
+    share = sequences // max(dp_size, 1)
+    micro = 1
+    while micro < 8 and share % (micro * 2) == 0:
+        micro *= 2
+    return micro
+
+
+
+def _check_plan_inputs(*, batch_rule: str, accept_edge: Sequence[str], laws: ScalingLawFit | None,
+                       tokens: float, seq_len: int, batch_sequences: int | None, batch_tokens: float | None,
+                       micro_batch: int | None) -> None:
+    """The contradictions and bad values :func:`plan_run` refuses, before any work."""
+    if batch_rule not in BATCH_RULES:
+        raise ValueError(f"batch rule must be one of {', '.join(BATCH_RULES)}, got {batch_rule!r}")
+    for what in accept_edge:
+        if what not in EDGE_VALUES:
+            raise ValueError(f"--accept-edge must be one of {', '.join(EDGE_VALUES)}, got {what!r}")
+        if batch_rule != "fit":
+            raise ValueError(f"--accept-edge {what} contradicts --batch-rule {batch_rule}: only --batch-rule "
+                             "fit takes the fit's values as they are; drop one")
+    if "batch" in accept_edge and (batch_sequences is not None or batch_tokens is not None):
+        flag = "--batch-size" if batch_sequences is not None else "--batch-tokens"
+        raise ValueError(f"--accept-edge batch contradicts {flag}: the batch is given, not taken from the "
+                         "fit; drop one")
+    if accept_edge and laws is None:
+        raise ValueError(f"--accept-edge {accept_edge[0]} needs --scaling-fit: there is no fit whose edge "
+                         "it would accept")
+    if not (math.isfinite(tokens) and tokens > 0):
+        raise ValueError(f"token budget must be a positive finite number, got {tokens!r}")
+    given = ("--batch-size", batch_sequences) if batch_sequences is not None else (
+        ("--batch-tokens", batch_tokens) if batch_tokens is not None else None)
+    if given is not None and batch_rule != "auto":  # a fixed batch would silently drop the rule
+        raise ValueError(f"--batch-rule {batch_rule} contradicts {given[0]} {given[1]:g}: the rule picks "
+                         "the batch, the flag fixes it; give one")
+    if batch_tokens is not None and batch_tokens < seq_len:
+        raise ValueError(f"--batch-tokens {batch_tokens:g} is below one sequence of {seq_len} tokens")
+    if micro_batch is not None and not (isinstance(micro_batch, int) and micro_batch >= 1):
+        raise ValueError(f"--micro-batch must be a positive integer, got {micro_batch!r}")
+
+
+@dataclass
+class _Bounds:
+    """Refuses, or accepts and records, a value of the fit that is only a bound."""
+
+    laws: ScalingLawFit | None
+    batch_rule: str
+    accept_edge: Sequence[str]
+    warnings: list[str]
+    accepted: dict[str, list[str]] = field(default_factory=dict)
+
+    def __call__(self, what: str, where: tuple[str, ...], how: str) -> None:
+        if not where:
+            return
+        said = "; ".join(where[:4]) + (f"; and {len(where) - 4} more" if len(where) > 4 else "")
+        if what in self.accept_edge:
+            self.accepted[what] = list(where)
+            self.warnings.append(f"the {how} rests on bounds, not optima ({said}); taken as a value because "
+                                 f"--accept-edge {what}")
+        elif self.batch_rule == "fit":
+            src = self.laws.source if self.laws is not None else "the scaling fit"
+            raise ValueError(f"--batch-rule fit: the {how} rests on bounds, not optima: {said} in {src}. "
+                             "A bound is not a value: extend the grid (sweep scaling brackets it), use "
+                             f"--batch-rule auto, or pass --accept-edge {what} to take it anyway (recorded "
+                             "in the card)")
+        elif what == "lr":
+            self.warnings.append(f"the {how} rests on bounds, not optima ({said})")
+
+
+def fitted_or_published_batch(laws: ScalingLawFit | None, *, tokens: float, n_params: float | None,
+                              batch_rule: str, level: float, ext_tokens: float, extrapolation_limit: float,
+                              bound: _Bounds, warnings: list[str]
+                              ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The target's batch when none is given: (the batch used, the fitted law's batch
+    shown beside it or None). ``fit`` takes our B*(D); ``deepseek`` takes DeepSeek LLM's
+    B_opt = 0.2920·C^0.3271 tokens (Bi et al. 2024; C = 6·N·D FLOPs, N = ``n_params``);
+    ``auto`` takes ours unless :meth:`~analysis.ScalingLawFit.batch_law_doubts` finds a
+    reason to doubt it, then DeepSeek's, with a warning. The one place that decides
+    between the fitted and the published batch law."""
+    doubts: list[str] = []
+    fit_est = None
+    if laws is not None:
+        b, lo, hi = laws.batch_at(tokens)
+        fit_est = _estimate(b, lo, hi, level, f"B*(D) = {laws.batch_coef:.4g} · "
+                            f"D^{laws.batch_exponent:.4g} ({laws.source})", ext_tokens)
+        doubts = laws.batch_law_doubts(tokens, extrapolation_limit)
+    if laws is not None and batch_rule == "fit":
+        bound("batch", laws.batch_bounds, "fitted B*(D)")
+    if not (batch_rule == "deepseek" or (batch_rule == "auto" and doubts)):
+        return fit_est, None  # type: ignore[return-value]
+    if n_params is None:
+        raise ValueError("DeepSeek's batch law needs the target's parameter count (C = 6·N·D)")
+    compute = 6.0 * float(n_params) * tokens
+    b = float(deepseek_llm(compute)["batch_tokens"])
+    why = "; ".join(doubts) if doubts else "asked for (--batch-rule deepseek)"
+    b_est = _estimate(b, None, None, level, f"DeepSeek LLM B_opt = 0.2920·C^0.3271 tokens at "
+                      f"C = 6·N·D = {compute:.3g} FLOPs (Bi et al. 2024), because {why}")
+    if fit_est is not None:
+        warnings.append(f"batch from DeepSeek LLM's law ({b:.4g} tokens), not from the fitted "
+                        f"B*(D) ({fit_est['value']:.4g} tokens): {why}")
+    return b_est, fit_est
+
+
+def _plan_batch(laws: ScalingLawFit | None, *, tokens: float, seq_len: int, batch_sequences: int | None,
+                batch_tokens: float | None, dp: int, micro_batch: int | None, n_params: float | None,
+                batch_rule: str, level: float, ext_tokens: float, extrapolation_limit: float, bound: _Bounds,
+                warnings: list[str]) -> tuple[dict[str, Any], float, dict[str, Any] | None]:
+    """(the batch's estimate, the batch in sequences before rounding, the fitted law's batch
+    shown beside a published one): given (``--batch-size``, ``--batch-tokens``), else
+    :func:`fitted_or_published_batch`."""
+    if batch_sequences is not None:
+        if batch_sequences % (dp * (micro_batch or 1)):
+            raise ValueError(f"--batch-size {batch_sequences} is not a multiple of --dp-size {dp}"
+                             + (f" × --micro-batch {micro_batch}" if micro_batch else ""))
+        return (_estimate(batch_sequences * seq_len, None, None, level, "given (--batch-size)"),
+                float(batch_sequences), None)
+    if batch_tokens is not None:
+        return (_estimate(batch_tokens, None, None, level, "given (--batch-tokens)"), batch_tokens / seq_len,
+                None)
+    if laws is None and batch_rule != "deepseek":
+        raise ValueError("no batch for the target: the batch size needs the scaling fit "
+                         "B*(D) (--scaling-fit FIT.json from `mutransfer fit scaling`), or give it "
+                         "with --batch-tokens or --batch-size")
+    b_est, fit_est = fitted_or_published_batch(
+        laws, tokens=tokens, n_params=n_params, batch_rule=batch_rule, level=level, ext_tokens=ext_tokens,
+        extrapolation_limit=extrapolation_limit, bound=bound, warnings=warnings)
+    return b_est, b_est["value"] / seq_len, fit_est
+
+
+def _split_batch(raw_seqs: float, batch_sequences: int | None, dp: int, micro_batch: int | None
+                 ) -> dict[str, Any]:
+    """The batch in whole sequences and its split over ``dp`` ranks (``projected.batch_split``)."""
+    if batch_sequences is not None:
+        seqs, unit = batch_sequences, dp * (micro_batch or 1)
+        how = "given (--batch-size)"
+    else:
+        if micro_batch is not None:
+            unit, how = dp * micro_batch, f"a multiple of --dp-size {dp} × --micro-batch {micro_batch}"
+        else:
+            pow2 = 8
+            while pow2 > 1 and raw_seqs / dp < pow2:
+                pow2 //= 2
+            unit = dp * pow2
+            how = (f"a multiple of dp_size {dp} × {pow2} (power-of-two default: no --micro-batch given)")
+        seqs = max(unit, int(round(raw_seqs / unit)) * unit)
+    micro = micro_batch or default_micro_batch(seqs, dp)
+    return {"sequences": seqs, "dp_size": dp, "micro_batch": micro,
+            "grad_accum": seqs // (dp * micro), "rounded_to": unit, "rule": how,
+            "micro_batch_source": "given (--micro-batch)" if micro_batch else
+            "default: the largest power of two <= 8 dividing each rank's share"}
+
+
+def _plan_lr(laws: ScalingLawFit | None, *, proxy_lr: float, proxy_lr_interval: Sequence[float | None] | None,
+             proxy_batch_tokens: float | None, proxy_tokens: float | None, b_tok: int, tokens: float,
+             level: float, ext: Mapping[str, float], bound: _Bounds, warnings: list[str]
+             ) -> tuple[float, dict[str, Any]]:
+    """The base LR: the proxy optimum moved by the laws' ratio eta*(B_t, D_t)/eta*(B_p, D_p)
+    (:meth:`~analysis.ScalingLawFit.lr_ratio`). No interval given (--lr): the law's alone;
+    an open side (optimum at the grid's edge) stays open (None)."""
+    p_lo, p_hi = (list(proxy_lr_interval) + [None, None])[:2] if proxy_lr_interval else (
+        proxy_lr, proxy_lr)
+    if laws is not None:
+        if proxy_batch_tokens is None or proxy_tokens is None:
+            raise ValueError("--scaling-fit moves the proxy's LR to the target's batch and tokens, so "
+                             "it needs the proxy's batch and token budget: give --proxy-batch-tokens "
+                             "and --proxy-tokens (or --results with batch_tokens and tokens columns)")
+        bound("lr", laws.lr_bounds, "fitted LR law eta*(B, D)")
+        r, r_lo, r_hi = laws.lr_ratio((proxy_batch_tokens, b_tok), (proxy_tokens, tokens))
+        lr = proxy_lr * r
+        lr_est = _estimate(lr, None if p_lo is None else p_lo * r_lo,
+                           None if p_hi is None else p_hi * r_hi, level,
+                           f"proxy optimum {proxy_lr:.4g} × eta*(B, D) ratio {r:.4g} from (B "
+                           f"{proxy_batch_tokens:.4g}, D {proxy_tokens:.4g}) to (B {b_tok}, D "
+                           f"{tokens:.4g})", max(ext.values()))
+    else:
+        lr = proxy_lr
+        lo_hi = (p_lo, p_hi) if proxy_lr_interval else (None, None)
+        lr_est = _estimate(lr, *lo_hi, level, "proxy optimum (no scaling fit: not moved to the "
+                           "target's batch and tokens)")
+        if proxy_batch_tokens is not None and proxy_batch_tokens != b_tok:
+            warnings.append(f"the batch changes from the proxy's {proxy_batch_tokens:.6g} to {b_tok} "
+                            "tokens but there is no --scaling-fit, so the LR is not moved with it")
+    if not (math.isfinite(lr) and lr > 0):
+        raise ValueError(f"the projected base LR is not a positive finite number ({lr!r})")
+    return lr, lr_est
+
+
+def _plan_weight_decay(laws: ScalingLawFit | None, *, weight_decay: float | None, wd_mode: str,
+                       proxy_tau: float | None, lr: float, b_tok: int, tokens: float, level: float,
+                       ext: Mapping[str, float]) -> tuple[float, float | None, dict[str, Any], Any]:
+    """(weight decay, tau, their estimates): given, or from tau held fixed, lambda =
+    B / (eta · tau · D) (:func:`analysis.tau.weight_decay_for`; ``independent`` decay is
+    per step lambda, so its eta is 1)."""
+    eta = 1.0 if wd_mode == "independent" else lr
+    formula = f"lambda = B / ({'' if wd_mode == 'independent' else 'eta · '}tau · D)"
+
+    def lam_from_tau(t: float) -> float:
+        return float(weight_decay_for(t, b_tok, eta, tokens))
+
+    if weight_decay is not None:
+        if not (math.isfinite(weight_decay) and weight_decay >= 0):
+            raise ValueError(f"--weight-decay must be a finite number >= 0, got {weight_decay!r}")
+        tau = (b_tok / (eta * weight_decay * tokens)) if weight_decay > 0 else None
+        return (weight_decay, tau, _estimate(weight_decay, None, None, level, "given (--weight-decay)"),
+                None if tau is None else _estimate(tau, None, None, level, "from the given weight decay"))
+    if laws is not None and laws.tau is not None:
+        tau = laws.tau
+        t_lo, t_hi = laws.tau_ci or (tau, tau)
+        wd_est = _estimate(lam_from_tau(tau), lam_from_tau(t_hi), lam_from_tau(t_lo), level,
+                           f"{formula}, tau {tau:.4g}", max(ext.values()))
+        what = {"measured": "tau* measured at its optimum over the weight decays",
+                "default λ": "at the sweep's one weight decay, not optimised"}.get(laws.tau_source or "", "")
+        return lam_from_tau(tau), tau, wd_est, _estimate(
+            tau, t_lo, t_hi, level, f"AdamW timescale at the proxy optimum"
+            f"{': ' + what if what else ''} ({laws.source})")
+    if proxy_tau is not None:
+        if not (math.isfinite(proxy_tau) and proxy_tau > 0):
+            raise ValueError(f"the proxy's weight-decay timescale tau must be a positive finite number, "
+                             f"got {proxy_tau!r}")
+        wd = lam_from_tau(proxy_tau)
+        return wd, proxy_tau, _estimate(wd, None, None, level, f"{formula}, tau {proxy_tau:.4g} of the tuned "
+                                        "proxy"), _estimate(proxy_tau, None, None, level,
+                                                            "the tuned proxy's weight decay (--proxy-config)")
+    return 0.0, None, _estimate(0.0, None, None, level, "default (no --weight-decay, no tau in a scaling "
+                                "fit)"), None
+
+
+def _plan_schedule(laws: ScalingLawFit | None, *, warmup_tokens: float | None, warmup_fraction: float | None,
+                   decay_fraction: float | None, n_params: float | None, b_tok: int, tokens: float,
+                   level: float, ext_tokens: float) -> tuple[float, dict[str, Any], float, dict[str, Any]]:
+    """(warmup tokens, its estimate, WSD decay fraction, its estimate): given, from the
+    fit's rules (:meth:`~analysis.ScalingLawFit.warmup_tokens`, ``decay_fraction``), or the
+    defaults (1 % of the budget; 0.2)."""
+    w_rule = laws.warmup_tokens(tokens, b_tok, n_params) if laws is not None else None
+    if warmup_tokens is not None:
+        w, w_est = warmup_tokens, _estimate(warmup_tokens, None, None, level, "given (--warmup-tokens)")
+    elif warmup_fraction is None and w_rule is not None:
+        w = w_rule
+        w_est = _estimate(w, None, None, level, f"warmup rule of {laws.source}",  # type: ignore[union-attr]
+                          ext_tokens)
+    else:
+        frac = 0.01 if warmup_fraction is None else warmup_fraction
+        w = frac * tokens
+        w_est = _estimate(w, None, None, level, f"{frac:g} of the token budget")
+    if decay_fraction is not None:
+        dec, d_est = decay_fraction, _estimate(decay_fraction, None, None, level, "given (--decay-fraction)")
+    elif laws is not None and laws.decay_fraction is not None:
+        dec = laws.decay_fraction
+        lo, hi = laws.decay_fraction_ci or (dec, dec)
+        d_est = _estimate(dec, lo, hi, level, f"WSD decay fraction of {laws.source}")
+    else:
+        dec, d_est = 0.2, _estimate(0.2, None, None, level, "default (Hägele et al. 2024: 10-20%)")
+    return w, w_est, dec, d_est
+
+
+def _flags_and_baselines(ext: Mapping[str, float], limit: float, warnings: list[str], *, proxy_lr: float,
+                         proxy_batch_tokens: float | None, proxy_tokens: float | None, tokens: float,
+                         b_tok: int, n_params: float | None) -> tuple[bool, dict[str, Any]]:
+    """(extrapolated beyond ``limit`` on an axis, with a warning each; the textbook rules
+    beside ours, anchored at the proxy optimum: shown, never used)."""
+    extrapolated = any(f > limit for f in ext.values())
+    for axis, f in ext.items():
+        if f > limit:
+            warnings.append(f"the target's {axis} lies {f:.3g}× outside the measured range of the "
+                            f"scaling sweep (limit {limit:g}×): treat the projection as a guess")
+    baselines: dict[str, Any] = {}
+    if proxy_batch_tokens and proxy_tokens:
+        baselines = scaling_baselines(tokens=tokens, batch_tokens=b_tok, ref_lr=proxy_lr,
+                                      ref_batch_tokens=proxy_batch_tokens, ref_tokens=proxy_tokens,
+                                      n_params=n_params)
+    return extrapolated, baselines
+
+
+def plan_run(
+    *,
+    proxy_lr: float,
+    proxy_lr_interval: Sequence[float | None] | None,
+    tokens: float,
+    seq_len: int,
+    laws: ScalingLawFit | None = None,
+    proxy_batch_tokens: float | None = None,
+    proxy_tokens: float | None = None,
+    batch_tokens: float | None = None,
+    batch_sequences: int | None = None,
+    dp_size: int | None = None,
+    micro_batch: int | None = None,
+    weight_decay: float | None = None,
+    wd_mode: str = "coupled",
+    warmup_tokens: float | None = None,
+    warmup_fraction: float | None = None,
+    decay_fraction: float | None = None,
+    extrapolation_limit: float = 100.0,
+    n_params: float | None = None,
+    batch_rule: str = "auto",
+    proxy_tau: float | None = None,
+    accept_edge: Sequence[str] = (),
+) -> RunPlan:
+
+    """Project the run of the target from the proxy optimum and (optionally) the laws.
+
+    - Batch: ``batch_sequences`` or ``batch_tokens`` if given, else B*(D) of the laws;
+      rounded to whole sequences and to a multiple of ``dp_size × micro_batch``. Without
+      ``micro_batch`` a projected batch is rounded to a multiple of ``dp_size × 8`` (or of
+      the largest power of two that fits a smaller batch), so it splits over any usual
+      device count; the micro-batch is then the largest power of two <= 8 dividing each
+      rank's share (:func:`default_micro_batch`), recorded in
+      ``projected.batch_split``. A given ``batch_sequences`` must be such a multiple.
+    - Base LR: the proxy's μP optimum ``proxy_lr`` moved by the fitted law's ratio
+      eta*(B_t, D_t) / eta*(B_p, D_p) from the proxy's batch and tokens to the target's.
+    - Weight decay: given, or lambda = B / (eta · tau · D) with the laws' tau (coupled
+      AdamW decay, per step eta·lambda; ``independent`` decay is per step lambda, so
+      lambda = B / (tau · D)), else with ``proxy_tau``, the timescale of a tuned proxy
+      (the weight decay its sweep chose, as a fraction of its run: Wang & Aitchison 2024
+      find the optimal tau roughly constant across model and data size). tau is
+      recorded either way.
+    - Steps = ceil(D / B); warmup tokens given, from the laws' rule (``n_params``, the
+      target's non-embedding N, feeds it), or ``warmup_fraction`` of D (default 1%);
+      WSD decay fraction given, from the laws, or 0.2.
+    - Baselines (sqrt and linear LR–batch rules, DeepSeek LLM, Step Law, Power Lines;
+      :func:`analysis.baselines.scaling_baselines`) anchored at the proxy optimum, for
+      comparison only.
+    Each projected value carries its interval and its extrapolation factor (target ÷
+    largest measured, per axis); beyond ``extrapolation_limit`` a warning says so.
+
+    ``batch_rule`` (:data:`BATCH_RULES`): small proxies measure B* over a few hundred
+    thousand tokens, and a law fitted there can be 10^5x short of a real budget, or not
+    resolved at all. Then ``auto`` takes DeepSeek LLM's B_opt = 0.2920·C^0.3271 tokens
+    (Bi et al. 2024; C = 6·N·D FLOPs, N = ``n_params``), fitted on 1e17–3e20 FLOPs, and
+    says so; our law's value stays in the card as ``batch_fit`` beside it.
+
+    A bound is never a value: with ``batch_rule="fit"`` a B* (or an LR optimum) that the
+    fit flags as at its grid's edge (:attr:`~analysis.ScalingLawFit.batch_bounds`, ``lr_bounds``) is a
+    ValueError naming where, unless ``accept_edge`` names it (``"batch"``, ``"lr"``); then
+    it is taken, recorded in ``projected.accepted_edges`` and warned about. Under ``auto``
+    an edge batch falls back to DeepSeek's (as above) and an edge LR is a warning.
+    """
+    _check_plan_inputs(batch_rule=batch_rule, accept_edge=accept_edge, laws=laws, tokens=tokens,
+                       seq_len=seq_len, batch_sequences=batch_sequences, batch_tokens=batch_tokens,
+                       micro_batch=micro_batch)
+    warnings: list[str] = []
+    bound = _Bounds(laws, batch_rule, accept_edge, warnings)
+    dp = dp_size or 1
+    level = laws.level if laws else 0.9
+    ext = {"tokens": 1.0, "batch_tokens": 1.0}
+    if laws is not None:
+        ext["tokens"] = extrapolation_factor(tokens, laws.measured_tokens)
+
+    b_est, raw_seqs, projected_batch_fit = _plan_batch(
+        laws, tokens=tokens, seq_len=seq_len, batch_sequences=batch_sequences, batch_tokens=batch_tokens,
+        dp=dp, micro_batch=micro_batch, n_params=n_params, batch_rule=batch_rule, level=level,
+        ext_tokens=ext["tokens"], extrapolation_limit=extrapolation_limit, bound=bound, warnings=warnings)
+    split = _split_batch(raw_seqs, batch_sequences, dp, micro_batch)
+    seqs, micro = split["sequences"], split["micro_batch"]
+    b_tok = seqs * seq_len
+    if laws is not None:
+        ext["batch_tokens"] = extrapolation_factor(b_tok, laws.measured_batch_tokens)
+        b_est["extrapolation"] = max(b_est["extrapolation"], ext["batch_tokens"])
+    if tokens < b_tok:
+        raise ValueError(f"the token budget {tokens:.6g} is below one batch of {b_tok} tokens "
+                         f"({seqs} sequences of {seq_len})")
+    steps = math.ceil(tokens / b_tok)
+
+    lr, lr_est = _plan_lr(laws, proxy_lr=proxy_lr, proxy_lr_interval=proxy_lr_interval,
+                          proxy_batch_tokens=proxy_batch_tokens, proxy_tokens=proxy_tokens, b_tok=b_tok,
+                          tokens=tokens, level=level, ext=ext, bound=bound, warnings=warnings)
+    wd, tau, wd_est, tau_est = _plan_weight_decay(laws, weight_decay=weight_decay, wd_mode=wd_mode,
+                                                  proxy_tau=proxy_tau, lr=lr, b_tok=b_tok, tokens=tokens,
+                                                  level=level, ext=ext)
+    w, w_est, dec, d_est = _plan_schedule(laws, warmup_tokens=warmup_tokens, warmup_fraction=warmup_fraction,
+                                          decay_fraction=decay_fraction, n_params=n_params, b_tok=b_tok,
+                                          tokens=tokens, level=level, ext_tokens=ext["tokens"])
+    warmup_steps = min(steps, int(round(w / b_tok)))
+
+    extrapolated, baselines = _flags_and_baselines(
+        ext, extrapolation_limit, warnings, proxy_lr=proxy_lr, proxy_batch_tokens=proxy_batch_tokens,
+        proxy_tokens=proxy_tokens, tokens=tokens, b_tok=b_tok, n_params=n_params)
+    projected = {
+        "lr": {**lr_est, "interval": [lr_est["lo"], lr_est["hi"]], "method": lr_est["source"]},
+        "batch_tokens": b_est, "batch_sequences": seqs, "batch_split": split, "steps": steps,
+        "weight_decay": wd_est, "tau": tau_est, "warmup_tokens": w_est, "decay_fraction": d_est,
+        "extrapolation": ext, "extrapolation_limit": float(extrapolation_limit),
+        "extrapolated": extrapolated, "baselines": baselines,
+        "proxy": {"lr": proxy_lr, "batch_tokens": proxy_batch_tokens, "tokens": proxy_tokens},
+        "warnings": warnings,
+    }
+    if bound.accepted:  # bounds the user took as values (--accept-edge), and where they were flagged
+        projected["accepted_edges"] = bound.accepted
+    if projected_batch_fit is not None:  # the fitted law's batch, shown beside the one used
+        projected["batch_fit"] = projected_batch_fit
+    return RunPlan(lr=lr, batch_sequences=seqs, micro_batch=micro, batch_tokens=b_tok, steps=steps,
+                   warmup_tokens=w, warmup_steps=warmup_steps, decay_fraction=dec, weight_decay=wd, tau=tau,
+                   projected=projected, warnings=warnings)
