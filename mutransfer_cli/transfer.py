@@ -581,11 +581,10 @@ def optimum_from_results(args: argparse.Namespace, seq_len: int
     """Fit the optimum per width on an LR sweep's table, with the same checks as
     ``mutransfer fit`` (non-numeric lr, NaN loss not marked diverged: one error)."""
     from analysis import OptimumFit
-    from mutransfer_cli.fit import load_table, optimum_sensitivity
+    from analysis.table import load_table
+    from mutransfer_cli._table import optimum_sensitivity
 
-    table = argparse.Namespace(results=args.results, where=[], diverged="diverged", state="state",
-                               dropna=False)
-    df, _ = load_table(table, ("lr", "loss"), ("width",), keep_diverged=True)
+    df, _ = load_table(args.results, ("lr", "loss"), ("width",), keep_diverged=True)
     if "parametrization" in df.columns:
         df = df[df["parametrization"] == args.parametrization]
     if df.empty:
