@@ -112,7 +112,7 @@ def load_table(results: str, value_cols: Sequence[str], group_cols: Sequence[str
     """Read, filter and check the results table; returns ``(rows to fit, counts)``.
 
     ``where`` holds ``COL=VALUE`` filters. Rows whose ``state`` is set and not ``COMPLETE``
-    (pruned or failed trials of a sweep export) are left out first and counted. Then checks,
+    (pruned or failed trials of a sweep's results) are left out first and counted. Then checks,
     each a one-line ValueError: missing columns (named), rows of different tokenizers or
     models after ``where`` unless grouped by that column (:func:`check_single_valued`),
     non-numeric or non-finite values in ``value_cols`` (rows marked ``diverged`` excepted;

@@ -35,7 +35,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=positive_int, default=5, help="training steps (default 5)")
     seeds = p.add_mutually_exclusive_group()
     seeds.add_argument("--seeds", type=seed_list, default=None, help="comma-separated seeds, e.g. 0,1,2")
-    seeds.add_argument("--n-seeds", type=positive_int, default=3, help="seeds 0..N-1 per width (default 3)")
+    # default None: a given --n-seeds equal to the default must still clash with --seeds
+    seeds.add_argument("--n-seeds", type=positive_int, default=None,
+                       help="seeds 0..N-1 per width (default 3)")
     p.add_argument("--optimizer", choices=("adamw", "sgd", "muon"), default=None,
                    help="default: muon for -p muon, else adamw")
     p.add_argument("--lr", type=positive_float, default=None,
@@ -73,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     if args.parametrization == "completep" and not args.depths:
         raise ValueError("--parametrization completep needs --depths (e.g. --depths 2,4,8)")
     lr = args.lr or (0.1 if optimizer == "sgd" else 1e-2)
-    seeds = args.seeds if args.seeds is not None else list(range(args.n_seeds))
+    seeds = args.seeds if args.seeds is not None else list(range(args.n_seeds or 3))
     rules = [_parse_rule(r) for r in args.rule]
     torch.manual_seed(0)
     from mutransfer.models import GPTConfig, get_preset, parse_model

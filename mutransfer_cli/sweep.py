@@ -1,4 +1,4 @@
-"""``mutransfer sweep``: Optuna studies over proxies (lr | batch | scaling | run | worker | status | export).
+"""``mutransfer sweep``: Optuna studies over proxies (lr | batch | scaling | run | worker | status | results).
 
     mutransfer sweep lr --preset gpt-tiny --widths 32,64,128 --parametrization sp,mup --out d
     mutransfer sweep batch --widths 64 --batch-sizes 8,16,32 --tokens 1e6,4e6 --out d
@@ -8,7 +8,7 @@
     mutransfer sweep worker --storage postgresql://... --study lr    # join from any machine
     mutransfer sweep lr ... --fuse 16     # 16 same-shape trials as one batched model per worker
     mutransfer sweep status --storage d
-    mutransfer sweep export --storage d --out results.csv
+    mutransfer sweep results --storage d --out results.csv   # the results table (was `sweep export`)
 
 Re-running the same command resumes the study: finished grid points are never repeated.
 The study opens in the dashboard: ``optuna-dashboard d/optuna.journal`` (or the RDB URL).
@@ -22,7 +22,7 @@ from typing import Any
 
 from mutransfer_cli._common import MAX_SEED, bounded_int, key_value, seed_list
 
-HELP = "Optuna sweeps over proxies: lr | batch | scaling | run | worker | status | export"
+HELP = "Optuna sweeps over proxies: lr | batch | scaling | run | worker | status | results"
 
 _EPILOG = ("Storage: default OUT/optuna.journal (many workers on one machine; --out with "
            "$MUTRANSFER_STORAGE set is an error, pass --storage); "
@@ -111,7 +111,7 @@ _FUSE_HELP = ("train up to K trials of one shape (same width, depth, batch, step
 
 
 
-#: The verbs that run a sweep (the others join, report or export one).
+#: The verbs that run a sweep (the others join, report or write the results of one).
 RUN_KINDS = ("lr", "batch", "scaling", "run", "multipliers")
 
 
@@ -262,8 +262,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     _add_storage_flags(s, "journal file, output directory or URL (default: $MUTRANSFER_STORAGE, else .)")
     s.add_argument("--study", default=None)
     s.add_argument("--json", action="store_true")
-    e = sub.add_parser("export", help="write the results table (CSV or Parquet)",
-                       description="write the results table (one row per trial; CSV or Parquet)")
+    what = "write the results table (one row per trial; CSV or Parquet)"
+    _add_results_flags(sub.add_parser("results", help="write the results table (CSV or Parquet)",
+                                      description=what))
+    # the old name of `results`, kept working but unlisted (a parser added without help= is not
+    # shown); `mutransfer export` is the engine export of a card, a different thing
+    _add_results_flags(sub.add_parser("export", description=f"{what}. Deprecated name of `sweep results`."))
+
+
+def _add_results_flags(e: argparse.ArgumentParser) -> None:
     _add_storage_flags(e, "journal file, output directory or URL (default: $MUTRANSFER_STORAGE, else .)")
     e.add_argument("--study", default=None)
     e.add_argument("--out", required=True, help="results.csv | results.csv.gz | results.parquet")
@@ -272,6 +279,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _spec_from_args(args: argparse.Namespace, kind: str) -> Any:
+    # mutransfer.target loads torch: only a verb that builds a spec pays for it (its checks
+    # load the trainer's config anyway), not `sweep status` or `sweep results`
+    from mutransfer.target import parse_overrides
     from sweeps.spec import spec_from_dict
 
     data: dict[str, Any] = {}
@@ -318,8 +328,7 @@ def _spec_from_args(args: argparse.Namespace, kind: str) -> Any:
         base["steps"] = args.steps
     if args.batch_size is not None:
         base["batch_size"] = args.batch_size
-    for k, v in args.settings:
-        base[k] = v
+    base.update(parse_overrides(args.settings))  # the library reads "10" as 10, "1e-3" as 0.001
     if args.head_rule is not None:
         base["head_rule"] = args.head_rule
     if args.device is not None:  # --prepare-only records it too: every worker trains there
@@ -341,6 +350,9 @@ def _print_status(st: dict[str, Any], as_json: bool) -> None:
 
 def run(args: argparse.Namespace) -> int:
     cmd = args.sweep_cmd
+    if cmd == "export":
+        print("mutransfer sweep export: deprecated, now `mutransfer sweep results` (same flags)",
+              file=sys.stderr)
     if cmd in RUN_KINDS:
         return _run_sweep(args, cmd)
     storage = _storage(args, None if cmd == "worker" else ".")
