@@ -22,6 +22,8 @@ import os
 import sys
 from pathlib import Path
 
+from mutransfer import __version__
+
 #: verb -> module, in the order of the user's day.
 MODULES: dict[str, str] = {
     "coord-check": "mutransfer_cli.coord_check",
@@ -71,7 +73,6 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
         description="muP hyperparameter transfer: tune a small proxy, prove the transfer, "
         "fit the scaling laws, export a config for the big run.",
     )
-    from mutransfer import __version__
 
     parser.add_argument("--version", action="version", version=f"mutransfer {__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="VERB")

@@ -149,6 +149,8 @@ def _child(options: dict[str, Any], send: Any) -> None:
 
 
 def _audit(options: dict[str, Any]) -> dict[str, Any]:
+    # imported here, in the spawned child that runs the audit: the parent process only
+    # waits for its answer and never loads torch
     from mutransfer.audit import audit, load_entry
 
     if options["user_code"]:
@@ -167,7 +169,8 @@ def _audit(options: dict[str, Any]) -> dict[str, Any]:
 
 def _ours(spec: str, base_width: int) -> Any:
     """``builder(width) -> (model, optimizer)``: the model ``spec`` (``hf:PATH`` or a preset)
-    under mutransfer's own μP and AdamW (LR 1e-2), at its own depth and a 256-token vocab."""
+    under mutransfer's own μP and AdamW (LR 1e-2), at its own depth and a 256-token vocab.
+    Runs in the audit's child process (see :func:`_audit`)."""
     from mutransfer.config import ModelSection
     from mutransfer.models import build_model, parse_model
     from mutransfer.optim import build_optimizer

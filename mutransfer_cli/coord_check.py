@@ -5,6 +5,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from mutransfer._io import check_fresh_dir, check_output
+from mutransfer.config import ModelSection
+from mutransfer.coord_check import coord_check
+from mutransfer.data import DataConfig, load_dataset
+from mutransfer.models import GPT, MLP, GPTConfig, build_model, get_preset, logits_of, parse_model
+from mutransfer.parametrization import KINDS, Rule
 from mutransfer_cli._common import (
     add_output_flags,
     int_list,
@@ -60,11 +66,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from mutransfer._io import check_fresh_dir, check_output
-    from mutransfer.coord_check import coord_check
-    from mutransfer.data import DataConfig, load_dataset
-    from mutransfer.parametrization import KINDS
-
     if args.parametrization not in KINDS:
         raise ValueError(f"unknown parametrization {args.parametrization!r}; choose from {', '.join(KINDS)}")
     check_output(args.out, directory=True)
@@ -78,7 +79,6 @@ def run(args: argparse.Namespace) -> int:
     seeds = args.seeds if args.seeds is not None else list(range(args.n_seeds or 3))
     rules = [_parse_rule(r) for r in args.rule]
     torch.manual_seed(0)
-    from mutransfer.models import GPTConfig, get_preset, parse_model
 
     name = {"gpt": "gpt-tiny", "mlp": "mlp-tiny"}.get(args.model, args.model)
     source = parse_model(name, head_rule=args.head_rule)
@@ -87,8 +87,6 @@ def run(args: argparse.Namespace) -> int:
     if kind == "source":
         builder, batch, loss_fn = _source_setup(source, args)
     elif kind == "gpt":
-        from mutransfer.models import GPT
-
         base = get_preset(source.ref).replace(seq_len=args.seq_len)
         for w in args.widths:
             base.replace(width=w)  # validates head divisibility with a clear error
@@ -102,8 +100,6 @@ def run(args: argparse.Namespace) -> int:
                 return GPT(base.replace(width=width))
         loss_fn = None
     else:
-        from mutransfer.models import MLP
-
         base_m = get_preset(source.ref)
         g = torch.Generator().manual_seed(0)
         x = torch.randn(args.batch_size * 8, base_m.in_features, generator=g)
@@ -147,10 +143,6 @@ def _source_setup(source: Any, args: argparse.Namespace) -> tuple[Any, Any, Any]
     unless ``--depths``, trained on cross-entropy of its logits."""
     import torch
 
-    from mutransfer.config import ModelSection
-    from mutransfer.data import DataConfig, load_dataset
-    from mutransfer.models import build_model, logits_of
-
     data = load_dataset(DataConfig(source=args.data))
     vocab = data.vocab_size
     _, own_depth = ModelSection(source=source.spec(), head_rule=source.head_rule).own_shape()
@@ -180,7 +172,6 @@ def _source_setup(source: Any, args: argparse.Namespace) -> tuple[Any, Any, Any]
 def _parse_rule(text: str) -> tuple[str, str]:
     """``REGEX=ROLE`` (split at the last ``=``: a regex may hold one) -> (regex, role),
     checked as a :class:`~mutransfer.parametrization.Rule` (valid regex, known role)."""
-    from mutransfer.parametrization import Rule
 
     pattern, sep, role = text.rpartition("=")
     if not sep or not pattern:
