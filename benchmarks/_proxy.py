@@ -9,6 +9,7 @@ an interrupted benchmark resumes where it stopped.
 
 from __future__ import annotations
 
+import argparse
 import datetime as _dt
 import json
 import math
@@ -21,6 +22,24 @@ from typing import Any
 
 Rows = list[dict[str, Any]]
 
+
+def int_list(text: str, minimum: int = 1) -> list[int]:
+    """A ladder flag: ``"2,4,8"`` -> [2, 4, 8]; a bad item is named in the error."""
+    out = []
+    for item in text.split(","):
+        try:
+            value = int(item.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{item.strip()!r} is not an integer (in {text!r})") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} must be >= {minimum} (in {text!r})")
+        out.append(value)
+    return out
+
+
+def seed_list(text: str) -> list[int]:
+    """``"0,1"`` -> [0, 1]: seeds are integers >= 0."""
+    return int_list(text, minimum=0)
 
 
 def finite_or_none(x: float) -> float | None:

@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks._proxy import TrialLog, bracket_scan, finite_or_none, int_list, log, record_header, seed_list
+
 HERE = Path(__file__).parent
 # (label, parametrization, depth_alpha)
 PARAMETRIZATIONS: tuple[tuple[str, str, float], ...] = (
@@ -35,7 +37,6 @@ def run(depths: tuple[int, ...] = (2, 4, 8, 16), width: int = 32, steps: int = 1
     import pandas as pd
 
     from analysis import OptimumFit, plot_lr_curves, plot_optimum_vs_width
-    from benchmarks._proxy import TrialLog, bracket_scan, finite_or_none, log, record_header
     from mutransfer._io import atomic_write_text
     from mutransfer.train import TrainConfig, train
 
@@ -120,8 +121,6 @@ def run(depths: tuple[int, ...] = (2, 4, 8, 16), width: int = 32, steps: int = 1
 
 
 if __name__ == "__main__":
-    from mutransfer_cli._common import int_list, seed_list
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--depths", type=int_list, default=(2, 4, 8, 16),
                         help="depth ladder (default 2,4,8,16)")

@@ -16,8 +16,9 @@ batched time.
 
 The scaling fit runs on a synthetic sweep of 4 budgets × 6 batches × 9 LRs × 3 seeds
 (648 runs, ``SCALING_GRID``) whose optima follow known laws; it is timed as the fit
-alone and as the whole ``mutransfer fit scaling`` command in-process (reading the CSV,
-checks, fit, atomic JSON write; interpreter start-up excluded).
+alone and as the whole of what ``mutransfer fit scaling`` runs, through the library's API
+(reading the CSV, checks, fit, atomic JSON write; interpreter start-up and argument parsing
+excluded).
 
 Run: ``python -m benchmarks.fit_speed`` (prints JSON, writes
 ``benchmarks/results/fit_speed.json`` atomically); ``python -m benchmarks.fit_speed
@@ -127,10 +128,27 @@ def scaling_sweep(seed: int = 0) -> Any:
     return pd.DataFrame(rows)
 
 
-def scaling_timing() -> dict[str, Any]:
-    """Seconds of ScalingLawFit (both methods) and of `mutransfer fit scaling`, 1000 resamples."""
+def fit_scaling_file(csv: Path, out: Path) -> None:
+    """What `mutransfer fit scaling CSV --out FIT.json` runs, through the library's public API:
+    read and check the table (:func:`analysis.table.load_table`), fit with 1000 bootstrap
+    resamples, write strict JSON atomically."""
     from analysis import ScalingLawFit
-    from mutransfer_cli import main
+    from analysis.table import dumps, load_table
+    from mutransfer._io import atomic_write_text
+
+    df, counts = load_table(str(csv), ["lr", "batch_tokens", "tokens", "loss"], keep_diverged=True)
+    fit = ScalingLawFit(n_boot=N_BOOT, level=0.9).fit(df, lr="lr", batch="batch_tokens", tokens="tokens",
+                                                       loss="loss", seed_col="seed", diverged="diverged",
+                                                       weight_decay="weight_decay", seq_len="seq_len")
+    doc = {**fit.to_dict(), "results": str(csv), "n_not_complete": counts["n_not_complete"],
+           "n_dropped": counts["n_dropped"]}
+    atomic_write_text(out, dumps(doc))
+
+
+def scaling_timing() -> dict[str, Any]:
+    """Seconds of ScalingLawFit (both methods) and of what `mutransfer fit scaling` runs
+    (read, check, fit, write), 1000 resamples."""
+    from analysis import ScalingLawFit
 
     df = scaling_sweep()
     t_fit, fit = _time(lambda: ScalingLawFit(n_boot=N_BOOT).fit(df))
@@ -138,11 +156,7 @@ def scaling_timing() -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         csv = Path(tmp) / "sweep.csv"
         df.to_csv(csv, index=False)
-        t_cli, rc = _time(lambda: main(["fit", "scaling", str(csv), "--out",
-                                        str(Path(tmp) / "fit.json"), "--n-boot", str(N_BOOT),
-                                        "--quiet"]))
-    if rc != 0:
-        raise RuntimeError(f"mutransfer fit scaling exited {rc}")
+        t_cli, _ = _time(lambda: fit_scaling_file(csv, Path(tmp) / "fit.json"))
     return {"runs": len(df), "grid": dict(SCALING_GRID), "n_boot": N_BOOT,
             "fit_s": round(t_fit, 3), "fit_band_method_s": round(t_band, 3),
             "cli_fit_scaling_s": round(t_cli, 3),

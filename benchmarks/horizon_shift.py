@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks._proxy import TrialLog, finite_or_none, int_list, log, record_header, seed_list
+
 HERE = Path(__file__).parent
 
 
@@ -37,7 +39,6 @@ def run(horizons: tuple[int, ...] = (150, 300, 600, 1200), width: int = 64, base
 
     from analysis import OptimumFit, plot_lr_curves, plot_optimum_vs_width
     from analysis._stats import percentile_interval
-    from benchmarks._proxy import TrialLog, finite_or_none, log, record_header
     from mutransfer._io import atomic_write_text
     from mutransfer.train import TrainConfig, train_wsd_branches
 
@@ -135,8 +136,6 @@ def run(horizons: tuple[int, ...] = (150, 300, 600, 1200), width: int = 64, base
 
 
 if __name__ == "__main__":
-    from mutransfer_cli._common import int_list, seed_list
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--horizons", type=int_list, default=(150, 300, 600, 1200),
                         help="token budgets in steps (default 150,300,600,1200)")

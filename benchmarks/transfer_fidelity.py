@@ -1,8 +1,8 @@
 """Transfer fidelity: does the optimal LR stay put across widths under μP, and move under SP?
 
-Runs the demo's LR x width sweep (SP and μP side by side, same model, data, steps and
-seeds) and reads the drift of the seed-averaged optimum in octaves with its bootstrap
-interval, and μP's best loss ÷ SP's at the widest width with a 95% interval from
+Runs ``mutransfer demo`` (its LR x width sweep: SP and μP side by side, same model, data,
+steps and seeds) and reads, from its summary.json, the drift of the seed-averaged optimum in
+octaves with its bootstrap interval, and μP's best loss ÷ SP's at the widest width with a 95% interval from
 resampling seeds. Design targets (docs/architecture.md, "Numbers to reach"), over a >= 8x width ladder:
 μP drift <= 0.5 octave, SP drift >= 2 octaves; μP wider-is-better; μP's best loss at the
 widest proxy within 1% of SP's (Tensor Programs V, Fig. 1).
@@ -19,6 +19,7 @@ import datetime as _dt
 import json
 import os
 import platform
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -31,12 +32,15 @@ def run(size: str | None = None, out: str | os.PathLike[str] | None = None) -> d
 
     import mutransfer
     from mutransfer._io import atomic_write_text
-    from mutransfer_cli.demo import run_demo
 
     cuda = torch.cuda.is_available()
     size = size or ("gpu" if cuda else "small")
     out = Path(out or HERE / "results" / f"transfer_fidelity_{size}")
-    s = run_demo(out, size=size, quiet=False)
+    # the demo is a program (it runs the coord-check and transfer verbs too): run it as a
+    # user does, and read the summary it writes
+    subprocess.run([sys.executable, "-m", "mutransfer", "demo", "--out", str(out), "--size", size],
+                   check=True)
+    s = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     drift, ci = s["drift_octaves"], s["drift_ci"]
     # The best-loss ratio's interval: resample each parametrization's seeds at the widest width.
     import pandas as pd

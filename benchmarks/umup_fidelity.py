@@ -39,6 +39,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks._proxy import TrialLog, bracket_scan, finite_or_none, int_list, log, record_header, seed_list
+
 HERE = Path(__file__).parent
 #: u-μP's default LR (log2) as we read Blake et al. 2024: η = 2^1.5 with every α at 1.
 #: (Not re-checked against the paper's text here; the package's own demo notebook, 5000
@@ -75,7 +77,6 @@ def _demo(steps: int | None) -> dict[str, Any]:
 def scan(arm: str, width: int, seeds: tuple[int, ...], out: str, steps: int | None) -> str:
     """Run (or resume) one arm's LR scan at one width; finished runs go to the trial log.
     Module-level so a worker process can run it."""
-    from benchmarks._proxy import TrialLog, bracket_scan, log
 
     demo = _demo(steps)
     trials = TrialLog(Path(out) / "trials.jsonl")
@@ -139,7 +140,6 @@ def run(widths: tuple[int, ...] = (32, 64, 128, 256), seeds: tuple[int, ...] = (
     import pandas as pd
 
     from analysis import OptimumFit
-    from benchmarks._proxy import TrialLog, finite_or_none, log, record_header
     from benchmarks.tuned_multipliers import best_loss_ratio
     from mutransfer._io import atomic_write_text
 
@@ -248,8 +248,6 @@ def run(widths: tuple[int, ...] = (32, 64, 128, 256), seeds: tuple[int, ...] = (
 
 
 if __name__ == "__main__":
-    from mutransfer_cli._common import int_list, seed_list
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--widths", type=int_list, default=(32, 64, 128, 256),
                         help="u-μP width ladder; μP and SP run at the widest (default 32,64,128,256)")

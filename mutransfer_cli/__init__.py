@@ -6,8 +6,9 @@ Each verb lives in its own module under ``mutransfer_cli`` and defines
     def add_arguments(p: argparse.ArgumentParser) -> None
     def run(args: argparse.Namespace) -> int    # exit code
 
-Verb modules are imported only when that verb runs (``--help`` of the top level reads
-only ``VERBS`` below), so the CLI starts fast. User-input errors raise
+Verb modules are imported only when that verb runs: ``mutransfer --help`` lists each verb
+with its module's ``HELP``, read from the module's source (:func:`verb_help`) rather than by
+importing it, so the CLI starts fast (no torch, optuna, scipy or pandas). User-input errors raise
 :class:`UsageError` or ``ValueError``; ``main`` prints one line and exits 2, as it does for
 an ``OSError`` (an unwritable output path) that a verb did not catch first.
 """
@@ -15,26 +16,51 @@ an ``OSError`` (an unwritable output path) that a verb did not catch first.
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib
 import os
 import sys
+from pathlib import Path
 
-# verb -> (module, one-line help). Keep in the order of the user's day.
-VERBS: dict[str, tuple[str, str]] = {
-    "coord-check": ("mutransfer_cli.coord_check", "coordinate check: is the parametrization right?"),
-    "audit": ("mutransfer_cli.audit", "is someone else's muP right? per layer, with a verdict"),
-    "explain": ("mutransfer_cli.explain", "print the per-parameter table of roles, init std, LR mult, WD"),
-    "data": ("mutransfer_cli.data", "prepare your own tokens: text + a local tokenizer.json -> tokens.bin"),
-    "train": ("mutransfer_cli.train", "train one proxy on the embedded corpus or your data"),
-    "sweep": ("mutransfer_cli.sweep", "Optuna sweeps: lr | batch | run | worker | status | export"),
-    "fit": ("mutransfer_cli.fit", "fit optimum | power-law | critical-batch | loss laws to a results table"),
-    "plot": ("mutransfer_cli.plot", "render LR curves, optimum vs width, critical batch, loss laws"),
-    "demo": ("mutransfer_cli.demo", "all of it, end to end, on the embedded corpus"),
-    "transfer": ("mutransfer_cli.transfer", "project to the target scale and write the transfer card"),
-    "memory": ("mutransfer_cli.memory", "optimizer memory bill: bytes per parameter and total"),
-    "fold": ("mutransfer_cli.fold", "fold the μP forward multipliers into the weights: a plain checkpoint"),
-    "export": ("mutransfer_cli.export", "write a card as an engine's config: megatron | torchtitan | hf"),
+from mutransfer import __version__
+
+#: verb -> module, in the order of the user's day.
+MODULES: dict[str, str] = {
+    "coord-check": "mutransfer_cli.coord_check",
+    "audit": "mutransfer_cli.audit",
+    "explain": "mutransfer_cli.explain",
+    "data": "mutransfer_cli.data",
+    "train": "mutransfer_cli.train",
+    "sweep": "mutransfer_cli.sweep",
+    "fit": "mutransfer_cli.fit",
+    "plot": "mutransfer_cli.plot",
+    "demo": "mutransfer_cli.demo",
+    "transfer": "mutransfer_cli.transfer",
+    "memory": "mutransfer_cli.memory",
+    "fold": "mutransfer_cli.fold",
+    "export": "mutransfer_cli.export",
 }
+
+
+def verb_help(module: str) -> str:
+    """The ``HELP`` constant of a verb module, read from its source without importing it
+    (a verb's imports load torch, optuna or pandas; the top-level help needs none of them)."""
+    path = Path(__file__).with_name(module.rsplit(".", 1)[-1] + ".py")
+    lines = path.read_text(encoding="utf-8").splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("HELP = ")), None)
+    if start is None:
+        raise RuntimeError(f"{path} defines no HELP constant")
+    for end in range(start + 1, min(start + 8, len(lines)) + 1):  # a string literal, maybe wrapped
+        try:
+            value = ast.literal_eval("\n".join(lines[start:end]).removeprefix("HELP = "))
+        except SyntaxError:
+            continue
+        return str(value)
+    raise RuntimeError(f"{path}: HELP is not a string literal")
+
+
+#: verb -> (module, its HELP line); the help is the verb module's own text.
+VERBS: dict[str, tuple[str, str]] = {verb: (module, verb_help(module)) for verb, module in MODULES.items()}
 
 
 class UsageError(ValueError):
@@ -47,7 +73,6 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
         description="muP hyperparameter transfer: tune a small proxy, prove the transfer, "
         "fit the scaling laws, export a config for the big run.",
     )
-    from mutransfer import __version__
 
     parser.add_argument("--version", action="version", version=f"mutransfer {__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="VERB")

@@ -9,32 +9,15 @@ from collections.abc import Callable
 from typing import Any
 
 
-def parse_scalar(text: str) -> Any:
-    """A ``--set`` value: YAML scalars (``true``, ``null``, ``[1, 2]``), and numbers YAML
-    1.1 leaves as text (``1e-3``) as numbers; anything else stays the string. Each verb then
-    checks it against its config field's type."""
-    import yaml
-
-    try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
-    if isinstance(value, str):
-        for cast in (int, float):
-            try:
-                return cast(value)
-            except ValueError:
-                pass
-    return text if value is None and text.strip().lower() == "none" else value
-
-
-def key_value(text: str) -> tuple[str, Any]:
-    """The one ``--set KEY=VALUE`` parser of every verb (train, sweep, transfer):
-    ``"warmup-steps=10"`` -> ``("warmup_steps", 10)``."""
+def key_value(text: str) -> tuple[str, str]:
+    """The one ``--set KEY=VALUE`` flag of every verb (train, sweep, transfer):
+    ``"warmup-steps=10"`` -> ``("warmup_steps", "10")``. The value stays text: the library
+    reads it by the field it sets (:meth:`mutransfer.config.TrainConfig.from_overrides` for a
+    training field, :func:`mutransfer.target.parse_overrides` for a target's model field)."""
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
         raise argparse.ArgumentTypeError(f"--set {text!r} must look like KEY=VALUE (e.g. --set lr=3e-3)")
-    return key.strip().replace("-", "_"), parse_scalar(value)
+    return key.strip().replace("-", "_"), value
 
 
 def _ints(text: str, minimum: int, what: str) -> list[int]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from mutransfer_cli._common import int_list, positive_float, positive_int, print_json
+from mutransfer_cli._common import int_list, positive_float, positive_int, print_json, seed_list
 
 HELP = "audit a muP implementation: per-parameter width exponents vs the rule table, verdict"
 
@@ -33,7 +33,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the CompleteP alpha you use, 0.5 or 1 (default: measured)")
     p.add_argument("--no-coord-check", action="store_true", help="skip the coordinate check")
     p.add_argument("--steps", type=positive_int, default=3, help="coordinate-check steps (default 3)")
-    p.add_argument("--seeds", type=positive_int, default=2, help="coordinate-check seeds (default 2)")
+    seeds = p.add_mutually_exclusive_group()
+    seeds.add_argument("--seeds", type=seed_list, default=None,
+                       help="comma-separated coordinate-check seeds, e.g. 0,1 (as in coord-check and sweep)")
+    seeds.add_argument("--n-seeds", type=positive_int, default=None,  # None: argparse sees a 2 given
+                       help=f"coordinate-check seeds 0..N-1 (default {DEFAULT_N_SEEDS})")
     p.add_argument("--tol", type=positive_float, default=0.2,
                    help="largest allowed gap between found and expected exponents (default 0.2)")
     p.add_argument("--coord-tol", type=positive_float, default=0.25,
@@ -53,7 +57,9 @@ def run(args: argparse.Namespace) -> int:
     for name, entry in ((flag, spec if user_code else None), ("--input", args.input)):
         if entry is not None and not all(entry.partition(":")[::2]):  # before any user code runs
             raise ValueError(f"entry point {entry!r} is not of the form module:function ({name})")
-    kind, payload = run_contained({**vars(args), "entry": spec, "user_code": user_code}, args.timeout)
+    seeds = args.seeds if args.seeds is not None else list(range(args.n_seeds or DEFAULT_N_SEEDS))
+    options = {**vars(args), "entry": spec, "user_code": user_code, "seeds": seed_count(seeds)}
+    kind, payload = run_contained(options, args.timeout)
     if kind != "done":
         raise ValueError(payload)
     if args.json:
@@ -63,6 +69,19 @@ def run(args: argparse.Namespace) -> int:
     return 0 if payload["passed"] else 1
 
 
+def seed_count(seeds: list[int]) -> int:
+    """The audit's coordinate check runs seeds 0..N-1 (:func:`mutransfer.audit.audit` takes a
+    count): ``[0, 1]`` -> 2; any other list is refused, naming it, rather than run as other
+    seeds than asked (``--seeds 2`` is the seed 2, not two seeds)."""
+    if seeds != list(range(len(seeds))):
+        listed = ",".join(map(str, seeds))
+        raise ValueError(f"--seeds {listed}: the audit's coordinate check runs seeds 0..N-1; give "
+                         f"--seeds {','.join(map(str, range(len(seeds))))} or --n-seeds N")
+    return len(seeds)
+
+
+#: Coordinate-check seeds without --seeds or --n-seeds.
+DEFAULT_N_SEEDS = 2
 #: Seconds the user's entry may take in its child process (``--timeout``).
 DEFAULT_TIMEOUT = 300.0
 #: Traceback lines of a failed entry shown under the error's first line.
@@ -130,6 +149,8 @@ def _child(options: dict[str, Any], send: Any) -> None:
 
 
 def _audit(options: dict[str, Any]) -> dict[str, Any]:
+    # imported here, in the spawned child that runs the audit: the parent process only
+    # waits for its answer and never loads torch
     from mutransfer.audit import audit, load_entry
 
     if options["user_code"]:
@@ -148,7 +169,8 @@ def _audit(options: dict[str, Any]) -> dict[str, Any]:
 
 def _ours(spec: str, base_width: int) -> Any:
     """``builder(width) -> (model, optimizer)``: the model ``spec`` (``hf:PATH`` or a preset)
-    under mutransfer's own μP and AdamW (LR 1e-2), at its own depth and a 256-token vocab."""
+    under mutransfer's own μP and AdamW (LR 1e-2), at its own depth and a 256-token vocab.
+    Runs in the audit's child process (see :func:`_audit`)."""
     from mutransfer.config import ModelSection
     from mutransfer.models import build_model, parse_model
     from mutransfer.optim import build_optimizer

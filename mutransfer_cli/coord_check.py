@@ -5,6 +5,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from mutransfer._io import check_fresh_dir, check_output
+from mutransfer.config import ModelSection
+from mutransfer.coord_check import coord_check
+from mutransfer.data import DataConfig, load_dataset
+from mutransfer.models import GPT, MLP, GPTConfig, build_model, get_preset, logits_of, parse_model
+from mutransfer.parametrization import KINDS, Rule
 from mutransfer_cli._common import (
     add_output_flags,
     int_list,
@@ -35,7 +41,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=positive_int, default=5, help="training steps (default 5)")
     seeds = p.add_mutually_exclusive_group()
     seeds.add_argument("--seeds", type=seed_list, default=None, help="comma-separated seeds, e.g. 0,1,2")
-    seeds.add_argument("--n-seeds", type=positive_int, default=3, help="seeds 0..N-1 per width (default 3)")
+    # default None: a given --n-seeds equal to the default must still clash with --seeds
+    seeds.add_argument("--n-seeds", type=positive_int, default=None,
+                       help="seeds 0..N-1 per width (default 3)")
     p.add_argument("--optimizer", choices=("adamw", "sgd", "muon"), default=None,
                    help="default: muon for -p muon, else adamw")
     p.add_argument("--lr", type=positive_float, default=None,
@@ -59,11 +67,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from mutransfer._io import check_fresh_dir, check_output
-    from mutransfer.coord_check import coord_check
-    from mutransfer.data import DataConfig, load_dataset
-    from mutransfer.parametrization import KINDS
-
     if args.parametrization not in KINDS:
         raise ValueError(f"unknown parametrization {args.parametrization!r}; choose from {', '.join(KINDS)}")
     check_output(args.out, directory=True)
@@ -74,10 +77,9 @@ def run(args: argparse.Namespace) -> int:
     if args.parametrization == "completep" and not args.depths:
         raise ValueError("--parametrization completep needs --depths (e.g. --depths 2,4,8)")
     lr = args.lr or (0.1 if optimizer == "sgd" else 1e-2)
-    seeds = args.seeds if args.seeds is not None else list(range(args.n_seeds))
+    seeds = args.seeds if args.seeds is not None else list(range(args.n_seeds or 3))
     rules = [_parse_rule(r) for r in args.rule]
     torch.manual_seed(0)
-    from mutransfer.models import GPTConfig, get_preset, parse_model
 
     name = {"gpt": "gpt-tiny", "mlp": "mlp-tiny"}.get(args.model, args.model)
     source = parse_model(name, head_rule=args.head_rule)
@@ -86,8 +88,6 @@ def run(args: argparse.Namespace) -> int:
     if kind == "source":
         builder, batch, loss_fn = _source_setup(source, args)
     elif kind == "gpt":
-        from mutransfer.models import GPT
-
         base = get_preset(source.ref).replace(seq_len=args.seq_len)
         for w in args.widths:
             base.replace(width=w)  # validates head divisibility with a clear error
@@ -101,8 +101,6 @@ def run(args: argparse.Namespace) -> int:
                 return GPT(base.replace(width=width))
         loss_fn = None
     else:
-        from mutransfer.models import MLP
-
         base_m = get_preset(source.ref)
         g = torch.Generator().manual_seed(0)
         x = torch.randn(args.batch_size * 8, base_m.in_features, generator=g)
@@ -146,10 +144,6 @@ def _source_setup(source: Any, args: argparse.Namespace) -> tuple[Any, Any, Any]
     unless ``--depths``, trained on cross-entropy of its logits."""
     import torch
 
-    from mutransfer.config import ModelSection
-    from mutransfer.data import DataConfig, load_dataset
-    from mutransfer.models import build_model, logits_of
-
     data = load_dataset(DataConfig(source=args.data))
     vocab = data.vocab_size
     _, own_depth = ModelSection(source=source.spec(), head_rule=source.head_rule).own_shape()
@@ -179,7 +173,6 @@ def _source_setup(source: Any, args: argparse.Namespace) -> tuple[Any, Any, Any]
 def _parse_rule(text: str) -> tuple[str, str]:
     """``REGEX=ROLE`` (split at the last ``=``: a regex may hold one) -> (regex, role),
     checked as a :class:`~mutransfer.parametrization.Rule` (valid regex, known role)."""
-    from mutransfer.parametrization import Rule
 
     pattern, sep, role = text.rpartition("=")
     if not sep or not pattern:

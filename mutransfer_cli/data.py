@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
+from mutransfer.data import prepare_tokens
 from mutransfer_cli._common import add_output_flags, print_json
 
 HELP = "prepare your own tokens: text + a local tokenizer.json -> tokens.bin + sidecar"
@@ -31,10 +33,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from mutransfer.data import prepare_tokens
-
     eos = None if args.eos.lower() == "none" else args.eos
     tick, close = lambda n: None, lambda: None
     if not args.quiet and sys.stderr.isatty():

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 
+from mutransfer.config import ModelSection
+from mutransfer.models import GPT, MLP, GPTConfig, build_model, get_preset, parse_model
 from mutransfer.models.presets import DEFAULT_PRESET
 from mutransfer.parametrization import Parametrization
+from mutransfer.rules import rules_table
 from mutransfer_cli._common import MAX_DEPTH, MAX_WIDTH, bounded_int, print_json
 
 #: explain builds the model in memory (fp32): refuse one above this many parameters
@@ -33,13 +36,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mutransfer.models import GPT, MLP, GPTConfig, get_preset
-
     optimizer = args.optimizer or ("muon" if args.parametrization == "muon" else "adamw")
     if (optimizer == "muon") != (args.parametrization == "muon"):
         raise ValueError(f"optimizer {optimizer!r} does not go with parametrization {args.parametrization!r}")
     rule_set = "sgd" if optimizer == "sgd" else "adam"  # Muon's non-matrix params follow Adam's rules
-    from mutransfer.models import parse_model
 
     source = parse_model(args.model)
     if not source.builtin:
@@ -65,9 +65,6 @@ def run(args: argparse.Namespace) -> int:
 def _explain_user_model(args: argparse.Namespace, source: object, rule_set: str) -> int:
     """An ``hf:`` config or a ``module:function`` builder, at its own shape unless told."""
     import torch
-
-    from mutransfer.config import ModelSection
-    from mutransfer.models import build_model
 
     if args.tie_embeddings:
         raise ValueError("--tie-embeddings is for the built-in GPT; an hf: config says it itself")
@@ -96,8 +93,6 @@ def _print(args: argparse.Namespace, pz: Parametrization, model: object) -> int:
         return 0
     print(pz.table(model))
     if args.rules:
-        from mutransfer.rules import rules_table
-
         print()
         print(rules_table())
         print("\n# role rules, first match wins")

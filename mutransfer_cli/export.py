@@ -7,6 +7,10 @@ import json
 import sys
 from pathlib import Path
 
+from mutransfer._io import atomic_write_text, check_output
+from mutransfer.card import load_card
+from mutransfer.export import ENGINES, export_card
+from mutransfer.models.source import load_hf_config
 from mutransfer_cli._common import add_output_flags, positive_int, print_json
 
 HELP = "write a card as an engine's config: megatron | torchtitan | hf"
@@ -29,10 +33,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mutransfer._io import atomic_write_text, check_output
-    from mutransfer.card import load_card
-    from mutransfer.export import ENGINES, export_card
-
     if args.engine not in ENGINES:  # before reading anything
         raise ValueError(f"unknown engine {args.engine!r}; choose from {', '.join(ENGINES)}")
     check_output(args.out, inputs=[("the card", args.card), ("the --hf-config", args.hf_config)])
@@ -44,8 +44,6 @@ def run(args: argparse.Namespace) -> int:
     if args.hf_config:
         import torch
         import transformers
-
-        from mutransfer.models.source import load_hf_config
 
         cfg = load_hf_config(args.hf_config)  # a local file only: a hub id is refused
         with torch.device("meta"):

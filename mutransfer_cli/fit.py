@@ -19,59 +19,34 @@ Fit JSON); extra keys may be added, the listed ones are always there:
 ``--group``). Numbers are plain floats; an open side of an interval (an optimum at the
 grid's edge) is ``null``, never NaN or infinity. Diverged rows (``diverged`` true) are
 left out of every fit; a row with a non-finite value that is not marked diverged is an
-error unless ``--dropna`` drops it. ``analysis`` is imported only inside :func:`run`.
+error unless ``--dropna`` drops it (:func:`analysis.table.load_table` checks the table).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import math
-from collections.abc import Hashable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from mutransfer_cli._common import MAX_N_BOOT, MAX_SEED, bounded_int, positive_float, print_json
-
-if TYPE_CHECKING:
-    import pandas as pd
+from analysis import ChinchillaFit, CriticalBatchFit, OptimumFit, PowerLawFit, SaturatingPowerLawFit
+from analysis.table import dumps, group_dict, groups, in_group, num, pair
+from mutransfer._io import atomic_write_text, check_output
+from mutransfer_cli._common import bounded_int, positive_float, print_json
+from mutransfer_cli._table import (
+    add_scaling_columns,
+    add_table_flags,
+    check_level,
+    column_flag,
+    columns,
+    optimum_sensitivity,
+    read_table,
+    scaling_fit,
+)
 
 HELP = "fit optimum | power-law | critical-batch | loss | scaling laws to a results table"
 KINDS = ("optimum", "power-law", "critical-batch", "loss", "scaling")
 
 
 # ----------------------------------------------------------------------- arguments
-def columns(text: str) -> list[str]:
-    """``"parametrization,width"`` -> ["parametrization", "width"]."""
-    out = [c.strip() for c in text.split(",") if c.strip()]
-    if not out:
-        raise argparse.ArgumentTypeError(f"{text!r} names no column")
-    return out
-
-
-
-
-def add_table_flags(p: argparse.ArgumentParser, n_boot: int = 1000) -> None:
-    """Flags every fit and plot kind shares: input, filters, bootstrap, output."""
-    p.add_argument("results", metavar="RESULTS", help="results table (.csv or .parquet)")
-    p.add_argument("--where", action="append", default=[], metavar="COL=VALUE",
-                   help="keep only rows with COL equal to VALUE (repeatable), e.g. parametrization=mup")
-    p.add_argument("--diverged", default="diverged", metavar="COL",
-                   help="boolean column marking diverged runs, left out of fits (default diverged; "
-                   "'none' to ignore)")
-    p.add_argument("--state", default="state", metavar="COL",
-                   help="trial-state column: only COMPLETE rows (or an empty state) are fitted, so "
-                   "pruned/failed trials are left out and counted (default state; 'none' to ignore)")
-    p.add_argument("--dropna", action="store_true",
-                   help="drop rows with a missing/non-finite value in a fitted column instead of "
-                   "failing")
-    p.add_argument("--n-boot", type=bounded_int(0, MAX_N_BOOT, "--n-boot"), default=n_boot,
-                   help=f"bootstrap resamples for the intervals (default {n_boot}; 0: no intervals)")
-    p.add_argument("--level", "--ci", dest="level", type=float, default=0.95,
-                   help="level of the intervals (default 0.95; 0.9 for scaling); --ci is the same flag")
-    p.add_argument("--seed", type=bounded_int(0, MAX_SEED, "--seed"), default=0,
-                   help="bootstrap seed (default 0)")
-
-
 def _output_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", metavar="FIT.json", help="write the fit here (atomically)")
     p.add_argument("--json", action="store_true", help="print the fit as JSON to stdout")
@@ -159,183 +134,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     _output_flags(sc)
 
 
-def add_scaling_columns(p: argparse.ArgumentParser) -> None:
-    """Column flags of a scaling sweep (shared by ``fit scaling`` and ``plot scaling``)."""
-    p.add_argument("--lr", default="lr", help="LR column (default lr)")
-    p.add_argument("--batch", default="batch_tokens",
-                   help="batch column, in tokens (default batch_tokens)")
-    p.add_argument("--tokens", default="tokens", help="token-budget column (default tokens)")
-    p.add_argument("--loss", default="loss", help="loss column (default loss)")
-    p.add_argument("--seed-col", default="seed", help="seed column (default seed)")
-    p.add_argument("--weight-decay", default="weight_decay",
-                   help="weight-decay column, for tau (default weight_decay; used when present)")
-    p.add_argument("--seq-len", default="seq_len",
-                   help="sequence-length column (default seq_len; used when present)")
-
-
-# ----------------------------------------------------------------------- the table
-def plain(v: Any) -> Any:
-    """numpy scalars to Python; non-finite floats to None."""
-    if hasattr(v, "item") and not isinstance(v, (str, bytes)):
-        v = v.item()
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v
-
-
-def num(v: Any) -> float | None:
-    """A plain float, or None for a non-finite value (an open interval side)."""
-    f = float(v)
-    return f if math.isfinite(f) else None
-
-
-def pair(lo: Any, hi: Any) -> list[float | None]:
-    return [num(lo), num(hi)]
-
-
-def group_dict(cols: Sequence[str], key: Hashable) -> dict[str, Any] | None:
-    if not cols:
-        return None
-    vals = key if isinstance(key, tuple) else (key,)
-    return {c: plain(v) for c, v in zip(cols, vals, strict=True)}
-
-
-def _label(cols: Sequence[str], key: Hashable) -> str:
-    vals = key if isinstance(key, tuple) else (key,)
-    return ", ".join(f"{c}={v}" for c, v in zip(cols, vals, strict=True)) or "all"
-
-
-def load_table(args: argparse.Namespace, value_cols: Sequence[str], group_cols: Sequence[str],
-               *, inf_ok: Sequence[str] = (), keep_diverged: bool = False) -> tuple[pd.DataFrame, dict]:
-    """Read, filter and check the results table; returns ``(rows to fit, counts)``.
-
-    Rows whose ``--state`` is set and not ``COMPLETE`` (pruned or failed trials of a sweep
-    export) are left out first and counted. Then checks, each a one-line ValueError:
-    missing columns (named), rows of different tokenizers or models after ``--where``
-    unless grouped by that column (:func:`analysis.check_single_valued`), non-numeric or non-finite
-    values in ``value_cols`` (rows marked diverged excepted; ``--dropna`` drops them
-    instead), ``--where`` matching nothing, a group whose every row diverged. Columns in
-    ``inf_ok`` may hold ``+inf`` (e.g. steps never reaching the target); such rows are
-    dropped and counted. With ``keep_diverged`` the diverged rows stay in (for
-    :class:`analysis.OptimumFit`, which counts them itself).
-    """
-    import numpy as np
-    import pandas as pd
-
-    from analysis import check_single_valued, read_results
-
-    diverged = None if args.diverged.lower() == "none" else args.diverged
-    where = [_parse_where(w) for w in args.where]
-    needed = list(dict.fromkeys([*value_cols, *group_cols, *(c for c, _ in where)]))
-    df = read_results(args.results, required=needed)
-    for col, val in where:
-        df = df[_matches(df[col], val)]
-        if df.empty:
-            raise ValueError(f"no rows of {args.results} match --where {col}={val}")
-    # A column fitted group by group (--group model) is not mixed: each fit sees one value.
-    check_single_valued(df, columns=[c for c in ("tokenizer", "arch") if c not in group_cols],
-                        where=f"results table {args.results}")
-    if len(df) == 0:
-        raise ValueError(f"{args.results} has no rows")
-    n_not_complete = 0
-    state = None if args.state.lower() == "none" else args.state
-    if state is not None and state in df.columns:
-        done = df[state].isna() | (df[state].astype(str).str.upper() == "COMPLETE")
-        n_not_complete = int((~done).sum())
-        df = df[done.to_numpy()]
-        if df.empty:
-            raise ValueError(f"none of the {n_not_complete} rows of {args.results} has "
-                             f"{state}=COMPLETE (pass --state none to fit them anyway)")
-    if diverged is not None and diverged in df.columns:
-        div = df[diverged].fillna(False).astype(bool).to_numpy()
-    else:
-        div = np.zeros(len(df), dtype=bool)
-    keep = ~div
-    n_dropped = 0
-    for col in value_cols:
-        raw = df[col]
-        vals = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=float)
-        text = raw.notna().to_numpy() & np.isnan(vals) & ~div
-        if text.any():
-            i = int(np.flatnonzero(text)[0])
-            raise ValueError(f"column {col!r} has a non-numeric value {raw.iloc[i]!r} "
-                             f"(data row {i + 1})")
-        allowed = np.isposinf(vals) if col in inf_ok else np.zeros(len(vals), dtype=bool)
-        bad = ~np.isfinite(vals) & ~div & ~allowed
-        if bad.any() and not args.dropna:
-            i = int(np.flatnonzero(bad)[0])
-            raise ValueError(
-                f"column {col!r} has {int(bad.sum())} missing or non-finite value(s) in rows not "
-                f"marked diverged (first: {float(vals[i])!r} in data row {i + 1}); fix them, mark those "
-                "runs diverged, or pass --dropna to drop them")
-        drop = (bad | allowed) & keep
-        n_dropped += int(drop.sum())
-        keep &= ~drop
-    if group_cols:
-        flags = pd.Series(div, index=df.index)
-        for key, g in _groups(df, group_cols):
-            if flags.loc[g.index].all():
-                raise ValueError(f"group {_label(group_cols, key)}: all {len(g)} rows diverged, "
-                                 "so nothing can be fitted")
-    elif div.all():
-        raise ValueError(f"all {len(df)} rows of {args.results} diverged, so nothing can be fitted")
-    if not keep.any():
-        raise ValueError(f"no usable rows left in {args.results} after dropping "
-                         f"{int(div.sum())} diverged and {n_dropped} incomplete row(s)")
-    rows = df[keep | div] if keep_diverged else df[keep]
-    counts = {"n_rows": int(len(df)), "n_diverged": int(div.sum()), "n_dropped": n_dropped,
-              "n_not_complete": n_not_complete}
-    return rows, counts
-
-
-def _parse_where(text: str) -> tuple[str, str]:
-    col, sep, val = text.partition("=")
-    if not sep or not col.strip():
-        raise ValueError(f"--where {text!r} must look like COL=VALUE")
-    return col.strip(), val.strip()
-
-
-def _matches(series: pd.Series, value: str) -> Any:
-    import pandas as pd
-
-    if pd.api.types.is_bool_dtype(series):
-        return series == (value.lower() in ("1", "true", "yes"))
-    if pd.api.types.is_numeric_dtype(series):
-        try:
-            return series == float(value)
-        except ValueError:
-            raise ValueError(f"--where value {value!r} is not a number, but column "
-                             f"{series.name!r} is numeric") from None
-    return series.astype(str) == value
-
-
-def _groups(df: pd.DataFrame, cols: Sequence[str]) -> list[tuple[Hashable, pd.DataFrame]]:
-    if not cols:
-        return [((), df)]
-    out = []
-    for key, g in df.groupby(list(cols), sort=True, dropna=False):
-        out.append((key[0] if isinstance(key, tuple) and len(key) == 1 else key, g))
-    return out
-
-
-def _in_group(cols: Sequence[str], key: Hashable, fn: Any) -> Any:
-    try:
-        return fn()
-    except ValueError as err:
-        if not cols or str(err).startswith("group "):
-            raise
-        raise ValueError(f"group {_label(cols, key)}: {err}") from err
-
-
 # ----------------------------------------------------------------------- the fits
 def fit_optimum(args: argparse.Namespace) -> dict[str, Any]:
-    from analysis import OptimumFit
-
     group = list(args.group or [])
-    df, counts = load_table(args, [args.x, args.y], group, keep_diverged=True)
-    diverged = None if args.diverged.lower() == "none" else args.diverged
+    df, counts = read_table(args, [args.x, args.y], group, keep_diverged=True)
+    diverged = column_flag(args.diverged)
     fit = OptimumFit(x=args.x, y=args.y, group_by=tuple(group), diverged=diverged,
-                     seed=args.seed_col, band=args.band, n_boot=args.n_boot, ci=args.level,
+                     seed=args.seed_col, band=args.band, n_boot=args.n_boot, level=args.level,
                      random_state=args.seed).fit(df)
     fits = []
     for o in fit.optima_:
@@ -353,28 +158,17 @@ def fit_optimum(args: argparse.Namespace) -> dict[str, Any]:
             "results": str(args.results), **counts, "fits": fits}
 
 
-def optimum_sensitivity(o: Any) -> dict[str, Any]:
-    """The leave-one-seed-out spread of one :class:`analysis.GroupOptimum` as JSON: the
-    refit optimum without each seed, ``ratio`` = max/min of them (null with one seed)."""
-    if o.sensitivity is not None:
-        return o.sensitivity.to_dict()
-    return {"method": "leave-one-seed-out", "n_seeds": len(o.seeds), "left_out": {}, "n_failed": 0,
-            "ratio": None, "octaves": None}
-
-
 def fit_power_law(args: argparse.Namespace) -> dict[str, Any]:
-    from analysis import PowerLawFit
-
     group = list(args.group or [])
     xs = [args.x] + ([args.x2] if args.x2 else [])
     if len(set(xs)) != len(xs):
         raise ValueError(f"--x and --x2 are both {args.x!r}; give two different columns")
     value_cols = [*xs, args.y] + ([args.weight] if args.weight else [])
-    df, counts = load_table(args, value_cols, group)
+    df, counts = read_table(args, value_cols, group)
     fits = []
-    for key, g in _groups(df, group):
-        f = _in_group(group, key, lambda g=g: PowerLawFit(
-            xs, args.y, weight=args.weight, n_boot=args.n_boot, ci=args.level,
+    for key, g in groups(df, group):
+        f = in_group(group, key, lambda g=g: PowerLawFit(
+            xs, args.y, weight=args.weight, n_boot=args.n_boot, level=args.level,
             random_state=args.seed).fit(g))
         names = f.param_names_[1:]
         ci: dict[str, Any] = {}
@@ -393,15 +187,13 @@ def fit_power_law(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def fit_critical_batch(args: argparse.Namespace) -> dict[str, Any]:
-    from analysis import CriticalBatchFit
-
     group = list(args.group or [])
-    df, counts = load_table(args, [args.batch, args.steps], group, inf_ok=[args.steps])
+    df, counts = read_table(args, [args.batch, args.steps], group, inf_ok=[args.steps])
     fits = []
-    for key, g in _groups(df, group):
-        f = _in_group(group, key, lambda g=g: CriticalBatchFit(
+    for key, g in groups(df, group):
+        f = in_group(group, key, lambda g=g: CriticalBatchFit(
             args.batch, args.steps, b0=args.b0, overshoot=0.2, diverged=None,
-            n_boot=args.n_boot, ci=args.level, random_state=args.seed).fit(g))
+            n_boot=args.n_boot, level=args.level, random_state=args.seed).fit(g))
         p = f.params_
         rename = {"S_min": "S_min", "E_min": "E_min", "B_crit": "B_crit", "CBS": "cbs_20"}
         fits.append({
@@ -416,15 +208,13 @@ def fit_critical_batch(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def fit_loss(args: argparse.Namespace) -> dict[str, Any]:
-    from analysis import ChinchillaFit, SaturatingPowerLawFit
-
     if args.n_jobs < 1:
         raise ValueError(f"--n-jobs must be >= 1, got {args.n_jobs}")
     xs = [args.n] if args.saturating else [args.n, args.d]
     if len(set(xs)) != len(xs):
         raise ValueError(f"--n and --d are both {args.n!r}; give two different columns")
-    df, counts = load_table(args, [*xs, args.loss], [])
-    kw = dict(n_boot=args.n_boot, ci=args.level, random_state=args.seed, diverged=None,
+    df, counts = read_table(args, [*xs, args.loss], [])
+    kw = dict(n_boot=args.n_boot, level=args.level, random_state=args.seed, diverged=None,
               n_jobs=args.n_jobs)
     if args.saturating:
         fit: Any = SaturatingPowerLawFit(args.n, args.loss, **kw).fit(df)
@@ -454,24 +244,6 @@ def fit_loss(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def scaling_fit(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
-    """Load a scaling sweep and fit :class:`analysis.ScalingLawFit`; ``(fit, counts)``."""
-    from analysis import ScalingLawFit
-
-    check_level(args.level)
-    if not (math.isfinite(args.band) and args.band >= 0):
-        raise ValueError(f"--band must be a fraction >= 0, got {args.band}")
-    df, counts = load_table(args, [args.lr, args.batch, args.tokens, args.loss], [],
-                            keep_diverged=True)
-    diverged = None if args.diverged.lower() == "none" else args.diverged
-    fit = ScalingLawFit(band=args.band, n_boot=args.n_boot, level=args.level, seed=args.seed,
-                        method=args.method).fit(
-        df, lr=args.lr, batch=args.batch, tokens=args.tokens, loss=args.loss,
-        seed_col=args.seed_col, diverged=diverged, weight_decay=args.weight_decay,
-        seq_len=args.seq_len)
-    return fit, counts
-
-
 def fit_scaling(args: argparse.Namespace) -> dict[str, Any]:
     fit, counts = scaling_fit(args)
     out = fit.to_dict()
@@ -485,19 +257,7 @@ FITTERS = {"optimum": fit_optimum, "power-law": fit_power_law,
            "critical-batch": fit_critical_batch, "loss": fit_loss, "scaling": fit_scaling}
 
 
-def dumps(obj: Any) -> str:
-    """Strict JSON: a NaN or infinity anywhere is a bug, so it raises instead of writing."""
-    return json.dumps(obj, indent=2, allow_nan=False) + "\n"
-
-
-def check_level(level: float, flag: str = "--level (--ci)") -> None:
-    if not 0 < level < 1:
-        raise ValueError(f"{flag} must be in (0, 1), got {level}")
-
-
 def run(args: argparse.Namespace) -> int:
-    from mutransfer._io import atomic_write_text, check_output
-
     if not args.out and not args.json:
         raise ValueError("give --out FIT.json (or --json to print the fit)")
     check_output(args.out, inputs=[("the results table", args.results)])  # before the fit

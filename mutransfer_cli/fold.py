@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
+from mutransfer._io import atomic_path, check_output
+from mutransfer.checkpoint import load_checkpoint, state_dict_error
+from mutransfer.fold import PLAIN_FORMAT, fold
+from mutransfer.train import TrainConfig, build_parametrization
 from mutransfer_cli._common import add_output_flags, print_json
 
 HELP = "fold the μP forward multipliers into the weights: a plain checkpoint for any tool"
@@ -17,14 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import dataclasses
-
     import torch
-
-    from mutransfer._io import atomic_path, check_output
-    from mutransfer.checkpoint import load_checkpoint, state_dict_error
-    from mutransfer.fold import PLAIN_FORMAT, fold
-    from mutransfer.train import TrainConfig, build_parametrization
 
     check_output(args.out, inputs=[("the checkpoint", args.checkpoint)])  # never onto a resumable run
     doc = load_checkpoint(args.checkpoint)

@@ -15,17 +15,26 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from analysis import ChinchillaFit, OptimumFit, fit_critical_batch, plot_critical_batch, read_results
+from analysis.plots import (
+    isoflop_curves,
+    lr_curve_data,
+    optimum_series,
+    plot_isoflop,
+    plot_lr_panels,
+    plot_optimum_series,
+)
+from analysis.scaling_plots import plot_scaling
+from analysis.table import group_dict, num, pair, plain
+from mutransfer._io import check_output
 from mutransfer_cli._common import bounded_int, float_list, positive_float, print_json
-from mutransfer_cli.fit import (
+from mutransfer_cli._table import (
     add_scaling_columns,
     add_table_flags,
     check_level,
+    column_flag,
     columns,
-    group_dict,
-    load_table,
-    num,
-    pair,
-    plain,
+    read_table,
     scaling_fit,
 )
 
@@ -123,16 +132,13 @@ def _lists(a: Any) -> list[Any]:
 
 
 def plot_lr(args: argparse.Namespace) -> dict[str, Any]:
-    from analysis import OptimumFit, read_results
-    from analysis.plots import lr_curve_data, plot_lr_panels
-
     head = read_results(args.results, required=())
     panel = _auto(args.panel, head.columns, "parametrization")
     group = [c for c in (panel, args.group) if c]
-    df, counts = load_table(args, [args.x, args.y], group, keep_diverged=True)
-    diverged = None if args.diverged.lower() == "none" else args.diverged
+    df, counts = read_table(args, [args.x, args.y], group, keep_diverged=True)
+    diverged = column_flag(args.diverged)
     fit = OptimumFit(x=args.x, y=args.y, group_by=tuple(group), diverged=diverged,
-                     seed=args.seed_col, n_boot=args.n_boot, ci=args.level,
+                     seed=args.seed_col, n_boot=args.n_boot, level=args.level,
                      random_state=args.seed).fit(df)
     curves = lr_curve_data(fit, df, panel=panel)
     plot_lr_panels(curves, args.out, x_name=args.x, y_name=args.y)
@@ -146,20 +152,17 @@ def plot_lr(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def plot_optimum(args: argparse.Namespace) -> dict[str, Any]:
-    from analysis import OptimumFit, read_results
-    from analysis.plots import optimum_series, plot_optimum_series
-
     check_level(args.interval, "--interval")
     head = read_results(args.results, required=())
     by = _auto(args.by, head.columns, "parametrization")
     group = [c for c in (by, args.across) if c]
-    df, counts = load_table(args, [args.x, args.y, args.across], group, keep_diverged=True)
-    diverged = None if args.diverged.lower() == "none" else args.diverged
+    df, counts = read_table(args, [args.x, args.y, args.across], group, keep_diverged=True)
+    diverged = column_flag(args.diverged)
     fit = OptimumFit(x=args.x, y=args.y, group_by=tuple(group), diverged=diverged,
-                     seed=args.seed_col, n_boot=args.n_boot, ci=args.level,
+                     seed=args.seed_col, n_boot=args.n_boot, level=args.level,
                      random_state=args.seed).fit(df)
     series = optimum_series(fit, across=args.across, by=by, target=args.target,
-                            interval=args.interval)
+                            level=args.interval)
     plot_optimum_series(series, args.out, x_name=args.x)
     return {"across": args.across, "by": by, "interval": args.interval, **counts, "series": [{
         "name": plain(s.name) if by else None, "across": _lists(s.across),
@@ -174,12 +177,10 @@ def plot_optimum(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def plot_cbs(args: argparse.Namespace) -> dict[str, Any]:
-    from analysis import fit_critical_batch, plot_critical_batch
-
     group = list(args.group or [])
-    df, counts = load_table(args, [args.batch, args.steps], group, inf_ok=[args.steps])
+    df, counts = read_table(args, [args.batch, args.steps], group, inf_ok=[args.steps])
     res = fit_critical_batch(df, group_by=tuple(group), batch=args.batch, steps=args.steps,
-                             b0=args.b0, diverged=None, n_boot=args.n_boot, ci=args.level,
+                             b0=args.b0, diverged=None, n_boot=args.n_boot, level=args.level,
                              random_state=args.seed)
     plot_critical_batch(res, args.out)
     fits = []
@@ -193,13 +194,10 @@ def plot_cbs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def plot_loss(args: argparse.Namespace) -> dict[str, Any]:
-    from analysis import ChinchillaFit
-    from analysis.plots import isoflop_curves, plot_isoflop
-
     if args.n_jobs < 1:
         raise ValueError(f"--n-jobs must be >= 1, got {args.n_jobs}")
-    df, counts = load_table(args, [args.n, args.d, args.loss], [])
-    fit = ChinchillaFit(args.n, args.d, args.loss, n_boot=args.n_boot, ci=args.level,
+    df, counts = read_table(args, [args.n, args.d, args.loss], [])
+    fit = ChinchillaFit(args.n, args.d, args.loss, n_boot=args.n_boot, level=args.level,
                         random_state=args.seed, diverged=None, n_jobs=args.n_jobs).fit(df)
     curves = isoflop_curves(fit, args.compute)
     plot_isoflop(curves, args.out)
@@ -211,8 +209,6 @@ def plot_loss(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def plot_scaling_laws(args: argparse.Namespace) -> dict[str, Any]:
-    from analysis.scaling_plots import plot_scaling
-
     fit, counts = scaling_fit(args)
     curves = fit.curves_()
     plot_scaling(curves, args.out)
@@ -239,8 +235,6 @@ def run(args: argparse.Namespace) -> int:
     if Path(args.out).suffix.lower() not in FORMATS:
         raise ValueError(f"--out {args.out!r} must end in .png, .pdf or .svg")
     check_level(args.level)
-    from mutransfer._io import check_output
-
     check_output(args.out, inputs=[args.results])
     import matplotlib
 

@@ -1,4 +1,4 @@
-"""``mutransfer sweep``: Optuna studies over proxies (lr | batch | scaling | run | worker | status | export).
+"""``mutransfer sweep``: Optuna studies over proxies (lr | batch | scaling | run | worker | status | results).
 
     mutransfer sweep lr --preset gpt-tiny --widths 32,64,128 --parametrization sp,mup --out d
     mutransfer sweep batch --widths 64 --batch-sizes 8,16,32 --tokens 1e6,4e6 --out d
@@ -8,7 +8,7 @@
     mutransfer sweep worker --storage postgresql://... --study lr    # join from any machine
     mutransfer sweep lr ... --fuse 16     # 16 same-shape trials as one batched model per worker
     mutransfer sweep status --storage d
-    mutransfer sweep export --storage d --out results.csv
+    mutransfer sweep results --storage d --out results.csv   # the results table (was `sweep export`)
 
 Re-running the same command resumes the study: finished grid points are never repeated.
 The study opens in the dashboard: ``optuna-dashboard d/optuna.journal`` (or the RDB URL).
@@ -18,11 +18,24 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
-from mutransfer_cli._common import MAX_SEED, bounded_int, key_value, seed_list
+import yaml
 
-HELP = "Optuna sweeps over proxies: lr | batch | scaling | run | worker | status | export"
+from mutransfer._io import atomic_write_text, check_output
+from mutransfer_cli._common import MAX_SEED, bounded_int, key_value, print_json, seed_list
+from sweeps.holdout import check_holdout, holdout_summary, run_holdout
+from sweeps.export import best_config, format_status, results_table, status, write_table
+from sweeps.extend import DEFAULT_MAX_EXTEND, Bounds, run_bracketed
+from sweeps.fusion import check_fuse
+from sweeps.runners import DEFAULT_RUNNER
+from sweeps.spec import load_spec, spec_from_dict
+from sweeps.storage import Storage
+from sweeps.study import prepare, run_sweep
+from sweeps.worker import die_with_parent, open_study, work
+
+HELP = "Optuna sweeps over proxies: lr | batch | scaling | run | worker | status | results"
 
 _EPILOG = ("Storage: default OUT/optuna.journal (many workers on one machine; --out with "
            "$MUTRANSFER_STORAGE set is an error, pass --storage); "
@@ -76,9 +89,6 @@ def _log2_range(text: str) -> tuple[float, float, float]:
     return (nums[0], nums[1], nums[2] if len(nums) == 3 else 1.0)
 
 
-_DEFAULT_MAX_EXTEND = 3  # sweeps.extend.DEFAULT_MAX_EXTEND (not imported: the parser stays light)
-
-
 def _log2_bounds(text: str) -> tuple[float, float]:
     try:
         lo, hi = (float(p) for p in text.split(":"))
@@ -98,7 +108,6 @@ def _batch_bounds(text: str) -> tuple[int, int]:
 
 def _fuse(text: str) -> Any:
     """``--fuse K|auto``; a bad value exits 2 naming it."""
-    from sweeps.fusion import check_fuse
 
     try:
         return check_fuse(text)
@@ -111,7 +120,7 @@ _FUSE_HELP = ("train up to K trials of one shape (same width, depth, batch, step
 
 
 
-#: The verbs that run a sweep (the others join, report or export one).
+#: The verbs that run a sweep (the others join, report or write the results of one).
 RUN_KINDS = ("lr", "batch", "scaling", "run", "multipliers")
 
 
@@ -137,7 +146,7 @@ def _add_run_flags(p: argparse.ArgumentParser, kind: str) -> None:
         p.add_argument("--max-extend", type=int, default=None, metavar="N",
                        help="an optimum at the edge of its grid (LR; scaling: also the batch) extends "
                             "the grid one point past it, run and re-checked, up to N rounds per axis "
-                            f"(default {_DEFAULT_MAX_EXTEND}; 0: never)")
+                            f"(default {DEFAULT_MAX_EXTEND}; 0: never)")
         p.add_argument("--log2-lr-range", type=_log2_bounds, default=None, metavar="LO:HI",
                        help="extended LRs stay within 2^LO..2^HI (default: no bound)")
     if kind == "scaling":
@@ -228,7 +237,6 @@ def _storage(args: argparse.Namespace, default: str | None) -> Any:
     """The :class:`sweeps.storage.Storage` of this command, built once: --storage-file,
     --storage, $MUTRANSFER_STORAGE, then ``default`` (a run's ``--out`` together with
     $MUTRANSFER_STORAGE and no explicit storage is an error)."""
-    from sweeps.storage import Storage
 
     out = getattr(args, "out", None) if args.sweep_cmd in RUN_KINDS else None
     return Storage.from_user(args.storage, storage_file=args.storage_file, out=out, default=default)
@@ -262,8 +270,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     _add_storage_flags(s, "journal file, output directory or URL (default: $MUTRANSFER_STORAGE, else .)")
     s.add_argument("--study", default=None)
     s.add_argument("--json", action="store_true")
-    e = sub.add_parser("export", help="write the results table (CSV or Parquet)",
-                       description="write the results table (one row per trial; CSV or Parquet)")
+    what = "write the results table (one row per trial; CSV or Parquet)"
+    _add_results_flags(sub.add_parser("results", help="write the results table (CSV or Parquet)",
+                                      description=what))
+    # the old name of `results`, kept working but unlisted (a parser added without help= is not
+    # shown); `mutransfer export` is the engine export of a card, a different thing
+    _add_results_flags(sub.add_parser("export", description=f"{what}. Deprecated name of `sweep results`."))
+
+
+def _add_results_flags(e: argparse.ArgumentParser) -> None:
     _add_storage_flags(e, "journal file, output directory or URL (default: $MUTRANSFER_STORAGE, else .)")
     e.add_argument("--study", default=None)
     e.add_argument("--out", required=True, help="results.csv | results.csv.gz | results.parquet")
@@ -272,14 +287,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _spec_from_args(args: argparse.Namespace, kind: str) -> Any:
-    from sweeps.spec import spec_from_dict
+    # mutransfer.target loads torch: only a verb that builds a spec pays for it (its checks
+    # load the trainer's config anyway), not `sweep status` or `sweep results`
+    from mutransfer.target import parse_overrides
 
     data: dict[str, Any] = {}
     if args.spec:
-        import yaml
-
-        from sweeps.spec import load_spec
-
         load_spec(args.spec, kind)  # validates the file alone, naming its bad fields
         with open(args.spec, encoding="utf-8") as fh:
             data = dict(yaml.safe_load(fh) or {})
@@ -318,8 +331,7 @@ def _spec_from_args(args: argparse.Namespace, kind: str) -> Any:
         base["steps"] = args.steps
     if args.batch_size is not None:
         base["batch_size"] = args.batch_size
-    for k, v in args.settings:
-        base[k] = v
+    base.update(parse_overrides(args.settings))  # the library reads "10" as 10, "1e-3" as 0.001
     if args.head_rule is not None:
         base["head_rule"] = args.head_rule
     if args.device is not None:  # --prepare-only records it too: every worker trains there
@@ -330,9 +342,6 @@ def _spec_from_args(args: argparse.Namespace, kind: str) -> Any:
 
 
 def _print_status(st: dict[str, Any], as_json: bool) -> None:
-    from mutransfer_cli._common import print_json
-    from sweeps.export import format_status
-
     if as_json:
         print_json(st)
     else:
@@ -341,12 +350,13 @@ def _print_status(st: dict[str, Any], as_json: bool) -> None:
 
 def run(args: argparse.Namespace) -> int:
     cmd = args.sweep_cmd
+    if cmd == "export":
+        print("mutransfer sweep export: deprecated, now `mutransfer sweep results` (same flags)",
+              file=sys.stderr)
     if cmd in RUN_KINDS:
         return _run_sweep(args, cmd)
     storage = _storage(args, None if cmd == "worker" else ".")
     if cmd == "worker":
-        from sweeps.worker import die_with_parent, work
-
         die_with_parent()  # a worker spawned by `sweep lr --workers K` ends with its parent
 
         rep = work(storage, args.study, worker_index=args.worker_index, max_trials=args.max_trials,
@@ -354,14 +364,11 @@ def run(args: argparse.Namespace) -> int:
         print(", ".join(f"{k} {v}" for k, v in sorted(rep.outcomes.items())) or "no trial to run",
               file=sys.stderr)
         return 0
-    from sweeps.export import results_table, status, write_table
-    from sweeps.worker import open_study
 
     study, _ = open_study(storage, args.study)
     if cmd == "status":
         _print_status(status(study), args.json)
         return 0
-    from mutransfer._io import check_output
 
     check_output(args.out, inputs=[("the study's storage", f) for f in storage.files])
     df = results_table(study, include_failed=args.all)
@@ -369,8 +376,6 @@ def run(args: argparse.Namespace) -> int:
     summary = {"study": study.study_name, "rows": len(df), "out": str(path),
                "diverged": int(df["diverged"].sum()) if len(df) else 0}
     if args.json:
-        from mutransfer_cli._common import print_json
-
         print_json(summary)
     else:
         print(f"wrote {summary['rows']} rows ({summary['diverged']} diverged) to {path}", file=sys.stderr)
@@ -380,13 +385,6 @@ def run(args: argparse.Namespace) -> int:
 def _write_best_config(study: Any, out: str | None, quiet: bool) -> str | None:
     """``OUT/best.yaml``: the best trial's training config (the tuned proxy), written
     whole or not at all; None without ``--out`` or without a finished trial."""
-    from pathlib import Path
-
-    import yaml
-
-    from mutransfer._io import atomic_write_text
-    from sweeps.export import best_config
-
     if out is None:
         return None
     try:
@@ -406,11 +404,6 @@ def _write_best_config(study: Any, out: str | None, quiet: bool) -> str | None:
 
 
 def _run_sweep(args: argparse.Namespace, kind: str) -> int:
-    from sweeps.export import status
-    from sweeps.runners import DEFAULT_RUNNER
-    from sweeps.study import run_sweep
-    from sweeps.worker import open_study
-
     if args.workers is not None and args.workers < 1:
         raise ValueError(f"--workers {args.workers} must be >= 1")
     if args.heartbeat < 1 or args.grace <= args.heartbeat:
@@ -418,9 +411,7 @@ def _run_sweep(args: argparse.Namespace, kind: str) -> int:
     spec = _spec_from_args(args, kind)
     bounds = None
     if kind in ("lr", "scaling"):  # checked before any study exists
-        from sweeps.extend import Bounds
-
-        bounds = Bounds(max_extend=_DEFAULT_MAX_EXTEND if args.max_extend is None else args.max_extend,
+        bounds = Bounds(max_extend=DEFAULT_MAX_EXTEND if args.max_extend is None else args.max_extend,
                         batch_range=getattr(args, "batch_range", None), log2_lr_range=args.log2_lr_range)
     holdout = bool(getattr(args, "holdout", False))
     audit_path = None
@@ -429,14 +420,9 @@ def _run_sweep(args: argparse.Namespace, kind: str) -> int:
             raise ValueError("--holdout needs the finished sweep; it cannot go with --prepare-only")
         if args.audit_out is None and args.out is None:
             raise ValueError("--holdout writes AUDIT.json: give --out or --audit-out")
-        from pathlib import Path
-
-        from sweeps.holdout import check_holdout
-
         check_holdout(spec)  # before the first trial, not after the whole sweep
         audit_path = Path(args.audit_out) if args.audit_out else Path(args.out) / "AUDIT.json"
     storage = _storage(args, None)
-    from mutransfer._io import check_output
 
     check_output(args.out, directory=True)  # a re-run into the same --out resumes its study
     if audit_path is not None:  # never onto the study, the spec or the audit's own cache
@@ -447,8 +433,6 @@ def _run_sweep(args: argparse.Namespace, kind: str) -> int:
         check_output(audit_path, inputs=[("the sweep spec", args.spec)], outputs=written,
                      flag="--audit-out")
     if args.prepare_only:
-        from sweeps.study import prepare
-
         plan = prepare(spec, storage, study_name=args.study, runner=args.runner or DEFAULT_RUNNER,
                        heartbeat_interval=args.heartbeat, grace_period=args.grace,
                        workers=args.workers or 1, fuse=args.fuse)
@@ -462,8 +446,6 @@ def _run_sweep(args: argparse.Namespace, kind: str) -> int:
                   heartbeat_interval=args.heartbeat, grace_period=args.grace, fuse=args.fuse)
     bracket = None
     if bounds is not None:
-        from sweeps.extend import run_bracketed
-
         res, bracket = run_bracketed(spec, bounds, **run_kw)
     else:
         res = run_sweep(spec, **run_kw)
@@ -476,9 +458,6 @@ def _run_sweep(args: argparse.Namespace, kind: str) -> int:
     if bracket is not None:
         st["bracketing"] = bracket.to_dict()
     if holdout and res.complete:
-        from sweeps.export import results_table
-        from sweeps.holdout import holdout_summary, run_holdout
-
         audit = run_holdout(spec, results_table(study), out=audit_path, device=args.device,
                             runner=args.runner, quiet=args.quiet or args.json)
         st["audit"] = {"path": str(audit_path), **holdout_summary(audit)}

@@ -9,6 +9,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from mutransfer._io import atomic_write_text, check_fresh_dir, check_output
+from mutransfer.train import TrainConfig, load_config, train, train_wsd_branches
 from mutransfer_cli._common import add_output_flags, float_list, key_value
 
 HELP = "train a proxy model (muP/SP/CompleteP/Muon) on the embedded corpus or your data"
@@ -59,7 +61,6 @@ def _clean(obj: Any) -> Any:
 
 def build_config(args: argparse.Namespace) -> Any:
     """TrainConfig from defaults, then --config, --preset, --set, --out, --resume."""
-    from mutransfer.train import TrainConfig, load_config
 
     cfg = load_config(args.config) if args.config else TrainConfig()
     overrides: dict[str, Any] = {}
@@ -84,8 +85,6 @@ _RUN_FILES = ("result.json", "metrics.jsonl", "metrics.csv", "checkpoint.pt")
 
 def run(args: argparse.Namespace) -> int:
     """Train; print a summary (or ``--json``) and write ``result.json`` under ``--out``."""
-    from mutransfer._io import atomic_write_text, check_fresh_dir, check_output
-    from mutransfer.train import train, train_wsd_branches
 
     cfg = build_config(args)  # every bad value fails here or before the first write
     check_output(cfg.output.out_dir, inputs=[cfg.output.resume, args.config], directory=True)

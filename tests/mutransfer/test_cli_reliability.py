@@ -267,7 +267,8 @@ def test_transfer_scaling_fit_with_a_huge_exponent(tmp_path, capsys) -> None:
 
 @pytest.mark.parametrize(("setting", "needle"), [
     ("data_dtype=int7", "data_dtype must be one of uint8, uint16, uint32 or None, got 'int7'"),
-    ("steps=1e23", "config field 'steps' expects int, got 1e+23"),
+    ("steps=1e23", "steps must be at most 1,000,000,000"),  # read as --config reads it, one parser
+    ("steps=1.5", "config field 'steps' expects int, got '1.5'"),
     ("steps=100000000000", "steps must be at most 1,000,000,000"),
     ("seed=-5", "seed must be a non-negative integer"),
     ("seed=5000000000", "seed must be at most 4,294,967,295"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 
+import pandas as pd
 import pytest
 
 from mutransfer_cli import main
@@ -18,6 +19,8 @@ def test_demo_tiny_writes_report_summary_card_and_reuses_trials(tmp_path, capsys
     assert s["n_trials"] == 4 * 4 * 2 and s["ladder_ratio"] == 8
     assert all(v is not None and v >= 0 for v in s["drift_octaves"].values())
     assert s["coord_check"]["sp"]["passed"] is False
+    for kind in ("sp", "mup"):  # the coordinate check ran the two seeds it means (0 and 1), not seed 2
+        assert set(pd.read_csv(out / "coord_check" / kind / "coord_check.csv")["seed"]) == {0, 1}
     # the scaling stage: 4 batches x 3 LRs at width 32 + 3 LRs at width 64, one row per budget,
     # plus at most one LR past the edge of each batch's LR grid (the tiny size's bound; no batch
     # can be added: 1 sequence does not split into 2 micro-batches, 32 exceed the smallest budget)

@@ -1,0 +1,97 @@
+"""The demo's ladders: per size, the proxies and their LR grids, seeds and budgets, and the
+scaling stage with the target its card is for."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ScalingStage:
+    """The scaling sweep of the demo and the target its card is for."""
+
+    batch_sizes: tuple[int, ...]
+    """Batch sizes B in sequences (>= 4 over >= 8x, so the audit can hold one out)."""
+    tokens: tuple[int, ...]
+    """Token budgets D (>= 4 over >= 8x): the largest is trained, the others are WSD branches."""
+    log2_lr_offsets: tuple[float, ...]
+    """LR grid in octaves around the LR sweep's μP optimum, moved as sqrt(B)."""
+    check_width: int
+    """The wider width the scaling optimum is checked at (at the middle batch)."""
+    eval_sequences: int
+    """Held-out sequences per evaluation, at every batch."""
+    target_width: int
+    target_depth: int
+    target_seq_len: int
+    tokens_per_param: float = 20.0
+    """Chinchilla's ~20 tokens per parameter (Hoffmann et al. 2022)."""
+    check_batch_sizes: tuple[int, ...] | None = None
+    """Batches of the wider check (None: the middle batch)."""
+    max_extend: int = 2
+    """An optimum (best batch of a budget, best LR of a cell) at the edge of its grid gets up
+    to this many grid points past that edge, until bracketed (:mod:`sweeps.extend`)."""
+    batch_range: tuple[int, int] | None = None
+    """Batches (sequences) the extension may add (None: as the budgets and grad_accum allow)."""
+
+
+@dataclass(frozen=True)
+class DemoSize:
+    """One ladder of proxies and the budget of each trial."""
+
+    preset: str
+    widths: tuple[int, ...]
+    sp_log2_lrs: tuple[float, ...]
+    """SP's LR grid: wide, since SP's optimum drifts with width."""
+    mup_log2_lrs: tuple[float, ...]
+    """μP's LR grid: around its width-independent optimum."""
+    sp_seeds: tuple[int, ...]
+    """SP's drift is ~10x its interval with one seed: a second buys little evidence."""
+    seeds: tuple[int, ...]
+    """μP's seeds: its drift of a fraction of an octave needs them."""
+    steps: int
+    batch_size: int
+    seq_len: int
+    coord_widths: tuple[int, ...]
+    scaling: ScalingStage
+
+
+SIZES: dict[str, DemoSize] = {
+    # 2 CPU cores, <= 15 minutes: 2-block Llamas (SwiGLU, RMSNorm, RoPE) of width 32..256
+    # (8x), 125 steps of 16x64 bytes; SP's grid reaches down to its optimum at width 256,
+    # μP's is centred on its own (~2^-5.5 at every width). The scaling stage: width 32
+    # (check at 64, batch 16), B = 4..32 sequences (256..2048 tokens), D = 2^15..2^18
+    # tokens, 7 LRs half an octave apart.
+    # Measured at 150 steps, μP 2^-8..2^-3 and the check at batch 8: 1125 s, too long.
+    "small": DemoSize(preset="llama-small", widths=(32, 64, 128, 256),
+                      sp_log2_lrs=tuple(float(x) for x in range(-10, -3)),
+                      mup_log2_lrs=tuple(float(x) for x in range(-7, -2)), sp_seeds=(0,), seeds=(0, 1),
+                      steps=125, batch_size=16, seq_len=64, coord_widths=(32, 64, 128, 256),
+                      scaling=ScalingStage(batch_sizes=(4, 8, 16, 32), tokens=(2**15, 2**16, 2**17, 2**18),
+                                           log2_lr_offsets=(-1.5, -1.0, -0.5, 0.0, 0.5, 1.0, 1.5),
+                                           check_width=64, eval_sequences=256, target_width=2048,
+                                           target_depth=24, target_seq_len=1024,
+                                           check_batch_sizes=(16,), max_extend=2, batch_range=(2, 64))),
+    # A single GPU: Llamas of width 128..2048 (16x), 1000 steps of 64x256 bytes.
+    "gpu": DemoSize(preset="llama-small", widths=(128, 256, 512, 1024, 2048),
+                    sp_log2_lrs=tuple(float(x) for x in range(-14, -3)),
+                    mup_log2_lrs=tuple(float(x) for x in range(-14, -3)), sp_seeds=(0, 1, 2),
+                    seeds=(0, 1, 2), steps=1000, batch_size=64, seq_len=256,
+                    coord_widths=(128, 256, 512, 1024),
+                    scaling=ScalingStage(batch_sizes=(16, 32, 64, 128), tokens=(2**21, 2**22, 2**23, 2**24),
+                                         log2_lr_offsets=(-1.5, -1.0, -0.5, 0.0, 0.5, 1.0, 1.5),
+                                         check_width=256, eval_sequences=512, target_width=8192,
+                                         target_depth=48, target_seq_len=4096)),
+    # For tests: seconds, not minutes. Numbers are not meaningful at this size.
+    "tiny": DemoSize(preset="llama-small", widths=(32, 64, 128, 256), sp_log2_lrs=(-9.0, -7.0, -5.0, -3.0),
+                     mup_log2_lrs=(-9.0, -7.0, -5.0, -3.0), sp_seeds=(0,), seeds=(0,), steps=6,
+                     batch_size=4, seq_len=32, coord_widths=(32, 64, 128),
+                     scaling=ScalingStage(batch_sizes=(2, 4, 8, 16), tokens=(512, 1024, 2048, 4096),
+                                          log2_lr_offsets=(-1.0, 0.0, 1.0), check_width=64,
+                                          eval_sequences=8, target_width=512, target_depth=24,
+                                          target_seq_len=256, max_extend=1)),
+}
+
+
+def model_kw(model: str) -> dict[str, str]:
+    """A sweep spec's model fields: a preset by name, an ``hf:`` config as ``model``."""
+    return {"model": model} if model.startswith("hf:") else {"preset": model}

@@ -1,0 +1,245 @@
+"""The import contract: the layers of docs/architecture.md, checked on the code.
+
+Every import of every module counts: at the top, inside functions, under
+``if TYPE_CHECKING:`` (a type checker follows those too) and by module name
+(``importlib.import_module("pkg.mod")`` or a lazy-export table's ``"pkg.mod"`` value). An
+import may point down or sideways, never up. ``benchmarks`` and the notebooks sit beside the
+CLI: they use the library (mutransfer, sweeps, analysis), never ``mutransfer_cli``. The one
+exemption is ``mutransfer/__main__.py``, the entry shim that ``python -m mutransfer`` runs and
+nothing imports. Import cycles between modules are refused as well: a type checker has to
+resolve both ends of a circle at once, and a reader cannot tell which module comes first.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: Bottom to top: a module may import its own layer and the ones below it.
+LAYERS = ("analysis", "mutransfer", "sweeps", "mutransfer_cli")
+#: Users of the library's public API, beside the CLI: everything below it, not the CLI.
+CLIENTS = ("benchmarks",)
+#: The one module allowed to import upward: ``python -m mutransfer`` runs the CLI.
+EXEMPT = {("mutransfer.__main__", "mutransfer_cli")}
+#: Third-party packages a layer must never import (analysis is usable without torch).
+FORBIDDEN_THIRD_PARTY = {"analysis": ("torch",)}
+OURS = (*LAYERS, *CLIENTS)
+_DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for pkg in OURS for p in sorted((ROOT / pkg).rglob("*.py"))
+            if "__pycache__" not in p.parts}
+
+
+MODULES = _modules()
+
+
+def _resolve(node: ast.ImportFrom, module: str, is_package: bool) -> str:
+    """The absolute module an ``from X import ...`` names (relative imports resolved)."""
+    if not node.level:
+        return node.module or ""
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join([*base, *([node.module] if node.module else [])])
+
+
+class Edge(NamedTuple):
+    module: str
+    """The imported module."""
+    line: int
+    static: bool
+    """An import statement (what a type checker follows), not a module named by a string."""
+
+
+def imports_of(tree: ast.AST, module: str, is_package: bool) -> Iterator[Edge]:
+    """Every import in ``tree``, wherever it sits. ``from pkg import sub`` names ``pkg.sub``
+    when that is one of our modules."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield Edge(alias.name, node.lineno, static=True)
+        elif isinstance(node, ast.ImportFrom):
+            target = _resolve(node, module, is_package)
+            for alias in node.names:
+                sub = f"{target}.{alias.name}"
+                yield Edge(sub if sub in MODULES else target, node.lineno, static=True)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _DOTTED.match(node.value):
+            # a module named as a string: importlib.import_module("sweeps.export"), or the
+            # value of a lazy-export table; counted when it names one of our modules
+            name = node.value if node.value in MODULES else node.value.rsplit(".", 1)[0]
+            if name in MODULES:
+                yield Edge(name, node.lineno, static=False)
+
+
+def _notebook_code(path: Path) -> str:
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    lines = []
+    for cell in cells:
+        if cell.get("cell_type") == "code":
+            src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+            # IPython magics and shell escapes are not Python
+            lines += [ln for ln in src.splitlines() if not ln.lstrip().startswith(("%", "!"))]
+    return "\n".join(lines)
+
+
+def import_graph() -> dict[str, list[Edge]]:
+    """Our module -> [(imported module, line)], every import included."""
+    graph = {}
+    for name, path in MODULES.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        graph[name] = list(imports_of(tree, name, path.name == "__init__.py"))
+    return graph
+
+
+GRAPH = import_graph()
+
+
+def _top(module: str) -> str:
+    return module.split(".", 1)[0]
+
+
+def _allowed(importer: str, imported: str) -> bool:
+    src, dst = _top(importer), _top(imported)
+    if dst not in OURS or src == dst or (importer, dst) in EXEMPT:
+        return True
+    if src in CLIENTS:
+        return dst in LAYERS[:-1]  # the library, never the CLI (nor another client)
+    return dst in LAYERS and LAYERS.index(dst) < LAYERS.index(src)
+
+
+def _violations(graph: dict[str, list[Edge]]) -> list[str]:
+    out = []
+    for importer, targets in graph.items():
+        for imported, line, _ in targets:
+            if not _allowed(importer, imported):
+                out.append(f"{MODULES[importer].relative_to(ROOT)}:{line}: {importer} imports {imported}")
+            banned = FORBIDDEN_THIRD_PARTY.get(_top(importer), ())
+            if _top(imported) in banned:
+                out.append(f"{MODULES[importer].relative_to(ROOT)}:{line}: {importer} imports {imported}")
+    return sorted(set(out))
+
+
+@pytest.mark.parametrize("layer", OURS)
+def test_imports_point_down_only(layer: str) -> None:
+    graph = {m: t for m, t in GRAPH.items() if _top(m) == layer}
+    assert graph, f"no modules found under {layer}/"
+    assert _violations(graph) == []
+
+
+def test_notebooks_use_the_library_not_the_cli() -> None:
+    bad = []
+    for nb in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        tree = ast.parse(_notebook_code(nb), filename=str(nb))
+        bad += [f"{nb.name}:{line}: imports {m}" for m, line, _ in imports_of(tree, "notebook", False)
+                if _top(m) == "mutransfer_cli" or _top(m) in CLIENTS]
+    assert bad == []
+
+
+def test_the_checker_sees_every_kind_of_import() -> None:
+    """Known answers: each spelling of an upward import is caught, a downward one is not."""
+    src = (
+        "from __future__ import annotations\n"
+        "from typing import TYPE_CHECKING\n"
+        "import analysis\n"                        # down: allowed
+        "if TYPE_CHECKING:\n"
+        "    from sweeps.export import status\n"   # up, for the type checker only
+        "def f():\n"
+        "    import mutransfer_cli\n"              # up, inside a function
+        "    return importlib.import_module('sweeps.export')\n"  # up, by name
+        "from . import config\n"                   # sideways, relative
+    )
+    tree = ast.parse(src)
+    found = sorted({e.module for e in imports_of(tree, "mutransfer.card", False)})
+    assert found == ["__future__", "analysis", "mutransfer.config", "mutransfer_cli", "sweeps.export",
+                     "typing"]
+    graph = {"mutransfer.card": list(imports_of(tree, "mutransfer.card", False))}
+    assert sorted(v.split(":")[1] + " " + v.rsplit(" imports ", 1)[1] for v in _violations(graph)) == [
+        "5 sweeps.export", "7 mutransfer_cli", "8 sweeps.export"]
+    assert _allowed("mutransfer.__main__", "mutransfer_cli")  # the entry shim, and only it
+    assert not _allowed("mutransfer.cli_shim", "mutransfer_cli")
+    assert not _allowed("benchmarks.fit_speed", "mutransfer_cli._common")
+    assert _allowed("benchmarks.fit_speed", "sweeps")
+
+
+def documented_layers() -> tuple[str, ...]:
+    """The order stated in docs/architecture.md's Layers section, one line:
+    ``Layers, bottom to top: analysis → mutransfer → sweeps → mutransfer_cli``."""
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = text.split("\n## Layers", 1)[1].split("\n## ", 1)[0]
+    lines = [ln for ln in section.splitlines() if ln.strip().startswith("Layers, bottom to top:")]
+    assert len(lines) == 1, "docs/architecture.md: the Layers section states the order in one line"
+    order = lines[0].split(":", 1)[1]
+    return tuple(p.strip(" `.") for p in order.split("→"))
+
+
+def test_documented_layers_are_the_enforced_ones() -> None:
+    assert documented_layers() == LAYERS
+
+
+def cycles(graph: dict[str, list[Edge]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), each sorted; only
+    import statements count (a type checker does not follow a module named by a string)."""
+    edges = {m: sorted({e.module for e in es if e.static and e.module in graph and e.module != m})
+             for m, es in graph.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:  # recursion depth is bounded by the module count (~200)
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return sorted(out)
+
+
+def test_cycle_finder_known_answers() -> None:
+    def g(**edges: str) -> dict[str, list[Edge]]:
+        return {m: [Edge(t, 1, static=True) for t in ts] for m, ts in edges.items()}
+
+    assert cycles(g(a="b", b="c", c="a", d="a", e="e")) == [["a", "b", "c"]]
+    assert cycles(g(a="b", b="")) == []
+    assert cycles({"a": [Edge("b", 1, static=False)], "b": [Edge("a", 1, static=True)]}) == []
+
+
+@pytest.mark.parametrize("layer", OURS)
+def test_no_import_cycles(layer: str) -> None:
+    found = [c for c in cycles(GRAPH) if any(_top(m) == layer for m in c)]
+    assert found == [], "import cycles (every import counted, TYPE_CHECKING ones too)"
