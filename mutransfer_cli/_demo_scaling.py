@@ -18,8 +18,8 @@ from mutransfer._io import atomic_write_text
 from mutransfer_cli._demo_sizes import DemoSize, model_kw
 from mutransfer_cli._demo_stage import Clock, log
 from sweeps import results_table, write_table
-from sweeps.holdout import fit_rows, run_holdout
 from sweeps.extend import Bounds, run_bracketed
+from sweeps.holdout import fit_rows, run_holdout
 from sweeps.spec import ScalingSweep
 from sweeps.worker import open_study
 

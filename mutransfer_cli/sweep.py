@@ -25,10 +25,10 @@ import yaml
 
 from mutransfer._io import atomic_write_text, check_output
 from mutransfer_cli._common import MAX_SEED, bounded_int, key_value, print_json, seed_list
-from sweeps.holdout import check_holdout, holdout_summary, run_holdout
 from sweeps.export import best_config, format_status, results_table, status, write_table
 from sweeps.extend import DEFAULT_MAX_EXTEND, Bounds, run_bracketed
 from sweeps.fusion import check_fuse
+from sweeps.holdout import check_holdout, holdout_summary, run_holdout
 from sweeps.runners import DEFAULT_RUNNER
 from sweeps.spec import load_spec, spec_from_dict
 from sweeps.storage import Storage
