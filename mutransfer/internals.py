@@ -8,7 +8,7 @@ subclass), so the first block's input grows like width^(1/2) under any rule tabl
 without a probe only a coordinate check shows it (log2 slope 0.5).
 
 Two probes, one forward each per width. Inside a module: the audit's probe
-(:func:`mutransfer.audit._probe`) measures every Linear/Embedding's output over the plain
+(:func:`mutransfer.probe.probe_forward`) measures every Linear/Embedding's output over the plain
 ``W x (+ b)`` / lookup of its own input, its forward multiplier. Between modules: one
 forward of a tiny input records every module's input (its first tensor argument) and
 output in call order. A consumer's input that is an exact multiple of an
@@ -29,6 +29,8 @@ from typing import Any
 
 import torch
 import torch.nn as nn
+
+from mutransfer.probe import first_tensor, probe_forward
 
 RESIDUAL_TOL = 1e-4
 """Largest ||x - c y|| / ||x|| for x to count as c times y (float32 rounding is ~1e-7)."""
@@ -58,10 +60,8 @@ class InternalMultiplier:
                 f"{self.exponent:.3g} {where}")
 
 
-def _first_tensor(args: Any, kwargs: Any = None) -> torch.Tensor | None:
-    from mutransfer.audit import _first_tensor as first
-
-    t = first(args)
+def _float_input(args: Any, kwargs: Any = None) -> torch.Tensor | None:
+    t = first_tensor(args)
     if t is None and kwargs:
         t = next((v for v in kwargs.values() if isinstance(v, torch.Tensor)), None)
     return t if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() > 1 else None
@@ -74,12 +74,12 @@ def trace_factors(model: nn.Module, x: Any) -> dict[tuple[str, str | None], floa
     handles = []
     for name, module in model.named_modules():
         def pre(_m: nn.Module, args: Any, kwargs: Any, name: str = name) -> None:
-            t = _first_tensor(args, kwargs)
+            t = _float_input(args, kwargs)
             if t is not None and name:
                 events.append(("in", name, t.detach()))
 
         def post(_m: nn.Module, _a: Any, out: Any, name: str = name) -> None:
-            t = _first_tensor(out)
+            t = _float_input(out)
             if t is not None:
                 events.append(("out", name or OUTPUT, t.detach()))
         handles += [module.register_forward_pre_hook(pre, with_kwargs=True),
@@ -120,13 +120,11 @@ def find_internal_multipliers(models: dict[int, nn.Module], x: Any,
     exceeds ``tol`` in size."""
     if len(models) != 2:
         raise ValueError(f"need the model at exactly 2 widths, got {sorted(models)}")
-    from mutransfer.audit import _probe
-
     (w0, m0), (w1, m1) = sorted(models.items())
     f0, f1 = trace_factors(m0, x), trace_factors(m1, x)
     # inside Linear/Embedding forwards: the audit's forward multipliers, keyed (module, None)
     for f, m in ((f0, m0), (f1, m1)):
-        f.update({(mname, None): c for (mname, what), c in _probe(m, x, set())[0].items()
+        f.update({(mname, None): c for (mname, what), c in probe_forward(m, x, set())[0].items()
                   if what == "weight" and math.isfinite(c)})
     found = []
     for key in f0.keys() & f1.keys():

@@ -42,7 +42,10 @@ from typing import Any, Literal
 import torch
 import torch.nn as nn
 
-from mutransfer.internals import InternalMultiplier
+from mutransfer.internals import InternalMultiplier, find_internal_multipliers
+from mutransfer.models.gpt import GPT
+from mutransfer.models.mlp import MLP
+from mutransfer.probe import default_input
 from mutransfer.rules import (
     ATTENTION_EXPONENT,
     COMPLETEP,
@@ -701,11 +704,6 @@ class Parametrization:
         the audit's default probe input (token ids, or features for a Linear-first model),
         cached per builder and widths. A model whose forward does not take that input is
         not probed (its internals stay unknown, as before the probe existed)."""
-        from mutransfer.audit import _default_input
-        from mutransfer.internals import find_internal_multipliers
-        from mutransfer.models.gpt import GPT
-        from mutransfer.models.mlp import MLP
-
         if isinstance(models[min(models)], (GPT, MLP)):
             # Our own proxies apply no scalar outside their parameters (every multiplier is
             # a hook of this class), so there is nothing to find; probing them only risks
@@ -722,7 +720,7 @@ class Parametrization:
                     for model in models.values():
                         model.eval()  # no dropout: a dropped entry is no scalar multiple
                     first = models[min(models)]
-                    cache[key] = tuple(find_internal_multipliers(models, _default_input(first)))
+                    cache[key] = tuple(find_internal_multipliers(models, default_input(first)))
             except Exception:  # noqa: BLE001 - the probe is best effort: the user's forward may need more
                 cache[key] = ()
         return cache[key]
