@@ -24,13 +24,18 @@ so a scale applied after the last module is seen too.
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn as nn
 
-from mutransfer.probe import first_tensor, probe_forward
+from mutransfer.layers import call_builder
+from mutransfer.models.gpt import GPT
+from mutransfer.models.mlp import MLP
+from mutransfer.probe import default_input, first_tensor, probe_forward
+from mutransfer.specs import Builder
 
 RESIDUAL_TOL = 1e-4
 """Largest ||x - c y|| / ||x|| for x to count as c times y (float32 rounding is ~1e-7)."""
@@ -137,5 +142,48 @@ def find_internal_multipliers(models: dict[int, nn.Module], x: Any,
     return sorted(found, key=lambda m: (m.producer, m.consumer or ""))
 
 
+# builder -> {(base width, delta width, depth): its width-dependent internals}
+_CACHE: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], tuple[Any, ...]]] = (
+    weakref.WeakKeyDictionary())
+
+
+def real_models(builder: Builder, base_width: int, delta_width: int,
+                 depth: int | None) -> dict[int, nn.Module]:
+    """The model built for real at the base and delta widths, on CPU, from seed 0,
+    the caller's RNG untouched (real tensors even when the caller builds on the meta
+    device: a builder that itself makes a Parametrization, as `audit` entry points do)."""
+    with torch.random.fork_rng(devices=[]), torch.device("cpu"):
+        torch.manual_seed(0)
+        return {w: call_builder(builder, w, depth) for w in (base_width, delta_width)}
+
+
+def probe_internals(builder: Builder, models: dict[int, nn.Module],
+                    depth: int | None) -> tuple[InternalMultiplier, ...]:
+    """:func:`find_internal_multipliers` on the two real models and
+    the audit's default probe input (token ids, or features for a Linear-first model),
+    cached per builder and widths. A model whose forward does not take that input is
+    not probed (its internals stay unknown, as before the probe existed)."""
+    if isinstance(models[min(models)], (GPT, MLP)):
+        # Our own proxies apply no scalar outside their parameters (every multiplier is
+        # a Parametrization hook), so there is nothing to find; probing them only risks
+        # reading float noise as a width law.
+        return ()
+    key = (*sorted(models), depth)
+    try:
+        cache = _CACHE.setdefault(builder, {})
+    except TypeError:  # a builder that takes no weak reference: no cache
+        cache = {}
+    if key not in cache:
+        try:
+            with torch.random.fork_rng(devices=[]):
+                for model in models.values():
+                    model.eval()  # no dropout: a dropped entry is no scalar multiple
+                first = models[min(models)]
+                cache[key] = tuple(find_internal_multipliers(models, default_input(first)))
+        except Exception:  # noqa: BLE001 - the probe is best effort: the user's forward may need more
+            cache[key] = ()
+    return cache[key]
+
+
 __all__ = ["EXPONENT_TOL", "OUTPUT", "RESIDUAL_TOL", "InternalMultiplier", "find_internal_multipliers",
-           "trace_factors"]
+           "probe_internals", "real_models", "trace_factors"]
