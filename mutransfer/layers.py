@@ -65,6 +65,9 @@ def layer_kind(module: nn.Module) -> str | None:
     return None
 
 
+# Attention modules expose their softmax scale as a float attribute: ours (and mup's
+# examples) as ``softmax_scale``, Hugging Face attention modules as ``scaling`` (passed to
+# every attention kernel, eager, sdpa and flash alike).
 ATTENTION_SCALE_ATTRS: tuple[str, ...] = ("softmax_scale", "scaling")
 
 

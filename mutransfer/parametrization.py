@@ -78,10 +78,6 @@ from mutransfer.specs import (
     Rule,
 )
 
-# Attention modules expose their softmax scale as a float attribute: ours (and mup's
-# examples) as ``softmax_scale``, Hugging Face attention modules as ``scaling`` (passed to
-# every attention kernel, eager, sdpa and flash alike).
-
 
 class Parametrization:
     """Width (and depth) transfer rules for any ``nn.Module`` built by ``builder``.
