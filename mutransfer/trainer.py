@@ -31,7 +31,7 @@ from mutransfer.config import ModelShape, TrainConfig
 from mutransfer.data import DataConfig, TokenDataset, load_dataset
 from mutransfer.device import denormals_flushed, dist_env, resolve_device
 from mutransfer.models.gpt import GPT, GPTConfig
-from mutransfer.models.source import logits_of
+from mutransfer.models.source import build_model, logits_of
 from mutransfer.noise_scale import NoiseScaleEstimator, grad_sq_norm
 from mutransfer.optim import attention_modules, build_optimizer, qk_clip, set_lr
 from mutransfer.parametrization import Multipliers, Parametrization
@@ -69,8 +69,6 @@ def build_parametrization(cfg: TrainConfig, gcfg: GPTConfig | ModelShape,
         def builder(width: int, depth: int) -> torch.nn.Module:
             return GPT(gcfg.replace(width=width, depth=depth))
     else:
-        from mutransfer.models.source import build_model
-
         source = cfg.model.model_source()
 
         def builder(width: int, depth: int) -> torch.nn.Module:

@@ -16,15 +16,14 @@ from typing import Any
 
 import torch.nn as nn
 
+from mutransfer.card import schedule_config, validate_card
 from mutransfer.export._common import Drops, _floor, _groups, check_fields, check_model, split_batch
+from mutransfer.schedules import Schedule
 
 _HF_DECAY = {"linear": "linear", "cosine": "cosine", "1-sqrt": "1-sqrt"}
 
 
 def _hf_schedule(card: Mapping[str, Any], drops: Drops) -> dict[str, Any]:
-    from mutransfer.card import schedule_config
-    from mutransfer.schedules import Schedule
-
     s = card["schedule"]
     cfg = schedule_config(s)
     sched = Schedule(cfg)
@@ -74,7 +73,6 @@ def export_hf(card: Mapping[str, Any], *, dp_size: int | None = None, micro_batc
     unless ``drop`` names it (then ``dropped`` lists it and a warning says so)."""
     import transformers
 
-    from mutransfer.card import validate_card
 
     card = validate_card(card)
     drops = Drops("hf", drop)

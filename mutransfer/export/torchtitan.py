@@ -22,7 +22,9 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from mutransfer.card import schedule_config, validate_card
 from mutransfer.export._common import Drops, _floor, _groups, check_fields, split_batch
+from mutransfer.schedules import Schedule
 
 #: Hugging Face Llama name -> torchtitan llama3 name (first match wins), the renames of
 #: torchtitan 0.3.0's ``Llama3StateDictAdapter.from_hf_map``, for parameters and modules.
@@ -78,9 +80,6 @@ def _pattern(names: Sequence[str]) -> str:
 
 
 def _schedule(card: Mapping[str, Any], drops: Drops) -> dict[str, Any]:
-    from mutransfer.card import schedule_config
-    from mutransfer.schedules import Schedule
-
     s = card["schedule"]
     cfg = schedule_config(s)
     total, warmup = int(s["total_steps"]), cfg.warmup_steps
@@ -113,8 +112,6 @@ def export_torchtitan(card: Mapping[str, Any], *, dp_size: int | None = None, mi
                       drop: Iterable[str] = ()) -> dict[str, Any]:
     """``optimizer``, ``lr_scheduler`` and ``training`` sections in torchtitan's field
     names, and the ``mup`` section for :class:`mutransfer.engines.torchtitan.MuPConverter`."""
-    from mutransfer.card import validate_card
-
     card = validate_card(card)
     drops = Drops("torchtitan", drop)
     groups = _groups(card)
