@@ -10,7 +10,7 @@ holds:
 - ``optimizer``: name, absolute base LR, betas, eps, weight decay, its mode, and the
   AdamW timescale tau;
 - ``schedule``: kind, warmup (steps and tokens), decay fraction and shape, total steps,
-  min LR ratio;
+  LR floor (``lr_floor``, the end of the decay as a fraction of the peak);
 - ``batch``: sequences, tokens, sequence length, data-parallel size, micro-batch per rank
   and gradient-accumulation steps (sequences = dp_size × micro_batch × grad_accum);
 - ``param_groups``: per parameter the absolute LR, LR multiplier, init, weight decay, eps;

@@ -223,7 +223,7 @@ def _check_schedule(s: Mapping[str, Any], v2: bool) -> None:
     _C.integer("schedule.total_steps", s.get("total_steps"), none=True, high=CARD_LIMITS["steps"])
     _C.number("schedule.decay_fraction", s.get("decay_fraction"), low=0.0, high=1.0, none=True)
     _C.choice("schedule.decay_shape", s.get("decay_shape"), DECAY_SHAPES, none=True)
-    _C.number("schedule.min_lr_ratio", s.get("min_lr_ratio"), low=0.0, high=1.0, none=True)
+    _C.number("schedule.lr_floor", s.get("lr_floor"), low=0.0, high=1.0, none=True)
     _C.number("schedule.warmup_tokens", s.get("warmup_tokens"), low=0.0, none=True)
     if s.get("total_steps") is not None or not decays:
         try:
@@ -428,13 +428,33 @@ def _check_consistency(card: Mapping[str, Any]) -> None:
                     f"e.g. {missing[:3]}", len(names))
 
 
+#: Schedule fields of older cards, read under today's name: ``min_lr_ratio`` is ``lr_floor``.
+LEGACY_SCHEDULE_FIELDS: dict[str, str] = {"min_lr_ratio": "lr_floor"}
+
+
+def _renamed_schedule(s: Mapping[str, Any]) -> dict[str, Any]:
+    """``s`` with each legacy field under its new name (a new dict; ``s`` is not touched);
+    both names with different values is an error naming them."""
+    out = dict(s)
+    for old, new in LEGACY_SCHEDULE_FIELDS.items():
+        if old not in out:
+            continue
+        value = out.pop(old)
+        if new in out and out[new] != value:
+            _C.fail(f"schedule.{old}", f"is the old name of schedule.{new} ({out[new]!r}) and "
+                    "disagrees with it", value)
+        out.setdefault(new, value)
+    return out
+
+
 def validate_card(card: Any) -> dict[str, Any]:
     """Check a card's schema tag, sections, and every field's type and range.
 
     v1 and v2 share the checks; v2 also requires ``audit`` and, for schedules that
     decay, ``schedule.total_steps``. Every failure is one ValueError naming the field
     path and the value (``card field param_groups[3] (wte.weight).init: ...``), never a
-    TypeError or AttributeError. Returns the card as a plain dict.
+    TypeError or AttributeError. Returns the card as a plain dict, with the schedule's
+    legacy field names (:data:`LEGACY_SCHEDULE_FIELDS`) under today's.
     """
     if not isinstance(card, Mapping):
         raise ValueError(f"a transfer card must be a mapping, got {type(card).__name__}")
@@ -448,6 +468,7 @@ def validate_card(card: Any) -> dict[str, Any]:
     for key in ("source", "target", "parametrization", "optimizer", "schedule", "batch",
                 "forward_multipliers", "projected", "provenance", *(("audit",) if v2 else ())):
         _C.mapping(key, card[key])
+    card = {**card, "schedule": _renamed_schedule(card["schedule"])}
     _check_target(card["target"])
     _check_parametrization(card["parametrization"])
     _check_optimizer(card["optimizer"])
@@ -468,10 +489,11 @@ def validate_card(card: Any) -> dict[str, Any]:
 
 def schedule_config(schedule: Mapping[str, Any]) -> ScheduleConfig:
     """The :class:`ScheduleConfig` a card's ``schedule`` section describes
-    (``min_lr_ratio`` is the floor)."""
+    (``lr_floor``: the LR at the end of the decay, a fraction of the peak; an older card's
+    ``min_lr_ratio`` is read as it)."""
     kw: dict[str, Any] = {"kind": schedule["kind"], "warmup_steps": schedule.get("warmup_steps", 0),
                           "total_steps": schedule.get("total_steps"),
-                          "floor": schedule.get("min_lr_ratio") or 0.0}
+                          "lr_floor": schedule.get("lr_floor", schedule.get("min_lr_ratio")) or 0.0}
     if schedule.get("decay_fraction") is not None:
         kw["decay_fraction"] = schedule["decay_fraction"]
     if schedule.get("decay_shape") is not None:

@@ -509,7 +509,7 @@ class TrainConfig:
         total = steps if total_steps is None else total_steps
         warmup = round(0.1 * steps) if s.warmup_steps is None else s.warmup_steps
         return ScheduleConfig(kind=s.kind, warmup_steps=min(warmup, total), total_steps=total,
-                              floor=s.lr_floor, decay_fraction=s.decay_fraction,
+                              lr_floor=s.lr_floor, decay_fraction=s.decay_fraction,
                               decay_start=decay_start, decay_shape=s.decay_shape)
 
     # ---- flat view -----------------------------------------------------------------------
