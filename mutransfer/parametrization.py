@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ import torch.nn as nn
 
 from mutransfer.base_shapes import find_shapes, load_base_shapes
 from mutransfer.groups import optimizer_settings as settings_of
+from mutransfer.init_law import corrected_for_init_law, measure_init_exponents
 from mutransfer.internals import InternalMultiplier, probe_internals, real_models
 from mutransfer.layers import (
     ATTENTION_SCALE_ATTRS,
@@ -199,8 +201,10 @@ class Parametrization:
         if kind != "sp" and base_model is not None:
             models = real_models(builder, base_width, delta_w, depth)
             if init == "model":
-                self.init_exponents = self._measure_init_exponents(*models.values())
-                self._correct_for_init_law()
+                self.init_exponents = measure_init_exponents(
+                    self.specs, self._width_dims, lambda n, role: self._fan_dims(n, role)[0],
+                    *models.values())
+                self.specs = corrected_for_init_law(self.specs, self.init_exponents, self.readout_init)
             self.internal_multipliers = probe_internals(builder, models, depth)
             self._absorb_internals()
 
@@ -466,8 +470,6 @@ class Parametrization:
             hd, base = head_dim(module), head_dim(base_modules.get(name))
             if hd is not None and hd == base and self.multipliers.attention == 1.0:
                 continue
-            import warnings
-
             warnings.warn(
                 f"attention module {name!r} ({type(module).__name__}) exposes no softmax scale "
                 f"(an attribute {' or '.join(ATTENTION_SCALE_ATTRS)} beside head_dim), so its "
@@ -482,8 +484,6 @@ class Parametrization:
         m^-e (m = width / base_width, e the measured exponent rounded to 1/2), so at the
         base width the model is untouched and the product no longer grows. Any other is
         reported: a warning that names the module and the exponent."""
-        import warnings
-
         m = self.width / self.base_width
         for im in self.internal_multipliers:
             module = self._modules.get(im.producer)
@@ -498,53 +498,6 @@ class Parametrization:
                 f"left as it is; activations downstream scale like width^{im.exponent:.2g} "
                 f"(the coordinate check will show it). Move it into a module the rules cover "
                 f"or divide it out", UserWarning, stacklevel=3)
-
-    def _measure_init_exponents(self, base_model: nn.Module, delta_model: nn.Module) -> dict[str, float]:
-        """The model's own init law, per weight: std ∝ fan_in^e, e measured from two real
-        builds (base and delta width, a fixed seed, the caller's RNG untouched).
-
-        torch's defaults give e = -1/2 (the law μP's "model" init assumes); Hugging Face
-        initializes every matrix with one std (``initializer_range``), e = 0. Rounded to
-        the nearest 1/2: the std of a >= 256-element tensor is known to ~5%, far inside.
-        """
-        out: dict[str, float] = {}
-        base, delta = dict(base_model.named_parameters()), dict(delta_model.named_parameters())
-        for name, spec in self.specs.items():
-            fi, _ = self._fan_dims(name, spec.role)
-            if spec.role not in ("hidden", "output") or fi is None or fi not in self._width_dims[name]:
-                continue
-            b, d = base[name].detach().float(), delta[name].detach().float()
-            if min(b.numel(), d.numel()) < 256:
-                continue
-            sb, sd = float(b.std()), float(d.std())
-            if not (sb > 0 and sd > 0):
-                continue  # zero init: no law to read, and scaling zeros changes nothing
-            ratio = d.shape[fi] / b.shape[fi]
-            out[name] = round(2 * math.log(sd / sb) / math.log(ratio)) / 2
-        return out
-
-    def _correct_for_init_law(self) -> None:
-        """μP's "model" init assumes torch's fan-in law (e = -1/2): hidden weights keep
-        it, the readout is multiplied by sqrt(m_in) to make it constant. For a model with
-        another law (Hugging Face: e = 0) multiply by m_in^(-1/2 - e) (hidden) or
-        m_in^(r - e) (readout; r = 0, or 1/2 under ``readout_init="fan_in"``) instead, so the
-        result is the same μP init."""
-        for name, e in self.init_exponents.items():
-            s = self.specs[name]
-            if e == -0.5 or s.init not in ("keep",) and not s.init.startswith("scale:"):
-                continue
-            law = READOUT_INIT[self.readout_init]
-            target = -0.5 if s.role == "hidden" else (law.fan_in if law is not None else 0.0)
-            factor = s.fan_in_mult ** (target - e)
-            init = "keep" if factor == 1.0 else f"scale:{factor:.6g}"
-            self.specs[name] = dataclasses.replace(
-                s, init=init, rule=f"{s.rule}; model init std ∝ fan_in^{e:g}")
-            # The bias rescale undid torch's fan-in law for the bias too; with another law
-            # the bias keeps the model's own init.
-            owner, _, leaf = name.rpartition(".")
-            bias = f"{owner}.bias" if owner else "bias"
-            if leaf == "weight" and bias in self.specs and self.specs[bias].init.startswith("scale:"):
-                self.specs[bias] = dataclasses.replace(self.specs[bias], init="keep")
 
     # ---- applying it -------------------------------------------------------------------
 
