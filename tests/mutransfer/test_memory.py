@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mutransfer import cli
+import mutransfer_cli as cli
 from mutransfer.memory import OPTIMIZERS, parse_count, training_memory
 from mutransfer_cli import memory as memory_cli
 
