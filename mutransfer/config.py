@@ -18,7 +18,6 @@ fused group (``PER_MEMBER``; :func:`mutransfer.fused.fusion_key` is the rest).
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import math
 import os
 import typing
@@ -27,7 +26,16 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from mutransfer._io import read_yaml_mapping
-from mutransfer.config_fields import _RENAMES, INT_LIMITS, _coerce, _hints, _Section, _section
+from mutransfer.config_fields import (
+    INT_LIMITS,
+    _coerce,
+    _hints,
+    _Section,
+    _section,
+    build_aliases,
+    expand_sections,
+    lookup_field,
+)
 from mutransfer.models.gpt import GPTConfig
 from mutransfer.models.presets import PRESETS, get_preset
 from mutransfer.models.source import hf_proxy_config, hf_shape, load_hf_config, parse_model
@@ -542,8 +550,8 @@ class TrainConfig:
         without naming an optimizer re-resolves ``optimizer="auto"``."""
         base = base or cls()
         changes: dict[str, dict[str, Any]] = {}
-        for key, value in _expand(overrides or {}).items():
-            sec, name = _lookup(key)
+        for key, value in expand_sections(overrides or {}, SECTIONS).items():
+            sec, name = lookup_field(key, ALIASES, _DOTTED)
             flat = _FLAT[(sec, name)]
             if name in changes.get(sec, {}):
                 raise ValueError(f"config field {flat!r} is given twice (flat and as {sec}.{name})")
@@ -574,47 +582,7 @@ def load_config(path: str | os.PathLike[str]) -> TrainConfig:
 
 # ---- the alias map -----------------------------------------------------------------------
 
-
-def _build_aliases() -> dict[str, tuple[str, str]]:
-    out: dict[str, tuple[str, str]] = {}
-    for sec, cls in SECTIONS.items():
-        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-            flat = _RENAMES.get((sec, f.name), f.name)
-            if flat in out:
-                raise RuntimeError(f"flat config name {flat!r} is both {out[flat]} and {(sec, f.name)}")
-            out[flat] = (sec, f.name)
-    return out
-
-
 #: Flat field name -> (section, field), in section order: ``"lr" -> ("optim", "lr")``.
-ALIASES: dict[str, tuple[str, str]] = _build_aliases()
+ALIASES: dict[str, tuple[str, str]] = build_aliases(SECTIONS)
 _FLAT: dict[tuple[str, str], str] = {v: k for k, v in ALIASES.items()}
 _DOTTED: frozenset[str] = frozenset(f"{s}.{n}" for s, n in ALIASES.values())
-
-
-def _expand(overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """Nested ``{section: {field: value}}`` entries as dotted keys; others as given."""
-    out: dict[str, Any] = {}
-    for key, value in overrides.items():
-        if key in SECTIONS and isinstance(value, Mapping):
-            for k, v in value.items():
-                out[f"{key}.{k}"] = v
-        else:
-            out[str(key)] = value
-    return out
-
-
-def _lookup(key: str) -> tuple[str, str]:
-    """(section, field) of a flat or dotted key; unknown -> ValueError with a close match."""
-    if key in ALIASES:
-        return ALIASES[key]
-    if key in _DOTTED:
-        sec, name = key.split(".", 1)
-        return sec, name
-    names = sorted(_DOTTED if "." in key else ALIASES)
-    close = [n for n in names if key.replace("-", "_") == n or key in n] or difflib.get_close_matches(
-        key, names, n=1, cutoff=0.75)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    raise ValueError(f"unknown config field {key!r}{hint}")
-
-

@@ -6,11 +6,12 @@ The sections themselves are in :mod:`mutransfer.config`."""
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import math
 import os
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, TypeVar
 
@@ -160,4 +161,46 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
     return float(value) if inner is float else value
 
 
-__all__ = ["INT_LIMITS"]
+def build_aliases(sections: Mapping[str, type]) -> dict[str, tuple[str, str]]:
+    """Flat field name -> (section, field) over ``sections`` in order: the field's own
+    name, or its :data:`_RENAMES` entry; a flat name given twice is a RuntimeError."""
+    out: dict[str, tuple[str, str]] = {}
+    for sec, cls in sections.items():
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            flat = _RENAMES.get((sec, f.name), f.name)
+            if flat in out:
+                raise RuntimeError(f"flat config name {flat!r} is both {out[flat]} and {(sec, f.name)}")
+            out[flat] = (sec, f.name)
+    return out
+
+
+def expand_sections(overrides: Mapping[str, Any], sections: Mapping[str, type]) -> dict[str, Any]:
+    """Nested ``{section: {field: value}}`` entries (``section`` one of ``sections``) as
+    dotted keys; others as given."""
+    out: dict[str, Any] = {}
+    for key, value in overrides.items():
+        if key in sections and isinstance(value, Mapping):
+            for k, v in value.items():
+                out[f"{key}.{k}"] = v
+        else:
+            out[str(key)] = value
+    return out
+
+
+def lookup_field(key: str, aliases: Mapping[str, tuple[str, str]],
+                 dotted: frozenset[str]) -> tuple[str, str]:
+    """(section, field) of a flat key (``aliases``: flat name -> (section, field)) or a
+    dotted one (``dotted``); unknown -> ValueError with a close match."""
+    if key in aliases:
+        return aliases[key]
+    if key in dotted:
+        sec, name = key.split(".", 1)
+        return sec, name
+    names = sorted(dotted if "." in key else aliases)
+    close = [n for n in names if key.replace("-", "_") == n or key in n] or difflib.get_close_matches(
+        key, names, n=1, cutoff=0.75)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise ValueError(f"unknown config field {key!r}{hint}")
+
+
+__all__ = ["INT_LIMITS", "build_aliases", "expand_sections", "lookup_field"]
