@@ -34,53 +34,28 @@ A coordinate check on the user's own model and optimizer closes the audit
 
 from __future__ import annotations
 
-import dataclasses
-import importlib
 import inspect
 import math
-import os
-import sys
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.overrides import TorchFunctionMode
 
+from mutransfer.audit_result import AuditResult, AuditRow, _fmt
+from mutransfer.coord_check import CoordCheckResult, default_modules, fit_slopes, record_activations
+from mutransfer.entry import load_entry
+from mutransfer.parametrization import Parametrization
+from mutransfer.probe import default_input, first_tensor, output_ratio, probe_forward
 from mutransfer.rules import ATTENTION_EXPONENT, COMPLETEP, MUON, invariant_exponents, role_rule
 
 Builder = Callable[[int], Any]
-QUANTITY_RULE = {"init": "init std", "lr": "LR", "mult": "forward multiplier", "wd": "weight decay",
-                 "attention": "attention scale", "eps": "Adam eps"}
 
 
 # ---- reading the user's objects ----------------------------------------------------------
-
-
-def load_entry(spec: str) -> Callable[..., Any]:
-    """``module:function`` -> the function; one clear error naming ``spec`` otherwise.
-    The current directory is importable, as for ``python -m``."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise ValueError(f"entry point {spec!r} is not of the form module:function")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:  # noqa: BLE001 - any import failure is the user's input
-        raise ValueError(f"entry point {spec!r} cannot be imported: {type(exc).__name__}: {exc}") from None
-    fn = module
-    for part in attr.split("."):
-        if not hasattr(fn, part):
-            raise ValueError(f"entry point {spec!r}: module {module_name!r} has no attribute {attr!r}")
-        fn = getattr(fn, part)
-    if not callable(fn):
-        raise ValueError(f"entry point {spec!r} is not callable")
-    return fn  # type: ignore[return-value]
 
 
 def _optimizers(opt: Any) -> list[torch.optim.Optimizer]:
@@ -143,252 +118,7 @@ def _call(builder: Builder, optimizer_builder: Callable[..., Any] | None, width:
     return model, opt
 
 
-# ---- probing the forward -------------------------------------------------------------------
-
-
-class _SDPASpy(TorchFunctionMode):
-    """Records (module, head_dim, scale) of every scaled_dot_product_attention call."""
-
-    def __init__(self, stack: list[str]) -> None:
-        super().__init__()
-        self.stack, self.calls = stack, []  # type: ignore[var-annotated]
-
-    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        kwargs = kwargs or {}
-        if func is F.scaled_dot_product_attention:
-            q = args[0]
-            scale = kwargs.get("scale", args[6] if len(args) > 6 else None)
-            d = int(q.shape[-1])
-            self.calls.append((self.stack[-1] if self.stack else "", d,
-                               float(scale) if scale is not None else d**-0.5))
-        return func(*args, **kwargs)
-
-
-def _default_input(model: nn.Module) -> Any:
-    for m in model.modules():
-        if isinstance(m, nn.Embedding):
-            return torch.randint(0, m.num_embeddings, (4, 8), generator=torch.Generator().manual_seed(0))
-        if isinstance(m, nn.Linear):
-            return torch.randn(16, m.in_features, generator=torch.Generator().manual_seed(0))
-    raise ValueError("cannot make a probe input (no Embedding or Linear found); pass example_input")
-
-
-def _first_tensor(out: Any) -> torch.Tensor | None:
-    if isinstance(out, torch.Tensor):
-        return out
-    if isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
-        return out[0]
-    return getattr(out, "logits", None)
-
-
-def _ratio(y: torch.Tensor, ref: torch.Tensor) -> float:
-    den = float((ref.double() * ref.double()).sum())
-    return float((y.double() * ref.double()).sum()) / den if den > 0 else float("nan")
-
-
-def _probe(model: nn.Module, x: Any,
-           readouts: set[str]) -> tuple[dict[tuple[str, str], float], list[tuple[str, int, float]]]:
-    """Forward multipliers of Linear/Embedding modules and the attention calls."""
-    raw: dict[str, Any] = {}
-    final: dict[str, torch.Tensor] = {}
-    stack: list[str] = []
-    handles = []
-    for name, m in model.named_modules():
-        def push(_m: nn.Module, _a: Any, name: str = name) -> None:
-            stack.append(name)
-
-        def pop(_m: nn.Module, _a: Any, _o: Any) -> None:
-            if stack:
-                stack.pop()
-        handles += [m.register_forward_pre_hook(push, prepend=True), m.register_forward_hook(pop)]
-        if isinstance(m, (nn.Linear, nn.Embedding)):
-            def grab_in(_m: nn.Module, args: tuple[Any, ...], name: str = name) -> None:
-                raw.setdefault(name, args[0].detach() if isinstance(args[0], torch.Tensor) else args[0])
-
-            def grab_out(_m: nn.Module, _a: Any, out: Any, name: str = name) -> None:
-                if isinstance(out, torch.Tensor):
-                    final.setdefault(name, out.detach())
-            handles += [m.register_forward_pre_hook(grab_in, prepend=True), m.register_forward_hook(grab_out)]
-    spy = _SDPASpy(stack)
-    try:
-        with torch.no_grad(), spy:
-            out = model(x)
-    finally:
-        for h in handles:
-            h.remove()
-    logits = _first_tensor(out)
-    mults: dict[tuple[str, str], float] = {}
-    modules = dict(model.named_modules())
-    with torch.no_grad():
-        for name, y in final.items():
-            m = modules[name]
-            post = 1.0
-            if name in readouts and logits is not None and logits.shape == y.shape:
-                post = _ratio(logits.detach(), y)  # a multiplier applied after the readout
-            if isinstance(m, nn.Embedding):
-                mults[(name, "weight")] = _ratio(y, F.embedding(raw[name], m.weight)) * post
-                continue
-            # y = a·(W x) + c·b: a multiplier on the input scales W x but not the bias.
-            wx = F.linear(raw[name], m.weight).double().reshape(-1)
-            if m.bias is None:
-                mults[(name, "weight")] = _ratio(y.reshape(-1), wx) * post
-                continue
-            bias = m.bias.double().expand(y.shape).reshape(-1)
-            a = torch.stack([wx, bias], dim=1)
-            coef = torch.linalg.lstsq(a, y.double().reshape(-1, 1)).solution.reshape(-1)
-            mults[(name, "weight")] = float(coef[0]) * post
-            mults[(name, "bias")] = float(coef[1]) * post
-    # A module that declares its scale (``softmax_scale`` beside ``head_dim``) may fold it
-    # into q and call SDPA with scale=1 (our GPT does, so one call serves K fused members):
-    # there the declaration is the truth, the SDPA call's scale is not.
-    declared = {n: (int(m.head_dim), float(m.softmax_scale)) for n, m in model.named_modules()
-                if hasattr(m, "softmax_scale") and hasattr(m, "head_dim")
-                and isinstance(m.softmax_scale, (int, float))}
-    calls = [(n, *declared[n]) if n in declared else (n, d, sc) for n, d, sc in spy.calls]
-    seen = {n for n, _, _ in calls}
-    calls += [(n, d, sc) for n, (d, sc) in declared.items() if n not in seen]  # attention without SDPA
-    return mults, calls
-
-
-# ---- the result ----------------------------------------------------------------------------
-
-
-@dataclass
-class AuditRow:
-    """One (parameter, module that uses it), or one attention module."""
-
-    name: str
-    module: str
-    role: str
-    optimizer: str
-    """Rule column: adam, sgd or muon (attention rows: ``-``)."""
-    expected: dict[str, float | None]
-    """Width exponent per quantity (init, lr, mult, wd; attention: vs head dim)."""
-    found: dict[str, float | None]
-    verdict: str
-    """``ok``, ``ok (equivalent)``, ``FAIL`` or ``n/a``."""
-    broken: str | None = None
-    """The quantity whose rule is broken (init, lr, mult, wd, attention)."""
-    message: str = ""
-    values: dict[str, list[float]] = field(default_factory=dict)
-    """Raw per-width values (effective LR, RMS, multiplier, WD, eps)."""
-    axis: str = "width"
-    """What the exponents are of: ``width``, or ``d_head`` for a growing head dim."""
-    rules: dict[str, str] = field(default_factory=dict)
-    """The table's rule per quantity, as written in :mod:`mutransfer.rules`."""
-    unjudged: list[str] = field(default_factory=list)
-    """Quantities measured too noisily to judge (init of a tensor with few entries)."""
-
-
-@dataclass
-class AuditResult:
-    """Rows, the first failure and the coordinate check of one audit."""
-
-    widths: list[int]
-    base_width: int
-    rows: list[AuditRow]
-    coord_check: Any | None = None
-    """A :class:`~mutransfer.coord_check.CoordCheckResult` on the user's model, or None."""
-    tol: float = 0.2
-
-    @property
-    def failures(self) -> list[AuditRow]:
-        return [r for r in self.rows if r.verdict == "FAIL"]
-
-    @property
-    def first_failure(self) -> AuditRow | None:
-        return next(iter(self.failures), None)
-
-    @property
-    def coord_passed(self) -> bool | None:
-        return None if self.coord_check is None else bool(self.coord_check.passed)
-
-    @property
-    def passed(self) -> bool:
-        return not self.failures and self.coord_passed is not False
-
-    def summary_line(self) -> str:
-        f = self.first_failure
-        if f is not None:
-            via = "" if f.module in (f.name, f.name.rpartition(".")[0]) else f", via {f.module or 'model'}"
-            return f"first failing layer: {f.name} ({f.role}{via}): {f.message}"
-        return "no layer breaks the μP rules"
-
-    def coord_line(self) -> str:
-        cc = self.coord_check
-        if cc is None:
-            return "coordinate check: skipped"
-        w = cc.worst()
-        return (f"coordinate check: {'PASSED' if cc.passed else 'FAILED'} (max log2 slope "
-                f"{w['slope']:.2f} at {w['module']}, step {w['step']}; tol {cc.tol})")
-
-    def table(self) -> str:
-        head = ["parameter", "role", "optim", "init exp/found", "LR exp/found", "mult exp/found",
-                "WD exp/found", "verdict"]
-
-        def cell(r: AuditRow, q: str) -> str:
-            e, f = r.expected.get(q), r.found.get(q)
-            if e is None and f is None:
-                return "-"
-            return f"{_fmt(e)}/{'~' if q in r.unjudged else ''}{_fmt(f)}"
-
-        body = []
-        for r in self.rows:
-            if r.axis == "depth":
-                continue
-            label = r.name if r.module in ("", r.name, r.name.rpartition(".")[0]) else f"{r.name} @{r.module}"
-            if r.role == "attention":
-                axis = " (of d_head)" if r.axis == "d_head" else ""
-                body.append([label, "attn", "-", "-", "-", f"{cell(r, 'attention')}{axis}", "-",
-                             r.verdict + (" attention scale" if r.broken else "")])
-            else:
-                body.append([label, r.role, r.optimizer, cell(r, "init"), cell(r, "lr"), cell(r, "mult"),
-                             cell(r, "wd"), r.verdict + (f" {QUANTITY_RULE[r.broken]}" if r.broken else "")])
-        widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
-        fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-        lines = [f"# audit: widths {self.widths}, base {self.base_width}; exponents of width "
-                 f"(expected/found), tol {self.tol}",
-                 fmt.format(*head), fmt.format(*("-" * w for w in widths))]
-        lines += [fmt.format(*b).rstrip() for b in body]
-        depth = [r for r in self.rows if r.axis == "depth"]
-        if depth:
-            head = ["parameter", "role", "optim", "LR exp/found", "mult exp/found", "eps exp/found",
-                    "verdict"]
-            body = [[r.name, r.role, r.optimizer, cell(r, "lr"), cell(r, "mult"), cell(r, "eps"),
-                     r.verdict + (f" {QUANTITY_RULE[r.broken]}" if r.broken else "")] for r in depth]
-            widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
-            fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-            lines += ["", "# depth (CompleteP, Dey et al. 2025 Table 1): exponents of depth (expected/found) "
-                      "of the first block's branches and parameters",
-                      fmt.format(*head), fmt.format(*("-" * w for w in widths))]
-            lines += [fmt.format(*b).rstrip() for b in body]
-        return "\n".join(lines)
-
-    def report(self) -> str:
-        verdict = "PASS: this is μP" if self.passed else "FAIL: this breaks μP"
-        return "\n".join([self.table(), "", self.summary_line(), self.coord_line(), verdict])
-
-    def to_json_dict(self) -> dict[str, Any]:
-        f = self.first_failure
-        return {
-            "passed": self.passed,
-            "widths": self.widths,
-            "base_width": self.base_width,
-            "tol": self.tol,
-            "first_failure": None if f is None else {"parameter": f.name, "module": f.module, "role": f.role,
-                                                     "rule": f.broken, "message": f.message},
-            "coord_check": None if self.coord_check is None else self.coord_check.to_json_dict(),
-            "rows": [dataclasses.asdict(r) for r in self.rows],
-        }
-
-
-def _fmt(v: float | None) -> str:
-    if v is None:
-        return "-"
-    if abs(v - round(v * 2) / 2) < 5e-3:  # exact rules and exact finds print as -1, -1/2, 0
-        return f"{round(v * 2) / 2:g}"
-    return f"{v:.2f}"
-
+# ---- the audit -----------------------------------------------------------------------------
 
 def _slope(widths: Sequence[int], values: Sequence[float]) -> float | None:
     v = np.asarray(values, dtype=float)
@@ -399,9 +129,6 @@ def _slope(widths: Sequence[int], values: Sequence[float]) -> float | None:
 
 def _words(e: float | None, var: str = "width") -> str:
     return "-" if e is None else f"∝ {var}^{_fmt(e)}"
-
-
-# ---- the audit -----------------------------------------------------------------------------
 
 
 def audit(
@@ -440,8 +167,6 @@ def audit(
             measured from the residual multipliers, which must be 0.5 or 1.
         name: how to name the builder in errors (the CLI passes the entry point).
     """
-    from mutransfer.parametrization import Parametrization
-
     widths = sorted({int(w) for w in widths})
     if len(widths) < 2:
         raise ValueError(f"an audit needs at least 2 widths, got {widths}")
@@ -470,7 +195,7 @@ def audit(
             pz = Parametrization(model_of, width=widths[-1], base_width=role_base, kind="mup")
     except ValueError as exc:
         raise ValueError(f"{name}: cannot infer roles: {exc}") from None
-    get_input = example_input or _default_input
+    get_input = example_input or default_input
 
     # Build at every width and read what the code does.
     per_width: list[dict[str, Any]] = []
@@ -490,7 +215,7 @@ def audit(
         readouts = {m for n, ms in owners.items() for m in ms
                     if _use_role(pz, n, model.get_submodule(m)) == "output"}
         try:
-            mults, attn = _probe(model, get_input(model), readouts)
+            mults, attn = probe_forward(model, get_input(model), readouts)
         except Exception as exc:  # noqa: BLE001 - the user's forward failed on our probe
             raise ValueError(f"{name}({w}): the forward on the probe input failed "
                              f"({type(exc).__name__}: {exc}); pass example_input") from None
@@ -531,8 +256,6 @@ def _depth_rows(builder: Callable[..., Any], optimizer_builder: Callable[..., An
                 tol: float, name: str) -> list[AuditRow]:
     """CompleteP: residual-branch multipliers, LRs and Adam eps of the first block's
     parameters against depth (Dey et al. 2025, Table 1; mutransfer.rules.COMPLETEP)."""
-    from mutransfer.parametrization import Parametrization
-
     def model_of(w: int, d: int) -> nn.Module:
         return _call(lambda w_: builder(w_, d), optimizer_builder, w, f"{name}(depth={d})")[0]
 
@@ -608,15 +331,15 @@ def _probe_branches(model: nn.Module, x: Any, block: str, branches: list[str]) -
         m = model.get_submodule(b)
 
         def first(_m: nn.Module, _a: Any, out: Any, b: str = b) -> None:
-            raw.setdefault(b, _first_tensor(out).detach())  # type: ignore[union-attr]
+            raw.setdefault(b, first_tensor(out).detach())  # type: ignore[union-attr]
 
         def last(_m: nn.Module, _a: Any, out: Any, b: str = b) -> None:
-            final.setdefault(b, _first_tensor(out).detach())  # type: ignore[union-attr]
+            final.setdefault(b, first_tensor(out).detach())  # type: ignore[union-attr]
         handles += [m.register_forward_hook(first, prepend=True), m.register_forward_hook(last)]
 
     def block_io(_m: nn.Module, args: tuple[Any, ...], out: Any) -> None:
         io.setdefault("x", args[0].detach())
-        io.setdefault("y", _first_tensor(out).detach())  # type: ignore[union-attr]
+        io.setdefault("y", first_tensor(out).detach())  # type: ignore[union-attr]
     handles.append(model.get_submodule(block).register_forward_hook(block_io))
     try:
         with torch.no_grad():
@@ -625,8 +348,8 @@ def _probe_branches(model: nn.Module, x: Any, block: str, branches: list[str]) -
         for h in handles:
             h.remove()
     total = sum(final[b] for b in branches)
-    s_block = _ratio(io["y"] - io["x"], total)  # type: ignore[arg-type]
-    return {b: _ratio(final[b], raw[b]) * s_block for b in branches}
+    s_block = output_ratio(io["y"] - io["x"], total)  # type: ignore[arg-type]
+    return {b: output_ratio(final[b], raw[b]) * s_block for b in branches}
 
 
 def _use_role(pz: Any, pname: str, module: nn.Module) -> str:
@@ -796,7 +519,7 @@ def _attention_rows(widths: list[int], per_width: list[dict[str, Any]], tol: flo
 
 
 def _default_loss(model: nn.Module, x: Any) -> torch.Tensor:
-    logits = _first_tensor(model(x))
+    logits = first_tensor(model(x))
     if logits is None or logits.ndim < 2:
         raise ValueError("the model's output is not logits; pass loss_fn")
     g = torch.Generator().manual_seed(1)
@@ -809,8 +532,6 @@ def _coord_check(builder: Builder, optimizer_builder: Callable[..., Any] | None,
                  loss_fn: Callable[[nn.Module, Any], torch.Tensor] | None, steps: int, seeds: int,
                  tol: float, readout_modules: tuple[str, ...] = ()) -> Any:
     import pandas as pd
-
-    from mutransfer.coord_check import CoordCheckResult, default_modules, fit_slopes, record_activations
 
     records = []
     for w in widths:
@@ -833,3 +554,4 @@ def _coord_check(builder: Builder, optimizer_builder: Callable[..., Any] | None,
 
 
 __all__ = ["AuditResult", "AuditRow", "audit", "load_entry"]
+

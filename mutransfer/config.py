@@ -18,24 +18,34 @@ fused group (``PER_MEMBER``; :func:`mutransfer.fused.fusion_key` is the rest).
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import functools
 import math
 import os
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import Any, ClassVar, Literal
 
 from mutransfer._io import read_yaml_mapping
+from mutransfer.config_fields import (
+    INT_LIMITS,
+    _coerce,
+    _hints,
+    _Section,
+    _section,
+    build_aliases,
+    expand_sections,
+    lookup_field,
+)
 from mutransfer.models.gpt import GPTConfig
 from mutransfer.models.presets import PRESETS, get_preset
+from mutransfer.models.source import hf_proxy_config, hf_shape, load_hf_config, parse_model
 from mutransfer.parametrization import Kind
 from mutransfer.schedules import DecayShape, ScheduleConfig, ScheduleKind
 from mutransfer.stabilizers import SpikePolicy
 
 __all__ = [
     "ALIASES",
+    "INT_LIMITS",
     "SECTIONS",
     "ModelSection",
     "ModelShape",
@@ -49,92 +59,9 @@ __all__ = [
     "load_config",
 ]
 
-#: Section fields whose flat name is not the field's own name: ``(section, field) -> flat``.
-_RENAMES: dict[tuple[str, str], str] = {
-    ("parametrization", "kind"): "parametrization",
-    ("optim", "name"): "optimizer",
-    ("schedule", "kind"): "schedule",
-}
-
-_S = TypeVar("_S")
 
 #: Token dtypes of ``.bin`` data (:mod:`mutransfer.data`).
 TokenDtype = Literal["uint8", "uint16", "uint32"]
-
-#: Upper bounds of integer fields: far above any real run, below what would allocate or
-#: loop without end (``steps: 1e23`` parses as an integer). Seeds stop at numpy's 2**32 - 1.
-INT_LIMITS: dict[str, int] = {
-    "steps": 10**9, "batch_size": 1 << 24, "grad_accum": 1 << 24, "eval_batches": 10**6,
-    "seed": (1 << 32) - 1, "eval_every": 10**9, "max_logit_every": 10**9, "threads": 4096,
-    "width": 1 << 20, "depth": 10_000, "head_dim": 1 << 16, "seq_len": 1 << 24,
-    "checkpoint_every": 10**9, "rollback_every": 10**9, "max_rollbacks": 10**6, "spike_window": 10**6,
-    "data_max_bytes": 1 << 50, "warmup_steps": 10**9,
-}
-
-
-class _Section:
-    """What every section shares: its name in :class:`TrainConfig`, the fields that may
-    differ per fused member, and the checks its ``__post_init__`` uses (errors name the
-    field by its flat name, as ``--set`` spells it)."""
-
-    #: The section's attribute name on :class:`TrainConfig`.
-    NAME: ClassVar[str] = ""
-    #: Fields that may differ between the members of one fused group (every other
-    #: field is part of :func:`mutransfer.fused.fusion_key`).
-    PER_MEMBER: ClassVar[frozenset[str]] = frozenset()
-
-    def _bad(self, name: str, what: str) -> ValueError:
-        flat = _RENAMES.get((self.NAME, name), name)
-        return ValueError(f"{flat} must be {what}, got {getattr(self, name)!r}")
-
-    def _check_choices(self) -> None:
-        """Every ``Literal``-typed field holds one of its choices."""
-        for name, allowed in _choices(type(self)).items():
-            if getattr(self, name) not in allowed:
-                raise self._bad(name, f"one of {', '.join(map(str, allowed))}")
-
-    def _positive(self, *names: str) -> None:
-        for name in names:
-            v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0):
-                raise self._bad(name, "a positive finite number")
-
-    def _ints(self, names: tuple[str, ...], low: int, what: str, optional: bool = False) -> None:
-        for name in names:
-            v = getattr(self, name)
-            if optional and v is None:
-                continue
-            if not (isinstance(v, int) and not isinstance(v, bool) and v >= low):
-                raise self._bad(name, what)
-            if v > INT_LIMITS.get(name, v):
-                raise self._bad(name, f"at most {INT_LIMITS[name]:,} (what a real run could have)")
-
-    def _unit(self, *names: str) -> None:
-        for name in names:
-            if not (0.0 <= getattr(self, name) < 1.0):
-                raise self._bad(name, "in [0, 1)")
-
-
-def _section(name: str) -> Callable[[type[_S]], type[_S]]:
-    """Make ``cls`` a frozen dataclass section named ``name``, whose ``==`` refuses a
-    string: ``cfg.parametrization == "mup"`` (a flat read left over from before the
-    sections) raises TypeError instead of being silently False."""
-
-    def wrap(cls: type[_S]) -> type[_S]:
-        cls.NAME = name  # type: ignore[attr-defined]
-        dc = dataclass(frozen=True)(cls)
-        eq = dc.__eq__
-
-        def __eq__(self: Any, other: object) -> bool:
-            if isinstance(other, str):
-                raise TypeError(f"comparing the {name!r} config section with the string {other!r}; "
-                                f"compare one of its fields (e.g. cfg.{name}.kind)")
-            return eq(self, other)  # type: ignore[no-any-return]
-
-        dc.__eq__ = __eq__  # type: ignore[method-assign,assignment]
-        return dc
-
-    return wrap
 
 
 class ModelShape(typing.NamedTuple):
@@ -225,8 +152,6 @@ class ModelSection(_Section):
 
     def model_source(self) -> Any:
         """The :class:`~mutransfer.models.source.ModelSource` of this section."""
-        from mutransfer.models.source import parse_model
-
         return parse_model(self.source or self.preset, head_rule=self.head_rule or "keep_head_dim")
 
     @property
@@ -239,8 +164,6 @@ class ModelSection(_Section):
         config's own, or (for a builder) the preset's."""
         src = self.model_source()
         if src.kind == "hf":
-            from mutransfer.models.source import hf_shape, load_hf_config
-
             w, d, _ = hf_shape(load_hf_config(src.ref))
             return w, d
         base = get_preset(self.preset)
@@ -258,8 +181,6 @@ class ModelSection(_Section):
         if src.kind != "hf":
             return ModelShape(self.width or base.width, self.depth or base.depth,
                               self.seq_len or base.seq_len)
-        from mutransfer.models.source import hf_proxy_config, hf_shape, load_hf_config
-
         config = load_hf_config(src.ref)
         w, d, ctx = hf_shape(config)
         width, depth = self.width or w, self.depth or d
@@ -596,7 +517,7 @@ class TrainConfig:
         total = steps if total_steps is None else total_steps
         warmup = round(0.1 * steps) if s.warmup_steps is None else s.warmup_steps
         return ScheduleConfig(kind=s.kind, warmup_steps=min(warmup, total), total_steps=total,
-                              floor=s.lr_floor, decay_fraction=s.decay_fraction,
+                              lr_floor=s.lr_floor, decay_fraction=s.decay_fraction,
                               decay_start=decay_start, decay_shape=s.decay_shape)
 
     # ---- flat view -----------------------------------------------------------------------
@@ -629,8 +550,8 @@ class TrainConfig:
         without naming an optimizer re-resolves ``optimizer="auto"``."""
         base = base or cls()
         changes: dict[str, dict[str, Any]] = {}
-        for key, value in _expand(overrides or {}).items():
-            sec, name = _lookup(key)
+        for key, value in expand_sections(overrides or {}, SECTIONS).items():
+            sec, name = lookup_field(key, ALIASES, _DOTTED)
             flat = _FLAT[(sec, name)]
             if name in changes.get(sec, {}):
                 raise ValueError(f"config field {flat!r} is given twice (flat and as {sec}.{name})")
@@ -661,104 +582,7 @@ def load_config(path: str | os.PathLike[str]) -> TrainConfig:
 
 # ---- the alias map -----------------------------------------------------------------------
 
-
-def _build_aliases() -> dict[str, tuple[str, str]]:
-    out: dict[str, tuple[str, str]] = {}
-    for sec, cls in SECTIONS.items():
-        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-            flat = _RENAMES.get((sec, f.name), f.name)
-            if flat in out:
-                raise RuntimeError(f"flat config name {flat!r} is both {out[flat]} and {(sec, f.name)}")
-            out[flat] = (sec, f.name)
-    return out
-
-
 #: Flat field name -> (section, field), in section order: ``"lr" -> ("optim", "lr")``.
-ALIASES: dict[str, tuple[str, str]] = _build_aliases()
+ALIASES: dict[str, tuple[str, str]] = build_aliases(SECTIONS)
 _FLAT: dict[tuple[str, str], str] = {v: k for k, v in ALIASES.items()}
 _DOTTED: frozenset[str] = frozenset(f"{s}.{n}" for s, n in ALIASES.values())
-
-
-def _expand(overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """Nested ``{section: {field: value}}`` entries as dotted keys; others as given."""
-    out: dict[str, Any] = {}
-    for key, value in overrides.items():
-        if key in SECTIONS and isinstance(value, Mapping):
-            for k, v in value.items():
-                out[f"{key}.{k}"] = v
-        else:
-            out[str(key)] = value
-    return out
-
-
-def _lookup(key: str) -> tuple[str, str]:
-    """(section, field) of a flat or dotted key; unknown -> ValueError with a close match."""
-    if key in ALIASES:
-        return ALIASES[key]
-    if key in _DOTTED:
-        sec, name = key.split(".", 1)
-        return sec, name
-    names = sorted(_DOTTED if "." in key else ALIASES)
-    close = [n for n in names if key.replace("-", "_") == n or key in n] or difflib.get_close_matches(
-        key, names, n=1, cutoff=0.75)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    raise ValueError(f"unknown config field {key!r}{hint}")
-
-
-@functools.cache
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
-@functools.cache
-def _choices(cls: type) -> dict[str, tuple[Any, ...]]:
-    """The allowed values of every ``Literal``-typed field of ``cls``."""
-    out = {}
-    for f in dataclasses.fields(cls):
-        tp = _hints(cls)[f.name]
-        if typing.get_origin(tp) is Literal:
-            out[f.name] = typing.get_args(tp)
-    return out
-
-
-def _coerce(key: str, value: Any, tp: Any) -> Any:
-    """Parse/check ``value`` for a field of type ``tp`` (int, float, str, bool, a str
-    ``Literal``, X | None); the choice of a ``Literal`` is the section's to check."""
-    args = typing.get_args(tp)
-    if typing.get_origin(tp) is Literal:
-        args, tp = (), str
-    optional = type(None) in args
-    inner = next((a for a in args if a is not type(None)), tp) if args else tp
-    if typing.get_origin(inner) is Literal:
-        inner = str
-    if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "null")):
-        if optional:
-            return None
-        raise ValueError(f"config field {key!r} cannot be None")
-    if inner is str and isinstance(value, os.PathLike):
-        return os.fspath(value)
-    if isinstance(value, str) and inner is not str:
-        text = value.strip()
-        try:
-            if inner is bool:
-                low = text.lower()
-                if low not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
-                    raise ValueError
-                return low in ("true", "1", "yes", "on")
-            if inner is int:
-                try:
-                    return int(text)
-                except ValueError:
-                    f = float(text)  # "1e3" is a fine integer
-                    if not f.is_integer():
-                        raise
-                    return int(f)
-            if inner is float:
-                return float(text)
-        except ValueError:
-            raise ValueError(f"config field {key!r} expects {inner.__name__}, got {value!r}") from None
-    ok = (isinstance(value, inner) and not (inner is int and isinstance(value, bool))) or (
-        inner is float and isinstance(value, int) and not isinstance(value, bool))
-    if not ok:
-        raise ValueError(f"config field {key!r} expects {inner.__name__}, got {value!r}")
-    return float(value) if inner is float else value

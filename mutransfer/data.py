@@ -22,14 +22,8 @@ step is the same whatever the number of DDP ranks or gradient-accumulation micro
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
-import os
-import re
-import sys
-import sysconfig
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,7 +31,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from mutransfer._io import atomic_path, atomic_write_text
+from mutransfer.corpus import (
+    _SPLITS,
+    _check_fraction,
+    _concat,
+    _split_by_file,
+    _text_files,
+    build_stdlib_corpus,
+    cache_dir,
+    stdlib_files,
+)
+from mutransfer.prepare import prepare_tokens
 
 __all__ = [
     "DataConfig",
@@ -49,18 +53,7 @@ __all__ = [
     "stdlib_files",
 ]
 
-# Bump when the on-disk layout or the corpus recipe changes: old caches are then ignored.
-_FORMAT_VERSION = 1
-_SPLITS = ("train", "val")
 _DTYPES = {"uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32}
-# Directories of the stdlib tree that are not "the standard library's own source":
-# third-party packages and the (huge, repetitive) regression test suites.
-_STDLIB_EXCLUDED_DIRS = frozenset(
-    {"site-packages", "dist-packages", "test", "tests", "idle_test", "__pycache__"}
-)
-# Separates documents in byte corpora, like GPT-2's <|endoftext|>; NUL never occurs in
-# Python source or ordinary text, so it is an unambiguous boundary within vocab 256.
-_DOC_SEPARATOR = b"\x00"
 
 
 @dataclass(frozen=True)
@@ -96,154 +89,6 @@ class DataConfig:
     cache_dir: str | None = None
     """Where the stdlib corpus memmap is built. ``None`` uses ``$MUTRANSFER_CACHE`` or
     ``~/.cache/mutransfer``."""
-
-
-def cache_dir(override: str | os.PathLike[str] | None = None) -> Path:
-    """Return the cache directory: ``override``, else ``$MUTRANSFER_CACHE``, else
-    ``~/.cache/mutransfer``."""
-    if override is not None:
-        return Path(override).expanduser()
-    env = os.environ.get("MUTRANSFER_CACHE")
-    if env:
-        return Path(env).expanduser()
-    return Path.home() / ".cache" / "mutransfer"
-
-
-def _hash_unit(text: str) -> float:
-    """Map a string to a deterministic number in [0, 1) (sha256, first 8 bytes)."""
-    digest = hashlib.sha256(text.encode("utf-8")).digest()
-    return int.from_bytes(digest[:8], "big") / 2.0**64
-
-
-def _split_by_file(relpaths: list[str], val_fraction: float) -> dict[str, list[str]]:
-    """Assign each file to train or val by ``hash(relpath) < val_fraction``.
-
-    Hashing the path (not the position) keeps a file in the same split when other files
-    are added or removed. Both splits are forced non-empty: with few files or a small
-    fraction the hash alone could leave val empty, so the file with the smallest hash
-    moves to val (and symmetrically for train).
-    """
-    if len(relpaths) < 2:
-        raise ValueError(f"need at least 2 files to split by file, got {len(relpaths)}")
-    units = {p: _hash_unit(p) for p in relpaths}
-    val = [p for p in relpaths if units[p] < val_fraction]
-    if not val:
-        val = [min(relpaths, key=units.__getitem__)]
-    if len(val) == len(relpaths):
-        val.remove(max(relpaths, key=units.__getitem__))
-    val_set = set(val)
-    return {"train": [p for p in relpaths if p not in val_set], "val": sorted(val_set)}
-
-
-def _check_fraction(val_fraction: float) -> None:
-    if not (isinstance(val_fraction, (int, float)) and 0.0 < val_fraction < 1.0):
-        raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction!r}")
-
-
-def stdlib_files() -> tuple[Path, list[str]]:
-    """Return the stdlib root and the sorted relative paths of its ``*.py`` source files.
-
-    Excludes ``site-packages``/``dist-packages`` (third-party code) and test directories.
-    Does not follow symlinks, so the list is the same on every call.
-    """
-    root = Path(sysconfig.get_paths()["stdlib"])
-    if not root.is_dir():
-        raise ValueError(f"the Python standard library was not found at {root}")
-    rel: list[str] = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in _STDLIB_EXCLUDED_DIRS)
-        for name in filenames:
-            if name.endswith(".py"):
-                rel.append(Path(dirpath, name).relative_to(root).as_posix())
-    return root, sorted(rel)
-
-
-def _concat(root: Path, relpaths: list[str], budget: int | None) -> bytes:
-    """Concatenate files (each followed by the document separator), up to ``budget``."""
-    parts: list[bytes] = []
-    size = 0
-    for rel in relpaths:
-        chunk = (root / rel).read_bytes() + _DOC_SEPARATOR
-        if budget is not None and size + len(chunk) >= budget:
-            parts.append(chunk[: budget - size])
-            break
-        parts.append(chunk)
-        size += len(chunk)
-    return b"".join(parts)
-
-
-def build_stdlib_corpus(
-    cache: str | os.PathLike[str] | None = None,
-    *,
-    val_fraction: float = 0.02,
-    max_bytes: int | None = None,
-) -> Path:
-    """Build (or find) the stdlib byte corpus and return its cache folder.
-
-    The folder holds ``train.bin`` and ``val.bin`` (``uint8`` token memmaps) and
-    ``meta.json`` (Python version, file counts, token counts, split rule, build time).
-    Its name is a hash of everything the content depends on: format version, Python
-    implementation and version, stdlib path, every file's relative path and size,
-    ``val_fraction`` and ``max_bytes``. Each file is written to a temp file and renamed;
-    ``meta.json`` is written last, so a folder without it is an unfinished build and is
-    rebuilt. Concurrent builders write identical bytes, so the race is harmless.
-    """
-    _check_fraction(val_fraction)
-    if max_bytes is not None and (not isinstance(max_bytes, int) or max_bytes < 2):
-        raise ValueError(f"max_bytes must be an integer >= 2 or None, got {max_bytes!r}")
-    root, rel = stdlib_files()
-    sizes = [(root / p).stat().st_size for p in rel]
-    python = f"{sys.implementation.name}-{'.'.join(map(str, sys.version_info[:3]))}"
-    key_doc = {
-        "format": _FORMAT_VERSION,
-        "python": python,
-        "stdlib": str(root),
-        "files": list(zip(rel, sizes, strict=True)),
-        "val_fraction": val_fraction,
-        "max_bytes": max_bytes,
-    }
-    key = hashlib.sha256(json.dumps(key_doc).encode("utf-8")).hexdigest()[:16]
-    folder = cache_dir(cache) / "corpus" / f"stdlib-{python}-{key}"
-    meta_path = folder / "meta.json"
-    if meta_path.exists():
-        try:
-            meta = json.loads(meta_path.read_text(encoding="utf-8"))
-            if all((folder / f"{s}.bin").stat().st_size == meta["n_tokens"][s] for s in _SPLITS):
-                return folder
-        except (OSError, ValueError, KeyError):
-            pass  # corrupt or partial cache: rebuild below
-
-    start = time.perf_counter()
-    files = _split_by_file(rel, val_fraction)
-    if max_bytes is None:
-        budgets: dict[str, int | None] = {"train": None, "val": None}
-    else:
-        # Each split gets its share of the cap so a capped corpus still has a val split.
-        n_val = max(1, math.ceil(max_bytes * val_fraction))
-        budgets = {"train": max_bytes - n_val, "val": n_val}
-    n_tokens: dict[str, int] = {}
-    for split in _SPLITS:
-        data = _concat(root, files[split], budgets[split])
-        with atomic_path(folder / f"{split}.bin") as tmp:
-            tmp.write_bytes(data)
-        n_tokens[split] = len(data)
-    meta = {
-        "format": _FORMAT_VERSION,
-        "source": "stdlib",
-        "python": python,
-        "stdlib": str(root),
-        "dtype": "uint8",
-        "vocab_size": 256,
-        "n_files": {s: len(files[s]) for s in _SPLITS},
-        "n_tokens": n_tokens,
-        "max_bytes": max_bytes,
-        "split_rule": f"by file: sha256(relative path)[:8] / 2**64 < {val_fraction} -> val",
-        "separator": "NUL byte after each file",
-        "build_seconds": round(time.perf_counter() - start, 3),
-        "key": key,
-    }
-    atomic_write_text(meta_path, json.dumps(meta, indent=2) + "\n")
-    return folder
 
 
 class TokenDataset:
@@ -493,18 +338,6 @@ def _load_bin(cfg: DataConfig, path: Path) -> TokenDataset:
     return TokenDataset(tokens, int(vocab), meta)
 
 
-def _text_files(folder: Path) -> list[str]:
-    rel: list[str] = []
-    for dirpath, dirnames, filenames in os.walk(folder):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        rel.extend(
-            Path(dirpath, f).relative_to(folder).as_posix()
-            for f in filenames
-            if not f.startswith(".")
-        )
-    return sorted(rel)
-
-
 def _load_text(cfg: DataConfig, path: Path) -> TokenDataset:
     if path.is_dir():
         rel = _text_files(path)
@@ -567,208 +400,3 @@ def load_dataset(cfg: DataConfig | None = None) -> TokenDataset:
     return _load_text(cfg, path)
 
 
-# ---- your own tokens: text -> .bin with a sidecar ---------------------------------------
-
-#: Version of the sidecar :func:`prepare_tokens` writes (``X.bin.json``); bump on a change.
-_PREPARED_FORMAT = 1
-#: End-of-text tokens looked for, in this order, when ``eos="auto"`` (GPT-2, Llama 3,
-#: SentencePiece/T5, Gemma and BERT conventions).
-_EOS_CANDIDATES = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "[SEP]")
-# A name that is not a path on disk and could be a hub repo id (``gpt2``, ``org/name``).
-_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
-
-
-def _tokenizer_file(spec: str | os.PathLike[str]) -> Path:
-    """The local ``tokenizer.json`` named by ``spec`` (a file, or a folder holding one).
-    Never a download: a missing path is one ValueError naming it."""
-    text = str(spec)
-    p = Path(text).expanduser()
-    if p.is_dir():
-        if not (p / "tokenizer.json").is_file():
-            raise ValueError(f"tokenizer folder {text!r} holds no tokenizer.json")
-        return p / "tokenizer.json"
-    if p.is_file():
-        return p
-    if _HUB_ID.fullmatch(text) and not text.endswith(".json"):
-        raise ValueError(f"tokenizer {text!r} is not a local file (a hub id?); nothing is downloaded: "
-                         "save the tokenizer as tokenizer.json (Tokenizer.save) and pass its path")
-    raise ValueError(f"tokenizer file {text!r} does not exist")
-
-
-def _text_documents(path: Path, skip: set[Path]) -> list[tuple[str, Path]]:
-    """(name, file) of each document under ``path`` (a file, or a folder's files in
-    :func:`_text_files` order), leaving out ``skip`` (the outputs)."""
-    if path.is_file():
-        return [(path.name, path)]
-    if not path.is_dir():
-        raise ValueError(f"--text {str(path)!r} does not exist")
-    docs = [(rel, path / rel) for rel in _text_files(path)]
-    return [(rel, f) for rel, f in docs if f.resolve() not in skip]
-
-
-def _pieces(path: Path, chunk_chars: int) -> Any:
-    """Yield ``(text, last)``: the file in line-aligned pieces of about ``chunk_chars``
-    (a longer line is cut), so a huge file never sits in memory whole. ``newline=""``
-    keeps ``\\r\\n`` as written, so decoding gives back the file's exact text."""
-    prev: str | None = None
-    try:
-        with open(path, encoding="utf-8", newline="") as fh:
-            while True:
-                buf: list[str] = []
-                size = 0
-                while size < chunk_chars:
-                    line = fh.readline(chunk_chars)
-                    if not line:
-                        break
-                    buf.append(line)
-                    size += len(line)
-                if not buf:
-                    break
-                if prev is not None:
-                    yield prev, False
-                prev = "".join(buf)
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"text file {str(path)!r} is not UTF-8 (byte {exc.start} of a read block "
-                         "cannot be decoded); convert it or leave it out") from None
-    if prev is not None:
-        yield prev, True
-
-
-def prepare_tokens(
-    tokenizer: str | os.PathLike[str],
-    text: str | os.PathLike[str],
-    out: str | os.PathLike[str],
-    *,
-    eos: str | None = "auto",
-    val_fraction: float = 0.02,
-    chunk_chars: int = 1 << 16,
-    batch_chars: int = 1 << 20,
-    progress: Any = None,
-) -> dict[str, Any]:
-    """Tokenize ``text`` (a file or a folder of UTF-8 text files) with a local HF
-    ``tokenizers`` file into the token memmap ``out`` (``.bin``) and its sidecar
-    ``out + ".json"``; returns the sidecar.
-
-    - Documents: each file is one document; the tokenizer's end-of-text token is appended
-      after every document (``eos="auto"`` takes the first of ``<|endoftext|>``,
-      ``<|end_of_text|>``, ``</s>``, ``<eos>``, ``[SEP]`` the vocab has; a token string
-      names another; ``None`` puts nothing between documents). Encoding adds no other
-      special tokens (no BOS/CLS of a post-processor). Empty files are skipped.
-    - dtype: ``uint16`` when every id fits (vocab <= 65536), else ``uint32``.
-    - Split, as :func:`load_dataset` splits text: a folder of 2+ files by file (the
-      :func:`_split_by_file` hash rule, train files first, then val files), a single file
-      by its tail (the last ``ceil(n * val_fraction)`` tokens). The sidecar's
-      ``split.val_start`` is the first val token; the loader uses it.
-    - Streaming: files are read in line-aligned pieces of ``chunk_chars`` and encoded with
-      ``encode_batch`` ``batch_chars`` at a time, straight into the output, so memory stays
-      bounded whatever the input size. ``progress(n_chars)`` is called after each batch.
-    - Atomic: the ``.bin`` is written to a temp file and renamed, then the sidecar (it
-      records ``n_tokens``; the loader refuses a sidecar that disagrees with the file).
-    """
-    from tokenizers import Tokenizer
-
-    from mutransfer._io import check_output
-
-    _check_fraction(val_fraction)
-    tok_path = _tokenizer_file(tokenizer)
-    src = Path(text).expanduser()
-    dst = Path(out).expanduser()
-    if dst.suffix != ".bin":
-        raise ValueError(f"--out {str(dst)!r} must end in .bin (the loader recognizes token files by it)")
-    side_path = dst.with_name(dst.name + ".json")
-    check_output(dst, inputs=[src, tok_path])
-    check_output(side_path, inputs=[src, tok_path])
-    try:
-        tk = Tokenizer.from_file(str(tok_path))
-    except Exception as exc:  # the Rust side raises plain Exception with serde's message
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ValueError(f"tokenizer file {str(tok_path)!r} is not a tokenizers JSON file: {first}") from None
-    vocab = int(tk.get_vocab_size(with_added_tokens=True))
-    eos_token: str | None
-    if eos == "auto":
-        eos_token = next((t for t in _EOS_CANDIDATES if tk.token_to_id(t) is not None), None)
-        if eos_token is None:
-            raise ValueError(f"tokenizer {str(tok_path)!r} has none of the end-of-text tokens "
-                             f"{list(_EOS_CANDIDATES)}; name one with --eos TOKEN, or --eos none")
-    else:
-        eos_token = eos
-    eos_id = None if eos_token is None else tk.token_to_id(eos_token)
-    if eos_token is not None and eos_id is None:
-        raise ValueError(f"--eos {eos_token!r} is not a token of {str(tok_path)!r}")
-    dtype = np.dtype(np.uint16 if vocab <= 1 << 16 else np.uint32)
-
-    docs = _text_documents(src, {dst.resolve(), side_path.resolve()})
-    if not docs:
-        raise ValueError(f"--text {str(src)!r} holds no text files")
-    if len(docs) >= 2:
-        names = [n for n, _ in docs]
-        groups = _split_by_file(names, val_fraction)
-        by_name = dict(docs)
-        ordered = {s: [(n, by_name[n]) for n in groups[s]] for s in _SPLITS}
-        rule = f"by file: sha256(relative path)[:8] / 2**64 < {val_fraction} -> val; val files last"
-    else:
-        ordered = {"train": docs, "val": []}
-        rule = f"tail: last ceil(n * {val_fraction}) tokens -> val"
-
-    start = time.perf_counter()
-    counts = {s: 0 for s in _SPLITS}
-    n_docs = {s: 0 for s in _SPLITS}
-    with atomic_path(dst) as tmp, open(tmp, "wb") as fh:
-        for split in _SPLITS:
-            pending: list[tuple[str, bool]] = []
-            size = 0
-
-            def flush(split: str = split) -> None:
-                nonlocal pending, size
-                if not pending:
-                    return
-                encs = tk.encode_batch([t for t, _ in pending], add_special_tokens=False)
-                for enc, (_, last) in zip(encs, pending, strict=True):
-                    ids = enc.ids + [eos_id] if last and eos_id is not None else enc.ids
-                    fh.write(np.asarray(ids, dtype=dtype).tobytes())
-                    counts[split] += len(ids)
-                    n_docs[split] += int(last)
-                if progress is not None:
-                    progress(size)
-                pending, size = [], 0
-
-            for _, f in ordered[split]:
-                for piece, last in _pieces(f, chunk_chars):
-                    pending.append((piece, last))
-                    size += len(piece)
-                    if size >= batch_chars:
-                        flush()
-            flush()
-        n = counts["train"] + counts["val"]
-        if n == 0:
-            raise ValueError(f"--text {str(src)!r} holds no text (every file is empty)")
-        if ordered["val"]:
-            val_start = counts["train"]
-            if counts["val"] == 0 or val_start == 0:
-                empty = "val" if counts["val"] == 0 else "train"
-                raise ValueError(f"the {empty} files of {str(src)!r} are all empty: nothing to put in "
-                                 f"{empty}; add text or change --val-fraction")
-        else:
-            val_start = n - max(1, math.ceil(n * val_fraction))
-            if val_start < 1:
-                raise ValueError(f"{str(src)!r} gives only {n} tokens: too few to split into train and val")
-    sha = hashlib.sha256(tok_path.read_bytes()).hexdigest()
-    name = tok_path.parent.name if tok_path.name == "tokenizer.json" else tok_path.stem
-    sidecar = {
-        "format": _PREPARED_FORMAT,
-        "source": "tokenizer",
-        "text": str(src),
-        "dtype": dtype.name,
-        "vocab_size": vocab,
-        "n_tokens": n,
-        "tokenizer": {"name": name or tok_path.name, "sha256": sha, "hash": sha[:12], "file": str(tok_path)},
-        "eos": None if eos_id is None else {"token": eos_token, "id": eos_id,
-                                            "placement": "after every document (one file = one document)"},
-        "n_documents": n_docs,
-        "split": {"val_start": val_start, "n_train": val_start, "n_val": n - val_start,
-                  "val_fraction": val_fraction, "rule": rule},
-        "n_files": {s: len(ordered[s]) for s in _SPLITS},
-        "build_seconds": round(time.perf_counter() - start, 3),
-    }
-    atomic_write_text(side_path, json.dumps(sidecar, indent=2) + "\n")
-    return sidecar

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from mutransfer.parametrization import _attention_scale_attr, _layer_kind
+from mutransfer.parametrization import attention_scale_attr, layer_kind
 
 PLAIN_FORMAT = "mutransfer.plain/v1"
 """Tag of ``mutransfer fold``'s file: ``{"format", "model": state_dict, "model_config":
@@ -47,7 +47,7 @@ def _hooks_of(model: nn.Module) -> list[tuple[str, str, float]]:
 
 
 def _scale_layer(module: nn.Module, scale: float, *, bias: bool, rows: slice | None = None) -> None:
-    kind = _layer_kind(module)
+    kind = layer_kind(module)
     with torch.no_grad():
         w = module.weight
         if rows is None:
@@ -80,7 +80,7 @@ def _producers(model: nn.Module, containers: list[str], run: Callable[[nn.Module
     found: dict[str, str] = {}
     handles = []
     for name, m in modules.items():
-        if _layer_kind(m) is not None and any(name.startswith(c + ".") for c in containers):
+        if layer_kind(m) is not None and any(name.startswith(c + ".") for c in containers):
             def leaf_hook(_m: nn.Module, _a: Any, out: Any, name: str = name) -> None:
                 if isinstance(out, torch.Tensor):
                     last_out[id(out)] = name
@@ -108,10 +108,10 @@ def _query_target(attn: nn.Module) -> tuple[nn.Module, slice | None, str]:
         return norm, None, "q_norm"
     for name in ("q_proj", "c_q", "query"):
         m = getattr(attn, name, None)
-        if isinstance(m, nn.Module) and _layer_kind(m) is not None:
+        if isinstance(m, nn.Module) and layer_kind(m) is not None:
             return m, None, name
     fused = getattr(attn, "c_attn", None)
-    if isinstance(fused, nn.Module) and _layer_kind(fused) is not None and hasattr(attn, "embed_dim"):
+    if isinstance(fused, nn.Module) and layer_kind(fused) is not None and hasattr(attn, "embed_dim"):
         return fused, slice(0, int(attn.embed_dim)), "c_attn"
     raise ValueError(f"cannot find the query projection of {type(attn).__name__} to fold its "
                      f"attention scale into (looked for q_norm, q_proj, c_q, query, c_attn)")
@@ -128,11 +128,11 @@ def fold(model: nn.Module, run: Callable[[nn.Module], Any]) -> dict[str, Any]:
     hooks = _hooks_of(model)
     modules = dict(model.named_modules())
     report: dict[str, Any] = {"folded": [], "untied": {}}
-    containers = [m for _, m, _ in hooks if _layer_kind(modules[m]) is None]
+    containers = [m for _, m, _ in hooks if layer_kind(modules[m]) is None]
     producers = _producers(model, containers, run) if containers else {}
     # Attention first: the scale is read before any weight is touched.
     for aname, attn in modules.items():
-        attr = _attention_scale_attr(attn)
+        attr = attention_scale_attr(attn)
         plain = getattr(attn, "_mutransfer_plain_scale", None)
         if attr is None or plain is None:
             continue
@@ -150,12 +150,12 @@ def fold(model: nn.Module, run: Callable[[nn.Module], Any]) -> dict[str, Any]:
     plan = []
     for kind, mname, scale in hooks:
         module, into = modules[mname], mname
-        if _layer_kind(module) is None:
+        if layer_kind(module) is None:
             if kind != "post" or mname not in producers:
                 raise ValueError(f"cannot fold the {kind}-hook x{scale:g} on {mname!r} "
                                  f"({type(module).__name__}): no layer inside it produces its output")
             into = producers[mname]
-        if _layer_kind(modules[into]) == "embedding" and kind == "pre":
+        if layer_kind(modules[into]) == "embedding" and kind == "pre":
             raise ValueError(f"cannot fold a pre-hook on embedding {mname!r}: its input is indices")
         plan.append((kind, mname, scale, into))
     # Untie before scaling, so each copy takes only its own factor.
@@ -175,7 +175,7 @@ def _remove_mutransfer_hooks(model: nn.Module) -> None:
     for m in model.modules():
         for store in (m._forward_hooks, m._forward_pre_hooks):
             for key in [k for k, fn in store.items() if getattr(fn, "__qualname__", "").startswith(
-                    ("_scale_output.", "_scale_input."))]:
+                    ("scale_output.", "scale_input."))]:
                 del store[key]
     del model._mutransfer_hooks
 

@@ -53,7 +53,6 @@ fused group, ``torch.compile`` and multi-process (DDP) runs.
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -61,12 +60,22 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from mutransfer.config import ALIASES, SECTIONS
 from mutransfer.data import DataConfig, TokenDataset, load_dataset
+from mutransfer.fusion import (
+    CPU_DEFAULT_K,
+    MAX_K,
+    NON_FUSIBLE_FIELDS,
+    check_fusible,
+    check_k,
+    choose_k,
+    fusion_key,
+    partition,
+    unsupported_reason,
+)
 from mutransfer.models.gpt import GPT, member_losses, member_scale
 from mutransfer.noise_scale import grad_sq_norm
 from mutransfer.optim import attention_modules, muon_step_batched, qk_clip, set_lr
-from mutransfer.train import Callback, TrainConfig, Trainer, TrainResult, Verdict, resolve_device
+from mutransfer.train import Callback, TrainConfig, Trainer, TrainResult, Verdict
 
 __all__ = [
     "CPU_DEFAULT_K",
@@ -81,138 +90,10 @@ __all__ = [
     "unsupported_reason",
 ]
 
-#: (flat name, section, field) of every field that must be equal across the members of
-#: one fused group: each section's fields minus its ``PER_MEMBER`` ones.
-_SHARED: tuple[tuple[str, str, str], ...] = tuple(
-    (flat, sec, name) for flat, (sec, name) in ALIASES.items() if name not in SECTIONS[sec].PER_MEMBER)
-#: Fields that must be equal across the members of one fused group (flat names).
-NON_FUSIBLE_FIELDS: tuple[str, ...] = tuple(flat for flat, _, _ in _SHARED)
-#: K on CPU when not given: past ~16 members a CPU step is compute bound and fusion only
-#: adds memory (see benchmarks/fused_sweep.py).
-CPU_DEFAULT_K = 16
-#: Upper bound of the automatic K on a GPU (the benchmark's largest group).
-MAX_K = 64
 
 #: ``callback(member, step, metrics) -> bool | None``: ``member`` is the index of the
 #: config in the list given to :func:`train_fused`; returning True prunes that member.
 FusedCallback = Callable[[int, int, dict[str, Any]], "bool | None"]
-
-
-# ---- grouping ----------------------------------------------------------------------------
-
-
-def _shared_values(cfg: TrainConfig) -> dict[str, Any]:
-    """The non-fusible fields of ``cfg`` by flat name, as the run will see them: the
-    model's resolved against the preset (``width=None`` and ``width=64`` on a width-64
-    preset are the same shape), device and dtype resolved."""
-    gc = cfg.model_config()
-    dev = resolve_device(cfg.run.device)
-    out: dict[str, Any] = {}
-    for flat, sec, name in _SHARED:
-        if sec == "model" and name not in ("preset", "source", "head_rule"):
-            out[flat] = gc.d_head if name == "head_dim" else getattr(gc, name)
-        elif (sec, name) == ("run", "device"):
-            out[flat] = str(dev)
-        elif (sec, name) == ("run", "dtype") and cfg.run.dtype == "auto":
-            out[flat] = "bf16" if dev.type == "cuda" else "fp32"
-        else:
-            out[flat] = getattr(getattr(cfg, sec), name)
-    return out
-
-
-def fusion_key(cfg: TrainConfig) -> tuple[Any, ...]:
-    """The non-fusible fields of ``cfg`` (resolved), section by section: trials with
-    equal keys can train as one fused group. Use it to partition pending sweep trials."""
-    return tuple(_shared_values(cfg).values())
-
-
-def unsupported_reason(cfg: TrainConfig) -> str | None:
-    """Why ``cfg`` cannot run fused at all (run it with :func:`mutransfer.train.train`),
-    or None when it can."""
-    if cfg.model.source is not None:
-        return (f"model {cfg.model.source!r} is not a built-in preset: fused training swaps stacked "
-                "parameters into our own GPT, and its exactness is only guaranteed there")
-    if cfg.stabilizers.spike_policy == "rollback":
-        return "spike_policy='rollback' rewinds one member's data stream; run it unfused"
-    if cfg.output.resume:
-        return "resume is not supported by fused training"
-    if cfg.output.checkpoint_every:
-        return "checkpoint_every > 0 is not supported by fused training"
-    if cfg.run.compile:
-        return "compile=True is not supported by fused training (it runs eager)"
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        return "fused training is single-process (WORLD_SIZE > 1)"
-    return None
-
-
-def check_fusible(configs: Sequence[TrainConfig]) -> None:
-    """Raise ValueError naming the first non-fusible field (and both values) on which
-    ``configs`` differ, or the reason one of them cannot run fused."""
-    if not configs:
-        raise ValueError("train_fused needs at least one config")
-    for i, c in enumerate(configs):
-        if not isinstance(c, TrainConfig):
-            raise ValueError(f"config {i} is a {type(c).__name__}, not a TrainConfig")
-        why = unsupported_reason(c)
-        if why is not None:
-            raise ValueError(f"config {i} cannot be fused: {why}")
-    values = [_shared_values(c) for c in configs]
-    for name, a in values[0].items():
-        for i, v in enumerate(values[1:], start=1):
-            b = v[name]
-            if a != b:
-                raise ValueError(f"cannot fuse trials that differ in non-fusible field {name!r}: "
-                                 f"{a!r} (config 0) vs {b!r} (config {i})")
-
-
-def partition(configs: Sequence[TrainConfig], k: int | None = None) -> list[list[int]]:
-    """Indices of ``configs`` grouped for fusion: equal :func:`fusion_key`, at most ``k``
-    per group (``k=None``: :func:`choose_k` of the group's first config), input order kept
-    inside a group. Configs that cannot run fused (:func:`unsupported_reason`) come back
-    as groups of one; run those with :func:`mutransfer.train.train`."""
-    _check_k(k)
-    buckets: dict[tuple[Any, ...], list[int]] = {}
-    singles: list[list[int]] = []
-    for i, c in enumerate(configs):
-        if unsupported_reason(c) is not None:
-            singles.append([i])
-        else:
-            buckets.setdefault(fusion_key(c), []).append(i)
-    out: list[list[int]] = []
-    for idx in buckets.values():
-        kk = k if k is not None else choose_k(configs[idx[0]])
-        out.extend(idx[j:j + kk] for j in range(0, len(idx), kk))
-    return out + singles
-
-
-def _check_k(k: int | None) -> None:
-    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
-        raise ValueError(f"k (members per fused group) must be an integer >= 1, got {k!r}")
-
-
-def member_bytes(cfg: TrainConfig, vocab_size: int = 256) -> int:
-    """A deliberately generous estimate of one member's training memory in bytes: fp32
-    weights, gradients and optimizer state (4 + 4 + 8 bytes/param), plus activations kept
-    for the backward (~40 bytes per token, per block and per unit of width, a little above
-    Korthikanti et al. 2022's 34 for 16-bit activations without attention scores, since
-    ours are fp32 outside the matmuls) and the fp32 logits with their gradient."""
-    gc = cfg.model_config(vocab_size=vocab_size)
-    with torch.device("meta"):
-        n = GPT(gc).num_params()
-    tokens = cfg.run.batch_size // cfg.run.grad_accum * gc.seq_len
-    act = tokens * (40 * gc.width * gc.depth + 12 * gc.vocab_size)
-    return int(16 * n + act)
-
-
-def choose_k(cfg: TrainConfig, device: torch.device | str | None = None, *, headroom: float = 0.6) -> int:
-    """Members per fused group when not given: :data:`CPU_DEFAULT_K` off CUDA; on CUDA,
-    ``headroom`` x the free memory (``torch.cuda.mem_get_info``) over
-    :func:`member_bytes`, clamped to [1, :data:`MAX_K`]."""
-    dev = torch.device(device) if device is not None else resolve_device(cfg.run.device)
-    if dev.type != "cuda":
-        return CPU_DEFAULT_K
-    free, _ = torch.cuda.mem_get_info(dev)
-    return max(1, min(MAX_K, int(headroom * free) // max(1, member_bytes(cfg))))
 
 
 # ---- the fused group ---------------------------------------------------------------------
@@ -544,7 +425,7 @@ def train_fused(
     The fusion idea is HFTA (Wang et al., MLSys 2021); see the module docstring for what
     is exact and what is not supported.
     """
-    _check_k(k)
+    check_k(k)
     configs = list(configs)
     check_fusible(configs)
     if callback is None:

@@ -8,7 +8,7 @@ subclass), so the first block's input grows like width^(1/2) under any rule tabl
 without a probe only a coordinate check shows it (log2 slope 0.5).
 
 Two probes, one forward each per width. Inside a module: the audit's probe
-(:func:`mutransfer.audit._probe`) measures every Linear/Embedding's output over the plain
+(:func:`mutransfer.probe.probe_forward`) measures every Linear/Embedding's output over the plain
 ``W x (+ b)`` / lookup of its own input, its forward multiplier. Between modules: one
 forward of a tiny input records every module's input (its first tensor argument) and
 output in call order. A consumer's input that is an exact multiple of an
@@ -24,11 +24,18 @@ so a scale applied after the last module is seen too.
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn as nn
+
+from mutransfer.layers import call_builder
+from mutransfer.models.gpt import GPT
+from mutransfer.models.mlp import MLP
+from mutransfer.probe import default_input, first_tensor, probe_forward
+from mutransfer.specs import Builder
 
 RESIDUAL_TOL = 1e-4
 """Largest ||x - c y|| / ||x|| for x to count as c times y (float32 rounding is ~1e-7)."""
@@ -58,10 +65,8 @@ class InternalMultiplier:
                 f"{self.exponent:.3g} {where}")
 
 
-def _first_tensor(args: Any, kwargs: Any = None) -> torch.Tensor | None:
-    from mutransfer.audit import _first_tensor as first
-
-    t = first(args)
+def _float_input(args: Any, kwargs: Any = None) -> torch.Tensor | None:
+    t = first_tensor(args)
     if t is None and kwargs:
         t = next((v for v in kwargs.values() if isinstance(v, torch.Tensor)), None)
     return t if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() > 1 else None
@@ -74,12 +79,12 @@ def trace_factors(model: nn.Module, x: Any) -> dict[tuple[str, str | None], floa
     handles = []
     for name, module in model.named_modules():
         def pre(_m: nn.Module, args: Any, kwargs: Any, name: str = name) -> None:
-            t = _first_tensor(args, kwargs)
+            t = _float_input(args, kwargs)
             if t is not None and name:
                 events.append(("in", name, t.detach()))
 
         def post(_m: nn.Module, _a: Any, out: Any, name: str = name) -> None:
-            t = _first_tensor(out)
+            t = _float_input(out)
             if t is not None:
                 events.append(("out", name or OUTPUT, t.detach()))
         handles += [module.register_forward_pre_hook(pre, with_kwargs=True),
@@ -120,13 +125,11 @@ def find_internal_multipliers(models: dict[int, nn.Module], x: Any,
     exceeds ``tol`` in size."""
     if len(models) != 2:
         raise ValueError(f"need the model at exactly 2 widths, got {sorted(models)}")
-    from mutransfer.audit import _probe
-
     (w0, m0), (w1, m1) = sorted(models.items())
     f0, f1 = trace_factors(m0, x), trace_factors(m1, x)
     # inside Linear/Embedding forwards: the audit's forward multipliers, keyed (module, None)
     for f, m in ((f0, m0), (f1, m1)):
-        f.update({(mname, None): c for (mname, what), c in _probe(m, x, set())[0].items()
+        f.update({(mname, None): c for (mname, what), c in probe_forward(m, x, set())[0].items()
                   if what == "weight" and math.isfinite(c)})
     found = []
     for key in f0.keys() & f1.keys():
@@ -139,5 +142,48 @@ def find_internal_multipliers(models: dict[int, nn.Module], x: Any,
     return sorted(found, key=lambda m: (m.producer, m.consumer or ""))
 
 
+# builder -> {(base width, delta width, depth): its width-dependent internals}
+_CACHE: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], tuple[Any, ...]]] = (
+    weakref.WeakKeyDictionary())
+
+
+def real_models(builder: Builder, base_width: int, delta_width: int,
+                 depth: int | None) -> dict[int, nn.Module]:
+    """The model built for real at the base and delta widths, on CPU, from seed 0,
+    the caller's RNG untouched (real tensors even when the caller builds on the meta
+    device: a builder that itself makes a Parametrization, as `audit` entry points do)."""
+    with torch.random.fork_rng(devices=[]), torch.device("cpu"):
+        torch.manual_seed(0)
+        return {w: call_builder(builder, w, depth) for w in (base_width, delta_width)}
+
+
+def probe_internals(builder: Builder, models: dict[int, nn.Module],
+                    depth: int | None) -> tuple[InternalMultiplier, ...]:
+    """:func:`find_internal_multipliers` on the two real models and
+    the audit's default probe input (token ids, or features for a Linear-first model),
+    cached per builder and widths. A model whose forward does not take that input is
+    not probed (its internals stay unknown, as before the probe existed)."""
+    if isinstance(models[min(models)], (GPT, MLP)):
+        # Our own proxies apply no scalar outside their parameters (every multiplier is
+        # a Parametrization hook), so there is nothing to find; probing them only risks
+        # reading float noise as a width law.
+        return ()
+    key = (*sorted(models), depth)
+    try:
+        cache = _CACHE.setdefault(builder, {})
+    except TypeError:  # a builder that takes no weak reference: no cache
+        cache = {}
+    if key not in cache:
+        try:
+            with torch.random.fork_rng(devices=[]):
+                for model in models.values():
+                    model.eval()  # no dropout: a dropped entry is no scalar multiple
+                first = models[min(models)]
+                cache[key] = tuple(find_internal_multipliers(models, default_input(first)))
+        except Exception:  # noqa: BLE001 - the probe is best effort: the user's forward may need more
+            cache[key] = ()
+    return cache[key]
+
+
 __all__ = ["EXPONENT_TOL", "OUTPUT", "RESIDUAL_TOL", "InternalMultiplier", "find_internal_multipliers",
-           "trace_factors"]
+           "probe_internals", "real_models", "trace_factors"]

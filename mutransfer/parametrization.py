@@ -29,20 +29,29 @@ modules, so deepcopy, ``state_dict`` round trips, ``torch.compile`` and DDP keep
 from __future__ import annotations
 
 import dataclasses
-import inspect
-import math
 import re
-import typing
-import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 import torch.nn as nn
 
-from mutransfer.internals import InternalMultiplier
+from mutransfer.base_shapes import find_shapes, load_base_shapes
+from mutransfer.forward import ForwardMultipliers
+from mutransfer.groups import optimizer_settings as settings_of
+from mutransfer.init_law import corrected_for_init_law, measure_init_exponents
+from mutransfer.internals import InternalMultiplier, probe_internals, real_models
+from mutransfer.layers import (
+    accepts_depth,
+    attention_scale_attr,
+    call_builder,
+    head_dim,
+    is_mup_readout,
+    layer_kind,
+    owning_modules,
+    swap_mup_readouts,
+)
 from mutransfer.rules import (
     ATTENTION_EXPONENT,
     COMPLETEP,
@@ -53,193 +62,21 @@ from mutransfer.rules import (
     role_rule,
     rule_set,
 )
-
-Role = Literal["input", "hidden", "output", "vector", "scalar"]
-ROLES: tuple[str, ...] = ("input", "hidden", "output", "vector", "scalar")
-Kind = Literal["sp", "mup", "completep", "muon"]
-KINDS: tuple[str, ...] = typing.get_args(Kind)
-OPTIMIZERS: tuple[str, ...] = ("adam", "sgd")
-WD_MODES: tuple[str, ...] = ("coupled", "independent")
-
-Builder = Callable[..., nn.Module]
-# builder -> {(base width, delta width, depth): its width-dependent internals}
-_INTERNALS_CACHE: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], tuple[Any, ...]]] = (
-    weakref.WeakKeyDictionary())
-
-
-@dataclass(frozen=True)
-class Multipliers:
-    """Tunable forward multipliers: first-class hyperparameters a sweep can search."""
-
-    input: float = 1.0
-    """Scales the output of input-role modules (embeddings)."""
-    output: float = 1.0
-    """Scales the readout's input; μP further divides by m_in (TP-V's alpha_output)."""
-    attention: float = 1.0
-    """Scales the attention logits: attention/d_head (μP) or attention/sqrt(d_head) (SP)."""
-    residual: float = 1.0
-    """Scales every residual branch (CompleteP multiplies in m_L^-alpha on top)."""
-
-    def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            v = getattr(self, f.name)
-            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
-                raise ValueError(f"multiplier {f.name} must be a positive finite number, got {v!r}")
+from mutransfer.specs import (
+    KINDS,
+    OPTIMIZERS,
+    ROLES,
+    WD_MODES,
+    Builder,
+    Kind,
+    Multipliers,
+    ParamSpec,
+    Role,
+    Rule,
+)
 
 
-@dataclass(frozen=True)
-class Rule:
-    """One row of the ordered role table: the first rule whose regex matches (re.search)
-    a parameter name gives its role."""
-
-    pattern: str
-    role: str
-    source: str = "user"
-
-    def __post_init__(self) -> None:
-        if self.role not in ROLES:
-            raise ValueError(f"rule {self.pattern!r} has unknown role {self.role!r}; use one of {ROLES}")
-        try:
-            re.compile(self.pattern)
-        except re.error as exc:
-            raise ValueError(f"rule pattern {self.pattern!r} is not a valid regex: {exc}") from None
-
-
-@dataclass(frozen=True)
-class ParamSpec:
-    """What the parametrization does to one parameter (a row of ``describe()``)."""
-
-    name: str
-    shape: tuple[int, ...]
-    role: str
-    rule: str
-    """The rule that gave the role (a user regex, or ``inferred:<why>``)."""
-    width_dims: tuple[int, ...]
-    """Indices of the dimensions that scale with width."""
-    fan_in_mult: float
-    fan_out_mult: float
-    init: str
-    """``keep`` (the model's own init), ``scale:<f>`` (multiply by f), ``normal:<std>``
-    or ``zeros``."""
-    init_std: float | None
-    """The std after init when it is known analytically, else None (see describe())."""
-    lr_mult: float
-    wd: bool
-    """Whether weight decay applies."""
-    eps_mult: float
-    optimizer: str
-    """``adamw``, ``sgd`` or ``muon``: which optimizer updates this parameter."""
-    in_residual_branch: bool
-
-
-@dataclass(frozen=True)
-class _Hook:
-    module: str
-    kind: Literal["pre", "post"]
-    scale: float
-
-
-def _scale_output(scale: float) -> Callable[..., Any]:
-    def hook(module: nn.Module, args: Any, output: torch.Tensor) -> torch.Tensor:
-        return output * scale
-
-    return hook
-
-
-def _scale_input(scale: float) -> Callable[..., Any]:
-    def hook(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
-        return (args[0] * scale, *args[1:])
-
-    return hook
-
-
-def _is_mup_readout(module: nn.Module) -> bool:
-    return any(c.__name__ in ("MuReadout", "MuSharedReadout") for c in type(module).__mro__)
-
-
-def _layer_kind(module: nn.Module) -> str | None:
-    """How a module uses its ``weight``, when that is known; None for a container that
-    holds raw parameters (a positional table, a ``cls`` token, an expert bank).
-
-    ``linear``: ``F.linear(x, weight)``, weight (out, in, ...): torch Linear and convs,
-    mup readouts, and Hugging Face MoE routers (``...TopKRouter``: ``F.linear(hidden,
-    self.weight)`` with weight (experts, hidden)). ``linear_t``: weight (in, out), Hugging
-    Face's GPT-2 ``Conv1D`` (``x @ weight + bias``). ``embedding``: a lookup table (num, dim).
-    Only these get forward-multiplier hooks: scaling the input or output of any other
-    module would scale whatever else flows through it.
-    """
-    names = {c.__name__ for c in type(module).__mro__}
-    if isinstance(module, (nn.Embedding, nn.EmbeddingBag)):
-        return "embedding"
-    if isinstance(module, (nn.Linear, nn.modules.conv._ConvNd)) or _is_mup_readout(module):
-        return "linear"
-    if "Conv1D" in names and hasattr(module, "nf"):
-        return "linear_t"
-    if type(module).__name__.endswith("TopKRouter") and getattr(module, "weight", None) is not None \
-            and module.weight.dim() == 2:
-        return "linear"
-    return None
-
-
-# Attention modules expose their softmax scale as a float attribute: ours (and mup's
-# examples) as ``softmax_scale``, Hugging Face attention modules as ``scaling`` (passed to
-# every attention kernel, eager, sdpa and flash alike).
-_ATTENTION_SCALE_ATTRS: tuple[str, ...] = ("softmax_scale", "scaling")
-
-
-def _head_dim(module: nn.Module | None) -> int | None:
-    """The per-head dimension an attention module declares: ``head_dim``, or ``head_size``
-    (Hugging Face's GPT-NeoX)."""
-    hd = getattr(module, "head_dim", getattr(module, "head_size", None))
-    return int(hd) if isinstance(hd, int) else None
-
-
-def _attention_scale_attr(module: nn.Module) -> str | None:
-    if _head_dim(module) is None:
-        return None
-    return next((a for a in _ATTENTION_SCALE_ATTRS
-                 if isinstance(getattr(module, a, None), (int, float))), None)
-
-
-def _looks_like_attention(name: str, module: nn.Module) -> bool:
-    leaf = name.rpartition(".")[2]
-    return (isinstance(module, nn.MultiheadAttention) or "Attention" in type(module).__name__
-            or leaf in ("attn", "self_attn", "attention", "cross_attn"))
-
-
-def _call_builder(builder: Builder, width: int, depth: int | None) -> nn.Module:
-    if depth is None:
-        return builder(width)
-    return builder(width, depth)
-
-
-def _accepts_depth(builder: Builder) -> bool:
-    try:
-        params = list(inspect.signature(builder).parameters.values())
-    except (TypeError, ValueError):
-        return False
-    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    return len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in params)
-
-
-def load_base_shapes(path: str | Path) -> dict[str, list[int | None]]:
-    """Read a ``mup`` base-shapes (.bsh) file: YAML ``{name: [base_dim | null, ...]}``
-    where ``null`` marks a finite (non-width) dimension. Loaded with ``yaml.safe_load``."""
-    import yaml
-
-    text = Path(path).read_text()
-    data = yaml.safe_load(text)
-    if not isinstance(data, dict):
-        raise ValueError(f"{path} is not a mup base-shapes file: expected a mapping of names")
-    out: dict[str, list[int | None]] = {}
-    for name, dims in data.items():
-        if not isinstance(dims, list):
-            raise ValueError(f"{path}: entry {name!r} is not a list of dimensions")
-        out[str(name)] = [None if d is None else int(d) for d in dims]
-    return out
-
-
-class Parametrization:
+class Parametrization(ForwardMultipliers):
     """Width (and depth) transfer rules for any ``nn.Module`` built by ``builder``.
 
     Args:
@@ -305,7 +142,7 @@ class Parametrization:
             raise ValueError(f"init must be 'model' or 'normal', got {init!r}")
         if kind == "completep" and depth_alpha not in (0.5, 1.0):
             raise ValueError(f"depth_alpha must be 0.5 or 1, got {depth_alpha!r}")
-        takes_depth = _accepts_depth(builder)
+        takes_depth = accepts_depth(builder)
         if depth is not None and not takes_depth:
             raise ValueError("depth was given but the builder takes only a width")
         if kind == "completep" and depth is None:
@@ -326,56 +163,27 @@ class Parametrization:
         self.infer_roles = infer_roles
         self.residual_branch_patterns = tuple(residual_branches) if residual_branches else None
 
-        # Shapes: the target on meta (cheap at any width), the base from a .bsh or a build.
-        with torch.device("meta"):
-            target = _call_builder(builder, width, depth)
-        shapes = {n: tuple(p.shape) for n, p in target.named_parameters()}
-        if not shapes:
-            raise ValueError("the builder's model has no parameters")
-        if base_shapes is not None:
-            bsh = load_base_shapes(base_shapes) if isinstance(base_shapes, (str, Path)) else {
-                k: list(v) for k, v in base_shapes.items()}
-            width_dims = self._width_dims_from_bsh(shapes, bsh)
-            base = {n: tuple(b if b is not None else s for b, s in zip(bsh[n], shapes[n]))
-                    for n in shapes}
-            base_model = None  # a .bsh holds no modules: head dims are taken as fixed
-        else:
-            delta_w = delta_width or (base_width * 2 if base_width * 2 != width else base_width * 3)
-            with torch.device("meta"):
-                base_model = _call_builder(builder, base_width, depth)
-                delta_model = _call_builder(builder, delta_w, depth)
-            base = {n: tuple(p.shape) for n, p in base_model.named_parameters()}
-            delta = {n: tuple(p.shape) for n, p in delta_model.named_parameters()}
-            if set(base) != set(shapes) or set(delta) != set(shapes):
-                missing = sorted(set(shapes) ^ set(base) | set(shapes) ^ set(delta))
-                raise ValueError(
-                    f"the builder gives different parameter names at different widths: {missing[:3]}")
-            width_dims = {}
-            for n in shapes:
-                if len(base[n]) != len(delta[n]):
-                    raise ValueError(f"parameter {n} changes rank with width: {base[n]} vs {delta[n]}")
-                width_dims[n] = tuple(i for i, (b, d) in enumerate(zip(base[n], delta[n])) if b != d)
-            if not any(width_dims.values()):
-                raise ValueError(
-                    f"the builder's shapes do not change with width (built at {base_width} and "
-                    f"{delta_w}): no parameter depends on width, so there is nothing to parametrize")
+        found = find_shapes(builder, width=width, base_width=base_width, depth=depth,
+                            base_shapes=base_shapes, delta_width=delta_width)
+        target, base_model, delta_w = found.target, found.base_model, found.delta_width
+        shapes, base, width_dims = found.shapes, found.base, found.width_dims
         self._shapes, self._base_shapes, self._width_dims = shapes, base, width_dims
         self._modules = dict(target.named_modules())
-        self._module_of = self._owning_modules(target)
+        self._module_of = owning_modules(target)
         self._params_of_module: dict[str, list[str]] = {}
         for pname, owners in self._module_of.items():
             for mname, _ in owners:
                 self._params_of_module.setdefault(mname, []).append(pname)
         # mup interop: a MuReadout's own output_mult and zero-init flag carry over.
         self._readout_mults = {n: float(getattr(m, "output_mult", 1.0))
-                               for n, m in self._modules.items() if _is_mup_readout(m)}
+                               for n, m in self._modules.items() if is_mup_readout(m)}
         self._zero_readouts = {n for n, m in self._modules.items()
-                               if _is_mup_readout(m) and getattr(m, "readout_zero_init", False)}
+                               if is_mup_readout(m) and getattr(m, "readout_zero_init", False)}
         self.branch_modules = self._find_residual_branches(target)
         self.attention_modules = tuple(
-            n for n, m in target.named_modules() if _attention_scale_attr(m) is not None)
+            n for n, m in target.named_modules() if attention_scale_attr(m) is not None)
         base_modules = dict(base_model.named_modules()) if base_model is not None else self._modules
-        self._base_head_dims = {a: _head_dim(base_modules.get(a)) or int(_head_dim(self._modules[a]) or 0)
+        self._base_head_dims = {a: head_dim(base_modules.get(a)) or int(head_dim(self._modules[a]) or 0)
                                 for a in self.attention_modules}
         self._warn_unscalable_attention(target, base_modules)
         self.specs: dict[str, ParamSpec] = {n: self._spec(n) for n in shapes}
@@ -386,35 +194,16 @@ class Parametrization:
         self.internal_multipliers: tuple[InternalMultiplier, ...] = ()
         self._internal_comp: dict[str, float] = {}
         if kind != "sp" and base_model is not None:
-            models = self._real_models(builder, base_width, delta_w, depth)
+            models = real_models(builder, base_width, delta_w, depth)
             if init == "model":
-                self.init_exponents = self._measure_init_exponents(*models.values())
-                self._correct_for_init_law()
-            self.internal_multipliers = self._probe_internals(builder, models, depth)
+                self.init_exponents = measure_init_exponents(
+                    self.specs, self._width_dims, lambda n, role: self._fan_dims(n, role)[0],
+                    *models.values())
+                self.specs = corrected_for_init_law(self.specs, self.init_exponents, self.readout_init)
+            self.internal_multipliers = probe_internals(builder, models, depth)
             self._absorb_internals()
 
     # ---- shapes and roles ------------------------------------------------------------
-
-    @staticmethod
-    def _width_dims_from_bsh(shapes: dict[str, tuple[int, ...]],
-                             bsh: Mapping[str, Sequence[int | None]]) -> dict[str, tuple[int, ...]]:
-        out = {}
-        for n, s in shapes.items():
-            if n not in bsh:
-                raise ValueError(f"parameter {n} is missing from the base-shapes file")
-            if len(bsh[n]) != len(s):
-                raise ValueError(f"parameter {n} has rank {len(s)} but the base shape {bsh[n]}")
-            out[n] = tuple(i for i, b in enumerate(bsh[n]) if b is not None)
-        return out
-
-    @staticmethod
-    def _owning_modules(model: nn.Module) -> dict[str, list[tuple[str, nn.Module]]]:
-        """Every module that holds each parameter (several when weights are tied)."""
-        by_id: dict[int, list[tuple[str, nn.Module]]] = {}
-        for mname, module in model.named_modules():
-            for _, p in module.named_parameters(recurse=False):
-                by_id.setdefault(id(p), []).append((mname, module))
-        return {n: by_id[id(p)] for n, p in model.named_parameters()}
 
     def _find_residual_branches(self, model: nn.Module) -> tuple[str, ...]:
         names = [n for n, _ in model.named_modules() if n]
@@ -436,7 +225,7 @@ class Parametrization:
         ndim = len(self._shapes[name])
         if ndim < 2:
             return None, None
-        kinds = {_layer_kind(m) for _, m in self._module_of[name]}
+        kinds = {layer_kind(m) for _, m in self._module_of[name]}
         if "embedding" in kinds or "linear_t" in kinds:
             return 0, 1
         if "linear" in kinds:
@@ -455,9 +244,9 @@ class Parametrization:
             return "vector", "inferred:1-d" if len(shape) == 1 else "inferred:no width dim"
         fan_in, fan_out = self._fan_dims(name)
         owners = [m for _, m in self._module_of[name]]
-        if any(_is_mup_readout(m) for m in owners):
+        if any(is_mup_readout(m) for m in owners):
             return "output", "inferred:MuReadout"
-        if len(wd) == 1 and all(_layer_kind(m) is None for m in owners):
+        if len(wd) == 1 and all(layer_kind(m) is None for m in owners):
             # mup counts a tensor with one width dimension as vector-like; a raw one is no
             # layer's weight, so nothing says it is a readout (and no hook may go on the
             # module that merely holds it).
@@ -595,215 +384,13 @@ class Parametrization:
         # d^e anchored at the base: base^-1/2 · (d/base)^e (SP's e = -1/2 needs no anchor).
         return self.multipliers.attention * base ** (-0.5 - e) * head_dim**e
 
-    def _usage(self, mname: str) -> tuple[str | None, float]:
-        """How a module uses its parameters: ("input" | "output" | None, readout m_in).
-
-        Decided per module, not per parameter, because a tied embedding matrix is one
-        parameter (role ``input``) used by two modules: the embedding reads it as an
-        input layer, the head Linear as the readout.
-        """
-        names = self._params_of_module.get(mname, [])
-        if not names:
-            return None, 1.0
-        roles = {self.specs[n].role for n in names}
-        module = self._modules[mname]
-        weight = f"{mname}.weight" if mname else "weight"
-        kind = _layer_kind(module)
-        if kind is None:
-            # Not a layer: its input or output is not the parameter's product (the root
-            # model holding a positional table, a block holding a cls token), so no hook.
-            return ("raw" if roles & {"input", "output"} else None), 1.0
-        if kind == "embedding":
-            return ("input" if "input" in roles else None), 1.0
-        if roles & {"input", "output"}:
-            wname = weight if weight in self.specs else names[0]
-            wd = self._width_dims[wname]
-            fan_in, fan_out = (0, 1) if kind == "linear_t" else (1, 0)
-            if fan_in in wd and fan_out not in wd:
-                return "output", self._mult(wname, fan_in)
-            return "input", 1.0
-        return None, 1.0
-
-    def _hooks(self) -> list[_Hook]:
-        hooks: list[_Hook] = []
-        m = self.multipliers
-        for mname in self._params_of_module:
-            usage, m_in = self._usage(mname)
-            if usage == "raw":
-                self._check_raw_multipliers(mname)
-            elif usage == "output":
-                scale = m.output * self._readout_mults.get(mname, 1.0)
-                scale *= role_rule(self.kind, "output").multiplier(m_in, 1.0)
-                if scale != 1.0:
-                    hooks.append(_Hook(mname, "pre", scale))
-            elif usage == "input" and m.input * self._internal_comp.get(mname, 1.0) != 1.0:
-                hooks.append(_Hook(mname, "post", m.input * self._internal_comp.get(mname, 1.0)))
-        if self.residual_scale != 1.0:
-            hooks.extend(_Hook(b, "post", self.residual_scale) for b in self.branch_modules)
-        return hooks
-
-    @property
-    def readout_modules(self) -> tuple[str, ...]:
-        """Modules that use a parameter as the readout (the μP output multiplier's home)."""
-        return tuple(m for m in self._params_of_module if self._usage(m)[0] == "output")
-
-    def _check_raw_multipliers(self, mname: str) -> None:
-        """A raw input/output parameter has no layer whose input or output is its own
-        product, so a forward multiplier it needs cannot be placed: one clear error."""
-        module = self._modules[mname]
-        where = f"module {mname!r}" if mname else "the root module"
-        for pname in self._params_of_module[mname]:
-            role = self.specs[pname].role
-            needs = (role == "output" and (self.kind != "sp" or self.multipliers.output != 1.0)) or (
-                role == "input" and self.multipliers.input != 1.0)
-            if needs:
-                raise ValueError(
-                    f"parameter {pname} has role {role!r} but is a raw parameter of {where} "
-                    f"({type(module).__name__}), not the weight of a Linear/Embedding/conv: its "
-                    f"{role} multiplier has no layer to go on (a hook there would scale everything "
-                    f"passing through {where}); give it the role 'vector', or make it a layer's weight")
-
-    def _warn_unscalable_attention(self, target: nn.Module, base_modules: Mapping[str, nn.Module]) -> None:
-        """Attention modules with no settable softmax scale keep 1/sqrt(d_head): harmless
-        when the head dim is fixed in width and the attention multiplier is 1 (μP's scale
-        is then SP's), wrong otherwise, so say so."""
-        if self.kind == "sp":
-            return
-        for name, module in target.named_modules():
-            if name in self.attention_modules or not _looks_like_attention(name, module):
-                continue
-            hd, base = _head_dim(module), _head_dim(base_modules.get(name))
-            if hd is not None and hd == base and self.multipliers.attention == 1.0:
-                continue
-            import warnings
-
-            warnings.warn(
-                f"attention module {name!r} ({type(module).__name__}) exposes no softmax scale "
-                f"(an attribute {' or '.join(_ATTENTION_SCALE_ATTRS)} beside head_dim), so its "
-                f"1/sqrt(d_head) stays: the {self.kind} attention scale 1/d_head and the attention "
-                f"multiplier are NOT applied" + (f" (head dim {base} -> {hd})" if hd != base else ""),
-                UserWarning, stacklevel=3)
-
-    @staticmethod
-    def _real_models(builder: Builder, base_width: int, delta_width: int,
-                     depth: int | None) -> dict[int, nn.Module]:
-        """The model built for real at the base and delta widths, on CPU, from seed 0,
-        the caller's RNG untouched (real tensors even when the caller builds on the meta
-        device: a builder that itself makes a Parametrization, as `audit` entry points do)."""
-        with torch.random.fork_rng(devices=[]), torch.device("cpu"):
-            torch.manual_seed(0)
-            return {w: _call_builder(builder, w, depth) for w in (base_width, delta_width)}
-
-    @staticmethod
-    def _probe_internals(builder: Builder, models: dict[int, nn.Module],
-                         depth: int | None) -> tuple[InternalMultiplier, ...]:
-        """:func:`mutransfer.internals.find_internal_multipliers` on the two real models and
-        the audit's default probe input (token ids, or features for a Linear-first model),
-        cached per builder and widths. A model whose forward does not take that input is
-        not probed (its internals stay unknown, as before the probe existed)."""
-        from mutransfer.audit import _default_input
-        from mutransfer.internals import find_internal_multipliers
-        from mutransfer.models.gpt import GPT
-        from mutransfer.models.mlp import MLP
-
-        if isinstance(models[min(models)], (GPT, MLP)):
-            # Our own proxies apply no scalar outside their parameters (every multiplier is
-            # a hook of this class), so there is nothing to find; probing them only risks
-            # reading float noise as a width law.
-            return ()
-        key = (*sorted(models), depth)
-        try:
-            cache = _INTERNALS_CACHE.setdefault(builder, {})
-        except TypeError:  # a builder that takes no weak reference: no cache
-            cache = {}
-        if key not in cache:
-            try:
-                with torch.random.fork_rng(devices=[]):
-                    for model in models.values():
-                        model.eval()  # no dropout: a dropped entry is no scalar multiple
-                    first = models[min(models)]
-                    cache[key] = tuple(find_internal_multipliers(models, _default_input(first)))
-            except Exception:  # noqa: BLE001 - the probe is best effort: the user's forward may need more
-                cache[key] = ()
-        return cache[key]
-
-    def _absorb_internals(self) -> None:
-        """A width-dependent scalar on an input embedding's output (Gemma's
-        sqrt(hidden_size)) is compensated exactly: the embedding's output is multiplied by
-        m^-e (m = width / base_width, e the measured exponent rounded to 1/2), so at the
-        base width the model is untouched and the product no longer grows. Any other is
-        reported: a warning that names the module and the exponent."""
-        import warnings
-
-        m = self.width / self.base_width
-        for im in self.internal_multipliers:
-            module = self._modules.get(im.producer)
-            e = round(2 * im.exponent) / 2
-            roles = {self.specs[p].role for p in self._params_of_module.get(im.producer, [])}
-            if (module is not None and _layer_kind(module) == "embedding" and "input" in roles
-                    and abs(im.exponent - e) < 0.02):
-                self._internal_comp[im.producer] = self._internal_comp.get(im.producer, 1.0) * m ** -e
-                continue
-            warnings.warn(
-                f"{im.describe()}: a width-dependent multiplier the {self.kind} rules cannot see, "
-                f"left as it is; activations downstream scale like width^{im.exponent:.2g} "
-                f"(the coordinate check will show it). Move it into a module the rules cover "
-                f"or divide it out", UserWarning, stacklevel=3)
-
-    def _measure_init_exponents(self, base_model: nn.Module, delta_model: nn.Module) -> dict[str, float]:
-        """The model's own init law, per weight: std ∝ fan_in^e, e measured from two real
-        builds (base and delta width, a fixed seed, the caller's RNG untouched).
-
-        torch's defaults give e = -1/2 (the law μP's "model" init assumes); Hugging Face
-        initializes every matrix with one std (``initializer_range``), e = 0. Rounded to
-        the nearest 1/2: the std of a >= 256-element tensor is known to ~5%, far inside.
-        """
-        out: dict[str, float] = {}
-        base, delta = dict(base_model.named_parameters()), dict(delta_model.named_parameters())
-        for name, spec in self.specs.items():
-            fi, _ = self._fan_dims(name, spec.role)
-            if spec.role not in ("hidden", "output") or fi is None or fi not in self._width_dims[name]:
-                continue
-            b, d = base[name].detach().float(), delta[name].detach().float()
-            if min(b.numel(), d.numel()) < 256:
-                continue
-            sb, sd = float(b.std()), float(d.std())
-            if not (sb > 0 and sd > 0):
-                continue  # zero init: no law to read, and scaling zeros changes nothing
-            ratio = d.shape[fi] / b.shape[fi]
-            out[name] = round(2 * math.log(sd / sb) / math.log(ratio)) / 2
-        return out
-
-    def _correct_for_init_law(self) -> None:
-        """μP's "model" init assumes torch's fan-in law (e = -1/2): hidden weights keep
-        it, the readout is multiplied by sqrt(m_in) to make it constant. For a model with
-        another law (Hugging Face: e = 0) multiply by m_in^(-1/2 - e) (hidden) or
-        m_in^(r - e) (readout; r = 0, or 1/2 under ``readout_init="fan_in"``) instead, so the
-        result is the same μP init."""
-        for name, e in self.init_exponents.items():
-            s = self.specs[name]
-            if e == -0.5 or s.init not in ("keep",) and not s.init.startswith("scale:"):
-                continue
-            law = READOUT_INIT[self.readout_init]
-            target = -0.5 if s.role == "hidden" else (law.fan_in if law is not None else 0.0)
-            factor = s.fan_in_mult ** (target - e)
-            init = "keep" if factor == 1.0 else f"scale:{factor:.6g}"
-            self.specs[name] = dataclasses.replace(
-                s, init=init, rule=f"{s.rule}; model init std ∝ fan_in^{e:g}")
-            # The bias rescale undid torch's fan-in law for the bias too; with another law
-            # the bias keeps the model's own init.
-            owner, _, leaf = name.rpartition(".")
-            bias = f"{owner}.bias" if owner else "bias"
-            if leaf == "weight" and bias in self.specs and self.specs[bias].init.startswith("scale:"):
-                self.specs[bias] = dataclasses.replace(self.specs[bias], init="keep")
-
     # ---- applying it -------------------------------------------------------------------
 
     def build(self, *, device: torch.device | str | None = None, seed: int | None = None) -> nn.Module:
         """Build the model at ``width`` (and ``depth``), then :meth:`apply` to it."""
         if seed is not None:
             torch.manual_seed(seed)
-        model = _call_builder(self.builder, self.width, self.depth)
+        model = call_builder(self.builder, self.width, self.depth)
         if device is not None:
             model = model.to(device)
         return self.apply(model)
@@ -820,7 +407,7 @@ class Parametrization:
         if names != self._shapes:
             diff = sorted(set(names.items()) ^ set(self._shapes.items()))[:2]
             raise ValueError(f"model does not match the parametrization's width {self.width}: {diff}")
-        self._swap_mup_readouts(model)
+        swap_mup_readouts(model)
         if getattr(model, "_mutransfer_hooks", None):
             raise ValueError("this model is already parametrized; build a fresh one")
         params = dict(model.named_parameters())
@@ -837,62 +424,6 @@ class Parametrization:
         self.install_forward_multipliers(model, fm["hooks"], fm["attention"])
         return model
 
-    def forward_multipliers(self) -> dict[str, Any]:
-        """The forward side as plain data: hooks ``{module, kind: pre|post, scale}`` and
-        attention softmax scales ``{module: scale}`` (what a transfer card stores)."""
-        return {
-            "hooks": [dataclasses.asdict(h) for h in self._hooks()],
-            "attention": {a: self.attention_scale(int(_head_dim(self._modules[a]) or 0),
-                                                  self._base_head_dims[a])
-                          * self._attention_extra(a) for a in self.attention_modules},
-        }
-
-    def _attention_extra(self, aname: str) -> float:
-        """A factor a module applies on top of 1/sqrt(d_head) (GPT-2's
-        ``scale_attn_by_inverse_layer_idx``), kept when the scale is replaced."""
-        module = self._modules[aname]
-        if _attention_scale_attr(module) != "scaling":
-            return 1.0
-        extra = float(module.scaling) * math.sqrt(int(_head_dim(module) or 0))
-        return 1.0 if abs(extra - 1.0) < 1e-9 else extra
-
-    @staticmethod
-    def install_forward_multipliers(model: nn.Module, hooks: Sequence[Mapping[str, Any]],
-                                    attention: Mapping[str, float]) -> None:
-        """Register scaling hooks and set attention scales on ``model``."""
-        modules = dict(model.named_modules())
-        for h in list(hooks) + [{"module": a} for a in attention]:
-            if h["module"] not in modules:
-                raise ValueError(f"model has no module {h['module']!r} to put a multiplier on")
-        for h in hooks:
-            mod, scale = modules[h["module"]], float(h["scale"])
-            if h["kind"] == "pre":
-                mod.register_forward_pre_hook(_scale_input(scale))
-            else:
-                mod.register_forward_hook(_scale_output(scale))
-        for aname, scale in attention.items():
-            attr = _attention_scale_attr(modules[aname]) or "softmax_scale"
-            # The architecture's own scale, kept so mutransfer.fold can restore it.
-            modules[aname]._mutransfer_plain_scale = float(getattr(modules[aname], attr))
-            setattr(modules[aname], attr, float(scale))
-        # A marker (a plain tuple of strings) that also survives deepcopy, so a second
-        # apply is refused instead of stacking hooks.
-        model._mutransfer_hooks = tuple(f"{h['kind']}:{h['module']}:{float(h['scale']):g}" for h in hooks)
-
-    @staticmethod
-    def _swap_mup_readouts(model: nn.Module) -> None:
-        for mname, module in list(model.named_modules()):
-            if not _is_mup_readout(module):
-                continue
-            lin = nn.Linear(module.in_features, module.out_features,
-                            bias=module.bias is not None, device="meta")
-            lin.weight = module.weight
-            if module.bias is not None:
-                lin.bias = module.bias
-            parent_name, _, child = mname.rpartition(".")
-            parent = model.get_submodule(parent_name) if parent_name else model
-            setattr(parent, child, lin)
-
     def optimizer_settings(
         self,
         lr: float,
@@ -902,64 +433,13 @@ class Parametrization:
         eps: float = 1e-8,
         role_lr_mults: Mapping[str, float] | None = None,
     ) -> dict[str, dict[str, Any]]:
-        """Per parameter (by name, from :attr:`specs`; no model needed, so a card built on
-        the meta device or from specs alone holds the same numbers): ``role``,
-        ``optimizer``, ``lr`` (absolute), ``base_lr``, ``lr_mult``, ``weight_decay`` (the
-        value the torch optimizer reads) and ``eps``. The one place that turns the rules
-        into optimizer numbers; :meth:`param_groups`, the trainer and the transfer card
-        all read it.
-
-        LR: ``lr_g = lr × lr_mult``, ``lr_mult = f × r``, where ``f`` is the
-        parametrization's width/depth factor (``specs[name].lr_mult``: μP m_in^-1 for
-        hidden matrices under Adam, CompleteP's m_L^(alpha-1) in blocks; 1 at the base
-        shape) and ``r = role_lr_mults[role]`` is the per-role multiplier tuned at the
-        proxy (TP-V §F's learning-rate multipliers; the same at proxy and target).
-
-        Weight decay keeps the proxy's decay timescale per group, tau_iter = 1/(lr_g λ_g)
-        (Wang & Aitchison 2024, "How to set AdamW's weight decay as you scale model and
-        dataset size": the EMA timescale is what transfers):
-
-        - ``coupled`` (torch AdamW/SGD, per-step decay lr_t × λ_g): λ_g = λ / f, so
-          lr_g × λ_g = lr × λ × r at every width and depth, the same as at the base shape.
-          This is ``mup``'s MuAdamW (weight_decay × width_mult on matrix-like parameters,
-          whose LR it divides by width_mult) and MuSGD (weight_decay divided by the factor
-          its LR is multiplied by); Yang et al. 2022 (TP-V) via ``mup.optim``. Not divided
-          by ``r``: a tuned role multiplier moves the proxy's timescale too, and the
-          target keeps that one.
-        - ``independent`` (decay λ × schedule(t) per step, not scaled by the LR;
-          Loshchilov & Hutter 2019, Wortsman et al. 2023): stored as λ / (lr × lr_mult),
-          which torch multiplies back by lr_t, so it is width-invariant as it is.
-          MuAdamW equals it with λ = lr × its weight_decay.
-
-        SGD's per-step decay is also lr × weight_decay (the decay term joins the gradient,
-        momentum included), so the same rule holds. Muon's hidden matrices have f = 1 (its
-        shape scaling is inside ``torch.optim.Muon``). Vector-like and scalar parameters
-        get no decay.
-        """
-        if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
-            raise ValueError(f"learning rate must be a positive finite number, got {lr!r}")
-        if weight_decay < 0 or not math.isfinite(weight_decay):
-            raise ValueError(f"weight_decay must be >= 0, got {weight_decay!r}")
-        if wd_mode not in WD_MODES:
-            raise ValueError(f"unknown weight-decay mode {wd_mode!r}; choose from {WD_MODES}")
-        mults = dict(role_lr_mults or {})
-        for role, r in mults.items():
-            if role not in ROLES:
-                raise ValueError(f"role LR multiplier for unknown role {role!r}; use one of {ROLES}")
-            if not (isinstance(r, (int, float)) and not isinstance(r, bool) and 0 < r < math.inf):
-                raise ValueError(f"role LR multiplier {role}={r!r} must be a positive finite number")
-        out: dict[str, dict[str, Any]] = {}
-        for name, s in self.specs.items():
-            r = float(mults.get(s.role, 1.0))
-            mult = s.lr_mult * r
-            decay = weight_decay if s.wd else 0.0
-            if decay and wd_mode == "coupled":
-                decay = decay / s.lr_mult
-            elif decay:
-                decay = decay / (lr * mult)
-            out[name] = {"role": s.role, "optimizer": s.optimizer, "lr": lr * mult, "base_lr": lr,
-                         "lr_mult": mult, "weight_decay": decay, "eps": eps * s.eps_mult}
-        return out
+        """Per parameter (by name): ``role``, ``optimizer``, ``lr`` (absolute), ``base_lr``,
+        ``lr_mult``, ``weight_decay`` and ``eps`` of :attr:`specs`; the rules and their
+        sources are in :func:`mutransfer.groups.optimizer_settings`. The trainer's param
+        groups (:meth:`param_groups`) and the transfer card read this method, and nothing
+        else computes these numbers."""
+        return settings_of(self.specs, lr, weight_decay=weight_decay, wd_mode=wd_mode, eps=eps,
+                           role_lr_mults=role_lr_mults)
 
     def param_groups(
         self,
@@ -1054,10 +534,15 @@ def parametrize(builder: Builder, **kwargs: Any) -> tuple[nn.Module, Parametriza
 
 __all__ = [
     "KINDS",
+    "OPTIMIZERS",
     "ROLES",
+    "WD_MODES",
+    "Builder",
+    "Kind",
     "Multipliers",
     "ParamSpec",
     "Parametrization",
+    "Role",
     "Rule",
     "load_base_shapes",
     "parametrize",

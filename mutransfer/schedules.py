@@ -13,7 +13,7 @@ Step convention (0-indexed, as ``torch.optim.lr_scheduler.LambdaLR`` calls it):
   ``(step + 1) / warmup_steps``, so the first step already learns and step
   ``warmup_steps - 1`` is at the peak;
 - a decay over steps ``[start, total_steps)`` is at the peak on step ``start`` and at
-  ``floor`` on the last step ``total_steps - 1``; later steps stay at ``floor``.
+  ``lr_floor`` on the last step ``total_steps - 1``; later steps stay at ``lr_floor``.
 
 Batch-size ramps (:class:`BatchRamp`, :class:`NoiseScaleRamp`) grow the batch during
 training, in multiples of the micro-batch.
@@ -58,7 +58,7 @@ class ScheduleConfig:
     """Number of optimizer steps of the run; required by ``cosine``, ``linear`` and
     ``wsd`` (the decay ends on step ``total_steps - 1``)."""
 
-    floor: float = 0.0
+    lr_floor: float = 0.0
     """Final multiplier, as a fraction of the peak, in ``[0, 1]``: where ``cosine``,
     ``linear`` and the ``wsd`` cooldown end, and the lower clamp of ``inverse_sqrt``.
     Ignored by ``constant``."""
@@ -118,7 +118,7 @@ class Schedule:
 
     A plain class (not a closure) so it pickles, e.g. inside a checkpointed
     ``torch.optim.lr_scheduler.LambdaLR``. Formulas, after the warmup, with ``f`` the
-    floor, ``w`` the warmup steps, ``T`` the total steps and ``n = step + 1``:
+    ``lr_floor``, ``w`` the warmup steps, ``T`` the total steps and ``n = step + 1``:
 
     - ``constant``: 1.
     - ``cosine``: ``f + (1 - f)(1 + cos(pi p)) / 2``, ``p = (step - w) / (T - 1 - w)``
@@ -157,17 +157,17 @@ class Schedule:
             return 1.0
         if cfg.kind == "inverse_sqrt":
             tau = cfg.timescale if cfg.timescale is not None else max(w, 1)
-            return max(cfg.floor, min(1.0, math.sqrt(tau / (step + 1))))
+            return max(cfg.lr_floor, min(1.0, math.sqrt(tau / (step + 1))))
         start = self.decay_start
         assert cfg.total_steps is not None and start is not None  # checked by _validate
         last = cfg.total_steps - 1
         if step < start or start > last:  # no decay inside the run: WSD's stable phase
             return 1.0
         if step >= last:
-            return cfg.floor
+            return cfg.lr_floor
         p = (step - start) / (last - start)
         shape = {"cosine": "cosine", "linear": "linear"}.get(cfg.kind, cfg.decay_shape)
-        return cfg.floor + (1.0 - cfg.floor) * decay_shape(shape, p, cfg.exp_rate)
+        return cfg.lr_floor + (1.0 - cfg.lr_floor) * decay_shape(shape, p, cfg.exp_rate)
 
 
 def _decay_start(cfg: ScheduleConfig) -> int | None:
@@ -188,8 +188,8 @@ def _validate(cfg: ScheduleConfig) -> None:
         )
     if not _is_int(cfg.warmup_steps) or cfg.warmup_steps < 0:
         raise ValueError(f"warmup_steps must be a non-negative integer, got {cfg.warmup_steps!r}")
-    if not (isinstance(cfg.floor, (int, float)) and 0.0 <= cfg.floor <= 1.0):
-        raise ValueError(f"floor must be in [0, 1], got {cfg.floor!r}")
+    if not (isinstance(cfg.lr_floor, (int, float)) and 0.0 <= cfg.lr_floor <= 1.0):
+        raise ValueError(f"lr_floor must be in [0, 1], got {cfg.lr_floor!r}")
     if cfg.kind in ("cosine", "linear", "wsd"):
         if cfg.total_steps is None:
             raise ValueError(f"total_steps is required by the {cfg.kind!r} schedule, got None")

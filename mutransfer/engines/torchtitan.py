@@ -30,14 +30,14 @@ from typing import Any
 import torch.nn as nn
 from torchtitan.protocols.model import ModelConfigConverter
 
+from mutransfer._io import read_yaml_mapping
 from mutransfer.card import apply_init
+from mutransfer.parametrization import Parametrization
 
 
 def load_mup(export: str | Path | Mapping[str, Any]) -> dict[str, Any]:
     """The ``mup`` section of a torchtitan export (a JSON/YAML file or the export dict)."""
     if not isinstance(export, Mapping):
-        from mutransfer._io import read_yaml_mapping
-
         p = Path(export)
         doc = json.loads(p.read_text(encoding="utf-8")) if p.suffix == ".json" else read_yaml_mapping(
             p, "torchtitan export")
@@ -69,8 +69,6 @@ def check_names(model: nn.Module, mup: Mapping[str, Any]) -> None:
 def install(model: nn.Module, mup: Mapping[str, Any]) -> nn.Module:
     """Check names, register the card's hooks, set attention scales, and wrap
     ``init_states`` so the card's init follows torchtitan's own."""
-    from mutransfer.parametrization import Parametrization
-
     check_names(model, mup)
     modules = dict(model.named_modules())
     for aname in mup["attention"]:

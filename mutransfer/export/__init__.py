@@ -31,6 +31,7 @@ from typing import Any
 
 import torch.nn as nn
 
+from mutransfer.card import validate_card
 from mutransfer.export._common import Drops, check_fields, check_model, split_batch
 from mutransfer.export.hf import export_hf, hf_param_groups
 from mutransfer.export.megatron import MEGATRON_FIELDS, MEGATRON_VERIFIED, export_megatron
@@ -48,8 +49,6 @@ def export_card(card: Mapping[str, Any], engine: str, model: nn.Module | None = 
     global batch (:func:`mutransfer.export._common.split_batch`); ``drop`` names card fields
     the engine may leave out (each recorded in ``dropped``), any other field it cannot
     carry is a ValueError naming it."""
-    from mutransfer.card import validate_card
-
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
     card = validate_card(card)

@@ -10,8 +10,9 @@ from typing import Any, NamedTuple
 import torch.nn as nn
 
 
-def _floor(schedule: Mapping[str, Any]) -> float:
-    return float(schedule.get("min_lr_ratio", schedule.get("floor", 0.0)) or 0.0)
+def _lr_floor(schedule: Mapping[str, Any]) -> float:
+    """The card's LR floor (a fraction of the peak; 0 when absent)."""
+    return float(schedule.get("lr_floor", schedule.get("min_lr_ratio")) or 0.0)
 
 
 def _steps(card: Mapping[str, Any]) -> tuple[int, int, int]:

@@ -16,26 +16,25 @@ from typing import Any
 
 import torch.nn as nn
 
-from mutransfer.export._common import Drops, _floor, _groups, check_fields, check_model, split_batch
+from mutransfer.card import schedule_config, validate_card
+from mutransfer.export._common import Drops, _groups, _lr_floor, check_fields, check_model, split_batch
+from mutransfer.schedules import Schedule
 
 _HF_DECAY = {"linear": "linear", "cosine": "cosine", "1-sqrt": "1-sqrt"}
 
 
 def _hf_schedule(card: Mapping[str, Any], drops: Drops) -> dict[str, Any]:
-    from mutransfer.card import schedule_config
-    from mutransfer.schedules import Schedule
-
     s = card["schedule"]
     cfg = schedule_config(s)
     sched = Schedule(cfg)
-    kind, floor = cfg.kind, _floor(s)
+    kind, lr_floor = cfg.kind, _lr_floor(s)
     total, warmup = int(s["total_steps"]), cfg.warmup_steps
     out: dict[str, Any] = {"max_steps": total, "warmup_steps": warmup}
-    if floor > 0 and warmup > 0:
-        # HF's WSD warmup rises from min_lr_ratio, the card's from 0.
-        drops.cannot("schedule.min_lr_ratio", f"HF's warmup starts at min_lr_ratio ({floor:g}), the "
-                     "card's at 0: with a warmup no HF scheduler gives the card's floor")
-        floor = 0.0
+    if lr_floor > 0 and warmup > 0:
+        # HF's WSD warmup rises from its min_lr_ratio (the card's lr_floor), the card's from 0.
+        drops.cannot("schedule.lr_floor", f"HF's warmup starts at min_lr_ratio ({lr_floor:g}), the "
+                     "card's at 0: with a warmup no HF scheduler gives the card's lr_floor")
+        lr_floor = 0.0
     if kind == "inverse_sqrt":
         if warmup < 1:
             drops.cannot("schedule.warmup_steps", "HF's inverse_sqrt needs a warmup to match the card's "
@@ -62,7 +61,7 @@ def _hf_schedule(card: Mapping[str, Any], drops: Drops) -> dict[str, Any]:
         start = last
     out.update(lr_scheduler_type="warmup_stable_decay",
                lr_scheduler_kwargs={"num_decay_steps": last - start, "decay_type": _HF_DECAY[shape],
-                                    "min_lr_ratio": floor, "last_epoch": 0})
+                                    "min_lr_ratio": lr_floor, "last_epoch": 0})
     return out
 
 
@@ -74,7 +73,6 @@ def export_hf(card: Mapping[str, Any], *, dp_size: int | None = None, micro_batc
     unless ``drop`` names it (then ``dropped`` lists it and a warning says so)."""
     import transformers
 
-    from mutransfer.card import validate_card
 
     card = validate_card(card)
     drops = Drops("hf", drop)

@@ -48,7 +48,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from mutransfer.export._common import Drops, _floor, _groups, _steps, check_fields, split_batch
+from mutransfer.export._common import Drops, _groups, _lr_floor, _steps, check_fields, split_batch
 
 # Field names read from megatron-core 0.19.2's source (transformer/transformer_config.py,
 # models/gpt/gpt_model.py, optimizer/optimizer_config.py, and Megatron-LM's
@@ -238,7 +238,7 @@ def _multipliers(card: Mapping[str, Any], groups: list[dict[str, Any]],
     return emb, out
 
 
-def _fit(groups: list[dict[str, Any]], m: float, floor: float,
+def _fit(groups: list[dict[str, Any]], m: float, lr_floor: float,
          problems: list[tuple[str, str]]) -> tuple[float, float, float, float]:
     """Megatron's (lr, decoupled_lr, adam_eps, weight_decay) from the card, then every
     parameter checked against the table in the module docstring."""
@@ -300,8 +300,8 @@ def export_megatron(card: Mapping[str, Any], *, dp_size: int | None = None, micr
     m = width / base
     problems: list[tuple[str, str]] = []
     tcfg, gpt, callables = _architecture(model, width, problems, seq_len=card.get("batch", {}).get("seq_len"))
-    floor = _floor(s)
-    lr, decoupled, eps, wd = _fit(groups, m, floor, problems)
+    lr_floor = _lr_floor(s)
+    lr, decoupled, eps, wd = _fit(groups, m, lr_floor, problems)
     emb_mult, out_mult = _multipliers(card, groups, problems)
     # TransformerConfig.__post_init__ and GPTModel (0.19.2), σ = init_method_std: embedding
     # and untied head N(0, σ); hidden matrices σ/sqrt(m); the residual branches' output
@@ -342,8 +342,8 @@ def export_megatron(card: Mapping[str, Any], *, dp_size: int | None = None, micr
                              f"{s.get('decay_shape')!r}")
         sched.update(lr_wsd_decay_style=shape, lr_wsd_decay_iters=decay)
     betas = list(opt.get("betas", (0.9, 0.95)))
-    ocfg = {"optimizer": "adam", "lr": lr, "min_lr": lr * floor, "decoupled_lr": decoupled,
-            "decoupled_min_lr": decoupled * floor, "weight_decay": wd,
+    ocfg = {"optimizer": "adam", "lr": lr, "min_lr": lr * lr_floor, "decoupled_lr": decoupled,
+            "decoupled_min_lr": decoupled * lr_floor, "weight_decay": wd,
             "adam_beta1": float(betas[0]), "adam_beta2": float(betas[1]), "adam_eps": eps}
     split = split_batch(card, dp_size, micro_batch)
     training = {"global_batch_size": split.sequences, "micro_batch_size": split.micro_batch,

@@ -12,7 +12,7 @@ What torchtitan's config cannot hold (μP's init and forward multipliers: the re
 which :class:`mutransfer.engines.torchtitan.MuPConverter` (a torchtitan
 ``ModelConfigConverter``) installs on the model it builds. The LR schedule is matched step
 for step: torchtitan's ``total_steps`` is set one below the run's steps so its decay ends
-on the card's last step at the card's floor.
+on the card's last step at the card's ``lr_floor``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,9 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from mutransfer.export._common import Drops, _floor, _groups, check_fields, split_batch
+from mutransfer.card import schedule_config, validate_card
+from mutransfer.export._common import Drops, _groups, _lr_floor, check_fields, split_batch
+from mutransfer.schedules import Schedule
 
 #: Hugging Face Llama name -> torchtitan llama3 name (first match wins), the renames of
 #: torchtitan 0.3.0's ``Llama3StateDictAdapter.from_hf_map``, for parameters and modules.
@@ -78,9 +80,6 @@ def _pattern(names: Sequence[str]) -> str:
 
 
 def _schedule(card: Mapping[str, Any], drops: Drops) -> dict[str, Any]:
-    from mutransfer.card import schedule_config
-    from mutransfer.schedules import Schedule
-
     s = card["schedule"]
     cfg = schedule_config(s)
     total, warmup = int(s["total_steps"]), cfg.warmup_steps
@@ -94,7 +93,7 @@ def _schedule(card: Mapping[str, Any], drops: Drops) -> dict[str, Any]:
         drops.cannot("schedule.decay_shape", f"torchtitan has no decay type for shape {shape!r} (linear "
                      "is used instead)")
         tt_shape = "linear"
-    # Card: progress (t - start) / (total - 1 - start), floor at t = total - 1.
+    # Card: progress (t - start) / (total - 1 - start), lr_floor at t = total - 1.
     # torchtitan: stable = T + 1 - W - D, progress (t + 1 - W - stable) / D with T its
     # total_steps: T = total - 1 and D = total - 1 - start give the card's curve exactly.
     start = Schedule(cfg).decay_start
@@ -106,15 +105,13 @@ def _schedule(card: Mapping[str, Any], drops: Drops) -> dict[str, Any]:
     if total > 1 and round((total - 1) * ratio) != decay:  # float rounding must not move a step
         raise ValueError(f"torchtitan's decay_ratio cannot express {decay} decay steps of {total - 1}")
     return {"warmup_steps": warmup, "total_steps": max(total - 1, 1), "decay_ratio": ratio,
-            "decay_type": tt_shape, "min_lr_factor": _floor(s)}
+            "decay_type": tt_shape, "min_lr_factor": _lr_floor(s)}
 
 
 def export_torchtitan(card: Mapping[str, Any], *, dp_size: int | None = None, micro_batch: int | None = None,
                       drop: Iterable[str] = ()) -> dict[str, Any]:
     """``optimizer``, ``lr_scheduler`` and ``training`` sections in torchtitan's field
     names, and the ``mup`` section for :class:`mutransfer.engines.torchtitan.MuPConverter`."""
-    from mutransfer.card import validate_card
-
     card = validate_card(card)
     drops = Drops("torchtitan", drop)
     groups = _groups(card)

@@ -33,6 +33,11 @@ from typing import Any, Literal
 import torch
 import torch.nn as nn
 
+from mutransfer.entry import load_entry
+from mutransfer.models.gpt import GPT, GPTConfig
+from mutransfer.models.mlp import MLP
+from mutransfer.models.presets import PRESETS, get_preset
+
 HeadRule = Literal["keep_head_dim", "keep_heads"]
 HEAD_RULES: tuple[str, ...] = typing.get_args(HeadRule)
 SourceKind = Literal["preset", "hf", "builder"]
@@ -102,8 +107,6 @@ def parse_model(text: str, head_rule: str = "keep_head_dim") -> ModelSource:
         return ModelSource("hf", str(path), rule)
     name = text[len("preset:"):] if text.startswith("preset:") else text
     if ":" not in name:
-        from mutransfer.models.presets import PRESETS
-
         if name not in PRESETS:
             raise ValueError(f"unknown model {text!r}: not a preset ({', '.join(PRESETS)}), "
                              "hf:PATH (a local config.json) or module:function")
@@ -279,8 +282,6 @@ def hf_shape(config: Any) -> tuple[int, int, int | None]:
 
 
 def _load_builder(spec: str) -> Any:
-    from mutransfer.audit import load_entry
-
     try:
         return load_entry(spec)
     except ValueError as exc:
@@ -310,10 +311,6 @@ def build_model(source: ModelSource, width: int, depth: int, *, vocab_size: int 
     device) so that a builder that raises, returns no module or no [B, T, V] logits is a
     ValueError naming ``module:function`` here, not a crash mid-run."""
     if source.kind == "preset":
-        from mutransfer.models.gpt import GPT, GPTConfig
-        from mutransfer.models.mlp import MLP
-        from mutransfer.models.presets import get_preset
-
         cfg = get_preset(source.ref)
         if isinstance(cfg, GPTConfig):
             g = cfg.replace(width=width, depth=depth, **({"vocab_size": vocab_size} if vocab_size else {}))

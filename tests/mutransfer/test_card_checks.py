@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from mutransfer.card import apply, load_card, save_card, validate_card
+from mutransfer.card import apply, load_card, save_card, schedule_config, validate_card
 from mutransfer.target import ScalingLaws, build_target_model
 from mutransfer.trust import card_warnings, trust_block
 from mutransfer_cli import main
@@ -311,3 +311,20 @@ def test_trust_block_numbers_from_a_known_covariance(tmp_path: Path, capsys) -> 
     law = math.exp(2 * z * math.sqrt(x_b**2 * 0.05**2 + x_d**2 * 0.02**2))
     assert budget["lr_factor"] == pytest.approx(4 * law, rel=1e-9)
     assert tb["intervals"]["steps"]["lo"] == math.ceil(1e9 / 4e4)
+
+
+def test_an_older_cards_min_lr_ratio_is_read_as_lr_floor(good: dict[str, Any]) -> None:
+    """The schedule's LR floor is ``lr_floor``; a card written with the old name
+    ``min_lr_ratio`` validates to the same schedule, and both names disagreeing is an error
+    naming them."""
+    old = copy.deepcopy(good)
+    old["schedule"].pop("lr_floor", None)
+    old["schedule"]["min_lr_ratio"] = 0.1
+    card = validate_card(old)
+    assert card["schedule"]["lr_floor"] == 0.1 and "min_lr_ratio" not in card["schedule"]
+    assert old["schedule"]["min_lr_ratio"] == 0.1 and "lr_floor" not in old["schedule"]  # input untouched
+    assert schedule_config(card["schedule"]).lr_floor == 0.1
+    both = copy.deepcopy(old)
+    both["schedule"]["lr_floor"] = 0.2
+    with pytest.raises(ValueError, match=r"schedule\.min_lr_ratio: is the old name of schedule\.lr_floor"):
+        validate_card(both)

@@ -30,7 +30,7 @@ def configs(draw: st.DrawFn) -> ScheduleConfig:
         kind=kind,
         warmup_steps=warmup,
         total_steps=total,
-        floor=draw(st.floats(0.0, 1.0)),
+        lr_floor=draw(st.floats(0.0, 1.0)),
         decay_fraction=draw(st.floats(0.0, 1.0)),
         decay_shape=draw(st.sampled_from(DECAY_SHAPES)),
         timescale=draw(st.none() | st.integers(1, 100)),
@@ -44,7 +44,7 @@ def configs(draw: st.DrawFn) -> ScheduleConfig:
 
 
 def test_known_values() -> None:
-    cos = make_schedule(ScheduleConfig("cosine", warmup_steps=10, total_steps=111, floor=0.1))
+    cos = make_schedule(ScheduleConfig("cosine", warmup_steps=10, total_steps=111, lr_floor=0.1))
     assert [cos(s) for s in range(3)] == pytest.approx([0.1, 0.2, 0.3])
     assert cos(9) == 1.0 and cos(10) == 1.0  # peak at the end of warmup and first step after
     assert cos(60) == pytest.approx(0.55)  # halfway: f + (1 - f) / 2
@@ -70,7 +70,7 @@ def test_wsd_cooldown_shapes(shape: str) -> None:
     by_fraction = make_schedule(ScheduleConfig("wsd", total_steps=1000, decay_fraction=0.2))
     assert by_fraction.decay_start == 800
     wsd = make_schedule(
-        ScheduleConfig("wsd", total_steps=1001, decay_start=800, decay_shape=shape, floor=0.0)
+        ScheduleConfig("wsd", total_steps=1001, decay_start=800, decay_shape=shape, lr_floor=0.0)
     )
     assert wsd(799) == 1.0 and wsd(800) == 1.0 and wsd(1000) == 0.0
     mid = wsd(900)  # p = 0.5
@@ -111,7 +111,7 @@ def test_picklable_and_works_with_lambdalr() -> None:
         (ScheduleConfig("triangle"), "'triangle'"),
         (ScheduleConfig("cosine"), "total_steps is required"),
         (ScheduleConfig("cosine", total_steps=10, warmup_steps=11), "warmup_steps=11"),
-        (ScheduleConfig("linear", total_steps=10, floor=1.5), "floor must be in"),
+        (ScheduleConfig("linear", total_steps=10, lr_floor=1.5), "lr_floor must be in"),
         (ScheduleConfig("wsd", total_steps=10, decay_shape="square"), "'square'"),
         (ScheduleConfig("wsd", total_steps=10, decay_start=11), "decay_start=11"),
         (ScheduleConfig("wsd", total_steps=10, warmup_steps=5, decay_start=2), "decay_start=2"),
@@ -155,10 +155,10 @@ def test_decaying_kinds_end_at_floor(cfg: ScheduleConfig) -> None:
     assert cfg.total_steps is not None
     last = cfg.total_steps - 1
     if cfg.kind in ("cosine", "linear") and cfg.warmup_steps <= last:
-        assert f(last) == pytest.approx(cfg.floor)
+        assert f(last) == pytest.approx(cfg.lr_floor)
     if cfg.kind == "wsd" and f.decay_start <= last:
-        assert f(last) == pytest.approx(cfg.floor)
-        assert f(cfg.total_steps + 100) == pytest.approx(cfg.floor)
+        assert f(last) == pytest.approx(cfg.lr_floor)
+        assert f(cfg.total_steps + 100) == pytest.approx(cfg.lr_floor)
 
 
 @FAST
@@ -196,7 +196,7 @@ def test_branch_resumes_continuously_and_equals_fresh_schedule(
         total_steps=b + decay,
         decay_start=b,
         decay_shape=shape,
-        floor=floor,
+        lr_floor=floor,
     )
     branch = make_schedule(branch_cfg)
     for s in range(b):  # identical history: resuming at b changes only the future
@@ -214,7 +214,7 @@ def test_branch_resumes_continuously_and_equals_fresh_schedule(
             total_steps=b + decay,
             decay_fraction=frac,
             decay_shape=shape,
-            floor=floor,
+            lr_floor=floor,
         )
     )
     if by_fraction.decay_start == b:

@@ -285,41 +285,51 @@ def test_role_lr_mults_scale_only_their_role_and_keep_the_per_step_decay(data: T
     tuned.close()
 
 
-def test_one_builder_gives_the_trainers_and_the_cards_groups(data: TokenDataset, monkeypatch) -> None:
+def test_one_builder_gives_the_trainers_the_cards_and_the_exporters_groups(data: TokenDataset,
+                                                                          monkeypatch) -> None:
     """Parametrization.optimizer_settings is the only place that computes per-parameter lr,
-    lr_mult and weight decay: change it and both the trainer's optimizer and the card move."""
+    lr_mult, weight decay and eps: change it (every LR × 3, every weight decay × 5, every eps
+    × 7) and the trainer's optimizer, the card and an engine export (HF's groups, read from
+    the card) all move by exactly that, and nothing else recomputes them."""
     from mutransfer.card import build_card
+    from mutransfer.export import hf_param_groups
     from mutransfer.parametrization import Parametrization
 
     c = cfg(steps=2, eval_every=0, weight_decay=0.1, lr_mult_output=0.5, base_width=16)
+    Numbers = dict[str, tuple[float, float, float]]
 
-    def groups_and_card() -> tuple[dict[str, tuple[float, float]], dict[str, tuple[float, float]]]:
+    def groups_card_export() -> tuple[Numbers, Numbers, Numbers]:
         t = Trainer(c, data=data)
         opt = c.optim
         card = build_card(t.pz, lr=opt.lr,
-                          optimizer={"weight_decay": opt.weight_decay, "wd_mode": opt.wd_mode},
+                          optimizer={"weight_decay": opt.weight_decay, "wd_mode": opt.wd_mode,
+                                     "eps": opt.eps},
                           schedule={"kind": "constant"}, batch={"sequences": 8}, target={"width": 32},
                           role_lr_mults=c.parametrization.lr_mults)
+        hf = hf_param_groups(t.raw_model, card)
         t.close()
-        return ({n: (g["lr"], g["weight_decay"]) for g in t.opt.param_groups for n in g["names"]},
-                {g["name"]: (g["lr"], g["weight_decay"]) for g in card["param_groups"]})
+        return ({n: (g["lr"], g["weight_decay"], g["eps"]) for g in t.opt.param_groups for n in g["names"]},
+                {g["name"]: (g["lr"], g["weight_decay"], g["eps"]) for g in card["param_groups"]},
+                {n: (g["lr"], g["weight_decay"], g["eps"]) for g in hf for n in g["names"]})
 
-    plain_t, plain_c = groups_and_card()
-    assert plain_t.keys() == plain_c.keys()
+    plain_t, plain_c, plain_x = groups_card_export()
+    assert plain_t.keys() == plain_c.keys() == plain_x.keys()
     for name, want in plain_t.items():  # same numbers at the proxy's own shape
         assert plain_c[name] == pytest.approx(want, rel=1e-12), name
+        assert plain_x[name] == pytest.approx(want, rel=1e-12), name
     original = Parametrization.optimizer_settings
 
     def patched(self, *a, **kw):
         out = original(self, *a, **kw)
-        return {n: {**v, "lr": 2 * v["lr"], "lr_mult": 2 * v["lr_mult"],
-                    "weight_decay": 3 * v["weight_decay"]} for n, v in out.items()}
+        return {n: {**v, "lr": 3 * v["lr"], "lr_mult": 3 * v["lr_mult"],
+                    "weight_decay": 5 * v["weight_decay"], "eps": 7 * v["eps"]} for n, v in out.items()}
 
     monkeypatch.setattr(Parametrization, "optimizer_settings", patched)
-    new_t, new_c = groups_and_card()
-    for got in (new_t, new_c):
+    for got in groups_card_export():
         assert got.keys() == plain_t.keys()
-        for name, (lr, wd) in got.items():
-            assert lr == pytest.approx(2 * plain_t[name][0], rel=1e-12), name
-            assert wd == pytest.approx(3 * plain_t[name][1], rel=1e-12), name
-    assert len({wd for _, wd in new_t.values()}) >= 3  # 0, λ and hidden's λ × 2 (base width 16)
+        for name, (lr, wd, eps) in got.items():
+            assert lr == pytest.approx(3 * plain_t[name][0], rel=1e-12), name
+            assert wd == pytest.approx(5 * plain_t[name][1], rel=1e-12), name
+            assert eps == pytest.approx(7 * plain_t[name][2], rel=1e-12), name
+    assert len({wd for _, wd, _ in plain_t.values()}) >= 3  # 0, λ and hidden's λ × 2 (base width 16)
+    assert len({lr for lr, _, _ in plain_t.values()}) >= 2  # the patch is seen per group, not globally
