@@ -135,10 +135,11 @@ def train_umup(demo: dict[str, Any], width: int, lr: float, seed: int,
     diverge_factor optional; ``embedding_lr_constant``: see :func:`umup_optimizer`).
     Returns ``loss`` (final held-out loss; a diverged run gets max(ln V, initial loss), as
     the trainer reports it), ``diverged``, ``initial_loss`` and ``wall_s``."""
+    from mutransfer.device import denormals_flushed
     from mutransfer.optim import set_lr
     from mutransfer.schedules import make_schedule
     from mutransfer.stabilizers import divergence_bound, is_diverged
-    from mutransfer.train import TrainConfig, _denormals_flushed
+    from mutransfer.train import TrainConfig
 
     t0 = time.perf_counter()
     cfg = TrainConfig.from_flat({**{k: v for k, v in demo.items() if k != "base_width"},
@@ -156,7 +157,7 @@ def train_umup(demo: dict[str, Any], width: int, lr: float, seed: int,
     schedule = make_schedule(cfg.schedule_config())
     initial: float | None = None
     diverged = False
-    flush_before = _denormals_flushed()
+    flush_before = denormals_flushed()
     torch.set_flush_denormal(True)  # as the trainer: denormals slow high-LR tails on CPU
     try:
         for step in range(steps):

@@ -26,7 +26,6 @@ from mutransfer.checkpoint import (
 )
 from mutransfer.config import TrainConfig, load_config
 from mutransfer.data import TokenDataset
-from mutransfer.device import denormals_flushed as _denormals_flushed  # noqa: F401 - read here by benchmarks
 from mutransfer.device import resolve_device
 from mutransfer.schedules import ScheduleConfig, make_schedule
 from mutransfer.train_result import ROW_KEYS, TrainResult, write_metrics

@@ -138,7 +138,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     j.add_argument("--decay-fraction", type=float, default=None,
                    help="WSD cooldown share of the steps (default: fitted, else 0.2)")
     j.add_argument("--decay-shape", default="1-sqrt", help="WSD cooldown shape (default 1-sqrt)")
-    j.add_argument("--min-lr-ratio", type=float, default=0.0, help="final LR / peak LR (default 0)")
+    j.add_argument("--lr-floor", "--min-lr-ratio", dest="lr_floor", type=float, default=0.0,
+                   help="final LR / peak LR (default 0; --min-lr-ratio is its old name)")
     j.add_argument("--warmup-tokens", type=positive_float, default=None,
                    help="warmup length in tokens (default: fitted, else 1%% of the budget)")
     j.add_argument("--warmup-fraction", type=float, default=None,
@@ -169,7 +170,7 @@ def check_flags(args: argparse.Namespace) -> None:
         raise ValueError(f"--decay-shape must be one of {', '.join(DECAY_SHAPES)}, got {args.decay_shape!r}")
     checks = [("--weight-decay", args.weight_decay, 0.0, math.inf),
               ("--decay-fraction", args.decay_fraction, 0.0, 1.0),
-              ("--min-lr-ratio", args.min_lr_ratio, 0.0, 1.0),
+              ("--lr-floor", args.lr_floor, 0.0, 1.0),
               ("--warmup-fraction", args.warmup_fraction, 0.0, 0.999999)]
     for flag, value, low, high in checks:
         if value is not None and not (math.isfinite(value) and low <= value <= high):
@@ -263,7 +264,7 @@ def run(args: argparse.Namespace) -> int:
         "kind": args.schedule, "warmup_steps": plan.warmup_steps, "warmup_tokens": plan.warmup_tokens,
         "decay_fraction": plan.decay_fraction if args.schedule == "wsd" else None,
         "decay_shape": args.decay_shape if args.schedule == "wsd" else None,
-        "total_steps": plan.steps, "min_lr_ratio": args.min_lr_ratio}
+        "total_steps": plan.steps, "lr_floor": args.lr_floor}
     card = build_card(
         pz, lr=plan.lr,
         optimizer={"name": "muon" if kind == "muon" else "adamw", "weight_decay": plan.weight_decay,

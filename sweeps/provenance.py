@@ -10,6 +10,10 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+from mutransfer.provenance import git_revision  # torch-free, read once per checkout
+
+__all__ = ["git_revision", "hostname", "package_versions", "process_start_ticks"]
+
 _PACKAGES = ("mutransfer", "torch", "optuna", "numpy", "pandas")
 
 
@@ -25,15 +29,6 @@ def package_versions() -> dict[str, str]:
 
 
 @functools.lru_cache(maxsize=1)
-def git_revision() -> str | None:
-    """HEAD of the checkout holding the package (``None`` outside a git checkout): the
-    library's :func:`mutransfer.card.git_revision`, read once per process (every trial
-    records it; the card reads it once)."""
-    from mutransfer.card import git_revision as library_revision  # mutransfer.card imports torch
-
-    return library_revision()
-
-
 def hostname() -> str:
     return socket.gethostname()
 
