@@ -59,9 +59,9 @@ def _fused() -> dict[str, Any]:
 
 
 def _cli(args: list[str], timeout: float) -> tuple[int, str, float]:
-    """Run ``python -m mutransfer ARGS`` in its own process group; kill the group on timeout."""
+    """Run ``python -m mutransfer_cli ARGS`` in its own process group; kill the group on timeout."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "mutransfer", *args], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "mutransfer_cli", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         out, _ = proc.communicate(timeout=timeout)

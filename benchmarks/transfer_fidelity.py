@@ -38,7 +38,7 @@ def run(size: str | None = None, out: str | os.PathLike[str] | None = None) -> d
     out = Path(out or HERE / "results" / f"transfer_fidelity_{size}")
     # the demo is a program (it runs the coord-check and transfer verbs too): run it as a
     # user does, and read the summary it writes
-    subprocess.run([sys.executable, "-m", "mutransfer", "demo", "--out", str(out), "--size", size],
+    subprocess.run([sys.executable, "-m", "mutransfer_cli", "demo", "--out", str(out), "--size", size],
                    check=True)
     s = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     drift, ci = s["drift_octaves"], s["drift_ci"]

@@ -3,7 +3,8 @@
 A worker needs only the storage URL and the study name: the spec, the runner and the
 recovery settings live in the study's user attrs (written by :func:`sweeps.study.prepare`).
 So ``mutransfer sweep worker --study lr`` (the storage URL in ``$MUTRANSFER_STORAGE`` or
-``--storage-file``) joins a study from any machine; spawned workers run the same command.
+``--storage-file``) joins a study from any machine; spawned workers run :func:`main`
+(``python -m sweeps``), the same :func:`work` without the CLI above this package.
 
 Loop: sweep stale trials (dead workers) -> claim a group of WAITING trials (atomic in the
 storage; :func:`sweeps.fusion.claim_group`) -> run it -> tell
@@ -220,13 +221,31 @@ def work(
 
 def worker_command(study_name: str, worker_index: int, fuse: Fuse = None) -> list[str]:
     """argv of a worker process; the storage URL travels in its environment
-    (:meth:`sweeps.storage.Storage.worker_env`)."""
-    # the one worker entry point, the same a user types on another machine
-    cmd = [sys.executable, "-m", "mutransfer", "sweep", "worker", "--study", study_name,
-           "--worker-index", str(worker_index)]
+    (:meth:`sweeps.storage.Storage.worker_env`). It runs ``python -m sweeps`` (:func:`main`),
+    this package's own entry: sweeps never starts the CLI that sits above it."""
+    cmd = [sys.executable, "-m", "sweeps", "--study", study_name, "--worker-index", str(worker_index)]
     if fuse is not None:
         cmd += ["--fuse", str(fuse)]
     return cmd
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """A spawned worker (``python -m sweeps``, :func:`worker_command`): the storage from
+    ``$MUTRANSFER_STORAGE``, then :func:`work` until no trial is left. Users joining from
+    another machine run ``mutransfer sweep worker``, which calls the same :func:`work`."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m sweeps", description=main.__doc__)
+    p.add_argument("--study", required=True, help="study name")
+    p.add_argument("--worker-index", type=int, default=0, help="offsets the sampler seed")
+    p.add_argument("--fuse", default=None, help="K or auto (default: the study's)")
+    args = p.parse_args(argv)
+    fuse: Fuse = None if args.fuse is None else ("auto" if args.fuse == "auto" else int(args.fuse))
+    die_with_parent()  # ends with the process that spawned it
+    rep = work(Storage.from_user(None), args.study, worker_index=args.worker_index, fuse=fuse)
+    print(", ".join(f"{k} {v}" for k, v in sorted(rep.outcomes.items())) or "no trial to run",
+          file=sys.stderr)
+    return 0
 
 
 def orphaned() -> bool:

@@ -4,9 +4,11 @@ Every import of every module counts: at the top, inside functions, under
 ``if TYPE_CHECKING:`` (a type checker follows those too) and by module name
 (``importlib.import_module("pkg.mod")`` or a lazy-export table's ``"pkg.mod"`` value). An
 import may point down or sideways, never up. ``benchmarks`` and the notebooks sit beside the
-CLI: they use the library (mutransfer, sweeps, analysis), never ``mutransfer_cli``. The one
-exemption is ``mutransfer/__main__.py``, the entry shim that ``python -m mutransfer`` runs and
-nothing imports. Import cycles between modules are refused as well: a type checker has to
+CLI: they use the library (mutransfer, sweeps, analysis), never ``mutransfer_cli`` (they may run
+the ``mutransfer`` command as a user does). A layer that starts a process of ours
+(``[sys.executable, "-m", "pkg", ...]``) depends on that package as if it imported it: sweeps
+spawns its workers with ``python -m sweeps``, never the CLI above it. No exemption. Import
+cycles between modules are refused as well: a type checker has to
 resolve both ends of a circle at once, and a reader cannot tell which module comes first.
 """
 
@@ -27,8 +29,9 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS = ("analysis", "mutransfer", "sweeps", "mutransfer_cli")
 #: Users of the library's public API, beside the CLI: everything below it, not the CLI.
 CLIENTS = ("benchmarks",)
-#: The one module allowed to import upward: ``python -m mutransfer`` runs the CLI.
-EXEMPT = {("mutransfer.__main__", "mutransfer_cli")}
+#: Modules allowed to import upward: none (``python -m mutransfer_cli`` runs the CLI; the
+#: library has no entry shim into it).
+EXEMPT: set[tuple[str, str]] = set()
 #: Third-party packages a layer must never import (analysis is usable without torch).
 FORBIDDEN_THIRD_PARTY = {"analysis": ("torch",)}
 OURS = (*LAYERS, *CLIENTS)
@@ -79,6 +82,12 @@ def imports_of(tree: ast.AST, module: str, is_package: bool) -> Iterator[Edge]:
             for alias in node.names:
                 sub = f"{target}.{alias.name}"
                 yield Edge(sub if sub in MODULES else target, node.lineno, static=True)
+        elif isinstance(node, (ast.List, ast.Tuple)) and module.split(".")[0] in LAYERS:
+            # argv of a process of ours: [sys.executable, "-m", "pkg", ...] runs pkg
+            items = [e.value if isinstance(e, ast.Constant) else None for e in node.elts]
+            for flag, name in zip(items, items[1:]):
+                if flag == "-m" and isinstance(name, str) and name.split(".")[0] in OURS:
+                    yield Edge(name, node.lineno, static=False)
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _DOTTED.match(node.value):
             # a module named as a string: importlib.import_module("sweeps.export"), or the
             # value of a lazy-export table; counted when it names one of our modules
@@ -171,10 +180,16 @@ def test_the_checker_sees_every_kind_of_import() -> None:
     graph = {"mutransfer.card": list(imports_of(tree, "mutransfer.card", False))}
     assert sorted(v.split(":")[1] + " " + v.rsplit(" imports ", 1)[1] for v in _violations(graph)) == [
         "5 sweeps.export", "7 mutransfer_cli", "8 sweeps.export"]
-    assert _allowed("mutransfer.__main__", "mutransfer_cli")  # the entry shim, and only it
+    assert not _allowed("mutransfer.__main__", "mutransfer_cli")  # no entry shim into the CLI
     assert not _allowed("mutransfer.cli_shim", "mutransfer_cli")
     assert not _allowed("benchmarks.fit_speed", "mutransfer_cli._common")
     assert _allowed("benchmarks.fit_speed", "sweeps")
+    # a process of ours started by argv counts too: sweeps spawning the CLI (as its workers
+    # once did) is an upward dependency; a benchmark running the command as a user does is not
+    spawn = ast.parse('cmd = [sys.executable, "-m", "mutransfer_cli", "sweep", "worker"]\n')
+    assert [e.module for e in imports_of(spawn, "sweeps.worker", False)] == ["mutransfer_cli"]
+    assert _violations({"sweeps.worker": list(imports_of(spawn, "sweeps.worker", False))})
+    assert [e.module for e in imports_of(spawn, "benchmarks.gpu", False)] == []
 
 
 def documented_layers() -> tuple[str, ...]:
