@@ -525,21 +525,28 @@ class ScalingLaws:
 
     def batch_law_doubts(self, tokens: float, limit: float) -> list[str]:
         """Why B*(D) of this fit should not set the target's batch (empty: it may).
-        A best batch at the edge of the grid is a bound, not an optimum; an exponent whose
-        interval reaches 0 says nothing about growth; beyond ``limit``× the measured
-        budgets the law is a guess."""
+        A best batch at the edge of the grid at half the budgets or more is a bound, not an
+        optimum; beyond ``limit``× the measured budgets the law is a guess. Inside the limit
+        an uncertain exponent is no reason to borrow someone else's law: it widens the
+        batch's interval (:meth:`batch_law_cautions` says so), the law still carries it."""
         out = []
         edge, n = self.batch_edges
         if n and 2 * edge >= n:
             out.append(f"the best batch sat at the edge of the batch grid at {edge} of {n} budgets")
-        lo = (self.batch_exponent_ci or (self.batch_exponent, self.batch_exponent))[0]
-        if not lo > 0:
-            out.append(f"the exponent's interval reaches {lo:.3g} (no growth with D is resolved)")
         f = _factor(tokens, self.measured_tokens)
         if f > limit:
             out.append(f"the target's {tokens:.3g} tokens lie {f:.3g}x beyond the measured budgets "
                        f"(limit {limit:g}x)")
         return out
+
+    def batch_law_cautions(self) -> list[str]:
+        """What makes B*(D) uncertain without ruling it out: an exponent whose interval
+        reaches 0 (growth with D not resolved; the target's batch interval is wide)."""
+        lo = (self.batch_exponent_ci or (self.batch_exponent, self.batch_exponent))[0]
+        if not lo > 0:
+            return [f"the B*(D) exponent's interval reaches {lo:.3g} (no growth with D is resolved): "
+                    "the batch's interval is wide; more budgets, or seeds, narrow it"]
+        return []
 
     def lr_ratio(self, batch: tuple[float, float], tokens: tuple[float, float]
                  ) -> tuple[float, float, float]:
@@ -832,7 +839,10 @@ def plan_run(
 
     ``batch_rule`` (:data:`BATCH_RULES`): small proxies measure B* over a few hundred
     thousand tokens, and a law fitted there can be 10^5x short of a real budget, or not
-    resolved at all. Then ``auto`` takes DeepSeek LLM's B_opt = 0.2920·C^0.3271 tokens
+    resolved at all (:meth:`ScalingLaws.batch_law_doubts`: the best batch at the grid's edge
+    at half the budgets or more, or the target beyond ``extrapolation_limit``; inside the
+    limit our B*(D) carries the batch even when its exponent is uncertain, with a warning).
+    Then ``auto`` takes DeepSeek LLM's B_opt = 0.2920·C^0.3271 tokens
     (Bi et al. 2024; C = 6·N·D FLOPs, N = ``n_params``), fitted on 1e17–3e20 FLOPs, and
     says so; our law's value stays in the card as ``batch_fit`` beside it.
 
@@ -931,6 +941,8 @@ def plan_run(
                                 f"B*(D) ({fit_est['value']:.4g} tokens): {why}")
         else:
             b_est = fit_est
+            if laws is not None:
+                warnings.extend(laws.batch_law_cautions())
         raw_seqs = b_est["value"] / seq_len
     else:
         raise ValueError("no batch for the target: the batch size needs the scaling fit "
