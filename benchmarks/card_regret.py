@@ -401,6 +401,16 @@ def run(size: str = "cpu", out: str | os.PathLike[str] | None = None, max_minute
     card_ok = card_row.get("ratio_loss") is not None and card_row["ratio_loss"] <= 1.005
     beats = card_row.get("ratio_loss") is not None and all(o is not None and card_row["ratio_loss"] < o
                                                            for o in others)
+    # the two halves of the card apart: our eta*(B, D) at each scanned batch (its grid's centre)
+    # over the best measured loss of the same seed, i.e. the LR law's regret were the batch right
+    law_lr: dict[str, Any] = {}
+    for b in batches:
+        r = next(r for r in scan if r["batch_size"] == b and r["lr"] == float(f"{centre(b):.6g}"))
+        per = {str(s): v / best_by_seed[s]["loss"] for s, v in zip(SEEDS, r["losses"], strict=True)
+               if v is not None and s in best_by_seed}
+        if per:
+            law_lr[str(b)] = {"lr": r["lr"], "ratio_loss": sum(per.values()) / len(per), "per_seed": per}
+    best_batch = min(per_batch, key=lambda r: r["best_grid_loss"])["batch_size"] if per_batch else None
     noise = None
     if best is not None:
         noise = (max(best["losses"]) - min(best["losses"])) / best["loss"]
@@ -408,6 +418,7 @@ def run(size: str = "cpu", out: str | os.PathLike[str] | None = None, max_minute
         "ratio_loss_card": card_row.get("ratio_loss"),
         **{f"ratio_loss_{n}": table[n].get("ratio_loss") for n in table if n != "card"},
         "ratio_lr_card": card_row.get("ratio_lr"), "ratio_batch_card": card_row.get("ratio_batch"),
+        "ratio_loss_law_lr_at_best_batch": (law_lr.get(str(best_batch)) or {}).get("ratio_loss"),
         "card_within_0.5pct": card_ok, "card_beats_every_baseline": beats,
         "best_loss_by_seed": {str(s): v["loss"] for s, v in best_by_seed.items()},
         "seed_spread_of_best": noise,
@@ -443,8 +454,8 @@ def run(size: str = "cpu", out: str | os.PathLike[str] | None = None, max_minute
                  "batch_source": plan.projected["batch_tokens"]["source"], "steps": plan.steps,
                  "weight_decay": plan.weight_decay, "warmup_tokens": plan.warmup_tokens,
                  "decay_fraction": plan.decay_fraction, "warnings": plan.warnings},
-        "regret": table, "best_by_seed": best_by_seed, "best_seed_mean": best, "per_batch": per_batch,
-        "scan": scan,
+        "regret": table, "law_lr_by_batch": law_lr, "best_by_seed": best_by_seed, "best_seed_mean": best,
+        "per_batch": per_batch, "scan": scan,
         "cost": {"target_runs": sum(1 for r in trials if r["where"] == "target"),
                  "target_cpu_s": sum(r["cpu_s"] for r in trials if r["where"] == "target"),
                  "sp_proxy_cpu_s": sum(r["cpu_s"] for r in trials if r["where"] == "proxy")},
