@@ -9,11 +9,13 @@ bracketed, :func:`sweeps.extend.run_bracketed`), the laws eta*(B, D) and B*(D)
 and trained on 8x the proxy's largest token budget. Then, at the target, direct
 measurement: LR +-1.5 octaves in 7 points x 2 seeds at 3 batches (the proxy's largest
 batch, 2x and 4x it; each batch's LR grid centred on the fitted law's eta*(B, D) there,
-moved from the proxy's optimum). The best measured loss is the best seed mean over the scan
-and every rule's config.
+moved from the proxy's optimum; 4x the proxy's largest batch is the design's "4x larger
+batch"). The card's own batch is whatever the card says (our B*(D), or DeepSeek's law when
+ours is in doubt), trained as it is.
 
-Regret = the loss of a config ÷ the best directly measured loss (seed means). Each
-rule's config (LR, batch) is trained at the target with 2 seeds beside the card's:
+Regret, seed by seed = a config's loss ÷ the best loss measured with the same seed over
+the scan and every rule's config; reported as the mean over seeds with the per-seed range.
+Each rule's config (LR, batch) is trained at the target with 2 seeds beside the card's:
 
 * ``mup_unchanged``: μP with the proxy's best LR and batch, unchanged;
 * ``sp_proxy_lr``: standard parametrization at the LR an SP proxy of the proxy's shape
@@ -29,12 +31,16 @@ the role it plays in the card's ``projected.baselines``.
 Sizes (``--size``): ``cpu`` keeps every ratio of the design (8x width, 4x depth, 8x
 tokens) but is tiny, to fit ~45 minutes of one core: proxy llama-small of width 16 (one
 head of 16), depth 1, context 16, budgets 2^11..2^14 tokens, batches 1..8 sequences;
-target width 128, depth 4, 2^17 tokens. A proxy of width 256 and depth 8 over millions of
-tokens (the design's CPU example) would take ~18 h on this CPU. ``gpu`` is the design's
-size (proxy width 256, depth 2, context 256; target width 2048, depth 8, 2^26 tokens):
-hours of one GPU (``python -m benchmarks.gpu --card-regret`` runs it there).
+target width 128, depth 4, 2^17 tokens. At these budgets the proxy's best batch is its
+smallest possible one (1 sequence of 16 tokens) at every budget, so B*(D) is a bound and
+the card's batch is DeepSeek's, flagged: the cpu size measures the card as it comes out,
+the LR law at each scanned batch (``law_lr_by_batch``), but not our batch law. A proxy of
+width 256 and depth 8 over millions of tokens (the design's CPU example) would take ~18 h
+on this CPU. ``gpu`` is the design's size (proxy width 256, depth 2, context 256; target
+width 2048, depth 8, 2^26 tokens): hours of one GPU (``python -m benchmarks.gpu
+--card-regret-minutes M`` runs it there, resumable).
 
-    python -m benchmarks.card_regret [--size cpu] [--out runs/card_regret] [--max-minutes 60]
+    python -m benchmarks.card_regret [--size cpu] [--out runs/card_regret_cpu] [--max-minutes 60]
 
 Writes ``results/card_regret.json``. Every finished run is kept (the sweep's study in
 ``OUT/scaling``, the other runs in ``OUT/trials.jsonl``), so a re-run resumes.
