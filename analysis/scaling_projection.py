@@ -213,21 +213,28 @@ class ScalingPredictions:
     def batch_law_doubts(self, tokens: float, limit: float) -> list[str]:
         """Why ``B*(D)`` of this fit should not set the target's batch (empty: it may).
 
-        A best batch at the edge of the grid is a bound, not an optimum; an exponent whose
-        interval reaches 0 says nothing about growth; beyond ``limit``× the measured
-        budgets the law is a guess."""
+        A best batch at the edge of the grid at half the budgets or more is a bound, not an
+        optimum; beyond ``limit``× the measured budgets the law is a guess. Inside the limit
+        an uncertain exponent is no reason to borrow someone else's law: it widens the
+        batch's interval (:meth:`batch_law_cautions` says so), the law still carries it."""
         out = []
         edge, n = self.flags["batch_edges"]
         if n and 2 * edge >= n:
             out.append(f"the best batch sat at the edge of the batch grid at {edge} of {n} budgets")
-        lo = self.ci_.get("batch_exp_tokens", (self.batch_exponent, self.batch_exponent))[0]
-        if not lo > 0:
-            out.append(f"the exponent's interval reaches {lo:.3g} (no growth with D is resolved)")
         f = extrapolation_factor(tokens, self.measured_tokens)
         if f > limit:
             out.append(f"the target's {tokens:.3g} tokens lie {f:.3g}x beyond the measured budgets "
                        f"(limit {limit:g}x)")
         return out
+
+    def batch_law_cautions(self) -> list[str]:
+        """What makes ``B*(D)`` uncertain without ruling it out: an exponent whose interval
+        reaches 0 (growth with D not resolved; the target's batch interval is wide)."""
+        lo = self.ci_.get("batch_exp_tokens", (self.batch_exponent, self.batch_exponent))[0]
+        if not lo > 0:
+            return [f"the B*(D) exponent's interval reaches {lo:.3g} (no growth with D is resolved): "
+                    "the batch's interval is wide; more budgets, or seeds, narrow it"]
+        return []
 
     # ------------------------------------------------------ named views of the fit
     @property

@@ -5,6 +5,7 @@
     python -m benchmarks --summary-only  # rebuild SUMMARY.md from the JSON files
     python -m benchmarks gpu             # the GPU figures (not in the default CPU list)
     python -m benchmarks umup_fidelity   # u-μP as a peer (needs the optional unit_scaling)
+    python -m benchmarks card_regret     # the card at an 8x wider, 4x deeper target (~45 CPU minutes)
 
 Each benchmark module exposes ``run() -> dict`` and writes ``results/NAME.json``
 (machine, date, versions, figures; ratios named ``speedup_*`` or ``ratio_*``). This
@@ -30,8 +31,9 @@ BENCHMARKS = ["fit_speed", "trainer_throughput", "hf_vs_builtin", "sweep_overhea
               "hf_architectures", "hf_vanishing", "transfer_fidelity", "depth_fidelity", "horizon_shift",
               "tuned_multipliers", "mup_vs_sp"]
 # Run only when named: they need hardware or an optional package this machine may lack (each
-# says why in unavailable()). umup_fidelity needs Graphcore's unit_scaling (a peer, not a dependency).
-EXTRA = ["gpu", "umup_fidelity"]
+# says why in unavailable()). umup_fidelity needs Graphcore's unit_scaling (a peer, not a dependency);
+# card_regret needs nothing but time (~45 minutes of one core, resumable).
+EXTRA = ["gpu", "umup_fidelity", "card_regret"]
 
 
 def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:

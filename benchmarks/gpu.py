@@ -8,7 +8,11 @@
 3. a two-width ``mutransfer sweep lr --device cuda`` smoke run (both parametrizations,
    3 LRs, short runs): it must finish with every trial complete;
 4. ``mutransfer demo --size gpu`` cut short after a fixed wall time: how many of its
-   trials finished, hence the demo's trials/hour and its projected full length.
+   trials finished, hence the demo's trials/hour and its projected full length;
+5. only with ``--card-regret-minutes M``: the card-regret benchmark at its ``gpu`` size
+   (proxy width 256, depth 2; target width 2048, depth 8, 2^26 tokens), starting no new run
+   after M minutes and resuming from ``WORK/card_regret`` (``results/card_regret_gpu.json``).
+   In full it is ~50 target runs of ~1.6e17 FLOPs each: hours of one GPU, not this budget.
 
     python -m benchmarks gpu        # or: python -m benchmarks.gpu [--demo-s 150]
 
@@ -117,8 +121,16 @@ def _demo(work: Path, seconds: float) -> dict[str, Any]:
     return rec
 
 
-def run(demo_s: float = 150.0, work: str | os.PathLike[str] | None = None) -> dict[str, Any]:
-    """Run every part that fits the budget; write and return the record."""
+def _card_regret(work: Path, minutes: float) -> dict[str, Any]:
+    from benchmarks.card_regret import run as card_regret
+
+    return card_regret("gpu", out=work / "card_regret", max_minutes=minutes)["figures"]
+
+
+def run(demo_s: float = 150.0, work: str | os.PathLike[str] | None = None,
+        card_regret_minutes: float = 0.0) -> dict[str, Any]:
+    """Run every part that fits the budget (and the card regret when asked); write and return
+    the record."""
     why = unavailable()
     if why:
         raise RuntimeError(why)
@@ -131,9 +143,11 @@ def run(demo_s: float = 150.0, work: str | os.PathLike[str] | None = None) -> di
     skipped: list[str] = []
     parts = [("mfu", _mfu), ("fused", _fused), ("sweep_smoke", lambda: _sweep_smoke(workdir)),
              ("demo", lambda: _demo(workdir, demo_s))]
+    if card_regret_minutes > 0:  # its own budget, outside BUDGET_S
+        parts.append(("card_regret", lambda: _card_regret(workdir, card_regret_minutes)))
     for name, fn in parts:
-        need = PART_S[name] + (demo_s if name == "demo" else 0)
-        if time.perf_counter() - t0 + need > BUDGET_S:
+        need = PART_S.get(name, 0) + (demo_s if name == "demo" else 0)
+        if name != "card_regret" and time.perf_counter() - t0 + need > BUDGET_S:
             skipped.append(name)
             continue
         t1 = time.perf_counter()
@@ -152,7 +166,8 @@ def run(demo_s: float = 150.0, work: str | os.PathLike[str] | None = None) -> di
     figures["wall_s"] = round(time.perf_counter() - t0, 1)
     record = {
         **record_header("gpu"),
-        "setup": {"budget_s": BUDGET_S, "demo_cut_after_s": demo_s, "workdir": str(workdir)},
+        "setup": {"budget_s": BUDGET_S, "demo_cut_after_s": demo_s, "workdir": str(workdir),
+                  "card_regret_minutes": card_regret_minutes},
         "figures": figures,
         "skipped": skipped,
         "targets": {"mfu_min": 0.40, "speedup_fused_k16_min": 3.0},
@@ -169,12 +184,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--demo-s", type=float, default=150.0,
                         help="cut `demo --size gpu` after this many seconds (default 150)")
     parser.add_argument("--work", default=None, help="scratch directory (default: a new temp dir)")
+    parser.add_argument("--card-regret-minutes", type=float, default=0.0,
+                        help="also run the card-regret benchmark's gpu size for up to this many minutes "
+                             "(default 0: not run)")
     a = parser.parse_args(argv)
     why = unavailable()
     if why:
         print(why, file=sys.stderr)
         return 2
-    print(json.dumps(run(a.demo_s, a.work)["figures"], indent=2, default=str))
+    print(json.dumps(run(a.demo_s, a.work, a.card_regret_minutes)["figures"], indent=2, default=str))
     return 0
 
 

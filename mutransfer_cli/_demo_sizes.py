@@ -60,7 +60,8 @@ SIZES: dict[str, DemoSize] = {
     # (8x), 125 steps of 16x64 bytes; SP's grid reaches down to its optimum at width 256,
     # μP's is centred on its own (~2^-5.5 at every width). The scaling stage: width 32
     # (check at 64, batch 16), B = 4..32 sequences (256..2048 tokens), D = 2^15..2^18
-    # tokens, 7 LRs half an octave apart.
+    # tokens, 7 LRs half an octave apart; the extension may add batches down to 1 sequence
+    # (B* sat at 2 on a first run: batch 1 accumulates 1 micro-batch, no GNS for that row).
     # Measured at 150 steps, μP 2^-8..2^-3 and the check at batch 8: 1125 s, too long.
     "small": DemoSize(preset="llama-small", widths=(32, 64, 128, 256),
                       sp_log2_lrs=tuple(float(x) for x in range(-10, -3)),
@@ -70,7 +71,7 @@ SIZES: dict[str, DemoSize] = {
                                            log2_lr_offsets=(-1.5, -1.0, -0.5, 0.0, 0.5, 1.0, 1.5),
                                            check_width=64, eval_sequences=256, target_width=2048,
                                            target_depth=24, target_seq_len=1024,
-                                           check_batch_sizes=(16,), max_extend=2, batch_range=(2, 64))),
+                                           check_batch_sizes=(16,), max_extend=2, batch_range=(1, 64))),
     # A single GPU: Llamas of width 128..2048 (16x), 1000 steps of 64x256 bytes.
     "gpu": DemoSize(preset="llama-small", widths=(128, 256, 512, 1024, 2048),
                     sp_log2_lrs=tuple(float(x) for x in range(-14, -3)),

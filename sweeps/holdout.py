@@ -108,14 +108,14 @@ def predicted_config(spec: ScalingSweep, lr: float, batch_tokens: float, tokens:
                      seed: int, device: str | None = None) -> dict[str, Any]:
     """The TrainConfig overrides of the predicted config: the sweep's recipe (base,
     warmup in tokens, held-out set size) at ``lr``, the batch rounded to whole
-    sequences (a multiple of ``grad_accum``) and ``tokens`` rounded to whole steps."""
+    sequences (accumulated as the sweep does that batch: :meth:`ScalingSweep.grad_accum_for`)
+    and ``tokens`` rounded to whole steps."""
     if not (lr > 0 and math.isfinite(lr)):
         raise ValueError(f"predicted LR {lr!r} must be a positive finite number")
     if not (batch_tokens > 0 and math.isfinite(batch_tokens)):
         raise ValueError(f"predicted batch {batch_tokens!r} tokens must be positive and finite")
     seq = spec.seq_len()
-    accum = int(spec.base.get("grad_accum", 1))
-    b = max(accum, accum * round(batch_tokens / seq / accum))
+    b = max(1, round(batch_tokens / seq))
     steps = round(tokens / (b * seq))
     if steps < 1:
         raise ValueError(f"token budget {tokens:.0f} is below one batch of {b} x {seq} tokens")
@@ -125,6 +125,7 @@ def predicted_config(spec: ScalingSweep, lr: float, batch_tokens: float, tokens:
         cfg["width"] = spec.width
     cfg.update(parametrization=spec.parametrization, lr=float(lr), batch_size=b, steps=steps,
                seed=int(seed), warmup_steps=min(spec.warmup_steps(b), steps),
+               grad_accum=spec.grad_accum_for(b),
                eval_batches=max(1, math.ceil(spec.eval_sequences / b)))
     if device is not None:
         cfg["device"] = device

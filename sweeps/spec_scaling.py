@@ -175,7 +175,7 @@ class ScalingSweep(SweepSpec, LRMixin):
             for b in batches:
                 extra = {"tokens": d_max, "warmup_steps": self.warmup_steps(b),
                          "eval_batches": max(1, math.ceil(self.eval_sequences / b)),
-                         "parametrization": self.parametrization}
+                         "parametrization": self.parametrization, **self._accum(b)}
                 for seed in self.seeds:
                     head = ({"width": width} if width is not None else {}) | {"batch_size": b, "seed": seed}
                     if self.adaptive:
@@ -186,7 +186,7 @@ class ScalingSweep(SweepSpec, LRMixin):
         for lam in self.extra_weight_decays():
             extra = {"tokens": d_max, "warmup_steps": self.warmup_steps(b),
                      "eval_batches": max(1, math.ceil(self.eval_sequences / b)),
-                     "parametrization": self.parametrization, "weight_decay": lam}
+                     "parametrization": self.parametrization, "weight_decay": lam, **self._accum(b)}
             for seed in self.seeds:
                 head = ({"width": self.width} if self.width is not None else {}) | {"batch_size": b,
                                                                                     "seed": seed}
@@ -195,6 +195,20 @@ class ScalingSweep(SweepSpec, LRMixin):
                 else:
                     pts += [head | {"lr": lr} | extra for lr in self.lrs_for(b)]
         return pts
+
+    def grad_accum_for(self, batch_size: int) -> int:
+        """Micro-batches a batch of ``batch_size`` sequences accumulates: the base's
+        ``grad_accum`` where it divides the batch, else the largest number that divides both
+        (batch 1: 1, a row without its gradient noise scale). A small batch is where B* sits
+        on small proxies, so it is run, not refused for want of a second micro-batch."""
+        ga = int(self.base.get("grad_accum", 1))
+        return ga if batch_size % ga == 0 else math.gcd(int(batch_size), ga)
+
+    def _accum(self, batch_size: int) -> dict[str, int]:
+        """The point's own ``grad_accum`` where it differs from the base's (else nothing, so
+        the points of batches the base divides keep their keys)."""
+        ga = self.grad_accum_for(batch_size)
+        return {} if ga == int(self.base.get("grad_accum", 1)) else {"grad_accum": ga}
 
     def tau_batch(self) -> int:
         """The batch (sequences) of the ``weight_decays`` runs: ``tau_batch_size`` or the

@@ -22,13 +22,15 @@ def test_demo_tiny_writes_report_summary_card_and_reuses_trials(tmp_path, capsys
     for kind in ("sp", "mup"):  # the coordinate check ran the two seeds it means (0 and 1), not seed 2
         assert set(pd.read_csv(out / "coord_check" / kind / "coord_check.csv")["seed"]) == {0, 1}
     # the scaling stage: 4 batches x 3 LRs at width 32 + 3 LRs at width 64, one row per budget,
-    # plus at most one LR past the edge of each batch's LR grid (the tiny size's bound; no batch
-    # can be added: 1 sequence does not split into 2 micro-batches, 32 exceed the smallest budget)
+    # plus at most one LR past the edge of each batch's LR grid and at most one batch past the
+    # batch grid's edge (the tiny size's bound): only 1 sequence, run with 1 micro-batch (32
+    # sequences exceed the smallest budget), with its 3 LRs
     sc = s["scaling"]
     assert "error" not in sc, sc.get("error")
     br = sc["bracketing"]
-    assert br["max_extend"] == 1 and br["rounds"]["batch"] == 0 and br["rounds"]["lr"] <= 1
-    assert br["extended_trials"] <= 4 and len(br["budgets"]) == 4
+    assert br["max_extend"] == 1 and br["rounds"]["batch"] <= 1 and br["rounds"]["lr"] <= 1
+    assert set(sc["batch_sizes"]) - {2, 4, 8, 16} <= {1}
+    assert br["extended_trials"] <= 3 * br["rounds"]["batch"] + 5 and len(br["budgets"]) == 4
     assert sc["n_trials"] == 4 * 3 + 3 + br["extended_trials"] and sc["n_rows"] == 4 * sc["n_trials"]
     assert set(sc["laws"]) >= {"lr", "batch", "tau"}
     # the held-out audit: ours trained at the held-out budget and batch, loss gap filled

@@ -21,7 +21,7 @@ from mutransfer.target import TargetModel
 from mutransfer_cli import main
 
 SCHEDULE = {"kind": "wsd", "warmup_steps": 10, "decay_fraction": 0.2, "total_steps": 100,
-            "decay_shape": "1-sqrt", "min_lr_ratio": 0.1}
+            "decay_shape": "1-sqrt", "lr_floor": 0.1}
 OPT = {"name": "adamw", "weight_decay": 0.1, "betas": (0.9, 0.95), "eps": 1e-8}
 GPT_CFG = GPTConfig(width=64, depth=2, head_dim=16, seq_len=32, vocab_size=64)
 # Megatron's μP init, its eps/m on hidden matrices, and its one decay for every matrix (the
@@ -256,7 +256,7 @@ def test_megatron_core_builds_the_export_and_gives_the_cards_values(case: str, m
     assert got["mup_width_mult"] == 4.0
     # Megatron's own optimizer grouping gives each parameter the card's LR, min LR and
     # weight decay, and the Adam eps of the exporter's table (the card's eps is dropped).
-    floor, eps = card["schedule"]["min_lr_ratio"], export["optimizer_config"]["adam_eps"]
+    floor, eps = card["schedule"]["lr_floor"], export["optimizer_config"]["adam_eps"]
     for g in card["param_groups"]:
         mg = got["per_param"][g["name"]]
         assert mg["max_lr"] == pytest.approx(g["lr"], rel=1e-12), g["name"]

@@ -23,7 +23,8 @@ def test_every_public_name_resolves() -> None:
 def test_python_dash_m_runs_the_cli() -> None:
     out = subprocess.run([sys.executable, "-m", "mutransfer_cli", "--help"], capture_output=True, text=True)
     assert out.returncode == 0 and "coord-check" in out.stdout
-    bad = subprocess.run([sys.executable, "-m", "mutransfer_cli", "frobnicate"], capture_output=True, text=True)
+    bad = subprocess.run([sys.executable, "-m", "mutransfer_cli", "frobnicate"], capture_output=True,
+                         text=True)
     assert bad.returncode == 2 and "unknown command 'frobnicate'" in bad.stderr
 
 

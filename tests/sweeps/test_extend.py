@@ -107,6 +107,35 @@ def test_a_tight_bound_stops_and_reports_not_bracketed(sweep, tmp_path) -> None:
     assert st["bracketing"]["bracketed"] == {"batch": False, "lr": False}
 
 
+def test_the_batch_extends_down_to_one_sequence(sweep, tmp_path) -> None:
+    # at a context of 1024, B* = 0.94, 1.25, 1.63, 2.16 sequences lies below the grid 2,4,8 (the
+    # demo's case: B* at its smallest batch). Batch 1 cannot accumulate the sweep's 2
+    # micro-batches; it is run with 1 (not refused), which brackets B* where it is above one
+    # sequence; below one sequence there is no smaller batch, and the report says so.
+    seq = 1024
+    bstar = [_bstar_seqs(d) * SEQ / seq for d in BUDGETS]
+    assert bstar[0] < 1 < bstar[1] and all(b < 2.2 for b in bstar)
+    centre = SYNTHETIC_LAWS["lr_coef"] * (8 * seq) ** 0.5 * 98304 ** SYNTHETIC_LAWS["lr_exp_tokens"]
+    argv = [a if a != f"seq_len={SEQ}" else f"seq_len={seq}"
+            for a in _scaling(tmp_path / "s", "2,4,8", "--workers", "1", centre=centre)]
+    rc, st = sweep(*argv)
+    assert rc == 0
+    br = st["bracketing"]
+    assert br["rounds"]["batch"] == 1 and br["added"] == 3
+    from sweeps.worker import open_study
+
+    study, _ = open_study(f"journal:{tmp_path / 's' / 'optuna.journal'}", "scaling")
+    ones = [t for t in study.trials if t.user_attrs[attrs.POINT]["batch_size"] == 1]
+    assert len(ones) == 3 and all(t.user_attrs[attrs.POINT]["grad_accum"] == 1 for t in ones)
+    assert all(t.state.name == "COMPLETE" for t in ones)
+    # the first two budgets' best batch is 1, the new edge (a bound); the last two are bracketed,
+    # at the surface's own B*
+    opts = [r["batch"]["opt"] / seq for r in br["budgets"]]
+    assert opts[:2] == [1, 1] and opts[2:] == pytest.approx(bstar[2:], rel=1e-6)
+    assert [r["batch"]["bracketed"] for r in br["budgets"]] == [False, False, True, True]
+    assert any("next batch 0 is outside the batch range" in s for s in br["stopped"])
+
+
 def test_real_workers_on_a_journal_extend(sweep, tmp_path) -> None:
     # B* = 15, 20, 26, 34.5 sequences on the grid 8,16,32: the last two budgets end at 32,
     # so one round adds 64; the LR grid is centred on the optimum

@@ -57,6 +57,23 @@ def test_explicit_lrs_and_yaml(tmp_path) -> None:
     assert s.base["wsd_branches"] == [0.125, 0.25, 1.0]
 
 
+def test_a_batch_grad_accum_does_not_divide_accumulates_fewer_micro_batches() -> None:
+    """Batch 1 (or 3) under the sweep's grad_accum 2 is run with 1 micro-batch (no noise
+    scale for that row) instead of refused: small proxies find B* at the smallest batches.
+    Batches the base divides keep their points (and keys) as they were."""
+    from sweeps.spec import train_config
+
+    s = _spec(batch_sizes=(1, 3, 8, 16), tokens=(2048, 4096, 8192, 16384))
+    accum = {p["batch_size"]: p.get("grad_accum") for p in s.points()}
+    assert accum == {1: 1, 3: 1, 8: None, 16: None}
+    one = train_config(s, next(p for p in s.points() if p["batch_size"] == 1))
+    assert one.run.batch_size == 1 and one.run.grad_accum == 1
+    assert train_config(s, next(p for p in s.points() if p["batch_size"] == 8)).run.grad_accum == 2
+    # the largest common divisor: batch 6 under grad_accum 4 accumulates 2
+    s4 = _spec(batch_sizes=(4, 6, 8), base={"seq_len": 64, "grad_accum": 4})
+    assert [s4.grad_accum_for(b) for b in (4, 6, 8, 1)] == [4, 2, 4, 1]
+
+
 @pytest.mark.parametrize(("kw", "match"), [
     ({"tokens": (65536, 262144)}, ">= 3 token budgets"),
     ({"batch_sizes": (4, 8)}, ">= 3 batch sizes"),
@@ -66,7 +83,6 @@ def test_explicit_lrs_and_yaml(tmp_path) -> None:
     ({"lr_center": -1.0}, "lr_center -1.0"),
     ({"check_width": 16}, "check_width 16"),
     ({"width": 40}, "width=40"),
-    ({"batch_sizes": (3, 8, 16)}, "grad_accum"),
     ({"base": {"seq_len": 64, "steps": 10}}, "'steps'"),
     ({"base": {"seq_len": 64, "wsd_branches": [0.5, 1.0]}}, "wsd_branches"),
     ({"parametrization": "ntk"}, "ntk"),

@@ -1,0 +1,485 @@
+"""Card regret: is the card right at a model larger than its proxy?
+
+A user's workflow, end to end, through the library's public API: the scaling sweep at the
+proxy's width (:class:`sweeps.ScalingSweep`, its grid extended until the optima are
+bracketed, :func:`sweeps.extend.run_bracketed`), the laws eta*(B, D) and B*(D)
+(:class:`analysis.ScalingLawFit`), and the card that ``mutransfer transfer`` writes
+(:func:`mutransfer.target.plan_run` and :func:`mutransfer.card.build_card`) for a target
+8x wider, 4x deeper (CompleteP's depth rules, the proxy tuned under them at its own depth)
+and trained on 8x the proxy's largest token budget. Then, at the target, direct
+measurement: LR +-1.5 octaves in 7 points x 2 seeds at 3 batches (the proxy's largest
+batch, 2x and 4x it; each batch's LR grid centred on the fitted law's eta*(B, D) there,
+moved from the proxy's optimum; 4x the proxy's largest batch is the design's "4x larger
+batch"). The card's own batch is whatever the card says (our B*(D), or DeepSeek's law when
+ours is in doubt), trained as it is.
+
+Regret, seed by seed = a config's loss ÷ the best loss measured with the same seed over
+the scan and every rule's config; reported as the mean over seeds with the per-seed range.
+Each rule's config (LR, batch) is trained at the target with 2 seeds beside the card's:
+
+* ``mup_unchanged``: μP with the proxy's best LR and batch, unchanged;
+* ``sp_proxy_lr``: standard parametrization at the LR an SP proxy of the proxy's shape
+  found best (its own LR scan), at the proxy's batch;
+* ``deepseek``: DeepSeek LLM's eta(C) and B(C), C = 6·N·D (Bi et al. 2024);
+* ``step_law``: Step Law's eta(N, D) and B(D) (Li et al. 2025).
+
+Everything else (weight decay, warmup tokens, WSD decay fraction, the held-out set) is the
+card's in every run, so the runs differ only in the two values the card projects. The
+published laws give an absolute LR; it is taken as the base LR of the μP/CompleteP target,
+the role it plays in the card's ``projected.baselines``.
+
+Sizes (``--size``): ``cpu`` keeps every ratio of the design (8x width, 4x depth, 8x
+tokens) but is tiny, to fit ~45 minutes of one core: proxy llama-small of width 16 (one
+head of 16), depth 1, context 16, budgets 2^11..2^14 tokens, batches 1..8 sequences;
+target width 128, depth 4, 2^17 tokens. At these budgets the proxy's best batch is its
+smallest possible one (1 sequence of 16 tokens) at every budget, so B*(D) is a bound and
+the card's batch is DeepSeek's, flagged: the cpu size measures the card as it comes out,
+the LR law at each scanned batch (``law_lr_by_batch``), but not our batch law. A proxy of
+width 256 and depth 8 over millions of tokens (the design's CPU example) would take ~18 h
+on this CPU. ``gpu`` is the design's size (proxy width 256, depth 2, context 256; target
+width 2048, depth 8, 2^26 tokens): hours of one GPU (``python -m benchmarks.gpu
+--card-regret-minutes M`` runs it there, resumable).
+
+    python -m benchmarks.card_regret [--size cpu] [--out runs/card_regret_cpu] [--max-minutes 60]
+
+Writes ``results/card_regret.json``. Every finished run is kept (the sweep's study in
+``OUT/scaling``, the other runs in ``OUT/trials.jsonl``), so a re-run resumes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).parent
+RESULTS = HERE / "results" / "card_regret.json"
+#: Octaves of the target's LR scan around the projected optimum: 7 points over +-1.5.
+LR_OFFSETS = (-1.5, -1.0, -0.5, 0.0, 0.5, 1.0, 1.5)
+SEEDS = (0, 1)
+RATIOS = {"width": 8, "depth": 4, "tokens": 8}
+
+
+@dataclass(frozen=True)
+class Size:
+    """One proxy, its scaling sweep, and the device it runs on."""
+
+    preset: str
+    width: int
+    """The proxy's (base) width; the target's is ``RATIOS['width']`` times it."""
+    depth: int
+    """The proxy's depth; the target's is ``RATIOS['depth']`` times it."""
+    head_dim: int
+    seq_len: int
+    tokens: tuple[int, ...]
+    """The proxy's token budgets (WSD branches of the largest); the target trains 8x the largest."""
+    batch_sizes: tuple[int, ...]
+    """The proxy's batch grid in sequences (extended past an edge optimum)."""
+    lr_center: float
+    """Centre of the proxy's LR grid at ``batch_sizes[0]`` (moved as sqrt(B))."""
+    eval_sequences: int
+    device: str
+    threads: int | None
+    max_extend: int = 2
+    check_width: int | None = None
+
+
+SIZES: dict[str, Size] = {
+    "cpu": Size(preset="llama-small", width=16, depth=1, head_dim=16, seq_len=16,
+                tokens=(2**11, 2**12, 2**13, 2**14), batch_sizes=(1, 2, 4, 8), lr_center=2.0**-6.5,
+                eval_sequences=256, device="cpu", threads=1),
+    "gpu": Size(preset="llama-small", width=256, depth=2, head_dim=64, seq_len=256,
+                tokens=(2**20, 2**21, 2**22, 2**23), batch_sizes=(4, 8, 16, 32), lr_center=2.0**-7,
+                eval_sequences=1024, device="cuda", threads=None),
+}
+
+
+def unavailable() -> str | None:
+    """Nothing is missing on any machine (it is only long: ``python -m benchmarks`` runs it
+    when named)."""
+    return None
+
+
+def _model(sz: Size, width: int, depth: int) -> dict[str, Any]:
+    return {"preset": sz.preset, "width": width, "depth": depth, "head_dim": sz.head_dim,
+            "seq_len": sz.seq_len}
+
+
+# ------------------------------------------------------------------ the proxy, as a user sweeps it
+def proxy_stage(sz: Size, out: Path) -> dict[str, Any]:
+    """The scaling sweep at the proxy width, bracketed, and its fitted laws."""
+    from analysis import ScalingLawFit
+    from sweeps import ScalingSweep, results_table
+    from sweeps.extend import Bounds, run_bracketed
+    from sweeps.holdout import fit_rows
+    from sweeps.worker import open_study
+
+    spec = ScalingSweep(preset=sz.preset, width=sz.width, batch_sizes=sz.batch_sizes, tokens=sz.tokens,
+                        seeds=(0,), parametrization="completep", lr_center=sz.lr_center,
+                        lr_center_batch=sz.batch_sizes[0], eval_sequences=sz.eval_sequences,
+                        check_width=sz.check_width,
+                        base={"seq_len": sz.seq_len, "depth": sz.depth, "head_dim": sz.head_dim,
+                              "base_depth": sz.depth, "threads": sz.threads},
+                        name="card-regret-proxy")
+    bounds = Bounds(max_extend=sz.max_extend, batch_range=(1, 8 * max(sz.batch_sizes)))
+    sweep, bracket = run_bracketed(spec, bounds, out=out / "scaling", workers=1, device=sz.device, quiet=True)
+    study, _ = open_study(sweep.plan.storage, sweep.plan.study_name)
+    table = results_table(study)
+    rows = fit_rows(table, spec)
+    fit = ScalingLawFit(n_boot=1000).fit(rows)
+    doc = fit.to_dict()
+    trials = table.drop_duplicates("trial")
+    return {"spec": spec, "doc": doc, "rows": rows,
+            "bracketing": bracket.to_dict() if bracket is not None else None,
+            "n_trials": int(len(trials)),
+            "cpu_s": float(trials["cpu_s"].sum()) if "cpu_s" in trials.columns else None}
+
+
+def proxy_optimum(doc: dict[str, Any]) -> dict[str, float]:
+    """The proxy's best config at its largest budget: the best batch there (a measured grid
+    batch) and that cell's LR optimum with its interval."""
+    d_max = max(c["tokens"] for c in doc["cells"])
+    cells = [c for c in doc["cells"] if c["tokens"] == d_max]
+    best = min(cells, key=lambda c: c["loss_opt"])
+    return {"tokens": float(d_max), "batch_tokens": float(best["batch_tokens"]), "lr": float(best["lr_opt"]),
+            "lr_lo": float(best["lr_lo"]), "lr_hi": float(best["lr_hi"]), "loss": float(best["loss_opt"])}
+
+
+# ------------------------------------------------------------------ the card, as `transfer` writes it
+def write_card(sz: Size, doc: dict[str, Any], opt: dict[str, float], out: Path) -> dict[str, Any]:
+    """The card for the target (``mutransfer transfer``'s assembly: plan_run, then build_card)."""
+    from analysis import ScalingLawFit
+    from mutransfer.card import build_card, save_card
+    from mutransfer.models import get_preset
+    from mutransfer.parametrization import Parametrization
+    from mutransfer.plan import plan_run
+    from mutransfer.target import resolve_target, transfer_builder
+
+    proxy = get_preset(sz.preset).replace(width=sz.width, depth=sz.depth, head_dim=sz.head_dim,
+                                          seq_len=sz.seq_len)
+    width, depth = RATIOS["width"] * sz.width, RATIOS["depth"] * sz.depth
+    target = resolve_target(proxy, overrides={"width": width, "depth": depth}, proxy_preset=sz.preset)
+    pz = Parametrization(transfer_builder(target, proxy), width=width, base_width=sz.width, kind="completep",
+                         depth=depth, base_depth=sz.depth)
+    n_params, n_nonembed = target.n_params()
+    tokens = float(RATIOS["tokens"] * max(sz.tokens))
+    laws = ScalingLawFit.from_dict(doc, "the proxy's scaling fit")
+    plan = plan_run(proxy_lr=opt["lr"], proxy_lr_interval=[opt["lr_lo"], opt["lr_hi"]], tokens=tokens,
+                    seq_len=sz.seq_len, laws=laws, proxy_batch_tokens=opt["batch_tokens"],
+                    proxy_tokens=opt["tokens"], n_params=n_nonembed)
+    schedule = {"kind": "wsd", "warmup_steps": plan.warmup_steps, "warmup_tokens": plan.warmup_tokens,
+                "decay_fraction": plan.decay_fraction, "decay_shape": "linear", "total_steps": plan.steps,
+                "lr_floor": 0.0}
+    card = build_card(
+        pz, lr=plan.lr,
+        optimizer={"name": "adamw", "weight_decay": plan.weight_decay, "wd_mode": "coupled", "tau": plan.tau},
+        schedule=schedule,
+        batch={"sequences": plan.batch_sequences, "tokens": plan.batch_tokens, "seq_len": sz.seq_len,
+               "dp_size": None, "micro_batch": plan.micro_batch,
+               "grad_accum": plan.batch_sequences // plan.micro_batch,
+               "rounding": plan.projected["batch_split"]["rule"]},
+        target={"model": target.to_dict(), "width": width, "depth": depth, "n_params": n_params,
+                "n_params_nonembed": n_nonembed, "tokens": tokens, "tokens_per_param": tokens / n_params,
+                "seq_len": sz.seq_len, "dp_size": None},
+        source={"preset": sz.preset, "width": sz.width, "depth": sz.depth, "base_width": sz.width,
+                "base_depth": sz.depth, "seq_len": sz.seq_len, "parametrization": "completep"},
+        projected=plan.projected)
+    save_card(card, out / "card.yaml")
+    return {"card": card, "plan": plan, "laws": laws, "n_params": n_params, "n_nonembed": n_nonembed,
+            "tokens": tokens, "width": width, "depth": depth}
+
+
+# ------------------------------------------------------------------ runs
+class Runner:
+    """Trains one config at the proxy's or the target's shape, cached in a TrialLog."""
+
+    def __init__(self, sz: Size, out: Path, deadline: float) -> None:
+        from benchmarks._proxy import TrialLog
+
+        self.sz, self.trials, self.deadline = sz, TrialLog(out / "trials.jsonl"), deadline
+        self.skipped = 0
+
+    def trials_loss(self, pt: tuple[int, float], seed: int, common: dict[str, Any]) -> float | None:
+        """The cached target loss of a scan point (batch, lr) at ``seed`` (None: not run)."""
+        return self.loss(where="target", parametrization="completep", lr=pt[1], batch=pt[0], seed=seed,
+                         cached_only=True, **common)
+
+    def loss(self, *, where: str, parametrization: str, lr: float, batch: int, tokens: float, seed: int,
+             width: int, depth: int, weight_decay: float, warmup_tokens: float, decay_fraction: float,
+             cached_only: bool = False) -> float | None:
+        """The held-out loss (None: not run, past the deadline, or not cached with ``cached_only``)."""
+        from benchmarks._proxy import log
+        from mutransfer.train import TrainConfig, train
+
+        sz = self.sz
+        steps = max(1, round(tokens / (batch * sz.seq_len)))
+        point = {"where": where, "p": parametrization, "lr": float(f"{lr:.6g}"), "batch": int(batch),
+                 "steps": steps, "seed": int(seed), "width": width, "depth": depth,
+                 "wd": float(f"{weight_decay:.6g}"), "warmup_tokens": round(warmup_tokens),
+                 "decay": float(f"{decay_fraction:.4g}")}
+        row = self.trials.get(point)
+        if row is None and cached_only:
+            return None
+        if row is None:
+            if time.time() > self.deadline:
+                self.skipped += 1
+                return None
+            cfg = TrainConfig.from_flat({
+                **_model(sz, width, depth), "base_width": sz.width, "base_depth": sz.depth,
+                "parametrization": parametrization, "lr": point["lr"], "batch_size": batch, "steps": steps,
+                "seed": seed, "schedule": "wsd", "decay_fraction": decay_fraction,
+                "warmup_steps": min(steps - 1, round(warmup_tokens / (batch * sz.seq_len))),
+                "weight_decay": weight_decay, "wd_mode": "coupled", "eval_every": 0,
+                "eval_batches": max(1, math.ceil(sz.eval_sequences / batch)), "threads": sz.threads,
+                "device": sz.device})
+            t0, c0 = time.perf_counter(), time.process_time()
+            res = train(cfg)
+            row = self.trials.add(point, {"loss": float(res.loss), "diverged": bool(res.diverged),
+                                          "wall_s": time.perf_counter() - t0,
+                                          "cpu_s": time.process_time() - c0})
+            log(f"  {where} {parametrization} lr {point['lr']:.4g} batch {batch} seed {seed}: "
+                f"{row['loss']:.4f} in {row['wall_s']:.0f} s")
+        return float(row["loss"])
+
+
+def _mean(xs: list[float | None]) -> float | None:
+    ok = [x for x in xs if x is not None]
+    return sum(ok) / len(ok) if len(ok) == len(xs) and ok else None
+
+
+def run(size: str = "cpu", out: str | os.PathLike[str] | None = None, max_minutes: float = 60.0,
+        write: bool = True) -> dict[str, Any]:
+    import torch
+
+    from analysis import OptimumFit
+    from analysis.baselines import deepseek_llm, step_law
+    from benchmarks._proxy import bracket_scan, finite_or_none, log, record_header
+    from mutransfer._io import atomic_write_text
+
+    if size not in SIZES:
+        raise ValueError(f"unknown size {size!r}; choose from {', '.join(SIZES)}")
+    sz = SIZES[size]
+    if sz.threads:
+        torch.set_num_threads(sz.threads)
+    t0 = time.perf_counter()
+    out = Path(out or Path("runs") / f"card_regret_{size}")
+    out.mkdir(parents=True, exist_ok=True)
+    deadline = time.time() + 60.0 * max_minutes
+
+    # 1. the proxy's scaling sweep and laws; the card
+    log(f"[card_regret] proxy scaling sweep: width {sz.width}, depth {sz.depth}, budgets {list(sz.tokens)}")
+    px = proxy_stage(sz, out)
+    doc = px["doc"]
+    atomic_write_text(out / "scaling_fit.json", json.dumps(doc, indent=2, default=float) + "\n")
+    opt = proxy_optimum(doc)
+    cw = write_card(sz, doc, opt, out)
+    plan, laws = cw["plan"], cw["laws"]
+    W, D, T = cw["width"], cw["depth"], cw["tokens"]
+    seq = sz.seq_len
+    common = {"tokens": T, "width": W, "depth": D, "weight_decay": plan.weight_decay,
+              "warmup_tokens": plan.warmup_tokens, "decay_fraction": plan.decay_fraction}
+    log(f"[card_regret] card: lr {plan.lr:.4g}, batch {plan.batch_sequences} x {seq}, {plan.steps} steps, "
+        f"wd {plan.weight_decay:.4g}; proxy optimum lr {opt['lr']:.4g} at batch {opt['batch_tokens']:g} "
+        "tokens")
+    runner = Runner(sz, out, deadline)
+
+    # 2. the SP proxy's own LR optimum (same shape, the proxy's batch and largest budget)
+    b_p = max(1, round(opt["batch_tokens"] / seq))
+    lam_p = float(px["spec"].base.get("weight_decay", 0.1))
+    warm_p = float(px["spec"].warmup_steps(b_p) * b_p * seq)
+
+    def sp_at(t: float) -> list[float]:
+        v = [runner.loss(where="proxy", parametrization="sp", lr=2.0**t, batch=b_p, tokens=opt["tokens"],
+                         seed=0, width=sz.width, depth=sz.depth, weight_decay=lam_p, warmup_tokens=warm_p,
+                         decay_fraction=0.2)]
+        return [x if x is not None else math.inf for x in v]
+
+    t_c = round(2 * math.log2(opt["lr"])) / 2
+    sp_scan = bracket_scan(sp_at, [t_c - 1, t_c - 0.5, t_c, t_c + 0.5, t_c + 1], lo=t_c - 4, hi=t_c + 4,
+                           step=0.5)
+    sp_lr = 2.0 ** min(sp_scan, key=sp_scan.__getitem__)
+
+    # 3. the configs each rule gives at the target
+    def seqs(batch_tokens: float) -> int:
+        return max(1, round(batch_tokens / seq))
+
+    ds = deepseek_llm(6.0 * cw["n_nonembed"] * T)
+    sl = step_law(cw["n_nonembed"], T)
+    configs = {
+        "card": ("completep", plan.lr, plan.batch_sequences),
+        "mup_unchanged": ("completep", opt["lr"], b_p),
+        "sp_proxy_lr": ("sp", sp_lr, b_p),
+        "deepseek": ("completep", float(ds["lr"]), seqs(float(ds["batch_tokens"]))),
+        "step_law": ("completep", float(sl["lr"]), seqs(float(sl["batch_tokens"]))),
+    }
+    # 4. the direct scan at the target: 3 batches (the proxy's largest, 2x and 4x it) x 7 LRs
+    # x 2 seeds, each batch's LR grid centred on the law's eta*(B, D_target) there
+    b_max = int(px["rows"]["batch_size"].max())
+    batches = [b_max, 2 * b_max, 4 * b_max]
+
+    def centre(b: int) -> float:
+        return opt["lr"] * laws.lr_ratio((opt["batch_tokens"], b * seq), (opt["tokens"], T))[0]
+
+    scan_pts = [(b, float(f"{centre(b) * 2.0**o:.6g}")) for b in batches for o in LR_OFFSETS]
+
+    def target(p: str, lr: float, b: int, s: int) -> float | None:
+        return runner.loss(where="target", parametrization=p, lr=lr, batch=b, seed=s, **common)
+
+    # the order runs are started in (a cut by --max-minutes keeps the most telling ones): the
+    # rules' configs with few steps, seed 0 of the scan, the rules with many steps; then seed 1
+    # the same way, its scan best-first by seed 0's loss (the best measured loss is settled first)
+    cheap = {n: c for n, c in configs.items() if T / (c[2] * seq) <= T / (b_max * seq)}
+    for i, s in enumerate(SEEDS):
+        for p, lr, b in cheap.values():
+            target(p, lr, b, s)
+        order = scan_pts if i == 0 else sorted(
+            scan_pts, key=lambda pt: runner.trials_loss(pt, SEEDS[0], common) or math.inf)
+        for b, lr in order:
+            target("completep", lr, b, s)
+        for n, (p, lr, b) in configs.items():
+            if n not in cheap:
+                target(p, lr, b, s)
+    losses = {n: [target(p, lr, b, s) for s in SEEDS] for n, (p, lr, b) in configs.items()}
+    scan: list[dict[str, Any]] = []
+    for b, lr in scan_pts:
+        ls = [runner.loss(where="target", parametrization="completep", lr=lr, batch=b, seed=s, **common)
+              for s in SEEDS]
+        scan.append({"batch_size": b, "batch_tokens": b * seq, "lr": lr, "losses": ls, "loss": _mean(ls)})
+
+    # 5. regret, seed by seed: each config's loss over the best loss measured with the same seed
+    # (over the scan and every rule's config), then the mean over the seeds it has
+    points = [{**r, "rule": None} for r in scan]
+    points += [{"batch_size": b, "batch_tokens": b * seq, "lr": lr, "losses": losses[n],
+                "loss": _mean(losses[n]), "rule": n, "parametrization": p}
+               for n, (p, lr, b) in configs.items()]
+    best_by_seed: dict[int, dict[str, Any]] = {}
+    for i, s in enumerate(SEEDS):
+        have = [r for r in points if r["losses"][i] is not None]
+        if have:
+            r = min(have, key=lambda r: r["losses"][i])
+            best_by_seed[s] = {"loss": r["losses"][i], "batch_size": r["batch_size"], "lr": r["lr"],
+                               "rule": r["rule"], "n_points": len(have)}
+    complete = [r for r in points if r["loss"] is not None]
+    best = min(complete, key=lambda r: r["loss"]) if complete else None  # best seed mean (all seeds)
+    per_batch: list[dict[str, Any]] = []
+    import pandas as pd
+
+    df = pd.DataFrame([{"batch_size": r["batch_size"], "lr": r["lr"], "seed": s, "loss": v}
+                       for r in scan for s, v in zip(SEEDS, r["losses"], strict=True) if v is not None])
+    if len(df):  # per batch, the seeds that ran its whole LR grid (a cut run leaves one partial)
+        n_lr = df.groupby("batch_size")["lr"].transform("nunique")
+        n_seed_lr = df.groupby(["batch_size", "seed"])["lr"].transform("nunique")
+        df = df[(n_seed_lr == n_lr) & (n_lr >= 3)]
+    if len(df):
+        fit = OptimumFit(x="lr", y="loss", group_by=("batch_size",), n_boot=500).fit(df)
+        for b in batches:
+            sub = df[df["batch_size"] == b]
+            if sub.empty:
+                continue
+            o = fit.group(b)
+            per_batch.append({"batch_size": b, "lr_opt": o.x_opt, "lr_ci": [finite_or_none(c) for c in o.ci],
+                              "loss_opt": o.loss_opt, "at_edge": o.at_edge, "edge": o.edge,
+                              "seeds": sorted(int(x) for x in sub["seed"].unique()),
+                              "best_grid_loss": float(sub.groupby("lr")["loss"].mean().min())})
+    best_b = min(per_batch, key=lambda r: r["loss_opt"]) if per_batch else None
+    table: dict[str, Any] = {}
+    for name, (p, lr, b) in configs.items():
+        ls = losses[name]
+        ok = [(s, v) for s, v in zip(SEEDS, ls, strict=True) if v is not None and s in best_by_seed]
+        per_seed = {str(s): v / best_by_seed[s]["loss"] for s, v in ok}
+        row: dict[str, Any] = {"parametrization": p, "lr": lr, "batch_sequences": b, "batch_tokens": b * seq,
+                               "losses": ls, "seeds": [s for s, _ in ok]}
+        if per_seed:
+            row["ratio_loss"] = sum(per_seed.values()) / len(per_seed)
+            row["ratio_loss_per_seed"] = per_seed
+            row["ratio_loss_range"] = [min(per_seed.values()), max(per_seed.values())]
+        if best_b is not None:
+            row["ratio_lr"] = lr / best_b["lr_opt"]
+            ci = best_b["lr_ci"]
+            row["ratio_lr_ci"] = [lr / ci[1] if ci[1] else None, lr / ci[0] if ci[0] else None]
+            row["ratio_batch"] = b / best_b["batch_size"]
+        table[name] = row
+    card_row = table["card"]
+    others = [table[n].get("ratio_loss") for n in table if n != "card"]
+    card_ok = card_row.get("ratio_loss") is not None and card_row["ratio_loss"] <= 1.005
+    beats = card_row.get("ratio_loss") is not None and all(o is not None and card_row["ratio_loss"] < o
+                                                           for o in others)
+    # the two halves of the card apart: our eta*(B, D) at each scanned batch (its grid's centre)
+    # over the best measured loss of the same seed, i.e. the LR law's regret were the batch right
+    law_lr: dict[str, Any] = {}
+    for b in batches:
+        r = next(r for r in scan if r["batch_size"] == b and r["lr"] == float(f"{centre(b):.6g}"))
+        per = {str(s): v / best_by_seed[s]["loss"] for s, v in zip(SEEDS, r["losses"], strict=True)
+               if v is not None and s in best_by_seed}
+        if per:
+            law_lr[str(b)] = {"lr": r["lr"], "ratio_loss": sum(per.values()) / len(per), "per_seed": per}
+    best_batch = min(per_batch, key=lambda r: r["best_grid_loss"])["batch_size"] if per_batch else None
+    noise = None
+    if best is not None:
+        noise = (max(best["losses"]) - min(best["losses"])) / best["loss"]
+    figures = {
+        "ratio_loss_card": card_row.get("ratio_loss"),
+        **{f"ratio_loss_{n}": table[n].get("ratio_loss") for n in table if n != "card"},
+        "ratio_lr_card": card_row.get("ratio_lr"), "ratio_batch_card": card_row.get("ratio_batch"),
+        "ratio_loss_law_lr_at_best_batch": (law_lr.get(str(best_batch)) or {}).get("ratio_loss"),
+        "card_within_0.5pct": card_ok, "card_beats_every_baseline": beats,
+        "best_loss_by_seed": {str(s): v["loss"] for s, v in best_by_seed.items()},
+        "seed_spread_of_best": noise,
+        "proxy_batch_bracketed": (px["bracketing"] or {}).get("bracketed", {}).get("batch"),
+        "card_batch_source": plan.projected["batch_tokens"]["source"],
+        "runs_skipped_past_deadline": runner.skipped,
+        "wall_s": time.perf_counter() - t0,
+    }
+    trials = list(runner.trials.rows.values())
+    record = {
+        **record_header("card_regret"),
+        # judged on the seeds each config has (runs_skipped_past_deadline says what is missing)
+        "passed": bool(card_ok and beats) if card_row.get("ratio_loss") is not None else None,
+        "setup": {
+            "size": size, "proxy": asdict(sz), "ratios": RATIOS, "seeds": list(SEEDS),
+            "proxy_parametrization": "completep (μP in width; CompleteP's depth rules, equal to μP at the "
+                                     "proxy's own depth)",
+            "target": {"width": W, "depth": D, "tokens": T, "seq_len": seq, "n_params": cw["n_params"],
+                       "n_params_nonembed": cw["n_nonembed"]},
+            "target_batches": batches, "lr_offsets_octaves": list(LR_OFFSETS),
+            "target_lr_centres": {str(b): centre(b) for b in batches},
+            "held_fixed": "weight decay, warmup tokens, WSD decay fraction and held-out set are the card's "
+                          "in every target run; only LR and batch differ",
+            "note": "cpu size: tiny models and budgets (see the module docstring); the ratios are the "
+                    "design's, the absolute sizes are not",
+        },
+        "proxy": {"optimum": opt, "bracketing": px["bracketing"], "n_trials": px["n_trials"],
+                  "cpu_s": px["cpu_s"], "laws": {"lr": doc["lr"]["law"], "batch": doc["batch"]["law"],
+                                                 "lr_ci": doc["lr"]["ci"], "batch_ci": doc["batch"]["ci"]},
+                  "sp_lr_scan": {str(k): v for k, v in sorted(sp_scan.items())}, "sp_lr_opt": sp_lr},
+        "card": {"lr": plan.lr, "lr_interval": plan.projected["lr"]["interval"],
+                 "batch_sequences": plan.batch_sequences, "batch_tokens": plan.batch_tokens,
+                 "batch_source": plan.projected["batch_tokens"]["source"], "steps": plan.steps,
+                 "weight_decay": plan.weight_decay, "warmup_tokens": plan.warmup_tokens,
+                 "decay_fraction": plan.decay_fraction, "warnings": plan.warnings},
+        "regret": table, "law_lr_by_batch": law_lr, "best_by_seed": best_by_seed, "best_seed_mean": best,
+        "per_batch": per_batch, "scan": scan,
+        "cost": {"target_runs": sum(1 for r in trials if r["where"] == "target"),
+                 "target_cpu_s": sum(r["cpu_s"] for r in trials if r["where"] == "target"),
+                 "sp_proxy_cpu_s": sum(r["cpu_s"] for r in trials if r["where"] == "proxy")},
+        "figures": figures,
+    }
+    if write:
+        atomic_write_text(RESULTS if size == "cpu" else RESULTS.with_name(f"card_regret_{size}.json"),
+                          json.dumps(record, indent=2, default=float) + "\n")
+    return record
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--size", choices=sorted(SIZES), default="cpu")
+    parser.add_argument("--out", default=None, help="run dir (default runs/card_regret_SIZE)")
+    parser.add_argument("--max-minutes", type=float, default=60.0,
+                        help="start no new run after this many minutes (the record says what was skipped)")
+    a = parser.parse_args()
+    print(json.dumps(run(a.size, a.out, a.max_minutes)["figures"], indent=2, default=float))

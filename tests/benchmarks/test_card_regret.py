@@ -1,0 +1,55 @@
+"""The card-regret benchmark's proxy optimum and card, on a synthetic scaling fit (known
+laws): the card is the one `mutransfer transfer` would write for a target 8x wider, 4x
+deeper, on 8x the largest budget, with our B*(D) carrying the batch inside the limit."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mutransfer.card import load_card
+
+SEQ = 16
+D_MAX = 2**14
+
+
+def _fit() -> dict[str, Any]:
+    cells = [{"batch_tokens": b, "tokens": d, "lr_opt": 0.01 * (b / 16) ** 0.5, "lr_lo": 0.008,
+              "lr_hi": 0.012, "edge": "",
+              "loss_opt": 2.5 - 0.1 * math.log2(d / 2048) + 0.01 * abs(math.log2(b / 32))}
+             for b in (16, 32, 64, 128) for d in (2048, 4096, 8192, D_MAX)]
+    return {"kind": "scaling",
+            "lr": {"coef": 0.5, "exponents": {"batch_tokens": 0.5, "tokens": -0.25},
+                   "ci": {"batch_tokens": [0.4, 0.6], "tokens": [-0.3, -0.2]}},
+            "batch": {"coef": 2.0, "exponents": {"tokens": 0.4}, "ci": {"tokens": [0.3, 0.5]}},
+            "tau": {"value": 0.2, "ci": [0.15, 0.3]},
+            "measured": {"tokens": [2048, D_MAX], "batch_tokens": [16, 128], "seq_len": SEQ},
+            "cells": cells, "budgets": [{"tokens": d, "edge": ""} for d in (2048, 4096, 8192, D_MAX)]}
+
+
+def test_the_card_targets_8x_width_4x_depth_8x_tokens_with_the_fitted_laws(tmp_path: Path) -> None:
+    from benchmarks.card_regret import SIZES, proxy_optimum, write_card
+
+    sz = SIZES["cpu"]
+    doc = _fit()
+    opt = proxy_optimum(doc)
+    # the best cell of the largest budget: batch 32 tokens (the loss's minimum), its LR
+    assert opt == {"tokens": D_MAX, "batch_tokens": 32, "lr": pytest.approx(0.01 * 2**0.5), "lr_lo": 0.008,
+                   "lr_hi": 0.012, "loss": pytest.approx(2.2)}
+    cw = write_card(sz, doc, opt, tmp_path)
+    card = load_card(tmp_path / "card.yaml")
+    assert (card["target"]["width"], card["target"]["depth"]) == (8 * sz.width, 4 * sz.depth)
+    assert card["target"]["tokens"] == 8 * D_MAX and card["batch"]["seq_len"] == SEQ
+    pz = card["parametrization"]
+    assert pz["kind"] == "completep" and pz["base_depth"] == sz.depth
+    # batch: our B*(8 D_max) = 2 · (2^17)^0.4 tokens = 221 tokens -> 13.8 sequences -> a multiple of 8
+    b_fit = 2.0 * (8 * D_MAX) ** 0.4
+    assert "B*(D)" in card["projected"]["batch_tokens"]["source"]
+    assert card["batch"]["sequences"] == 8 * round(b_fit / SEQ / 8) == 16
+    # LR: the proxy's optimum moved by (B_t / B_p)^0.5 (D_t / D_p)^-0.25
+    b_t = card["batch"]["tokens"]
+    assert card["optimizer"]["lr"] == pytest.approx(opt["lr"] * (b_t / 32) ** 0.5 * 8**-0.25, rel=1e-12)
+    assert cw["plan"].lr == card["optimizer"]["lr"] and cw["tokens"] == 8 * D_MAX
