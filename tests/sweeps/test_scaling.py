@@ -61,7 +61,7 @@ def test_a_batch_grad_accum_does_not_divide_accumulates_fewer_micro_batches() ->
     """Batch 1 (or 3) under the sweep's grad_accum 2 is run with 1 micro-batch (no noise
     scale for that row) instead of refused: small proxies find B* at the smallest batches.
     Batches the base divides keep their points (and keys) as they were."""
-    from sweeps.spec import train_config
+    from sweeps.resolve import train_config
 
     s = _spec(batch_sizes=(1, 3, 8, 16), tokens=(2048, 4096, 8192, 16384))
     accum = {p["batch_size"]: p.get("grad_accum") for p in s.points()}
