@@ -448,10 +448,8 @@ def plan_run(
 
     ``batch_rule`` (:data:`BATCH_RULES`): small proxies measure B* over a few hundred
     thousand tokens, and a law fitted there can be 10^5x short of a real budget, or not
-    resolved at all (:meth:`~analysis.ScalingLawFit.batch_law_doubts`: the best batch at the
-    grid's edge at half the budgets or more, or the target beyond ``extrapolation_limit``;
-    inside the limit our B*(D) carries the batch even when its exponent is uncertain, with
-    a warning). Then ``auto`` takes DeepSeek LLM's B_opt = 0.2920·C^0.3271 tokens
+    resolved at all (:meth:`~analysis.ScalingLawFit.batch_law_doubts`; inside the limit
+    our B*(D) carries it). Then ``auto`` takes DeepSeek LLM's B_opt = 0.2920·C^0.3271 tokens
     (Bi et al. 2024; C = 6·N·D FLOPs, N = ``n_params``), fitted on 1e17–3e20 FLOPs, and
     says so; our law's value stays in the card as ``batch_fit`` beside it.
 
