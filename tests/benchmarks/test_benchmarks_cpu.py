@@ -240,3 +240,27 @@ def test_readout_ladder_files_demo_rows_under_named_readouts(tmp_path: Path) -> 
     constant = json.dumps({"parametrization": "mup", "readout_init": "constant"})
     sp = json.dumps({"parametrization": "sp"})
     assert got == {("mup_constant", 1, 2.222, constant), ("sp", 0, 2.2, sp)}
+
+
+def test_scan_replays_finished_scans_from_the_log_and_names_the_unfinished(tmp_path: Path) -> None:
+    """``train_missing=False`` trains nothing: a scan whose points are all in the log comes
+    back with exactly its points; one that lacks a trial is left out and named."""
+    import json
+
+    from benchmarks.mup_vs_sp import scan
+
+    log = TrialLog(tmp_path / "trials.jsonl")
+    sp, mu = {"parametrization": "sp"}, {"parametrization": "mup", "readout_init": "fan_in"}
+    for t in (-8.0, -7.0, -6.0, -5.0, -4.0):  # SP at width 64 starts at 2^-7..2^-5; minimum 2^-6
+        log.add({"arm": "sp", "width": 64, "log2_lr": t, "seed": 0, "overrides": json.dumps(sp)},
+                {"lr": 2.0**t, "loss": 2.0 + (t + 6.0) ** 2, "diverged": False, "wall_s": 1.0})
+    for t in (-7.0, -6.0):  # μP's scan would need 2^-5 too
+        log.add({"arm": "mu", "width": 64, "log2_lr": t, "seed": 0, "overrides": json.dumps(mu)},
+                {"lr": 2.0**t, "loss": 2.0, "diverged": False, "wall_s": 1.0})
+    before = (tmp_path / "trials.jsonl").read_text()
+    demo = {"base_width": 32}
+    table = scan([("sp", sp, 64, (0,), None), ("mu", mu, 64, (0,), None)], tmp_path, demo=demo,
+                 train_missing=False)
+    assert sorted(table["log2_lr"]) == [-7.0, -6.0, -5.0] and set(table["arm"]) == {"sp"}
+    assert table.attrs["incomplete"] == ["mu w64 lr 2^-5 seed 0"]
+    assert (tmp_path / "trials.jsonl").read_text() == before  # nothing written, nothing trained
