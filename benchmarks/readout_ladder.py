@@ -26,8 +26,8 @@ arms seeds 0, 1 everywhere. The scans run in the order the decision needs them
 Writes ``results/readout_ladder.json`` and ``results/readout_ladder.png``. Finished trials
 are kept in ``--out``/trials.jsonl (default ``runs/readout_ladder``) and resumed;
 ``--import-csv`` first adds the SP and constant-readout μP rows of a ``mutransfer demo
---size small`` run whose every hyperparameter matches (the committed record reused such a
-run's 68 trials at widths 32–256).
+--size small`` run whose every hyperparameter matches (the committed record imported such a
+run's 68 trials at widths 32–256, 42 of them on its scans' grids, and trained 58).
 """
 
 from __future__ import annotations
@@ -118,17 +118,18 @@ def summarize(table: Any, widths: tuple[int, ...], n_boot: int = 500) -> dict[st
         best = [v["best_loss"] for v in per_width.values()]
         full = sorted(int(w) for w in per_width) == sorted(widths)
         arms[a] = {
-            "drift_octaves": None if d is None else d.octaves,
-            "drift_ci": None if d is None else [finite_or_none(c) for c in d.ci],
+            "lr_opt_drift_octaves": None if d is None else d.octaves,
+            "lr_opt_drift_ci": None if d is None else [finite_or_none(c) for c in d.ci],
             "slope": None if d is None else d.slope, "any_at_edge": bool(sub["at_edge"].any()),
             "wider_is_better": bool(all(b <= a_ for a_, b in zip(best, best[1:], strict=False))),
             "complete": full, "per_width": per_width,
             "n_trials": int((table["arm"] == a).sum()),
             "train_s": float(table.loc[table["arm"] == a, "wall_s"].sum())}
-    eligible = [a for a, v in arms.items() if a != "sp" and v["complete"] and v["drift_octaves"] is not None
+    eligible = [a for a, v in arms.items()
+                if a != "sp" and v["complete"] and v["lr_opt_drift_octaves"] is not None
                 and (r := v["per_width"][str(wide)]["best_loss_over_sp"]) is not None
                 and r <= TARGETS["ratio_best_loss_over_sp_widest_max"]
-                and v["drift_octaves"] <= TARGETS["drift_octaves_max"]]
+                and v["lr_opt_drift_octaves"] <= TARGETS["drift_octaves_max"]]
     return {"fit": fit, "arms": arms, "eligible": eligible}
 
 
@@ -151,8 +152,9 @@ def plot(fit: Any, arms: dict[str, Any], path: Path) -> Path:
         y = sub["log2_x_opt"].to_numpy(float)
         lo = np.log2(np.where(sub["ci_lo"] > 0, sub["ci_lo"], sub["x_opt"]))
         hi = np.log2(np.where(np.isfinite(sub["ci_hi"]), sub["ci_hi"], sub["x_opt"]))
+        drift = d["lr_opt_drift_octaves"]
         left.errorbar(sub["width"], y, yerr=[y - lo, hi - y], fmt="o-", color=f"C{i}", capsize=3,
-                      label=a if d["drift_octaves"] is None else f"{a}: drift {d['drift_octaves']:.2f} oct")
+                      label=a if drift is None else f"{a}: drift {drift:.2f} oct")
         if a == "sp":
             continue
         pw = [(int(w), v) for w, v in d["per_width"].items() if v["best_loss_over_sp"] is not None]
@@ -203,7 +205,7 @@ def run(widths: tuple[int, ...] = (32, 64, 128, 256, 512), seeds: tuple[int, ...
     wide = str(max(widths))
     figures: dict[str, Any] = {}
     for a, v in s["arms"].items():
-        figures[f"drift_octaves_{a}"] = v["drift_octaves"]
+        figures[f"drift_octaves_{a}"] = v["lr_opt_drift_octaves"]
         if a != "sp":
             figures[f"ratio_best_loss_{a}_over_sp_widest"] = v["per_width"].get(wide, {}).get(
                 "best_loss_over_sp")
