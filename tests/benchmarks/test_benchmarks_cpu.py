@@ -199,9 +199,9 @@ def test_readout_ladder_reads_drift_wider_is_better_and_the_default_rule_off_kno
     })
     s = summarize(table, widths, n_boot=20)
     arms = s["arms"]
-    assert arms["sp"]["drift_octaves"] == pytest.approx(2.0, abs=1e-6)
-    assert arms["mup_constant"]["drift_octaves"] == pytest.approx(1.0, abs=1e-6)
-    assert arms["mup_fan_in"]["drift_octaves"] == pytest.approx(0.0, abs=1e-6)
+    assert arms["sp"]["lr_opt_drift_octaves"] == pytest.approx(2.0, abs=1e-6)
+    assert arms["mup_constant"]["lr_opt_drift_octaves"] == pytest.approx(1.0, abs=1e-6)
+    assert arms["mup_fan_in"]["lr_opt_drift_octaves"] == pytest.approx(0.0, abs=1e-6)
     assert [arms[a]["wider_is_better"] for a in ("sp", "mup_constant", "mup_fan_in", "mup_zero")] == [
         True, True, True, False]
     for w, want in ((32, 1.0), (64, 2.05 / 2.1), (128, 1.98 / 2.0)):
