@@ -73,18 +73,27 @@ def _guess(arm: str, m: float) -> float:
     return -5.5 - math.log2(m) if arm == "sp" else -5.5
 
 
+class MissingTrial(LookupError):
+    """A scan replayed from the log (``train_missing=False``) needs a trial it lacks."""
+
+
 def _scan_arm(arm: str, over: dict[str, Any], width: int, seeds: tuple[int, ...], out: str,
-              demo: dict[str, Any], step: float, same_as: dict[str, Any] | None = None) -> list[float]:
+              demo: dict[str, Any], step: float, same_as: dict[str, Any] | None = None,
+              train_missing: bool = True) -> list[dict[str, Any]]:
     """LR scan of one arm at one width (one process; trials appended to out/trials.jsonl);
-    returns the log2 LRs it visited.
+    returns the trial rows it visited.
     ``same_as``: other overrides that train the identical run at this width (the same
-    per-parameter LRs to the last bit); a finished trial under them is reused."""
+    per-parameter LRs to the last bit); a finished trial under them is reused.
+    ``train_missing=False`` replays the scan from the log, writing nothing, and raises
+    :class:`MissingTrial` where it would train."""
     from benchmarks._proxy import TrialLog, bracket_scan, log
     from mutransfer.train import TrainConfig, train
 
     trials = TrialLog(Path(out) / "trials.jsonl")
     m = width / demo["base_width"]
     c = round(_guess(arm, m))
+
+    visited: list[dict[str, Any]] = []
 
     def run_at(t: float) -> list[float]:
         losses = []
@@ -96,8 +105,11 @@ def _scan_arm(arm: str, over: dict[str, Any], width: int, seeds: tuple[int, ...]
                 (r for r in trials.rows.values() if r["width"] == width and r["log2_lr"] == t
                  and r["seed"] == seed and r["overrides"] == json.dumps(same_as, sort_keys=True)), None)
             if row is None and twin is not None:
-                row = trials.add(point, {k: twin[k] for k in ("lr", "loss", "diverged", "wall_s")}
-                                 | {"same_as": twin["key"]})
+                reused = {k: twin[k] for k in ("lr", "loss", "diverged", "wall_s")} | {"same_as": twin["key"]}
+                row = (trials.add(point, reused) if train_missing
+                       else {"key": trials.key(point), **point, **reused})
+            if row is None and not train_missing:
+                raise MissingTrial(f"{arm} w{width} lr 2^{t:g} seed {seed}")
             if row is None:
                 t0 = time.perf_counter()
                 r = train(TrainConfig.from_flat({**demo, **over, "width": width, "lr": 2.0**t, "seed": seed}))
@@ -106,9 +118,11 @@ def _scan_arm(arm: str, over: dict[str, Any], width: int, seeds: tuple[int, ...]
                 log(f"  {arm} w{width} lr 2^{t:g} seed {seed}: {r.loss:.4f}"
                     f"{' (diverged)' if r.diverged else ''} [{row['wall_s']:.0f} s]")
             losses.append(row["loss"])
+            visited.append(row)
         return losses
 
-    return sorted(bracket_scan(run_at, [c - step, float(c), c + step], lo=-16.0, hi=0.0, step=step))
+    bracket_scan(run_at, [c - step, float(c), c + step], lo=-16.0, hi=0.0, step=step)
+    return visited
 
 
 Work = tuple[str, dict[str, Any], int, tuple[int, ...], "dict[str, Any] | None"]
@@ -116,37 +130,45 @@ Work = tuple[str, dict[str, Any], int, tuple[int, ...], "dict[str, Any] | None"]
 
 
 def scan(work: list[Work], out: Path, jobs: int = 1, step: float = 1.0,
-         demo: dict[str, Any] | None = None) -> Any:
+         demo: dict[str, Any] | None = None, train_missing: bool = True) -> Any:
     """Run every LR scan in ``work``; return the trials table (pandas) of exactly the points
     the scans visited (so every arm's optimum is fitted on its own scan's grid, whatever
-    else the trial log holds)."""
+    else the trial log holds). ``train_missing=False`` only replays the scans from the
+    log: a scan that would need training is left out, and its first missing trial is
+    listed in ``table.attrs["incomplete"]``."""
     import pandas as pd
 
-    from benchmarks._proxy import TrialLog
     from benchmarks.tuned_multipliers import DEMO
 
     demo = dict(demo or DEMO)
     out.mkdir(parents=True, exist_ok=True)
-    if jobs > 1:
+    incomplete: list[str] = []
+    if jobs > 1 and train_missing:
         with ProcessPoolExecutor(jobs) as pool:
-            futs = [pool.submit(_scan_arm, a, o, w, sd, str(out), demo, step, same)
+            futs = [pool.submit(_scan_arm, a, o, w, sd, str(out), demo, step, same, train_missing)
                     for a, o, w, sd, same in work]
-            grids = [f.result() for f in futs]
+            done = [f.result() for f in futs]
     else:
-        grids = [_scan_arm(a, o, w, sd, str(out), demo, step, same) for a, o, w, sd, same in work]
-    wanted = {(a, w, json.dumps(o, sort_keys=True)): (sd, set(g))
-              for (a, o, w, sd, _), g in zip(work, grids, strict=True)}
-    rows = [r for r in TrialLog(out / "trials.jsonl").rows.values()
-            if (key := (r["arm"], r["width"], r["overrides"])) in wanted
-            and r["seed"] in wanted[key][0] and r["log2_lr"] in wanted[key][1]]
-    return pd.DataFrame(rows)
+        done = []
+        for a, o, w, sd, same in work:
+            try:
+                done.append(_scan_arm(a, o, w, sd, str(out), demo, step, same, train_missing))
+            except MissingTrial as exc:
+                incomplete.append(str(exc))
+    table = pd.DataFrame([r for rows in done for r in rows])
+    table.attrs["incomplete"] = incomplete
+    return table
 
 
-def import_results(csv: str | os.PathLike[str], out: Path) -> int:
+def import_results(csv: str | os.PathLike[str], out: Path, demo: dict[str, Any] | None = None,
+                   arms: dict[str, tuple[str, dict[str, Any]]] | None = None) -> int:
     """Add the SP and μP rows of an earlier results table (``mutransfer demo``'s
     ``results.csv``) to ``out``/trials.jsonl, keeping only rows whose every hyperparameter
     column equals this benchmark's config at that (parametrization, width, lr, seed): the
-    same trainer on the same data repeats them bit for bit on CPU. Returns rows added."""
+    same trainer on the same data repeats them bit for bit on CPU. Returns rows added.
+    ``demo``: the proxy's TrainConfig fields (default :data:`DEMO` of tuned_multipliers);
+    ``arms``: parametrization -> (arm, overrides) the rows are filed under (default: sp
+    and mup as :data:`ABLATIONS` has them)."""
     import dataclasses
 
     import pandas as pd
@@ -156,17 +178,19 @@ def import_results(csv: str | os.PathLike[str], out: Path) -> int:
     from mutransfer.config import ALIASES
     from mutransfer.train import TrainConfig
 
+    demo = dict(demo or DEMO)
+    arms = arms or {p: (p, ABLATIONS[p](1.0)) for p in ("sp", "mup")}
     table = pd.read_csv(csv)
     trials = TrialLog(out / "trials.jsonl")
     names = set(ALIASES) - {"device", "threads"}
     added = skipped = 0
     for _, r in table.iterrows():
-        arm, t = str(r["parametrization"]), math.log2(float(r["lr"]))
-        if arm not in ("sp", "mup") or r.get("state", "COMPLETE") != "COMPLETE" or t != round(t * 2) / 2:
+        p, t = str(r["parametrization"]), math.log2(float(r["lr"]))
+        if p not in arms or r.get("state", "COMPLETE") != "COMPLETE" or t != round(t * 2) / 2:
             skipped += 1
             continue
-        over = ABLATIONS[arm](1.0)
-        cfg = TrainConfig.from_flat({**DEMO, **over, "width": int(r["width"]), "lr": float(r["lr"]),
+        arm, over = arms[p]
+        cfg = TrainConfig.from_flat({**demo, **over, "width": int(r["width"]), "lr": float(r["lr"]),
                                      "seed": int(r["seed"])})
         model = dataclasses.asdict(cfg.model_config())  # None model fields: the preset's value
         want = {k: model.get(k) if v is None else v for k, v in cfg.to_flat().items()}

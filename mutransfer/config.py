@@ -242,7 +242,10 @@ class ParametrizationSection(_Section):
     readout_init: Literal["constant", "zero", "fan_in"] = "constant"
     """Readout init under μP: ``constant`` (constant variance), ``zero``, or ``fan_in``
     (SP's fan-in law for the effective readout, std ∝ width^-1/2; the same as ``constant``
-    at the base width; :data:`mutransfer.rules.READOUT_INIT`)."""
+    at the base width; :data:`mutransfer.rules.READOUT_INIT`). ``constant`` stays the
+    default: on the demo's proxy over widths 32-512 (``benchmarks/readout_ladder.py``)
+    ``fan_in`` matched SP's best loss at 512 (0.9995x) but its optimal LR drifted 0.30
+    octave, over the 0.25 a default must meet; ``constant`` is 1.05x SP's at 256."""
 
     # The kind decides which optimizer math runs; the rest are per-member scalars.
     PER_MEMBER: ClassVar[frozenset[str]] = frozenset({

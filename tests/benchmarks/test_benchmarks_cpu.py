@@ -65,7 +65,7 @@ def test_gpu_benchmark_refuses_in_one_line_without_cuda(argv: list[str]) -> None
 def test_gpu_help_answers_and_writes_nothing(tmp_path: Path) -> None:
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT)}
     for mod in ("benchmarks.gpu", "benchmarks.depth_fidelity", "benchmarks.horizon_shift",
-                "benchmarks.hf_architectures"):
+                "benchmarks.hf_architectures", "benchmarks.readout_ladder"):
         p = subprocess.run([sys.executable, "-m", mod, "--help"], cwd=tmp_path, env=env,
                            capture_output=True, text=True, timeout=120)
         assert p.returncode == 0 and "usage:" in p.stdout, mod
@@ -166,3 +166,101 @@ def test_hf_vs_builtin_times_the_same_parametrized_network() -> None:
     y = torch.roll(x, -1, dims=1)
     with torch.no_grad():
         assert loss_of(hf, x, y).item() == pytest.approx(loss_of(ours, x, y).item(), rel=1e-5)
+
+
+def _ladder_table(optima: dict[str, dict[int, tuple[float, float]]]) -> object:
+    """Trials of quadratic loss curves in log2 lr: arm -> width -> (log2 optimum, best loss);
+    seeds 0 and 1 shift each curve by +-0.01, so their mean is the noiseless curve."""
+    import numpy as np
+    import pandas as pd
+
+    rows = []
+    for arm, per_width in optima.items():
+        for w, (t0, floor) in per_width.items():
+            for seed, shift in ((0, 0.01), (1, -0.01)):
+                for t in np.arange(round(t0) - 3.0, round(t0) + 4.0):
+                    rows.append({"arm": arm, "width": w, "seed": seed, "lr": 2.0**t, "diverged": False,
+                                 "loss": floor + 0.05 * (t - t0) ** 2 + shift, "wall_s": 1.0})
+    return pd.DataFrame(rows)
+
+
+def test_readout_ladder_reads_drift_wider_is_better_and_the_default_rule_off_known_curves() -> None:
+    """Known answers: an arm whose optimum moves 1 octave drifts 1; one whose optimum sits
+    still and beats SP at the widest width is the only eligible default; a best loss that
+    rises with width is not wider-is-better; the ratio at every width is the floors' ratio."""
+    from benchmarks.readout_ladder import summarize
+
+    widths = (32, 64, 128)
+    table = _ladder_table({
+        "sp": {32: (-5.0, 2.2), 64: (-6.0, 2.1), 128: (-7.0, 2.0)},
+        "mup_constant": {32: (-5.0, 2.2), 64: (-5.5, 2.15), 128: (-6.0, 2.1)},
+        "mup_fan_in": {32: (-5.0, 2.2), 64: (-5.0, 2.05), 128: (-5.0, 1.98)},
+        "mup_zero": {32: (-5.0, 2.3), 64: (-5.0, 2.4), 128: (-5.0, 2.35)},
+    })
+    s = summarize(table, widths, n_boot=20)
+    arms = s["arms"]
+    assert arms["sp"]["lr_opt_drift_octaves"] == pytest.approx(2.0, abs=1e-6)
+    assert arms["mup_constant"]["lr_opt_drift_octaves"] == pytest.approx(1.0, abs=1e-6)
+    assert arms["mup_fan_in"]["lr_opt_drift_octaves"] == pytest.approx(0.0, abs=1e-6)
+    assert [arms[a]["wider_is_better"] for a in ("sp", "mup_constant", "mup_fan_in", "mup_zero")] == [
+        True, True, True, False]
+    for w, want in ((32, 1.0), (64, 2.05 / 2.1), (128, 1.98 / 2.0)):
+        got = arms["mup_fan_in"]["per_width"][str(w)]
+        assert got["best_loss_over_sp"] == pytest.approx(want, rel=1e-6)
+        assert got["best_loss_over_sp_ci"][0] <= got["best_loss_over_sp"] <= got["best_loss_over_sp_ci"][1]
+        assert got["log2_lr_opt"] == pytest.approx(-5.0, abs=1e-6) and not got["at_edge"]
+    assert s["eligible"] == ["mup_fan_in"]  # constant: 1.05x SP; zero: worse still
+
+
+def test_readout_ladder_files_demo_rows_under_named_readouts(tmp_path: Path) -> None:
+    """The demo's μP rows are imported as the constant readout only when their
+    readout_init column says so, and SP rows as SP, under the ladder's own proxy."""
+    import json
+
+    import pandas as pd
+
+    from benchmarks.mup_vs_sp import import_results
+    from benchmarks.readout_ladder import ARMS, DEMO
+
+    base = {"state": "COMPLETE", "preset": "llama-small", "depth": 2, "base_width": 32, "steps": 125,
+            "batch_size": 16, "seq_len": 64, "warmup_steps": 12, "lr_floor": 0.1, "schedule": "cosine",
+            "eval_every": 125, "eval_batches": 8, "weight_decay": 0.0, "readout_init": "constant",
+            "diverged": False, "wall_s": 3.0, "loss": 2.0}
+    rows = [{**base, "parametrization": "mup", "width": 64, "lr": 2.0**-6, "seed": 1, "loss": 2.222},
+            {**base, "parametrization": "mup", "width": 64, "lr": 2.0**-6, "seed": 0,
+             "readout_init": "fan_in"},
+            {**base, "parametrization": "sp", "width": 64, "lr": 2.0**-7, "seed": 0, "loss": 2.2},
+            {**base, "parametrization": "sp", "width": 64, "lr": 2.0**-7, "seed": 1, "warmup_steps": 15}]
+    csv = tmp_path / "results.csv"
+    pd.DataFrame(rows).to_csv(csv, index=False)
+    arms = {"sp": ("sp", ARMS["sp"](1.0)), "mup": ("mup_constant", ARMS["mup_constant"](1.0))}
+    assert import_results(csv, tmp_path / "work", DEMO, arms) == 2
+    log = TrialLog(tmp_path / "work" / "trials.jsonl")
+    got = {(r["arm"], r["seed"], r["loss"], r["overrides"]) for r in log.rows.values()}
+    constant = json.dumps({"parametrization": "mup", "readout_init": "constant"})
+    sp = json.dumps({"parametrization": "sp"})
+    assert got == {("mup_constant", 1, 2.222, constant), ("sp", 0, 2.2, sp)}
+
+
+def test_scan_replays_finished_scans_from_the_log_and_names_the_unfinished(tmp_path: Path) -> None:
+    """``train_missing=False`` trains nothing: a scan whose points are all in the log comes
+    back with exactly its points; one that lacks a trial is left out and named."""
+    import json
+
+    from benchmarks.mup_vs_sp import scan
+
+    log = TrialLog(tmp_path / "trials.jsonl")
+    sp, mu = {"parametrization": "sp"}, {"parametrization": "mup", "readout_init": "fan_in"}
+    for t in (-8.0, -7.0, -6.0, -5.0, -4.0):  # SP at width 64 starts at 2^-7..2^-5; minimum 2^-6
+        log.add({"arm": "sp", "width": 64, "log2_lr": t, "seed": 0, "overrides": json.dumps(sp)},
+                {"lr": 2.0**t, "loss": 2.0 + (t + 6.0) ** 2, "diverged": False, "wall_s": 1.0})
+    for t in (-7.0, -6.0):  # μP's scan would need 2^-5 too
+        log.add({"arm": "mu", "width": 64, "log2_lr": t, "seed": 0, "overrides": json.dumps(mu)},
+                {"lr": 2.0**t, "loss": 2.0, "diverged": False, "wall_s": 1.0})
+    before = (tmp_path / "trials.jsonl").read_text()
+    demo = {"base_width": 32}
+    table = scan([("sp", sp, 64, (0,), None), ("mu", mu, 64, (0,), None)], tmp_path, demo=demo,
+                 train_missing=False)
+    assert sorted(table["log2_lr"]) == [-7.0, -6.0, -5.0] and set(table["arm"]) == {"sp"}
+    assert table.attrs["incomplete"] == ["mu w64 lr 2^-5 seed 0"]
+    assert (tmp_path / "trials.jsonl").read_text() == before  # nothing written, nothing trained

@@ -1,0 +1,255 @@
+"""Readout ladder: which μP readout init transfers over 16× width and matches SP's loss?
+
+The demo's CPU proxy (``mutransfer demo --size small``: llama-small, base width 32, 125
+steps of 16×64 bytes, cosine with 10% warmup and floor 0.1, no weight decay; :data:`DEMO`)
+over widths 32–512 (16×), four arms, each an LR scan bracketing its optimum at every width:
+
+- ``sp``: standard parametrization;
+- ``mup_constant``: μP with a constant-variance readout (``readout_init="constant"``, the
+  ``mup`` package's);
+- ``mup_fan_in``: μP with the readout's effective init std SP's (``readout_init="fan_in"``);
+- ``mup_zero``: μP with a zero-initialized readout (``readout_init="zero"``).
+
+Per arm: the drift of the optimal log2 LR over the ladder (octaves, bootstrap interval,
+``analysis.OptimumFit``), wider-is-better (the best loss never rises with width) and the
+best loss ÷ SP's at every width (95% seed-bootstrap interval, ``best_loss_ratio``; where SP
+has one seed only μP's seeds are resampled). A μP arm is *eligible* as the default readout
+when its best loss ≤ SP's at the widest width and its drift ≤ 0.25 octave.
+
+SP uses seed 0 below the widest width and seeds 0, 1 at it (its optimum moves by whole
+octaves; the demo does the same), ``mup_zero`` seed 0 only (far above SP's loss), the other
+arms seeds 0, 1 everywhere. The scans run in the order the decision needs them
+(:func:`work_list`), so a run cut short still leaves the candidate's verdict.
+
+    python -m benchmarks.readout_ladder [--widths 32,...,512] [--import-csv RESULTS.csv]
+
+Writes ``results/readout_ladder.json`` and ``results/readout_ladder.png``. Finished trials
+are kept in ``--out``/trials.jsonl (default ``runs/readout_ladder``) and resumed;
+``--import-csv`` first adds the SP and constant-readout μP rows of a ``mutransfer demo
+--size small`` run whose every hyperparameter matches (the committed record imported such a
+run's 68 trials at widths 32–256, 42 of them on its scans' grids, and trained 58).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.mup_vs_sp import Overrides, Work
+
+HERE = Path(__file__).parent
+# The demo's small size (SIZES["small"] of the demo command) and the LR sweep's base config.
+DEMO: dict[str, Any] = {
+    "preset": "llama-small", "base_width": 32, "steps": 125, "batch_size": 16, "seq_len": 64,
+    "eval_every": 125, "eval_batches": 8, "warmup_steps": 12, "schedule": "cosine", "lr_floor": 0.1,
+    "threads": 1, "device": "cpu"}
+ARMS: dict[str, Overrides] = {
+    "sp": lambda m: {"parametrization": "sp"},
+    "mup_constant": lambda m: {"parametrization": "mup", "readout_init": "constant"},
+    "mup_fan_in": lambda m: {"parametrization": "mup", "readout_init": "fan_in"},
+    "mup_zero": lambda m: {"parametrization": "mup", "readout_init": "zero"},
+}
+"""The ladder's arms (width multiplier m -> TrainConfig overrides); named readouts, so a
+change of ``readout_init``'s default changes no arm."""
+SAME_AT_BASE = {"mup_fan_in": "mup_constant"}
+"""At the base width (m = 1) the fan-in readout's std law m^-1/2 equals the constant one's
+m^-1: the same run to the last bit, reused rather than re-trained."""
+ONE_SEED_BELOW_WIDEST = ("sp",)
+ONE_SEED = ("mup_zero",)
+"""Seed cuts of the 2-core CPU budget: SP's optimum moves by whole octaves (2 seeds at the
+widest width only, as the demo does); the zero readout is far above SP's loss at every width
+(1.17x at width 256 in ``mup_vs_sp``), so one seed reads it."""
+TARGETS = {"ratio_best_loss_over_sp_widest_max": 1.0, "drift_octaves_max": 0.25}
+"""The rule that picks the default readout: both must hold for a μP arm."""
+
+
+def work_list(widths: tuple[int, ...], seeds: tuple[int, ...],
+              one_seed_widest: tuple[str, ...] = ()) -> list[Work]:
+    """The LR scans in the order the decision needs them, widest width first (the
+    verdict's width): SP and the fan-in readout (the candidate), then the constant readout
+    (its narrower widths are usually imported from the demo), then the zero readout."""
+    wide = max(widths)
+    work: list[Work] = []
+    for group in (("sp", "mup_fan_in"), ("mup_constant",), ("mup_zero",)):
+        for w in sorted(widths, reverse=True):
+            m = w / DEMO["base_width"]
+            for a in group:
+                sd = (seeds[:1] if a in ONE_SEED or (a in ONE_SEED_BELOW_WIDEST and w != wide)
+                      or (a in one_seed_widest and w == wide) else seeds)
+                same = ARMS[SAME_AT_BASE[a]](m) if a in SAME_AT_BASE and m == 1 else None
+                work.append((a, ARMS[a](m), w, sd, same))
+    return work
+
+
+def summarize(table: Any, widths: tuple[int, ...], n_boot: int = 500) -> dict[str, Any]:
+    """Per arm: drift [interval], wider-is-better, and per width the optimum, best loss and
+    best loss ÷ SP's [seed bootstrap]; plus the eligible arms by :data:`TARGETS`."""
+    from analysis import OptimumFit
+    from benchmarks._proxy import finite_or_none
+    from benchmarks.tuned_multipliers import best_loss_ratio
+
+    fit = OptimumFit(x="lr", y="loss", group_by=("arm", "width"), n_boot=n_boot).fit(table)
+    res = fit.results_
+    wide = max(widths)
+    arms: dict[str, Any] = {}
+    for a in ARMS:
+        sub = res[res["arm"] == a].sort_values("width")
+        if sub.empty:
+            continue
+        d = fit.drift("width", where={"arm": a}) if len(sub) > 1 else None
+        per_width = {}
+        for _, r in sub.iterrows():
+            w = int(r["width"])
+            at_w = table[table["width"] == w]
+            has_sp = bool((at_w["arm"] == "sp").any())
+            ratio = ({"ratio": 1.0, "ci": [1.0, 1.0]} if a == "sp" else
+                     best_loss_ratio(at_w, a, "sp", n_boot=n_boot) if has_sp else None)
+            per_width[str(w)] = {"log2_lr_opt": float(r["log2_x_opt"]), "best_loss": float(r["loss_opt"]),
+                                 "at_edge": bool(r["at_edge"]),
+                                 "best_loss_over_sp": None if ratio is None else ratio["ratio"],
+                                 "best_loss_over_sp_ci": None if ratio is None else ratio["ci"],
+                                 "seeds": sorted(int(s) for s in table.loc[(table["arm"] == a)
+                                                                           & (table["width"] == w), "seed"]
+                                                 .unique())}
+        best = [v["best_loss"] for v in per_width.values()]
+        full = sorted(int(w) for w in per_width) == sorted(widths)
+        arms[a] = {
+            "lr_opt_drift_octaves": None if d is None else d.octaves,
+            "lr_opt_drift_ci": None if d is None else [finite_or_none(c) for c in d.ci],
+            "slope": None if d is None else d.slope, "any_at_edge": bool(sub["at_edge"].any()),
+            "wider_is_better": bool(all(b <= a_ for a_, b in zip(best, best[1:], strict=False))),
+            "complete": full, "per_width": per_width,
+            "n_trials": int((table["arm"] == a).sum()),
+            "train_s": float(table.loc[table["arm"] == a, "wall_s"].sum())}
+    eligible = [a for a, v in arms.items()
+                if a != "sp" and v["complete"] and v["lr_opt_drift_octaves"] is not None
+                and (r := v["per_width"][str(wide)]["best_loss_over_sp"]) is not None
+                and r <= TARGETS["ratio_best_loss_over_sp_widest_max"]
+                and v["lr_opt_drift_octaves"] <= TARGETS["drift_octaves_max"]]
+    return {"fit": fit, "arms": arms, "eligible": eligible}
+
+
+def plot(fit: Any, arms: dict[str, Any], path: Path) -> Path:
+    """Left: optimal LR against width per arm (``plot_optimum_vs_width``'s panel, drawn
+    here beside the ratio); right: best loss ÷ SP's against width with its interval."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from analysis._io import savefig_atomic
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    res = fit.results_
+    for i, a in enumerate(arms):
+        sub = res[res["arm"] == a].sort_values("width")
+        d = arms[a]
+        y = sub["log2_x_opt"].to_numpy(float)
+        lo = np.log2(np.where(sub["ci_lo"] > 0, sub["ci_lo"], sub["x_opt"]))
+        hi = np.log2(np.where(np.isfinite(sub["ci_hi"]), sub["ci_hi"], sub["x_opt"]))
+        drift = d["lr_opt_drift_octaves"]
+        left.errorbar(sub["width"], y, yerr=[y - lo, hi - y], fmt="o-", color=f"C{i}", capsize=3,
+                      label=a if drift is None else f"{a}: drift {drift:.2f} oct")
+        if a == "sp":
+            continue
+        pw = [(int(w), v) for w, v in d["per_width"].items() if v["best_loss_over_sp"] is not None]
+        xs = [w for w, _ in pw]
+        ys = [v["best_loss_over_sp"] for _, v in pw]
+        lo = [y - v["best_loss_over_sp_ci"][0] for y, (_, v) in zip(ys, pw, strict=True)]
+        hi = [v["best_loss_over_sp_ci"][1] - y for y, (_, v) in zip(ys, pw, strict=True)]
+        right.errorbar(xs, ys, yerr=[lo, hi], fmt="o-", color=f"C{i}", capsize=3, label=a)
+    right.axhline(1.0, color="k", lw=0.8, ls="--")
+    for ax in (left, right):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("width")
+        ax.legend(fontsize=7)
+    left.set_ylabel("optimal log2 LR")
+    right.set_ylabel("best loss / SP's best loss")
+    fig.suptitle(f"{DEMO['preset']}, {DEMO['steps']} steps: readout init over 16x width", fontsize=9)
+    fig.tight_layout()
+    try:
+        return savefig_atomic(fig, path)
+    finally:
+        plt.close(fig)
+
+
+def run(widths: tuple[int, ...] = (32, 64, 128, 256, 512), seeds: tuple[int, ...] = (0, 1),
+        out: str | os.PathLike[str] | None = None, step: float = 1.0,
+        import_csv: str | os.PathLike[str] | None = None, results: Path = HERE / "results",
+        train_missing: bool = True, one_seed_widest: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Scan every (arm, width) (resuming ``out``), then write ``results/readout_ladder.json``
+    and ``.png``; returns the record. ``train_missing=False`` reports what the trial log
+    holds: a scan it cannot finish is left out and listed under ``setup.incomplete``.
+    ``one_seed_widest``: arms scanned with the first seed only at the widest width (a cut
+    for time; their narrower widths keep every seed)."""
+    from benchmarks._proxy import log, record_header
+    from benchmarks.mup_vs_sp import _n_imported, import_results, scan
+    from mutransfer._io import atomic_write_text
+
+    t0 = time.perf_counter()
+    out = Path(out or Path("runs") / "readout_ladder")
+    if import_csv:
+        import_results(import_csv, out, DEMO, {"sp": ("sp", ARMS["sp"](1.0)),
+                                               "mup": ("mup_constant", ARMS["mup_constant"](1.0))})
+    log(f"readout ladder: {', '.join(ARMS)} at widths {sorted(widths)} x seeds {list(seeds)}")
+    bad = sorted(set(one_seed_widest) - set(ARMS))
+    if bad:
+        raise ValueError(f"unknown arm(s) {bad}; choose from {', '.join(ARMS)}")
+    table = scan(work_list(widths, seeds, one_seed_widest), out, 1, step, DEMO, train_missing)
+    s = summarize(table, widths)
+    wide = str(max(widths))
+    figures: dict[str, Any] = {}
+    for a, v in s["arms"].items():
+        figures[f"drift_octaves_{a}"] = v["lr_opt_drift_octaves"]
+        if a != "sp":
+            figures[f"ratio_best_loss_{a}_over_sp_widest"] = v["per_width"].get(wide, {}).get(
+                "best_loss_over_sp")
+    figures |= {"arms": s["arms"], "eligible_default": s["eligible"],
+                "wall_s": time.perf_counter() - t0, "train_s": float(table["wall_s"].sum())}
+    png = plot(s["fit"], s["arms"], results / "readout_ladder.png")
+    record = {**record_header("readout_ladder"),
+              "setup": {**DEMO, "widths": sorted(widths), "seeds": list(seeds),
+                        "seeds_below_widest": {a: list(seeds[:1]) for a in ONE_SEED_BELOW_WIDEST},
+                        "seeds_everywhere": {a: list(seeds[:1]) for a in ONE_SEED},
+                        "seeds_at_widest": {a: list(seeds[:1]) for a in one_seed_widest},
+                        "arms": {a: ARMS[a](2.0) for a in ARMS}, "lr_grid_step_octaves": step,
+                        "lr_grid": "3 points around a guess, widened until the minimum is interior",
+                        "n_trials": len(table), "n_diverged": int(table["diverged"].sum()),
+                        "n_reused": int(table["same_as"].notna().sum()) if "same_as" in table else 0,
+                        "n_imported": _n_imported(table), "incomplete": table.attrs["incomplete"]},
+              "figures": figures, "figure": f"results/{png.name}",
+              "targets": TARGETS,
+              "passed": bool(s["eligible"])}
+    atomic_write_text(results / "readout_ladder.json", json.dumps(record, indent=2) + "\n")
+    return record
+
+
+def _ints(s: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in s.split(",") if x.strip())
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--widths", type=_ints, default=(32, 64, 128, 256, 512),
+                        help="widths, the first the base (default 32,64,128,256,512)")
+    parser.add_argument("--seeds", type=_ints, default=(0, 1), help="seeds (default 0,1)")
+    parser.add_argument("--step", type=float, default=1.0, help="LR grid step in octaves (default 1)")
+    parser.add_argument("--out", default=None, help="work dir (default runs/readout_ladder)")
+    parser.add_argument("--import-csv", default=None, help="first add the matching SP/muP rows of this "
+                        "results.csv (a 'mutransfer demo --size small' run's) as finished trials")
+    parser.add_argument("--one-seed-widest", default="", help="arms scanned with the first seed only at "
+                        f"the widest width, to save time, of {','.join(ARMS)} (default none)")
+    parser.add_argument("--report-only", action="store_true", help="train nothing: report the scans "
+                        "the trial log already finishes (another run may still be adding to it)")
+    a = parser.parse_args()
+    one = tuple(x for x in a.one_seed_widest.split(",") if x)
+    if unknown := sorted(set(one) - set(ARMS)):
+        parser.error(f"unknown arm(s) {unknown} in --one-seed-widest; choose from {', '.join(ARMS)}")
+    rec = run(a.widths, a.seeds, a.out, a.step, a.import_csv, train_missing=not a.report_only,
+              one_seed_widest=one)
+    print(json.dumps({k: v for k, v in rec["figures"].items() if k != "arms"}, indent=2))
