@@ -28,7 +28,7 @@ RESULTS = HERE / "results"
 # Cheapest first, so a partial run still leaves useful numbers behind.
 BENCHMARKS = ["fit_speed", "trainer_throughput", "hf_vs_builtin", "sweep_overhead", "fused_sweep",
               "hf_architectures", "transfer_fidelity", "depth_fidelity", "horizon_shift", "tuned_multipliers",
-              "mup_vs_sp"]
+              "mup_vs_sp", "width_depth"]
 # Run only when named: they need hardware or an optional package this machine may lack (each
 # says why in unavailable()). umup_fidelity needs Graphcore's unit_scaling (a peer, not a dependency).
 EXTRA = ["gpu", "umup_fidelity"]
