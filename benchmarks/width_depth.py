@@ -226,8 +226,8 @@ def summarize(table: Any, n_boot: int = 1000, n_boot_ratio: int = 200) -> dict[s
                 "shift_octaves": o.log2_x_opt - p.log2_x_opt,
                 "shift_ci": [finite_or_none(float(lo)), finite_or_none(float(hi))],
                 "best_loss": o.loss_opt, "loss_at_proxy_lr": at, "loss_at_proxy_lr_how": how,
-                "ratio_loss_at_proxy_lr_over_best": at / o.loss_opt,
-                "ratio_ci": _ratio_ci(table, label, (w, d), n_boot_ratio),
+                "loss_at_proxy_lr_over_best": at / o.loss_opt,
+                "loss_at_proxy_lr_over_best_ci": _ratio_ci(table, label, (w, d), n_boot_ratio),
                 "log2_lrs": sorted(float(t) for t in sub["log2_lr"].unique()),
                 "n_trials": len(sub), "train_s": float(sub["wall_s"].sum()) if "wall_s" in sub else None}
     return {"per_param": per, "fit": fit, "table": table}
@@ -254,7 +254,7 @@ def report(out: str | os.PathLike[str] | None = None, wall_s: float | None = Non
             r = per[label][f"{w}x{d}"]
             if r["measured"]:
                 figures[f"drift_shift_octaves_{label}_{w}x{d}"] = r["shift_octaves"]
-                figures[f"ratio_loss_at_proxy_lr_{label}_{w}x{d}"] = r["ratio_loss_at_proxy_lr_over_best"]
+                figures[f"ratio_loss_at_proxy_lr_{label}_{w}x{d}"] = r["loss_at_proxy_lr_over_best"]
     ran = raw[raw["imported_from"].isna() if "imported_from" in raw else slice(None)]
     ran = ran[ran["shared_with"].isna() if "shared_with" in ran else slice(None)]
     figures["train_s"] = float(ran["wall_s"].sum())

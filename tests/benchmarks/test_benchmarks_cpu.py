@@ -190,8 +190,8 @@ def test_width_depth_reads_a_known_shift_and_the_loss_at_the_proxys_lr() -> None
         r = per[p][f"{w}x{d}"]
         assert r["log2_lr_opt"] == pytest.approx(v) and r["shift_octaves"] == pytest.approx(v + 5.0)
         assert r["shift_ci"][0] <= v + 5.0 <= r["shift_ci"][1]
-        assert r["ratio_loss_at_proxy_lr_over_best"] == pytest.approx((c + a * (v + 5.0) ** 2) / c)
-        assert r["ratio_ci"][0] <= r["ratio_loss_at_proxy_lr_over_best"] <= r["ratio_ci"][1]
+        ratio, (lo, hi) = r["loss_at_proxy_lr_over_best"], r["loss_at_proxy_lr_over_best_ci"]
+        assert ratio == pytest.approx((c + a * (v + 5.0) ** 2) / c) and lo <= ratio <= hi
     cp, mup = per["completep_a1"]["proxy"], per["mup"]["proxy"]  # one scan: the same optimum
     assert (cp["log2_lr_opt"], cp["best_loss"]) == (mup["log2_lr_opt"], mup["best_loss"])
     assert cp["log2_lr_opt"] == pytest.approx(-5.0) and cp["best_loss"] == pytest.approx(c)
