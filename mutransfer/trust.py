@@ -23,12 +23,13 @@ EXTRA_FACTOR = 4.0
 
 #: The largest depth change whose LR transfer was measured, with the width moved at once:
 #: ``benchmarks/width_depth.py`` (``results/width_depth.json``) moved the demo's proxy
-#: (llama-small, width 32, depth 2, 125 steps of 16×64 bytes) to width 256 at depth 8
-#: under CompleteP α=1 (2 seeds): the target's optimal log2 LR minus the proxy's, in
+#: (llama-small, width 32, depth 2, 125 steps of 16×64 bytes) to width 256 at depth 16
+#: under CompleteP α=1 (1 seed: the 2-core CPU's budget; at depth 8, 2 seeds, the shift
+#: was −0.08 octave [−1.42, +0.26]): the target's optimal log2 LR minus the proxy's, in
 #: octaves, with its 95% bootstrap interval. A card moving depth further has no measurement.
 MEASURED_DEPTH_MOVE: dict[str, Any] = {
-    "depth_ratio": 4, "width_ratio": 8, "parametrization": "CompleteP α=1", "seeds": 2,
-    "shift_octaves": -0.08, "shift_ci": (-1.42, 0.26),
+    "depth_ratio": 8, "width_ratio": 8, "parametrization": "CompleteP α=1", "seeds": 1,
+    "shift_octaves": 0.11, "shift_ci": (-1.35, 0.97),
     "source": "benchmarks/width_depth.py"}
 
 
@@ -66,7 +67,7 @@ def card_warnings(card: Mapping[str, Any]) -> list[str]:
         lo, hi = m["shift_ci"]
         out.append(f"the target depth {depth} is {depth / base_depth:.3g}× the proxy's {base_depth}, beyond "
                    f"the largest depth change measured (depth ×{m['depth_ratio']} with width "
-                   f"×{m['width_ratio']} under {m['parametrization']}, {m['seeds']} seeds: the optimal LR "
+                   f"×{m['width_ratio']} under {m['parametrization']}, {m['seeds']} seed(s): the optimal LR "
                    f"moved {m['shift_octaves']:+.2f} octave [{lo:+.2f}, {hi:+.2f}], {m['source']}): "
                    "CompleteP carries the LR there, but nothing measured it")
     if _num(src.get("seq_len")) and _num(tgt.get("seq_len")) and src["seq_len"] != tgt["seq_len"]:
