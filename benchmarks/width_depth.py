@@ -204,7 +204,7 @@ def summarize(table: Any, n_boot: int = 1000, n_boot_ratio: int = 200) -> dict[s
         return [finite_or_none(math.log2(c)) if c > 0 else None for c in ci]
 
     n_lrs = table.groupby(["param", "width", "depth"])["log2_lr"].transform("nunique")
-    table = table[n_lrs >= 3]
+    short, table = table[n_lrs < 3], table[n_lrs >= 3]
     fit = OptimumFit(x="lr", y="loss", group_by=("param", "width", "depth"), n_boot=n_boot).fit(table)
     per: dict[str, Any] = {}
     for label, _, _ in PARAMETRIZATIONS:
@@ -213,8 +213,10 @@ def summarize(table: Any, n_boot: int = 1000, n_boot_ratio: int = 200) -> dict[s
                                 "ci": log2_ci(p.ci), "best_loss": p.loss_opt, "seeds": sorted(p.seeds)}}
         for w, d in TARGETS:
             sub = table[(table["param"] == label) & (table["width"] == w) & (table["depth"] == d)]
-            if sub.empty:
-                per[label][f"{w}x{d}"] = {"measured": False}
+            if sub.empty:  # too few LRs for an optimum: the seed-averaged losses that were run
+                few = short[(short["param"] == label) & (short["width"] == w) & (short["depth"] == d)]
+                per[label][f"{w}x{d}"] = {"measured": False, "seed_mean_loss_by_log2_lr": {
+                    str(t): float(v) for t, v in few.groupby("log2_lr")["loss"].mean().items()}}
                 continue
             o = fit.group((label, w, d))
             n = min(o.boot_log2.size, p.boot_log2.size)
