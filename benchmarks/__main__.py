@@ -29,7 +29,8 @@ RESULTS = HERE / "results"
 # Cheapest first, so a partial run still leaves useful numbers behind.
 BENCHMARKS = ["fit_speed", "trainer_throughput", "hf_vs_builtin", "sweep_overhead", "fused_sweep",
               "hf_architectures", "hf_vanishing", "transfer_fidelity", "depth_fidelity", "horizon_shift",
-              "tuned_multipliers", "mup_vs_sp", "readout_ladder"]
+              "tuned_multipliers", "mup_vs_sp", "readout_ladder",
+              "width_depth"]
 # Run only when named: they need hardware or an optional package this machine may lack (each
 # says why in unavailable()). umup_fidelity needs Graphcore's unit_scaling (a peer, not a dependency);
 # card_regret needs nothing but time (~45 minutes of one core, resumable).

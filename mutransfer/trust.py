@@ -2,8 +2,8 @@
 
 - :func:`card_warnings` reads a card and lists what makes it less trustworthy than its
   intervals say: a failed held-out audit, a target wider than the widest measured proxy,
-  a change of context, vocabulary or tokenizer from proxy to target, a batch its schedule
-  cannot split across the data-parallel ranks.
+  a depth change larger than any measured, a change of context, vocabulary or tokenizer
+  from proxy to target, a batch its schedule cannot split across the data-parallel ranks.
 - :func:`trust_block` gives the interval of each projected value (LR, batch, steps, tokens,
   weight decay) as a factor hi/lo, and which one extra measurement narrows the LR interval
   most, from the scaling fit's own covariance (or its exponent intervals).
@@ -15,11 +15,22 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["EXTRA_FACTOR", "card_warnings", "trust_block"]
+__all__ = ["EXTRA_FACTOR", "MEASURED_DEPTH_MOVE", "card_warnings", "trust_block"]
 
 #: How much larger than the largest measured value the extra measurement of
 #: :func:`trust_block` is (a budget, or a batch, 4× the largest).
 EXTRA_FACTOR = 4.0
+
+#: The largest depth change whose LR transfer was measured, with the width moved at once:
+#: ``benchmarks/width_depth.py`` (``results/width_depth.json``) moved the demo's proxy
+#: (llama-small, width 32, depth 2, 125 steps of 16×64 bytes) to width 256 at depth 16
+#: under CompleteP α=1 (1 seed: the 2-core CPU's budget; at depth 8, 2 seeds, the shift
+#: was −0.08 octave [−1.42, +0.26]): the target's optimal log2 LR minus the proxy's, in
+#: octaves, with its 95% bootstrap interval. A card moving depth further has no measurement.
+MEASURED_DEPTH_MOVE: dict[str, Any] = {
+    "depth_ratio": 8, "width_ratio": 8, "parametrization": "CompleteP α=1", "seeds": 1,
+    "shift_octaves": 0.11, "shift_ci": (-1.35, 0.97),
+    "source": "benchmarks/width_depth.py"}
 
 
 def card_warnings(card: Mapping[str, Any]) -> list[str]:
@@ -30,6 +41,8 @@ def card_warnings(card: Mapping[str, Any]) -> list[str]:
       ``source.proxy_widths``; a card from a bare ``--lr`` has no ladder and no such warning),
       by how far: μP's transfer is exact only in the limit and every octave beyond the
       ladder is unmeasured;
+    - ``target.depth`` ÷ ``source.base_depth`` over the largest depth change measured
+      (:data:`MEASURED_DEPTH_MOVE`), with that measurement's optimum shift;
     - the context (``source.seq_len`` vs ``target.seq_len``), the vocabulary
       (``target.vocab_change``) or the tokenizer (``source.tokenizer`` vs
       ``target.tokenizer``) changes from proxy to target: the LR was tuned on other
@@ -49,6 +62,14 @@ def card_warnings(card: Mapping[str, Any]) -> list[str]:
     if widest and _num(tgt.get("width")) and tgt["width"] > widest:
         out.append(f"the target width {tgt['width']} is {tgt['width'] / widest:.3g}× beyond the widest "
                    f"measured width {widest:g}: μP carries the LR there, but nothing measured it")
+    base_depth, depth, m = src.get("base_depth"), tgt.get("depth"), MEASURED_DEPTH_MOVE
+    if _num(base_depth) and _num(depth) and depth / base_depth > m["depth_ratio"]:
+        lo, hi = m["shift_ci"]
+        out.append(f"the target depth {depth} is {depth / base_depth:.3g}× the proxy's {base_depth}, beyond "
+                   f"the largest depth change measured (depth ×{m['depth_ratio']} with width "
+                   f"×{m['width_ratio']} under {m['parametrization']}, {m['seeds']} seed(s): the optimal LR "
+                   f"moved {m['shift_octaves']:+.2f} octave [{lo:+.2f}, {hi:+.2f}], {m['source']}): "
+                   "CompleteP carries the LR there, but nothing measured it")
     if _num(src.get("seq_len")) and _num(tgt.get("seq_len")) and src["seq_len"] != tgt["seq_len"]:
         out.append(f"the context changes from the proxy's {src['seq_len']} to the target's {tgt['seq_len']} "
                    "tokens: the LR and batch were tuned at the proxy's")

@@ -65,7 +65,7 @@ def test_gpu_benchmark_refuses_in_one_line_without_cuda(argv: list[str]) -> None
 def test_gpu_help_answers_and_writes_nothing(tmp_path: Path) -> None:
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT)}
     for mod in ("benchmarks.gpu", "benchmarks.depth_fidelity", "benchmarks.horizon_shift",
-                "benchmarks.hf_architectures", "benchmarks.readout_ladder"):
+                "benchmarks.hf_architectures", "benchmarks.readout_ladder", "benchmarks.width_depth"):
         p = subprocess.run([sys.executable, "-m", mod, "--help"], cwd=tmp_path, env=env,
                            capture_output=True, text=True, timeout=120)
         assert p.returncode == 0 and "usage:" in p.stdout, mod
@@ -264,3 +264,55 @@ def test_scan_replays_finished_scans_from_the_log_and_names_the_unfinished(tmp_p
     assert sorted(table["log2_lr"]) == [-7.0, -6.0, -5.0] and set(table["arm"]) == {"sp"}
     assert table.attrs["incomplete"] == ["mu w64 lr 2^-5 seed 0"]
     assert (tmp_path / "trials.jsonl").read_text() == before  # nothing written, nothing trained
+
+
+def test_width_depth_reads_a_known_shift_and_the_loss_at_the_proxys_lr() -> None:
+    """Seed-averaged parabolas in log2 LR with known vertices: the proxy's at 2^-5 (shared
+    by both parametrizations), CompleteP's targets there too, μP's one octave lower at
+    (256, 8) and two at (256, 16). The shift is target − proxy, and the loss at the proxy's
+    LR ÷ the best is (c + a·shift²) / c."""
+    import pandas as pd
+
+    from benchmarks.width_depth import PROXY, TARGETS, proxy_shared, summarize
+
+    a, c = 0.05, 2.0
+    vertex = {("mup", *PROXY): -5.0, ("mup", *TARGETS[0]): -6.0, ("mup", *TARGETS[1]): -7.0,
+              ("completep_a1", *TARGETS[0]): -5.0, ("completep_a1", *TARGETS[1]): -5.0}
+    rows = [{"param": p, "width": w, "depth": d, "log2_lr": t, "lr": 2.0**t, "seed": s, "diverged": False,
+             "loss": c + a * (t - v) ** 2 + (0.002 if s else -0.002), "wall_s": 1.0}
+            for (p, w, d), v in vertex.items() for t in range(-10, -2) for s in (0, 1)]
+    per = summarize(proxy_shared(pd.DataFrame(rows)), n_boot=100, n_boot_ratio=10)["per_param"]
+    for (p, w, d), v in vertex.items():
+        if (w, d) == PROXY:
+            continue
+        r = per[p][f"{w}x{d}"]
+        assert r["log2_lr_opt"] == pytest.approx(v) and r["shift_octaves"] == pytest.approx(v + 5.0)
+        assert r["shift_ci"][0] <= v + 5.0 <= r["shift_ci"][1]
+        ratio, (lo, hi) = r["loss_at_proxy_lr_over_best"], r["loss_at_proxy_lr_over_best_ci"]
+        assert ratio == pytest.approx((c + a * (v + 5.0) ** 2) / c) and lo <= ratio <= hi
+    cp, mup = per["completep_a1"]["proxy"], per["mup"]["proxy"]  # one scan: the same optimum
+    assert (cp["log2_lr_opt"], cp["best_loss"]) == (mup["log2_lr_opt"], mup["best_loss"])
+    assert cp["log2_lr_opt"] == pytest.approx(-5.0) and cp["best_loss"] == pytest.approx(c)
+
+
+def test_width_depth_imports_only_the_demos_proxy_rows(tmp_path: Path) -> None:
+    """Only μP rows at the proxy (32, 2) whose every hyperparameter is the demo's are reused."""
+    import pandas as pd
+
+    from benchmarks.width_depth import import_proxy
+
+    base = {"state": "COMPLETE", "preset": "llama-small", "parametrization": "mup", "width": 32, "depth": 2,
+            "base_width": 32, "steps": 125, "batch_size": 16, "seq_len": 64, "warmup_steps": 12,
+            "lr_floor": 0.1, "schedule": "cosine", "eval_every": 125, "eval_batches": 8,
+            "readout_init": "constant", "diverged": False, "wall_s": 3.0, "lr": 2.0**-5, "seed": 0,
+            "loss": 2.2932}
+    rows = [base, {**base, "seed": 1, "steps": 150}, {**base, "seed": 1, "width": 64},
+            {**base, "seed": 1, "parametrization": "sp"}, {**base, "seed": 1, "preset": "gpt-small"},
+            {**base, "seed": 1, "lr": 0.03}]
+    csv = tmp_path / "results.csv"
+    pd.DataFrame(rows).to_csv(csv, index=False)
+    assert import_proxy(csv, tmp_path / "work") == 1
+    (row,) = TrialLog(tmp_path / "work" / "trials.jsonl").rows.values()
+    assert (row["param"], row["width"], row["depth"], row["log2_lr"], row["seed"], row["loss"]) == (
+        "mup", 32, 2, -5.0, 0, 2.2932)
+    assert import_proxy(csv, tmp_path / "work") == 0  # already there

@@ -17,7 +17,7 @@ import yaml
 
 from mutransfer.card import apply, load_card, save_card, schedule_config, validate_card
 from mutransfer.target import ScalingLaws, build_target_model
-from mutransfer.trust import card_warnings, trust_block
+from mutransfer.trust import MEASURED_DEPTH_MOVE, card_warnings, trust_block
 from mutransfer_cli import main
 
 PROXY = ["--preset", "gpt-tiny", "--lr", "0.01", "--proxy-batch-tokens", "1024", "--proxy-tokens", "2e6"]
@@ -268,6 +268,20 @@ def test_tokenizer_and_batch_split_warnings_on_crafted_cards(good: dict[str, Any
     card["batch"].update(sequences=12, dp_size=8, micro_batch=1)  # a hand-made card: 12 over 8 ranks
     assert card_warnings(card) == ["the batch of 12 sequences does not split across dp_size 8 × micro_batch "
                                    "1: each step would give the ranks unequal shares"]
+
+
+def test_depth_warning_fires_beyond_the_measured_depth_change_and_names_its_measurement(
+        good: dict[str, Any]) -> None:
+    base, m = good["source"]["base_depth"], MEASURED_DEPTH_MOVE
+    card = copy.deepcopy(good)
+    card["target"]["depth"] = base * m["depth_ratio"]  # exactly the measured change: no warning
+    assert card_warnings(card) == []
+    card["target"]["depth"] = base * m["depth_ratio"] * 2
+    (w,) = card_warnings(card)
+    r = m["depth_ratio"]
+    assert w.startswith(f"the target depth {base * r * 2} is {r * 2}× the proxy's {base}, beyond the "
+                        f"largest depth change measured (depth ×{r}")
+    assert f"{m['shift_octaves']:+.2f} octave" in w and m["source"] in w and "nan" not in w
 
 
 # ---- the trust block --------------------------------------------------------------------
