@@ -233,6 +233,9 @@ def _next_batch(spec: ScalingSweep, base: list[dict[str, Any]], e: float, side: 
         return []
     b = int(round(e / step if side == "low" else e * step))
     lo, hi = bounds.batch_range or (1, None)
+    if b < 1:  # nothing below one sequence: the smallest batch there is
+        rep.stopped.append(f"{what}: no batch below one sequence (B* is at most 1 sequence here)")
+        return []
     if b == int(e) or b < lo or (hi is not None and b > hi):
         rep.stopped.append(f"{what}: the next batch {b} is outside the batch range "
                            f"{lo},{hi if hi is not None else 'inf'}")

@@ -133,7 +133,7 @@ def test_the_batch_extends_down_to_one_sequence(sweep, tmp_path) -> None:
     opts = [r["batch"]["opt"] / seq for r in br["budgets"]]
     assert opts[:2] == [1, 1] and opts[2:] == pytest.approx(bstar[2:], rel=1e-6)
     assert [r["batch"]["bracketed"] for r in br["budgets"]] == [False, False, True, True]
-    assert any("next batch 0 is outside the batch range" in s for s in br["stopped"])
+    assert any("no batch below one sequence" in s for s in br["stopped"])
 
 
 def test_real_workers_on_a_journal_extend(sweep, tmp_path) -> None:
