@@ -160,6 +160,33 @@ def test_notebooks_use_the_library_not_the_cli() -> None:
     assert bad == []
 
 
+def _spawned(tree: ast.AST) -> Iterator[tuple[str, int]]:
+    """``python -m NAME`` argv lists in ``tree``: (NAME, line), for NAME under our packages."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.List, ast.Tuple)):
+            items = [e.value if isinstance(e, ast.Constant) else None for e in node.elts]
+            for flag, name in zip(items, items[1:]):
+                if flag == "-m" and isinstance(name, str) and name.split(".")[0] in OURS:
+                    yield name, node.lineno
+
+
+def test_every_process_we_start_names_a_runnable_module() -> None:
+    """``[sys.executable, "-m", NAME]`` in the code and the notebooks names a module that
+    ``python -m`` can run (a package with ``__main__.py`` or a module file): a renamed or
+    removed entry is caught here, not by a user's failing command."""
+    def runnable(name: str) -> bool:
+        path = ROOT.joinpath(*name.split("."))
+        return (path / "__main__.py").is_file() or path.with_suffix(".py").is_file()
+
+    sources = [(str(p.relative_to(ROOT)), p.read_text(encoding="utf-8")) for p in MODULES.values()]
+    sources += [(nb.name, _notebook_code(nb)) for nb in sorted((ROOT / "notebooks").glob("*.ipynb"))]
+    sources += [(str(p.relative_to(ROOT)), p.read_text(encoding="utf-8"))
+                for p in sorted((ROOT / "tests").rglob("*.py"))]
+    bad = [f"{where}:{line}: python -m {name}" for where, src in sources
+           for name, line in _spawned(ast.parse(src)) if not runnable(name)]
+    assert bad == []
+
+
 def test_the_checker_sees_every_kind_of_import() -> None:
     """Known answers: each spelling of an upward import is caught, a downward one is not."""
     src = (
