@@ -33,7 +33,7 @@ from sweeps.runners import DEFAULT_RUNNER
 from sweeps.spec import load_spec, spec_from_dict
 from sweeps.storage import Storage
 from sweeps.study import prepare, run_sweep
-from sweeps.worker import die_with_parent, open_study, work
+from sweeps.worker import open_study, serve
 
 HELP = "Optuna sweeps over proxies: lr | batch | scaling | run | worker | status | results"
 
@@ -356,14 +356,9 @@ def run(args: argparse.Namespace) -> int:
     if cmd in RUN_KINDS:
         return _run_sweep(args, cmd)
     storage = _storage(args, None if cmd == "worker" else ".")
-    if cmd == "worker":
-        die_with_parent()  # a worker spawned by `sweep lr --workers K` ends with its parent
-
-        rep = work(storage, args.study, worker_index=args.worker_index, max_trials=args.max_trials,
-                   fuse=args.fuse)
-        print(", ".join(f"{k} {v}" for k, v in sorted(rep.outcomes.items())) or "no trial to run",
-              file=sys.stderr)
-        return 0
+    if cmd == "worker":  # a worker spawned by `sweep lr --workers K` ends with its parent
+        return serve(storage, args.study, worker_index=args.worker_index, max_trials=args.max_trials,
+                     fuse=args.fuse)
 
     study, _ = open_study(storage, args.study)
     if cmd == "status":

@@ -241,8 +241,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--fuse", default=None, help="K or auto (default: the study's)")
     args = p.parse_args(argv)
     fuse: Fuse = None if args.fuse is None else ("auto" if args.fuse == "auto" else int(args.fuse))
-    die_with_parent()  # ends with the process that spawned it
-    rep = work(Storage.from_user(None), args.study, worker_index=args.worker_index, fuse=fuse)
+    return serve(Storage.from_user(None), args.study, worker_index=args.worker_index, fuse=fuse)
+
+
+def serve(storage: Storage | str, study_name: str | None, *, worker_index: int = 0,
+          max_trials: int | None = None, fuse: Fuse = None) -> int:
+    """One worker process's life, spawned or started by hand (``mutransfer sweep worker``):
+    die with a spawning parent, :func:`work` until no trial is left, print the outcomes."""
+    die_with_parent()
+    rep = work(storage, study_name, worker_index=worker_index, max_trials=max_trials, fuse=fuse)
     print(", ".join(f"{k} {v}" for k, v in sorted(rep.outcomes.items())) or "no trial to run",
           file=sys.stderr)
     return 0
