@@ -296,7 +296,7 @@ class Trainer:
                 return "skip"
         else:
             self.detector.update(loss_v)
-        g_big = grad_sq_norm(self.params)
+        # The norm before clipping is also |G_big| for the noise scale: one pass, not two.
         gn = float(clip_grad_norm(self.params, stab.grad_clip or None))
         rec["grad_norm"] = gn
         if not math.isfinite(gn):
@@ -304,7 +304,7 @@ class Trainer:
             return "diverged"
         if g_small is not None and math.isfinite(float(g_small)):
             b_small = cfg.run.batch_size // (self.world * cfg.run.grad_accum)
-            rec["gns"] = self.gns.update(float(g_small), float(g_big), b_small, cfg.run.batch_size)
+            rec["gns"] = self.gns.update(float(g_small), gn * gn, b_small, cfg.run.batch_size)
         return "step"
 
     def advance(self, verdict: Verdict) -> None:
