@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import math
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -99,8 +100,11 @@ def _sections(s: dict[str, Any]) -> list[tuple[str, list[str], list[str], list[l
         crit = h.get("criteria") or {}
         out.append(("Held-out audit", [
             "Fit on all but the largest budget (axis tokens), then on all but the largest batch "
-            "(axis batch_tokens); predict the optimum there; train our predicted config at the held-out "
-            "point; loss gap = its loss / the best measured run there − 1. Target: LR within "
+            "(axis batch_tokens); predict the optimum there; train our predicted config and the best "
+            f"config the sweep measured there again, on seeds the sweep never used ({h.get('seeds')}); "
+            "loss gap = the prediction's mean loss / the measured best's − 1 (± its standard error "
+            "over those seeds). The sweep's own seed chose the best, so its loss there is the luckiest "
+            "of several runs and is not the yardstick. Target: LR within "
             f"{crit.get('lr_ratio', 1.3)}× and loss within {100 * crit.get('loss_gap', 0.0025):.2f}%: "
             f"**{'passed' if h.get('passed') else 'not met' if h.get('passed') is False else 'n/a'}**."],
             ["axis", "method", "pred LR", "meas LR", "LR ratio", "pred batch", "meas batch", "batch ratio",
@@ -109,7 +113,7 @@ def _sections(s: dict[str, Any]) -> list[tuple[str, list[str], list[str], list[l
               _g(r.get("lr_ratio"), ".3f"),
               _g(r.get("pred_batch_tokens"), ".4g"), _g(r.get("meas_batch_tokens"), ".4g"),
               _g(r.get("batch_ratio"), ".3f"),
-              "-" if r.get("loss_gap") is None else f"{100 * r['loss_gap']:+.3f}%"] for r in audit_rows]))
+              _gap(r)] for r in audit_rows]))
     c, t = s["card"], s["target"]
     out.append(("The card for the big run", [
         f"Target: {t.get('depth')} blocks of width {t.get('width')}, context {t.get('seq_len')}, "
@@ -195,3 +199,10 @@ def report_html(s: dict[str, Any]) -> str:
         + "<h2>Optimum per width</h2>" + table(HEAD, _rows(s))
         + sections + "<h2>Figures</h2>" + imgs + "</body></html>\n"
     )
+
+
+def _gap(row: Mapping[str, Any]) -> str:
+    if row.get("loss_gap") is None:
+        return "-"
+    se = row.get("loss_gap_se")
+    return f"{100 * row['loss_gap']:+.3f}%" + ("" if se is None else f" ± {100 * se:.3f}%")

@@ -6,17 +6,27 @@ eta*(B, D) and B*(D) on every row but those at the largest value of the axis, pr
 optimum at the held-out point and sets it beside the measured one (ours and each textbook
 baseline). Here our predicted config (:func:`heldout_point`) is then *trained* at the
 held-out point with the same recipe as the sweep's runs (trainer, warmup in tokens,
-held-out set size, seeds), and its loss against the best measured run there fills
-``loss_gap`` (``loss / best - 1``, :func:`analysis.fill_loss_gap`).
+held-out set size), and ``loss_gap`` (``loss / best - 1``, :func:`analysis.fill_loss_gap`)
+says how much worse it is than the best config the sweep measured there.
+
+The gap is measured on **fresh seeds**, paired: the sweep's seeds *chose* the best grid
+config, so its loss on those seeds is the minimum of several noisy runs and sits below
+what that config really gives (the winner's curse; on the demo's CPU proxies the spread
+between neighbouring grid LRs is 0.3-2%, several times the 0.25% criterion). Both the
+predicted config and the chosen best config are therefore trained again on seeds the
+sweep never used (:func:`fresh_seeds`), with the same init and data order for both, and
+``loss_gap`` compares their seed means; ``loss_gap_se`` is its standard error over those
+seeds and ``best_loss_selection`` the chosen config's loss on the sweep's own seeds.
 
 The result, written as ``AUDIT.json`` (``mutransfer transfer --audit``)::
 
     {"holdout": [row, ...],            # analysis.holdout_audit rows, loss_gap filled
      "passed": bool | None,            # ours within the criteria on every axis
      "criteria": {"lr_ratio": 1.3, "loss_gap": 0.0025},
-     "runs": [{"axis", "method", "config", "tokens", "batch_tokens", "predicted_batch_tokens",
-               "loss", "losses", "best_loss", "cpu_s"}, ...],
-     "study": ..., "width": ..., "seq_len": ...}
+     "runs": [{"axis", "method", "config", "best_config", "tokens", "batch_tokens",
+               "predicted_batch_tokens", "loss", "losses", "best_loss", "best_losses",
+               "best_loss_selection", "loss_gap_se", "seeds", "cpu_s"}, ...],
+     "study": ..., "width": ..., "seq_len": ..., "seeds": [fresh seeds]}
 
 Trained configs are cached in ``audit_runs.json`` beside ``AUDIT.json``, so re-running the
 check (or the demo) trains nothing twice. Both file names, and the card's ``audit`` block
@@ -27,13 +37,14 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mutransfer._io import atomic_write_text, plain
-from sweeps.runners import DEFAULT_RUNNER, load_runner
+from sweeps.runners import DEFAULT_RUNNER, fused_runner_for, load_runner
 from sweeps.spec_base import PSEUDO_FIELDS, model_source, point_key
 from sweeps.spec_scaling import ScalingSweep
 
@@ -47,6 +58,8 @@ if TYPE_CHECKING:
 CRITERIA: dict[str, float] = {"lr_ratio": 1.3, "loss_gap": 0.0025}
 AXES: tuple[str, ...] = ("tokens", "batch_tokens")
 OURS = "ours"
+#: Fresh seeds per axis: two give the gap a standard error.
+FRESH_SEEDS = 2
 
 
 def fit_rows(table: pd.DataFrame, spec: ScalingSweep) -> pd.DataFrame:
@@ -86,18 +99,27 @@ def heldout_point(rows: pd.DataFrame, axis: str, row: Mapping[str, Any],
     return {"tokens": d_max, "batch_tokens": batch, "lr": float(fit.predict_lr(batch, d_max)[0])}
 
 
-def best_measured(rows: pd.DataFrame, axis: str, point: Mapping[str, float]) -> float:
-    """Lowest seed-mean loss of a measured config at the held-out point (for ``tokens``:
-    every batch at the largest budget; for ``batch_tokens``: the largest batch at the
-    largest budget)."""
+def best_measured_config(rows: pd.DataFrame, axis: str, point: Mapping[str, float]) -> dict[str, float]:
+    """The measured config with the lowest seed-mean loss at the held-out point (for
+    ``tokens``: every batch at the largest budget; for ``batch_tokens``: the largest batch
+    at the largest budget): ``{"batch_tokens", "lr", "loss"}``."""
     ok = rows[~rows["diverged"].astype(bool)] if "diverged" in rows.columns else rows
     at = ok[_close(ok["tokens"], point["tokens"])]
     if axis == "batch_tokens":
         at = at[_close(at["batch_tokens"], point["batch_tokens"])]
     if at.empty:
         raise ValueError(f"no finished run at the held-out point {dict(point)}")
-    keys = [k for k in ("batch_tokens", "lr") if k in at.columns]
-    return float(at.groupby(keys)["loss"].mean().min())
+    mean = at.groupby(["batch_tokens", "lr"])["loss"].mean()
+    (batch, lr), loss = mean.idxmin(), mean.min()
+    return {"batch_tokens": float(batch), "lr": float(lr), "loss": float(loss)}
+
+
+def fresh_seeds(spec: ScalingSweep, n: int = FRESH_SEEDS) -> tuple[int, ...]:
+    """``n`` seeds the sweep never trained: the ones after its largest."""
+    if not (isinstance(n, int) and n >= 1):
+        raise ValueError(f"fresh seeds {n!r} must be an integer >= 1")
+    top = max(int(s) for s in spec.seeds)
+    return tuple(range(top + 1, top + 1 + n))
 
 
 def _close(col: Any, value: float, rtol: float = 0.02) -> Any:
@@ -161,11 +183,14 @@ def run_holdout(
     runner: Callable[..., dict[str, Any]] | str | None = None,
     quiet: bool = True,
     fit_kwargs: Mapping[str, Any] | None = None,
+    n_seeds: int = FRESH_SEEDS,
 ) -> dict[str, Any]:
     """Check the fit of ``table`` (the sweep's results table) on both axes; returns the AUDIT dict
-    (and writes it to ``out`` when given). Ours is trained at each held-out point; the
-    baselines' held-out errors are their LR and batch ratios (their ``loss_gap`` stays
-    None: training each of them would cost five more runs per axis)."""
+    (and writes it to ``out`` when given). At each held-out point ours and the best measured
+    config are trained on ``n_seeds`` fresh seeds (:func:`fresh_seeds`; fused into one batched
+    run where the runner can and their shapes agree); the baselines' held-out errors are their
+    LR and batch ratios (their ``loss_gap`` stays None: training each of them would cost five
+    more runs per axis)."""
     from analysis import fill_loss_gap, holdout_audit
 
     fn = load_runner(runner or DEFAULT_RUNNER) if not callable(runner) else runner
@@ -173,7 +198,7 @@ def run_holdout(
     out_path = Path(out) if out is not None else None
     cache_path = out_path.with_name("audit_runs.json") if out_path is not None else None
     cache = _load_cache(cache_path)
-    seeds = tuple(int(s) for s in spec.seeds)
+    seeds = fresh_seeds(spec, n_seeds)
     seq = spec.seq_len()
     table_rows: list[dict[str, Any]] = []
     runs: list[dict[str, Any]] = []
@@ -183,37 +208,32 @@ def run_holdout(
         if ours is None:
             raise ValueError(f"the held-out {axis} check has no row for our fit")
         point = heldout_point(rows, axis, ours, fit_kwargs)
-        losses, cpu = [], 0.0
-        config: dict[str, Any] = {}
-        for seed in seeds:
-            config = predicted_config(spec, point["lr"], point["batch_tokens"], point["tokens"], seed, device)
-            key = point_key(config)
-            if key not in cache:
-                if not quiet:
-                    print(f"held-out {axis}: training lr={config['lr']:.4g} batch="
-                          f"{config['batch_size']}x{seq} steps={config['steps']} seed={seed}", flush=True)
-                c0 = time.process_time()
-                row = fn(dict(config), lambda step, value: False)
-                loss = float(row["loss"])
-                if bool(row.get("diverged")) or not math.isfinite(loss):
-                    raise ValueError(f"the predicted config diverged at the held-out {axis} point "
-                                     f"(lr {config['lr']:.4g}, batch {config['batch_size']})")
-                cache[key] = {"loss": loss, "gns": plain(row.get("gns"), nonfinite_to_none=True),
-                              "cpu_s": time.process_time() - c0}
-                if cache_path is not None:
-                    atomic_write_text(cache_path, json.dumps(cache, indent=1, sort_keys=True) + "\n")
-            losses.append(float(cache[key]["loss"]))
-            cpu += float(cache[key].get("cpu_s", 0.0))
-        loss = sum(losses) / len(losses)
-        best = best_measured(rows, axis, {"tokens": point["tokens"], "batch_tokens": point["batch_tokens"]})
-        table_rows += fill_loss_gap(audited, {OURS: loss}, best)
+        best = best_measured_config(rows, axis, point)
+        pred_cfgs = [predicted_config(spec, point["lr"], point["batch_tokens"], point["tokens"], s, device)
+                     for s in seeds]
+        best_cfgs = [predicted_config(spec, best["lr"], best["batch_tokens"], point["tokens"], s, device)
+                     for s in seeds]
+        losses = _train_cached([*pred_cfgs, *best_cfgs], fn, cache, cache_path, axis, seq, quiet)
+        pred_l, best_l = losses[:len(seeds)], losses[len(seeds):]
+        loss, best_loss = sum(pred_l) / len(seeds), sum(best_l) / len(seeds)
+        gaps = [p / b - 1.0 for p, b in zip(pred_l, best_l)]
+        se = statistics.stdev(gaps) / math.sqrt(len(gaps)) if len(gaps) > 1 else None
+        filled = fill_loss_gap(audited, {OURS: loss}, best_loss)
+        for r in filled:
+            if r.get("method") == OURS:
+                r["loss_gap_se"] = se
+        table_rows += filled
         shown = ("lr", "batch_size", "steps", "width", "warmup_steps")
+        config, bcfg = pred_cfgs[-1], best_cfgs[-1]
         runs.append({"axis": axis, "method": OURS,
                      "config": {k: config[k] for k in shown if k in config},
+                     "best_config": {k: bcfg[k] for k in shown if k in bcfg},
                      "tokens": config["steps"] * config["batch_size"] * seq,
                      "batch_tokens": config["batch_size"] * seq,
                      "predicted_batch_tokens": point["batch_tokens"],
-                     "loss": loss, "losses": losses, "best_loss": best, "cpu_s": cpu})
+                     "loss": loss, "losses": pred_l, "best_loss": best_loss, "best_losses": best_l,
+                     "best_loss_selection": best["loss"], "loss_gap_se": se, "seeds": list(seeds),
+                     "cpu_s": sum(float(cache[point_key(c)].get("cpu_s", 0.0)) for c in pred_cfgs)})
     result = {"holdout": [plain(r, nonfinite_to_none=True) for r in table_rows],
              "passed": passed(table_rows), "criteria": dict(CRITERIA),
              "runs": plain(runs, nonfinite_to_none=True), "study": spec.study_name(),
@@ -221,6 +241,41 @@ def run_holdout(
     if out_path is not None:
         atomic_write_text(out_path, json.dumps(result, indent=2) + "\n")
     return result
+
+
+def _train_cached(configs: Sequence[dict[str, Any]], fn: Callable[..., dict[str, Any]], cache: dict[str, Any],
+                  cache_path: Path | None, axis: str, seq: int, quiet: bool) -> list[float]:
+    """The held-out loss of each config: from the cache, else trained (configs of one shape
+    as one fused run when ``fn`` has a fused variant) and cached at once."""
+    todo: dict[str, dict[str, Any]] = {}
+    for c in configs:
+        key = point_key(c)
+        if key not in cache and key not in todo:
+            todo[key] = c
+    if todo:
+        if not quiet:
+            for c in todo.values():
+                print(f"held-out {axis}: training lr={c['lr']:.4g} batch={c['batch_size']}x{seq} "
+                      f"steps={c['steps']} seed={c['seed']}", flush=True)
+        fused = fused_runner_for(fn) if len(todo) > 1 else None
+        c0 = time.process_time()
+        if fused is not None:
+            got = fused([dict(c) for c in todo.values()], [lambda step, value: False] * len(todo))
+        else:
+            got = [fn(dict(c), lambda step, value: False) for c in todo.values()]
+        cpu = (time.process_time() - c0) / len(todo)
+        for (key, c), row in zip(todo.items(), got):
+            if isinstance(row, Exception):
+                raise ValueError(f"a held-out {axis} run failed (lr {c['lr']:.4g}, batch "
+                                 f"{c['batch_size']}): {row}") from row
+            loss = float(row["loss"])
+            if bool(row.get("diverged")) or not math.isfinite(loss):
+                raise ValueError(f"a held-out {axis} run diverged (lr {c['lr']:.4g}, "
+                                 f"batch {c['batch_size']})")
+            cache[key] = {"loss": loss, "gns": plain(row.get("gns"), nonfinite_to_none=True), "cpu_s": cpu}
+        if cache_path is not None:
+            atomic_write_text(cache_path, json.dumps(cache, indent=1, sort_keys=True) + "\n")
+    return [float(cache[point_key(c)]["loss"]) for c in configs]
 
 
 def passed(rows: Sequence[Mapping[str, Any]]) -> bool | None:
@@ -234,9 +289,10 @@ def passed(rows: Sequence[Mapping[str, Any]]) -> bool | None:
 
 def holdout_summary(result: Mapping[str, Any]) -> dict[str, Any]:
     """Ours per axis of a :func:`run_holdout` result: ``{axis: {lr_ratio, batch_ratio,
-    loss_gap}}`` and ``passed``."""
+    loss_gap, loss_gap_se}}`` and ``passed``."""
     out: dict[str, Any] = {"passed": result.get("passed")}
     for r in result.get("holdout", []):
         if r.get("method") == OURS:
-            out[str(r.get("axis"))] = {k: r.get(k) for k in ("lr_ratio", "batch_ratio", "loss_gap")}
+            out[str(r.get("axis"))] = {k: r.get(k) for k in ("lr_ratio", "batch_ratio", "loss_gap",
+                                                              "loss_gap_se")}
     return out

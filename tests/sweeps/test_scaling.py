@@ -155,6 +155,62 @@ def test_known_laws_through_sweep_export_fit_and_holdout_audit(_verb, tmp_path, 
     assert doc["batch"]["exponents"]["tokens"] == pytest.approx(SYNTHETIC_LAWS["batch_exp_tokens"], abs=1e-6)
 
 
+
+def test_holdout_gap_is_measured_on_fresh_seeds_not_on_the_lucky_run_that_chose_the_best(
+        _verb, tmp_path, capsys) -> None:
+    """The winner's curse, as a known answer: on the sweep's seed one grid run off the
+    optimum got lucky (1% below its surface value), so it is the 'best measured' config.
+    Against that run's own loss the correct prediction would look 1% worse and fail the
+    0.25% criterion. The audit instead trains both configs again on seeds the sweep never
+    used (each seed scales every loss by its own factor, as a shared init and data order
+    would), so the gap is the true surface ratio exactly, and here negative."""
+    from sweeps import results_table
+    from sweeps.holdout import best_measured_config, fit_rows, run_holdout
+    from sweeps.runners import synthetic_scaling_loss, synthetic_scaling_runner
+    from sweeps.worker import open_study
+
+    out = tmp_path / "syn"
+    argv = ["sweep", "scaling", "--preset", "gpt-tiny", "--width", "32", "--batch-sizes", "8,16,32,64",
+            "--tokens", "32768,65536,131072,262144", "--lr-center", "0.0072", "--lr-center-batch", "8",
+            "--set", "seq_len=64", "--runner", "sweeps.runners:synthetic_scaling_runner",
+            "--out", str(out), "--workers", "1", "--quiet", "--json"]
+    assert mutransfer_cli.main(argv) == 0
+    capsys.readouterr()
+    study, settings = open_study(f"journal:{out / 'optuna.journal'}", "scaling")
+    spec, table = settings.spec, results_table(study)
+    d_max, b_max = float(table["tokens"].max()), float(table["batch_tokens"].max())
+    at = table[(table["tokens"] == d_max) & (table["batch_tokens"] == b_max)].sort_values("loss")
+    lucky = at.index[2]  # an off-optimum LR of the held-out batch
+    table.loc[lucky, "loss"] = float(at["loss"].min()) * 0.99
+    rows = fit_rows(table, spec)
+    chosen = best_measured_config(rows, "batch_tokens", {"tokens": d_max, "batch_tokens": b_max})
+    assert chosen["lr"] == pytest.approx(float(table.loc[lucky, "lr"]))
+
+    seen: list[int] = []
+
+    def runner(config: dict, report):  # the surface, times a factor per seed
+        seen.append(int(config["seed"]))
+        row = synthetic_scaling_runner(config, report)
+        return {**row, "loss": row["loss"] * (1.0 + 0.01 * int(config["seed"]))}
+
+    audit = run_holdout(spec, table, runner=runner, out=tmp_path / "AUDIT.json")
+    assert set(seen) == {1, 2} and audit["seeds"] == [1, 2]  # never the sweep's seed 0
+    run = next(r for r in audit["runs"] if r["axis"] == "batch_tokens")
+    ours = next(r for r in audit["holdout"] if r["method"] == "ours" and r["axis"] == "batch_tokens")
+    steps = run["config"]["steps"]
+    truth = (synthetic_scaling_loss(run["config"]["lr"], b_max, steps * b_max)
+             / synthetic_scaling_loss(chosen["lr"], b_max, steps * b_max) - 1.0)
+    assert truth < -0.001  # the lucky config is really worse than the prediction
+    assert ours["loss_gap"] == pytest.approx(truth, rel=1e-9, abs=1e-12)
+    assert ours["loss_gap_se"] == pytest.approx(0.0, abs=1e-12)  # the seed factor cancels in the pair
+    assert run["best_loss_selection"] == pytest.approx(float(table.loc[lucky, "loss"]))
+    # what the selection seed alone would have said: the correct prediction fails by ~1%
+    assert run["losses"][0] / 1.01 / run["best_loss_selection"] - 1.0 > 0.0025
+    # re-running trains nothing (audit_runs.json caches every fresh-seed run)
+    n = len(seen)
+    assert run_holdout(spec, table, runner=runner, out=tmp_path / "AUDIT.json")["holdout"] == audit["holdout"]
+    assert len(seen) == n
+
 import mutransfer.train  # noqa: E402,F401  (the real trainer: an import error fails, never skips)
 
 TINY = ["sweep", "scaling", "--preset", "gpt-tiny", "--width", "32", "--check-width", "64",
