@@ -15,11 +15,12 @@ import pandas as pd
 from analysis import CriticalBatchFit, OptimumFit, ScalingLawFit, steps_to_target
 from analysis.scaling_plots import critical_batch_comparison, plot_critical_batch_comparison, plot_scaling
 from mutransfer._io import atomic_write_text
-from mutransfer_cli._demo_sizes import DemoSize, model_kw
+from mutransfer_cli._demo_sizes import DemoSize, fuse_for, model_kw
 from mutransfer_cli._demo_stage import Clock, log
 from sweeps import results_table, write_table
 from sweeps.extend import Bounds, run_bracketed
 from sweeps.holdout import fit_rows, run_holdout
+from sweeps.holdout import holdout_summary as per_axis
 from sweeps.spec import ScalingSweep
 from sweeps.worker import open_study
 
@@ -49,7 +50,7 @@ def scaling_stage(out: Path, sz: DemoSize, size: str, fit: Any, *, device: str, 
     with clock.stage("scaling_sweep", parallel=n_workers):
         # an optimum at its grid's edge gets more grid (batch and LR), within the bounds
         sweep, bracket = run_bracketed(spec, bounds, out=out / "scaling", workers=workers, device=device,
-                                       quiet=quiet)
+                                       quiet=quiet, fuse=fuse_for(sz.preset))
     study, _ = open_study(sweep.plan.storage, sweep.plan.study_name)
     table = results_table(study)
     batches = sorted({int(b) for b in table.loc[table["width"] == width, "batch_size"]})
@@ -169,10 +170,7 @@ def width_check(table: Any, spec: Any) -> list[dict[str, Any]]:
 def holdout_summary(audit: Mapping[str, Any]) -> dict[str, Any]:
     """Ours on the held-out budget (the extrapolation the card makes) at the top level,
     both axes under ``by_axis``."""
-    by_axis = {}
-    for r in audit.get("holdout", []):
-        if r.get("method") == "ours":
-            by_axis[r["axis"]] = {k: r.get(k) for k in ("lr_ratio", "batch_ratio", "loss_gap")}
-    top = by_axis.get("tokens", {"lr_ratio": None, "batch_ratio": None, "loss_gap": None})
+    by_axis = {k: v for k, v in per_axis(audit).items() if k != "passed"}
+    top = by_axis.get("tokens", dict.fromkeys(("lr_ratio", "batch_ratio", "loss_gap", "loss_gap_se")))
     return {**top, "axis": "tokens", "by_axis": by_axis, "passed": audit.get("passed"),
-            "criteria": audit.get("criteria")}
+            "criteria": audit.get("criteria"), "seeds": audit.get("seeds")}
