@@ -28,7 +28,7 @@ from mutransfer_cli._common import MAX_SEED, bounded_int, key_value, print_json,
 from sweeps.export import best_config, format_status, results_table, status, write_table
 from sweeps.extend import DEFAULT_MAX_EXTEND, Bounds, run_bracketed
 from sweeps.fusion import check_fuse
-from sweeps.holdout import check_holdout, holdout_summary, run_holdout
+from sweeps.holdout import FRESH_SEEDS, check_holdout, holdout_summary, run_holdout
 from sweeps.runners import DEFAULT_RUNNER
 from sweeps.spec import load_spec, spec_from_dict
 from sweeps.storage import Storage
@@ -195,6 +195,9 @@ def _add_run_flags(p: argparse.ArgumentParser, kind: str) -> None:
                        help="after the sweep: the held-out audit (fit without the largest budget, "
                             "then without the largest batch; run each predicted config) -> OUT/AUDIT.json")
         p.add_argument("--audit-out", default=None, help="where --holdout writes (default OUT/AUDIT.json)")
+        p.add_argument("--holdout-seeds", type=bounded_int(1, 64, "--holdout-seeds"), default=FRESH_SEEDS,
+                       help="fresh seeds the held-out audit trains the prediction and the measured best on "
+                            f"(paired; the gap's standard error needs 2; default {FRESH_SEEDS})")
     p.add_argument("--steps", type=bounded_int(1, 10**9, "--steps"), default=None,
                    help="training steps per trial")
     p.add_argument("--batch-size", type=int, default=None, help="sequences per batch (lr/run sweeps)")
@@ -454,7 +457,7 @@ def _run_sweep(args: argparse.Namespace, kind: str) -> int:
         st["bracketing"] = bracket.to_dict()
     if holdout and res.complete:
         audit = run_holdout(spec, results_table(study), out=audit_path, device=args.device,
-                            runner=args.runner, quiet=args.quiet or args.json)
+                            runner=args.runner, quiet=args.quiet or args.json, n_seeds=args.holdout_seeds)
         st["audit"] = {"path": str(audit_path), **holdout_summary(audit)}
     if kind == "multipliers":
         st["best_config"] = _write_best_config(study, args.out, args.json)

@@ -103,6 +103,7 @@ def _verb(monkeypatch: pytest.MonkeyPatch) -> None:
     (["--lrs", "0.01"], "not both"),
     (["--width", "40"], "width=40"),
     (["--holdout", "--prepare-only"], "--prepare-only"),
+    (["--holdout", "--holdout-seeds", "0"], "--holdout-seeds"),
     (["--steps", "5"], "'steps'"),
 ])
 def test_cli_bad_input_exits_2_before_any_study_exists(_verb, tmp_path, capsys, argv, needle) -> None:
@@ -130,11 +131,12 @@ def test_known_laws_through_sweep_export_fit_and_holdout_audit(_verb, tmp_path, 
     argv = ["sweep", "scaling", "--preset", "gpt-tiny", "--width", "32", "--batch-sizes", "8,16,32,64",
             "--tokens", "32768,65536,131072,262144", "--lr-center", "0.0072", "--lr-center-batch", "8",
             "--set", "seq_len=64", "--runner", "sweeps.runners:synthetic_scaling_runner", "--holdout",
-            "--out", str(out), "--workers", "1", "--quiet", "--json"]
+            "--holdout-seeds", "3", "--out", str(out), "--workers", "1", "--quiet", "--json"]
     assert mutransfer_cli.main(argv) == 0
     st = json.loads(capsys.readouterr().out)
     assert st["counts"]["complete"] == 4 * 7 and st["audit"]["passed"] is True
     audit = json.loads((out / "AUDIT.json").read_text())
+    assert audit["seeds"] == [1, 2, 3]  # fresh: the sweep trained seed 0
     ours = {r["axis"]: r for r in audit["holdout"] if r["method"] == "ours"}
     assert set(ours) == {"tokens", "batch_tokens"}
     for r in ours.values():
