@@ -31,9 +31,19 @@ def check_n_boot(n_boot: int) -> int:
 
 
 def percentile_interval(samples: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
-    """Percentile bootstrap interval along axis 0 (equal tails)."""
+    """Percentile bootstrap interval along axis 0 (equal tails).
+
+    A replicate may be infinite (a critical batch B_crit = E_min/S_min whose S_min fit to
+    0): interpolating next to it gives inf·0 = NaN, so there the order statistic on that
+    side is taken instead, and the bound is ±inf (that side is unbounded), never NaN."""
     tail = 100.0 * (1.0 - level) / 2.0
-    lo, hi = np.percentile(samples, [tail, 100.0 - tail], axis=0)
+    q = [tail, 100.0 - tail]
+    with np.errstate(invalid="ignore"):
+        lo, hi = np.percentile(samples, q, axis=0)
+    if np.isnan(lo).any() or np.isnan(hi).any():
+        lo_o = np.percentile(samples, tail, axis=0, method="lower")
+        hi_o = np.percentile(samples, 100.0 - tail, axis=0, method="higher")
+        lo, hi = np.where(np.isnan(lo), lo_o, lo), np.where(np.isnan(hi), hi_o, hi)
     return lo, hi
 
 

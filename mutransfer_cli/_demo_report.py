@@ -34,7 +34,10 @@ def _g(x: Any, fmt: str = ".4g") -> str:
 
 
 def _pair(p: Any, fmt: str = ".3g") -> str:
-    return "-" if not p else f"[{_g(p[0], fmt)}, {_g(p[1], fmt)}]"
+    if not p:
+        return "-"
+    lo, hi = ("unbounded" if v is None else _g(v, fmt) for v in p[:2])
+    return f"[{lo}, {hi}]"
 
 
 def _sections(s: dict[str, Any]) -> list[tuple[str, list[str], list[str], list[list[str]]]]:

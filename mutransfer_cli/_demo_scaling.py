@@ -138,7 +138,9 @@ def critical_batch(rows: Any, sfit: Any, seq_len: int, out: Path) -> tuple[dict[
     comp = critical_batch_comparison(pd.DataFrame(best), cbs, batch="batch_size")
     path = plot_critical_batch_comparison(comp, out / "figures" / "critical_batch.png")
     doc = {"target_loss": target, "b_crit_sequences": comp.b_crit,
-           "b_crit_ci_sequences": list(comp.b_crit_ci) if comp.b_crit_ci else None,
+           # an unbounded side (an infinite bootstrap replicate) is null, not Infinity or NaN
+           "b_crit_ci_sequences": ([b if math.isfinite(b) else None for b in comp.b_crit_ci]
+                                   if comp.b_crit_ci else None),
            "b_simple_sequences": comp.b_simple, "b_simple_range_sequences": list(comp.b_simple_range),
            "b_crit_tokens": comp.b_crit * seq_len, "b_simple_tokens": comp.b_simple * seq_len,
            "ratio": comp.ratio, "n_batches": int(len(reach)),

@@ -100,3 +100,20 @@ def test_noise_scale_power_law_in_loss() -> None:
     assert isinstance(fit, PowerLawFit) and fit.n_ == 15
     assert fit.ci_["b"][0] <= -1 / 0.21 <= fit.ci_["b"][1]
     assert fit.params_["b"] == pytest.approx(-1 / 0.21, rel=0.05)
+
+
+def test_percentile_interval_is_unbounded_not_nan_next_to_an_infinite_replicate() -> None:
+    """A bootstrap B_crit = E_min/S_min with S_min fitted to 0 is +inf; linear
+    interpolation next to it would give inf·0 = NaN. The interval's upper side is then
+    +inf (unbounded) and the finite side and finite columns are the usual percentiles."""
+    from analysis._stats import percentile_interval
+
+    finite = np.arange(1.0, 101.0)
+    col = finite.copy()
+    col[-10:] = np.inf  # 10% of replicates unbounded: the 95th percentile lands among them
+    with np.errstate(invalid="ignore"):
+        assert np.isnan(np.percentile(col, 95))  # what plain interpolation gives
+    lo, hi = percentile_interval(np.stack([finite, col], axis=1), 0.9)
+    assert not np.isnan(lo).any() and not np.isnan(hi).any()
+    assert lo[0] == pytest.approx(np.percentile(finite, 5)) and hi[0] == pytest.approx(np.percentile(finite, 95))
+    assert lo[1] == pytest.approx(np.percentile(finite, 5)) and hi[1] == np.inf
