@@ -117,3 +117,30 @@ def test_bad_input_raises_naming_the_value(data) -> None:
         train_fused_wsd_branches([tiny()], [0.5, 1.5], data=data)
     with pytest.raises(ValueError, match="'batch_size'"):
         train_fused_wsd_branches([tiny(), tiny(batch_size=8)], [1.0], data=data)
+
+
+def test_out_dir_files_equal_the_unfused_ones(data, tmp_path) -> None:
+    """Each member writes its stable checkpoints and branch metrics as the unfused run does;
+    a checkpoint holds the member's own weights, not the stacked tensors they are views of."""
+    import torch
+
+    from mutransfer.checkpoint import load_checkpoint
+
+    cfgs = [tiny(lr=lr, steps=8, out_dir=str(tmp_path / "fused" / str(i)))
+            for i, lr in enumerate([1e-2, 3e-2])]
+    train_fused_wsd_branches(cfgs, [0.5, 1.0], data=data)
+    for i, cfg in enumerate(cfgs):
+        plain = tmp_path / "plain" / str(i)
+        train_wsd_branches(cfg.replace(out_dir=str(plain)), [0.5, 1.0], data=data)
+        fused = tmp_path / "fused" / str(i)
+        names = sorted(p.name for p in plain.iterdir())
+        assert names == ["metrics_branch_4.jsonl", "metrics_branch_8.jsonl",
+                         "wsd_stable_3.pt", "wsd_stable_6.pt"]
+        assert sorted(p.name for p in fused.iterdir()) == names
+        for name in names[2:]:
+            a, b = load_checkpoint(fused / name), load_checkpoint(plain / name)
+            assert a["step"] == b["step"] and a["tokens"] == b["tokens"]
+            assert [h["loss"] for h in a["history"]] == [h["loss"] for h in b["history"]]
+            for k, t in a["model"].items():
+                assert torch.equal(t, b["model"][k]), k
+                assert t.untyped_storage().nbytes() == t.numel() * t.element_size(), k
