@@ -45,6 +45,9 @@ batch size, grad accumulation, data source, eval cadence, device and dtype. Ever
 depth, depth alpha, readout init, schedule, warmup, grad clip, spike policy log/skip/off,
 diverge factor, QK-clip tau, gns beta, out_dir) may differ per member.
 
+WSD branching of a fused group (one stacked trunk, each member's own cooldowns) is
+:func:`mutransfer.fused_wsd.train_fused_wsd_branches`.
+
 Not supported (run such trials unfused; :func:`unsupported_reason`): the ``rollback``
 spike policy (a per-member rewind of the data stream), checkpointing/resume inside a
 fused group, ``torch.compile`` and multi-process (DDP) runs.
@@ -88,7 +91,6 @@ __all__ = [
     "fusion_key",
     "partition",
     "train_fused",
-    "train_fused_wsd_branches",  # noqa: F822  (module __getattr__, at the end)
     "unsupported_reason",
 ]
 
@@ -483,13 +485,3 @@ def train_fused(
         group = FusedGroup(chunk, callbacks=callbacks[start:start + kk], data=data)
         results.extend(group.run())
     return results
-
-
-
-def __getattr__(name: str) -> Any:
-    # WSD branching of a fused group lives in its own module, which builds on FusedGroup.
-    if name == "train_fused_wsd_branches":
-        from mutransfer.fused_wsd import train_fused_wsd_branches
-
-        return train_fused_wsd_branches
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

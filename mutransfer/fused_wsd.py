@@ -73,9 +73,9 @@ def train_fused_wsd_branches(
     plans = [wsd_trunks(c, fractions) for c in configs]
     data = data if data is not None else open_data(configs[0])
     results: list[dict[float, TrainResult]] = [{} for _ in configs]
-    by_plan: dict[str, list[int]] = {}
+    by_plan: dict[tuple[tuple[int, tuple[WsdBranch, ...]], ...], list[int]] = {}
     for i, plan in enumerate(plans):
-        by_plan.setdefault(repr(plan), []).append(i)
+        by_plan.setdefault(tuple((warm, tuple(b)) for warm, b in plan), []).append(i)
     for idx in by_plan.values():
         for warm, branches in plans[idx[0]]:
             out = _fused_trunk([configs[i] for i in idx], warm, branches, [callbacks[i] for i in idx], data)

@@ -131,7 +131,7 @@ def train_wsd_branches(cfg: TrainConfig, fractions: Sequence[float], callback: C
     to L runs, and the trunk resumes from the snapshot. Because the schedule is a pure
     function of the step and the data of (seed, step), each branch repeats the separate
     run of L steps (the same floats on CPU). Returns one TrainResult per fraction, in the
-    order given. Fused over several configs: :func:`mutransfer.fused.train_fused_wsd_branches`.
+    order given. Fused over several configs: :func:`mutransfer.fused_wsd.train_fused_wsd_branches`.
     """
     trunks = wsd_trunks(cfg, fractions)
     cfg = cfg.replace(schedule="wsd")

@@ -177,7 +177,7 @@ def train_fused_runner(configs: list[dict[str, Any]], reports: list[Report]
                        ) -> list[dict[str, Any] | Exception]:
     """Train ``configs`` fused, one row per config (the row :func:`train_runner` returns
     for it): :func:`mutransfer.fused.train_fused`, and for configs with ``wsd_branches``
-    :func:`mutransfer.fused.train_fused_wsd_branches` (configs fuse when their fusion keys
+    :func:`mutransfer.fused_wsd.train_fused_wsd_branches` (configs fuse when their fusion keys
     and their branch lists agree; the row is :func:`_wsd_row`'s, with ``cpu_s`` the fused
     group's CPU seconds divided by its size, one member's share).
 
@@ -186,7 +186,8 @@ def train_fused_runner(configs: list[dict[str, Any]], reports: list[Report]
     fused, or is alone in its group, goes through the unfused trainer. A sub-group that
     raises fails only its own members (their entry is the exception).
     """
-    from mutransfer.fused import partition, train_fused, train_fused_wsd_branches, unsupported_reason
+    from mutransfer.fused import partition, train_fused, unsupported_reason
+    from mutransfer.fused_wsd import train_fused_wsd_branches
     from mutransfer.train import train
 
     if len(configs) != len(reports):

@@ -9,7 +9,7 @@ import math
 import pytest
 
 from mutransfer.data import DataConfig, load_dataset
-from mutransfer.fused import train_fused_wsd_branches
+from mutransfer.fused_wsd import train_fused_wsd_branches
 from mutransfer.train import TrainConfig, Trainer, TrainResult, train_wsd_branches
 
 FRACTIONS = [0.25, 1.0, 0.5]  # not sorted: results come back in this order
