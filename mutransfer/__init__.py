@@ -65,6 +65,7 @@ _EXPORTS: dict[str, str] = {
     "train_wsd_branches": "mutransfer.train",
     "load_config": "mutransfer.config",
     "train_fused": "mutransfer.fused",
+    "train_fused_wsd_branches": "mutransfer.fused_wsd",
     "SpikeDetector": "mutransfer.stabilizers",
     "save_checkpoint": "mutransfer.checkpoint",
     "load_checkpoint": "mutransfer.checkpoint",

@@ -45,6 +45,9 @@ batch size, grad accumulation, data source, eval cadence, device and dtype. Ever
 depth, depth alpha, readout init, schedule, warmup, grad clip, spike policy log/skip/off,
 diverge factor, QK-clip tau, gns beta, out_dir) may differ per member.
 
+WSD branching of a fused group (one stacked trunk, each member's own cooldowns) is
+:func:`mutransfer.fused_wsd.train_fused_wsd_branches`.
+
 Not supported (run such trials unfused; :func:`unsupported_reason`): the ``rollback``
 spike policy (a per-member rewind of the data stream), checkpointing/resume inside a
 fused group, ``torch.compile`` and multi-process (DDP) runs.
@@ -61,6 +64,7 @@ import torch
 import torch.nn as nn
 
 from mutransfer.data import DataConfig, TokenDataset, load_dataset
+from mutransfer.device import flush_denormals
 from mutransfer.fusion import (
     CPU_DEFAULT_K,
     MAX_K,
@@ -141,11 +145,7 @@ class FusedGroup:
         self.configs = list(configs)
         self.indices = list(indices) if indices is not None else list(range(len(configs)))
         callbacks = list(callbacks) if callbacks is not None else [None] * len(configs)
-        cfg0 = configs[0]
-        if data is None:
-            data = load_dataset(DataConfig(source=cfg0.run.data, dtype=cfg0.run.data_dtype,
-                                           max_bytes=cfg0.run.data_max_bytes, cache_dir=cfg0.run.data_cache))
-        self.data = data
+        self.data = data = data if data is not None else open_data(configs[0])
         # Each member's Trainer builds its model exactly as the unfused run does.
         self.members = [_Member(i, Trainer(c, data=data, callback=cb))
                         for i, (c, cb) in enumerate(zip(configs, callbacks))]
@@ -181,6 +181,7 @@ class FusedGroup:
         self._install_hooks()
         self._restack([[m.params[n].detach() for m in self.alive] for n in self.names])
         self._val: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+        self.step = 0  # every alive member's Trainer.step (members advance in lock step)
 
     # ---- the stack -----------------------------------------------------------------------
 
@@ -243,6 +244,18 @@ class FusedGroup:
         self.alive = [self.alive[j] for j in keep]
         if self.alive:
             self._restack([[self.P[n].detach()[j] for j in keep] for n in self.names])
+
+    def readmit(self, members: Sequence[_Member]) -> None:
+        """Make ``members`` (in order) the stack again, each with its Trainer's current
+        weights (members that left are back, as after :meth:`Trainer.restore`); their
+        optimizer state stays theirs. They must all be at one step."""
+        steps = {m.trainer.step for m in members}
+        if len(steps) > 1:
+            raise ValueError(f"members to restack are at different steps {sorted(steps)}")
+        self.alive = list(members)
+        if self.alive:
+            self._restack([[m.params[n].detach() for m in self.alive] for n in self.names])
+            self.step = steps.pop()
 
     def _grads_to_members(self) -> None:
         """Each alive member's ``.grad`` becomes a view of its row of the stacked gradient."""
@@ -376,20 +389,29 @@ class FusedGroup:
             self.alive[j].trainer.write_metrics()
         self._drop(leaving)
 
+    def run_until(self, stop_step: int) -> None:
+        """Train the members in the stack up to ``stop_step``, as :meth:`Trainer.run_until`
+        does each of them: evaluate every ``eval_every`` steps and at ``stop_step`` when it
+        is the end of the run (``total_steps``), both read from the members' Trainers (as
+        WSD branching sets them); members that diverge or are pruned leave the stack."""
+        with flush_denormals(self.device):
+            while self.alive and self.step < stop_step:
+                self.train_step(self.step)
+                self.step += 1
+                if not self.alive:
+                    break
+                t = self.alive[0].trainer
+                every, final = t.cfg.run.eval_every, self.step == stop_step == t.total_steps
+                if (every and self.step % every == 0) or final:
+                    self._eval_and_callbacks()
+                if every and self.step % every == 0:
+                    for m in self.alive:
+                        m.trainer.write_metrics()
+
     def run(self) -> list[TrainResult]:
         """Train every member to ``steps`` (or until it diverges or is pruned); one
         TrainResult per config, in order, as :func:`mutransfer.train.train` returns it."""
-        cfg0 = self.configs[0]
-        total = cfg0.run.steps
-        step = 0
-        while step < total and self.alive:
-            self.train_step(step)
-            step += 1
-            if self.alive and ((cfg0.run.eval_every and step % cfg0.run.eval_every == 0) or step == total):
-                self._eval_and_callbacks()
-            if cfg0.run.eval_every and step % cfg0.run.eval_every == 0:
-                for m in self.alive:
-                    m.trainer.write_metrics()
+        self.run_until(self.configs[0].run.steps)
         self._drop(set(range(len(self.alive))))  # detach everyone's final weights
         results = []
         for m in self.members:
@@ -397,6 +419,32 @@ class FusedGroup:
             m.trainer.close()
             results.append(m.trainer.result())
         return results
+
+
+def member_callbacks(callback: FusedCallback | Sequence[Callback | None] | None, n: int
+                     ) -> list[Callback | None]:
+    """Per-member callbacks with the unfused signature ``fn(step, metrics)`` from one
+    ``fn(member, step, metrics)``, a sequence of ``n`` callbacks, or None."""
+    if callback is None:
+        return [None] * n
+    if callable(callback):
+        fn = callback
+
+        def bind(i: int) -> Callback:
+            return lambda step, metrics: fn(i, step, metrics)
+
+        return [bind(i) for i in range(n)]
+    callbacks = list(callback)
+    if len(callbacks) != n:
+        raise ValueError(f"got {len(callbacks)} callbacks for {n} configs")
+    return callbacks
+
+
+def open_data(cfg: TrainConfig) -> TokenDataset:
+    """The dataset of ``cfg``'s run section (every member of a group shares it)."""
+    r = cfg.run
+    return load_dataset(DataConfig(source=r.data, dtype=r.data_dtype, max_bytes=r.data_max_bytes,
+                                   cache_dir=r.data_cache))
 
 
 def train_fused(
@@ -428,28 +476,12 @@ def train_fused(
     check_k(k)
     configs = list(configs)
     check_fusible(configs)
-    if callback is None:
-        callbacks: list[Callback | None] = [None] * len(configs)
-    elif callable(callback):
-        fn = callback
-
-        def bind(i: int) -> Callback:
-            return lambda step, metrics: fn(i, step, metrics)
-
-        callbacks = [bind(i) for i in range(len(configs))]
-    else:
-        callbacks = list(callback)
-        if len(callbacks) != len(configs):
-            raise ValueError(f"got {len(callbacks)} callbacks for {len(configs)} configs")
+    callbacks = member_callbacks(callback, len(configs))
     kk = k if k is not None else choose_k(configs[0])
-    if data is None:
-        r0 = configs[0].run
-        data = load_dataset(DataConfig(source=r0.data, dtype=r0.data_dtype, max_bytes=r0.data_max_bytes,
-                                       cache_dir=r0.data_cache))
+    data = data if data is not None else open_data(configs[0])
     results: list[TrainResult] = []
     for start in range(0, len(configs), kk):
         chunk = configs[start:start + kk]
         group = FusedGroup(chunk, callbacks=callbacks[start:start + kk], data=data)
         results.extend(group.run())
     return results
-

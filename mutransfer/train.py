@@ -27,7 +27,7 @@ from mutransfer.checkpoint import (
 from mutransfer.config import TrainConfig, load_config
 from mutransfer.data import TokenDataset
 from mutransfer.device import resolve_device
-from mutransfer.schedules import ScheduleConfig, make_schedule
+from mutransfer.schedules import Schedule, ScheduleConfig, make_schedule
 from mutransfer.train_result import ROW_KEYS, TrainResult, write_metrics
 from mutransfer.trainer import Callback, Trainer, Verdict, base_sizes, build_parametrization
 
@@ -43,8 +43,13 @@ __all__ = [
     "load_config",
     "resolve_device",
     "train",
+    "WsdBranch",
     "train_wsd_branches",
     "write_metrics",
+    "wsd_branch_config",
+    "wsd_stable_schedule",
+    "wsd_trunk_config",
+    "wsd_trunks",
 ]
 
 
@@ -63,17 +68,19 @@ def train(cfg: TrainConfig, callback: Callback | None = None, progress: bool = F
     return Trainer(cfg, callback=callback, progress=progress, data=data).run()
 
 
-def train_wsd_branches(cfg: TrainConfig, fractions: Sequence[float], callback: Callback | None = None,
-                       progress: bool = False, data: TokenDataset | None = None) -> list[TrainResult]:
-    """WSD branching: losses at several token budgets from one stable run.
+#: One WSD branch of :func:`wsd_trunks`: (fraction, length L, decay start D, warmup steps).
+WsdBranch = tuple[float, int, int, int]
 
-    For each fraction f the branch length is L = round(f × steps) and its cooldown starts
-    at D = L − round(decay_fraction × L), exactly as a fresh WSD run of L steps would have
-    it. One trunk trains at the stable LR; at each D its state is snapshotted (and saved
-    as ``out_dir/wsd_stable_D.pt`` when out_dir is set), the cooldown to L runs, and the
-    trunk resumes from the snapshot. Because the schedule is a pure function of the step
-    and the data of (seed, step), each branch repeats the separate run of L steps (the
-    same floats on CPU). Returns one TrainResult per fraction, in the order given.
+
+def wsd_trunks(cfg: TrainConfig, fractions: Sequence[float]) -> list[tuple[int, list[WsdBranch]]]:
+    """The plan of :func:`train_wsd_branches`: its branches grouped into trunks.
+
+    For each fraction f the branch length is L = max(1, round(f × steps)), its warmup is
+    ``warmup_steps`` (None: round(0.1 × L)) and its cooldown starts at D = L −
+    round(decay_fraction × L), exactly as a fresh WSD run of L steps would have them. Each
+    branch's whole run, warmup included, must equal a fresh run of its length: branches with
+    different warmups cannot share a trunk. Returns ``[(warmup, branches by D)]``, warmups
+    ascending. Bad fractions, or a branch shorter than its warmup -> ValueError naming it.
     """
     if not fractions:
         raise ValueError("give at least one WSD branch fraction")
@@ -81,7 +88,7 @@ def train_wsd_branches(cfg: TrainConfig, fractions: Sequence[float], callback: C
         if not (isinstance(f, (int, float)) and 0 < f <= 1):
             raise ValueError(f"WSD branch fractions must be in (0, 1], got {f!r}")
     cfg = cfg.replace(schedule="wsd")
-    plan = []
+    plan: list[WsdBranch] = []
     for f in fractions:
         length = max(1, round(f * cfg.run.steps))
         sched = cfg.schedule_config(total_steps=length)
@@ -91,17 +98,48 @@ def train_wsd_branches(cfg: TrainConfig, fractions: Sequence[float], callback: C
         start = make_schedule(dataclasses.replace(sched, warmup_steps=warm)).decay_start
         assert start is not None
         plan.append((f, length, start, warm))
+    return [(warm, sorted((p for p in plan if p[3] == warm), key=lambda p: p[2]))
+            for warm in sorted({p[3] for p in plan})]
+
+
+def wsd_trunk_config(cfg: TrainConfig, warmup: int, branches: Sequence[WsdBranch]) -> TrainConfig:
+    """The config a trunk of ``branches`` (one :func:`wsd_trunks` group) trains under: as
+    long as its longest branch, no evaluation, checkpoint or output of its own."""
+    return cfg.replace(schedule="wsd", steps=max(b[1] for b in branches), warmup_steps=warmup, eval_every=0,
+                       checkpoint_every=0, out_dir=None)
+
+
+def wsd_stable_schedule(warmup: int) -> Schedule:
+    """A trunk's schedule: the WSD's stable phase (warmup, then constant; no cooldown)."""
+    return make_schedule(ScheduleConfig(kind="constant", warmup_steps=warmup))
+
+
+def wsd_branch_config(cfg: TrainConfig, warmup: int, length: int) -> TrainConfig:
+    """The config of one branch: the fresh WSD run of ``length`` steps it equals (the
+    ``config`` of its TrainResult)."""
+    return cfg.replace(schedule="wsd", steps=length, warmup_steps=warmup)
+
+
+def train_wsd_branches(cfg: TrainConfig, fractions: Sequence[float], callback: Callback | None = None,
+                       progress: bool = False, data: TokenDataset | None = None) -> list[TrainResult]:
+    """WSD branching: losses at several token budgets from one stable run.
+
+    For each fraction f the branch length is L = round(f × steps) and its cooldown starts
+    at D = L − round(decay_fraction × L), exactly as a fresh WSD run of L steps would have
+    it (:func:`wsd_trunks`). One trunk trains at the stable LR; at each D its state is
+    snapshotted (and saved as ``out_dir/wsd_stable_D.pt`` when out_dir is set), the cooldown
+    to L runs, and the trunk resumes from the snapshot. Because the schedule is a pure
+    function of the step and the data of (seed, step), each branch repeats the separate
+    run of L steps (the same floats on CPU). Returns one TrainResult per fraction, in the
+    order given. Fused over several configs: :func:`mutransfer.fused_wsd.train_fused_wsd_branches`.
+    """
+    trunks = wsd_trunks(cfg, fractions)
+    cfg = cfg.replace(schedule="wsd")
     results: dict[float, TrainResult] = {}
-    # Each branch's whole run, warmup included, must equal a fresh run of its length: the
-    # warmup is relative to the branch's own length, so branches with different warmups
-    # cannot share a trunk. Group branches by warmup and run one trunk per group.
-    for warm in sorted({p[3] for p in plan}):
-        group = sorted((p for p in plan if p[3] == warm), key=lambda p: p[2])
-        tcfg = cfg.replace(steps=max(p[1] for p in group), warmup_steps=warm, eval_every=0,
-                           checkpoint_every=0, out_dir=None)
+    for warm, group in trunks:
+        tcfg = wsd_trunk_config(cfg, warm, group)
         trainer = Trainer(tcfg, callback=None, progress=progress, data=data)
-        # Stable phase: warmup then constant (a WSD with no cooldown inside the trunk).
-        stable = make_schedule(ScheduleConfig(kind="constant", warmup_steps=warm))
+        stable = wsd_stable_schedule(warm)
         try:
             for k, (f, length, start, _) in enumerate(group):
                 trainer.schedule, trainer.total_steps = stable, length
@@ -113,7 +151,7 @@ def train_wsd_branches(cfg: TrainConfig, fractions: Sequence[float], callback: C
                 snap = trainer.snapshot()
                 if cfg.output.out_dir:
                     save_checkpoint(Path(cfg.output.out_dir) / f"wsd_stable_{start}.pt", trainer.state_dict())
-                bcfg = cfg.replace(steps=length, warmup_steps=warm)
+                bcfg = wsd_branch_config(cfg, warm, length)
                 trainer.cfg = bcfg.replace(checkpoint_every=0, out_dir=None)
                 trainer.schedule = make_schedule(bcfg.schedule_config())
                 trainer.callback = callback

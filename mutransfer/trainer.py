@@ -29,7 +29,7 @@ from mutransfer.checkpoint import (
 )
 from mutransfer.config import ModelShape, TrainConfig
 from mutransfer.data import DataConfig, TokenDataset, load_dataset
-from mutransfer.device import denormals_flushed, dist_env, resolve_device
+from mutransfer.device import dist_env, flush_denormals, resolve_device
 from mutransfer.models.gpt import GPT, GPTConfig
 from mutransfer.models.source import build_model, logits_of
 from mutransfer.noise_scale import NoiseScaleEstimator, grad_sq_norm
@@ -399,18 +399,8 @@ class Trainer:
     def run_until(self, stop_step: int) -> bool:
         """Train until ``self.step == stop_step`` (evaluating, checkpointing and writing
         metrics on the way). Returns False when the run ended early (diverged/pruned)."""
-        flush_before = None
-        if self.device.type == "cpu":
-            # Denormals in the tails of high-LR runs made CPU steps up to 2x slower. The
-            # flag is CPU state shared with everything else in the thread (Python's own
-            # float math too), so it is on only while this loop runs.
-            flush_before = denormals_flushed()
-            torch.set_flush_denormal(True)
-        try:
+        with flush_denormals(self.device):  # denormals made high-LR CPU steps up to 2x slower
             return self._run_until(stop_step)
-        finally:
-            if flush_before is not None:
-                torch.set_flush_denormal(flush_before)
 
     def _run_until(self, stop_step: int) -> bool:
         cfg = self.cfg
@@ -546,8 +536,14 @@ class Trainer:
             self.progress.update(self.step)
 
     def snapshot(self) -> dict[str, Any]:
-        """An in-memory deep copy of the state (for rollback and WSD branches)."""
-        snap = copy.deepcopy({k: v for k, v in self.state_dict().items() if k != "rng"})
+        """An in-memory deep copy of the state (for rollback and WSD branches). The model's
+        tensors are cloned one by one: a fused member's parameters are views of ``[K, ...]``
+        stacks (:mod:`mutransfer.fused`), and the deepcopy of a view copies its whole stack."""
+        state = {k: v for k, v in self.state_dict().items() if k not in ("rng", "model")}
+        snap = copy.deepcopy(state)
+        model = self.raw_model.state_dict()
+        snap["model"] = type(model)((k, v.detach().clone()) for k, v in model.items())
+        snap["model"]._metadata = copy.deepcopy(getattr(model, "_metadata", {}))
         snap["n_history"] = len(self.history)
         return snap
 

@@ -2,10 +2,11 @@
 model (:mod:`mutransfer.fused`, HFTA) and runs them together.
 
 Which trials fuse is decided by :func:`mutransfer.fused.fusion_key` of each trial's
-resolved config (preset + spec base + grid point): equal keys share the model shape, batch
-size, step count, sequence length and everything else listed in
-:data:`mutransfer.fused.NON_FUSIBLE_FIELDS`; the learning rate, seed, weight decay and
-multipliers may differ. A trial that cannot run fused at all
+resolved config (preset + spec base + grid point) and its ``wsd_branches``: equal keys share
+the model shape, batch size, step count, sequence length, everything else listed in
+:data:`mutransfer.fused.NON_FUSIBLE_FIELDS` and the WSD branch fractions (a scaling sweep's
+trials at one batch fuse, trials at other batches do not); the learning rate, seed, weight
+decay and multipliers may differ. A trial that cannot run fused at all
 (:func:`mutransfer.fused.unsupported_reason`: rollback spike policy, checkpointing,
 compile, DDP) is popped alone and runs through the unfused path.
 
@@ -68,14 +69,18 @@ def check_spec_fusible(spec: SweepSpec, fuse: Fuse) -> None:
 
 def point_fusion_key(spec: SweepSpec, point: Mapping[str, Any]) -> tuple[Any, ...] | None:
     """The fusion key of a grid point, or None when it must run alone (cannot run fused,
-    or its config does not even resolve: the unfused path then records the error)."""
+    or its config does not even resolve: the unfused path then records the error). Its
+    ``wsd_branches`` (the runner's, not the trainer's) are part of it: trials fuse their
+    WSD trunks only when they branch at the same fractions."""
     from mutransfer.fused import fusion_key, unsupported_reason
 
     try:
         cfg = train_config(spec, point)
         if unsupported_reason(cfg) is not None:
             return None
-        return fusion_key(cfg)
+        branches = {**spec.base, **point}.get("wsd_branches")
+        wsd = None if branches is None else tuple(float(f) for f in branches)
+        return (*fusion_key(cfg), ("wsd_branches", wsd))
     except Exception:
         return None
 

@@ -105,34 +105,48 @@ def train_runner(config: dict[str, Any], report: Report, *, progress: bool = Fal
 
 def _train_wsd_row(cfg: Any, fractions: Any, report: Report, *, progress: bool = False) -> dict[str, Any]:
     """One trial, several token budgets: WSD branches at ``fractions`` of ``cfg.steps``
-    (:func:`mutransfer.train.train_wsd_branches`). The row is the longest branch's (its
-    loss is the value told to the study) with ``branches``, every branch's own row in the
-    order of ``fractions``; the results table (:mod:`sweeps.export`) has one row per
-    branch. ``cpu_s``: the CPU seconds of the whole trial (shared by its branches)."""
+    (:func:`mutransfer.train.train_wsd_branches`); the row is :func:`_wsd_row`'s."""
     from mutransfer.train import train_wsd_branches
 
+    fracs = _wsd_fractions(fractions)
+    c0 = time.process_time()
+    results = train_wsd_branches(cfg, fracs, callback=_wsd_callback(report), progress=progress)
+    return _wsd_row(fracs, results, time.process_time() - c0)
+
+
+def _wsd_fractions(fractions: Any) -> list[float]:
+    """A config's ``wsd_branches`` as floats (checked in (0, 1] by the trainer)."""
     if isinstance(fractions, (str, bytes)) or not hasattr(fractions, "__iter__"):
         raise ValueError(f"wsd_branches {fractions!r} must be a list of fractions in (0, 1]")
-    fracs = [float(f) for f in fractions]
+    return [float(f) for f in fractions]
+
+
+def _wsd_callback(report: Report) -> Callable[[int, dict[str, Any]], bool]:
+    """The callback of a WSD trial: branches restart from the trunk, so report only steps
+    past the last one reported; the study sees one increasing curve (the longest branch's
+    end included)."""
     inner = _train_callback(report)
     last = [0]
 
     def callback(step: int, metrics: dict[str, Any]) -> bool:
-        # branches restart from the trunk: report only steps past the last one reported,
-        # so the study sees one increasing curve (the longest branch's end included)
         if step <= last[0]:
             return False
         last[0] = step
         return inner(step, metrics)
 
-    c0 = time.process_time()
-    results = train_wsd_branches(cfg, fracs, callback=callback, progress=progress)
-    cpu = time.process_time() - c0
+    return callback
+
+
+def _wsd_row(fracs: list[float], results: list[Any], cpu_s: float) -> dict[str, Any]:
+    """The row of a WSD trial: the longest branch's (its loss is the value told to the
+    study) with ``branches``, every branch's own row (``wsd_fraction``) in the order of
+    ``fracs``; the results table (:mod:`sweeps.export`) has one row per branch. ``cpu_s``:
+    the CPU seconds of the whole trial (shared by its branches)."""
     rows = []
     for f, r in zip(fracs, results):
         row = _train_row(r)
         row["wsd_fraction"] = f
-        row["cpu_s"] = cpu
+        row["cpu_s"] = cpu_s
         rows.append(row)
     longest = max(range(len(fracs)), key=lambda i: (fracs[i], i))
     top = dict(rows[longest])
@@ -161,47 +175,57 @@ def _train_row(result: Any) -> dict[str, Any]:
 
 def train_fused_runner(configs: list[dict[str, Any]], reports: list[Report]
                        ) -> list[dict[str, Any] | Exception]:
-    """Train ``configs`` with :func:`mutransfer.fused.train_fused`, one row per config (the
-    row :func:`train_runner` returns for it).
+    """Train ``configs`` fused, one row per config (the row :func:`train_runner` returns
+    for it): :func:`mutransfer.fused.train_fused`, and for configs with ``wsd_branches``
+    :func:`mutransfer.fused_wsd.train_fused_wsd_branches` (configs fuse when their fusion keys
+    and their branch lists agree; the row is :func:`_wsd_row`'s, with ``cpu_s`` the fused
+    group's CPU seconds divided by its size, one member's share).
 
     The configs are partitioned by :func:`mutransfer.fused.partition` (all of them in one
     group when their fusion keys agree, as the worker arranges); a config that cannot run
-    fused goes through :func:`mutransfer.train.train` alone. A sub-group that raises fails
-    only its own members (their entry is the exception).
+    fused, or is alone in its group, goes through the unfused trainer. A sub-group that
+    raises fails only its own members (their entry is the exception).
     """
     from mutransfer.fused import partition, train_fused, unsupported_reason
+    from mutransfer.fused_wsd import train_fused_wsd_branches
     from mutransfer.train import train
 
     if len(configs) != len(reports):
         raise ValueError(f"got {len(reports)} report functions for {len(configs)} configs")
     out: list[dict[str, Any] | Exception | None] = [None] * len(configs)
-    cfgs: list[Any] = []
-    ok: list[int] = []
+    # by branch list (None: no branches): (index, TrainConfig) of each member
+    by_branches: dict[tuple[float, ...] | None, list[tuple[int, Any]]] = {}
     for i, c in enumerate(configs):
-        if "wsd_branches" in c:  # WSD branches train alone (one trunk, several rows)
-            try:
-                out[i] = train_runner(c, reports[i])
-            except Exception as exc:
-                out[i] = exc
-            continue
-        try:
-            cfgs.append(to_train_config(c))
-            ok.append(i)
-        except Exception as exc:  # this member's config is bad: fail it alone
+        c = dict(c)
+        branches = c.pop("wsd_branches", None)
+        try:  # a member whose config is bad fails alone
+            key = None if branches is None else tuple(_wsd_fractions(branches))
+            by_branches.setdefault(key, []).append((i, to_train_config(c)))
+        except Exception as exc:
             out[i] = exc
-    if ok:
+    for fracs, members in by_branches.items():
+        cfgs = [cfg for _, cfg in members]
         for group in partition(cfgs, k=len(cfgs)):
-            members = [ok[j] for j in group]
+            idx = [members[j][0] for j in group]
+            group_cfgs = [cfgs[j] for j in group]
             try:
-                if len(group) == 1 and unsupported_reason(cfgs[group[0]]) is not None:
-                    results = [train(cfgs[group[0]], callback=_train_callback(reports[members[0]]))]
+                if fracs is None and len(group) == 1 and unsupported_reason(group_cfgs[0]) is not None:
+                    out[idx[0]] = _train_row(train(group_cfgs[0], callback=_train_callback(reports[idx[0]])))
+                elif fracs is None:
+                    results = train_fused(group_cfgs, callback=[_train_callback(reports[i]) for i in idx])
+                    for i, r in zip(idx, results):
+                        out[i] = _train_row(r)
+                elif len(group) == 1:
+                    out[idx[0]] = _train_wsd_row(group_cfgs[0], list(fracs), reports[idx[0]])
                 else:
-                    results = train_fused([cfgs[j] for j in group],
-                                          callback=[_train_callback(reports[i]) for i in members])
-                for i, r in zip(members, results):
-                    out[i] = _train_row(r)
+                    c0 = time.process_time()
+                    callbacks = [_wsd_callback(reports[i]) for i in idx]
+                    branch_results = train_fused_wsd_branches(group_cfgs, list(fracs), callback=callbacks)
+                    cpu = (time.process_time() - c0) / len(group)
+                    for i, res in zip(idx, branch_results):
+                        out[i] = _wsd_row(list(fracs), res, cpu)
             except Exception as exc:
-                for i in members:
+                for i in idx:
                     out[i] = exc
     return [r if r is not None else RuntimeError("no result") for r in out]
 

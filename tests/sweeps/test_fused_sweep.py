@@ -289,3 +289,57 @@ def test_a_fused_trial_config_is_resolved_once(tmp_path, fused_calls, monkeypatc
     assert to_train_config({"qk_norm": True}).model.qk_norm is True
     with pytest.raises(ValueError, match="'qk_norm' expects bool"):
         to_train_config({"qk_norm": 1})
+
+
+@pytest.fixture
+def fused_wsd_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """(members, batch size) of the train_fused_wsd_branches calls made in this process."""
+    import mutransfer.fused_wsd
+
+    calls: list[tuple[int, int]] = []
+    real = mutransfer.fused_wsd.train_fused_wsd_branches
+
+    def spy(configs: Any, fractions: Any, **kw: Any) -> Any:
+        calls.append((len(configs), configs[0].run.batch_size))
+        return real(configs, fractions, **kw)
+
+    monkeypatch.setattr(mutransfer.fused_wsd, "train_fused_wsd_branches", spy)
+    return calls
+
+
+def test_fused_scaling_sweep_exports_the_unfused_table(tmp_path, fused_wsd_calls) -> None:
+    """A scaling sweep's trials are WSD trunks with a branch per budget: trials at one batch
+    fuse (other LRs), trials at other batches never do, and the table (a row per branch)
+    is the unfused one exactly, bar the CPU seconds (a fused member's is its group's share)."""
+    from sweeps import ScalingSweep
+
+    spec = ScalingSweep(preset="gpt-tiny", width=32, batch_sizes=(2, 4, 8), tokens=(256, 512, 1024),
+                        lr_center=0.01, log2_lr_offsets=(-1.0, 1.0), eval_sequences=8,
+                        base={"seq_len": 16, "threads": 1})
+    plain = run_sweep(spec, out=tmp_path / "plain", device="cpu")
+    assert plain.complete and fused_wsd_calls == []
+    fused = run_sweep(spec, out=tmp_path / "fused", device="cpu", fuse=4)
+    assert fused.complete and fused.counts.complete == 6
+    assert sorted(fused_wsd_calls) == [(2, 2), (2, 4), (2, 8)]  # one group of 2 LRs per batch
+    key = ["batch_size", "lr", "tokens"]
+    a = _table(fused.plan.storage).sort_values(key).reset_index(drop=True)
+    b = _table(plain.plan.storage).sort_values(key).reset_index(drop=True)
+    assert len(a) == 18 and sorted(set(a["tokens"])) == [256, 512, 1024]
+    assert list(a.columns) == list(b.columns)
+    for col in set(a.columns) - TIMING - {"trial", "cpu_s"}:
+        assert a[col].fillna(-1).tolist() == b[col].fillna(-1).tolist(), col
+    assert a["loss"].map(math.isfinite).all() and not a["diverged"].any()
+    assert (a["cpu_s"] > 0).all()
+
+
+def test_wsd_branches_and_batch_are_part_of_the_fusion_key() -> None:
+    from sweeps.fusion import point_fusion_key
+
+    spec = _spec(widths=(32,))
+    key = point_fusion_key(spec, {"width": 32, "lr": 1e-3, "wsd_branches": [0.5, 1.0]})
+    assert key is not None
+    assert point_fusion_key(spec, {"width": 32, "lr": 1e-2, "wsd_branches": [0.5, 1]}) == key  # lr fuses
+    assert point_fusion_key(spec, {"width": 32, "lr": 1e-3, "wsd_branches": [0.25, 1.0]}) != key
+    assert point_fusion_key(spec, {"width": 32, "lr": 1e-3}) != key
+    assert point_fusion_key(spec, {"width": 32, "lr": 1e-3, "wsd_branches": [0.5, 1.0],
+                                   "batch_size": 8}) != key
