@@ -50,7 +50,8 @@ def scaling_stage(out: Path, sz: DemoSize, size: str, fit: Any, *, device: str, 
     with clock.stage("scaling_sweep", parallel=n_workers):
         # an optimum at its grid's edge gets more grid (batch and LR), within the bounds
         sweep, bracket = run_bracketed(spec, bounds, out=out / "scaling", workers=workers, device=device,
-                                       quiet=quiet, fuse=fuse_for(sz.preset))
+                                       quiet=quiet,
+                                       fuse=fuse_for(sz.preset, len(sc.log2_lr_offsets), n_workers, device))
     study, _ = open_study(sweep.plan.storage, sweep.plan.study_name)
     table = results_table(study)
     batches = sorted({int(b) for b in table.loc[table["width"] == width, "batch_size"]})
@@ -107,7 +108,8 @@ def scaling_stage(out: Path, sz: DemoSize, size: str, fit: Any, *, device: str, 
     info["width_check"] = width_check(table, spec)
     try:
         with clock.stage("holdout_audit"):
-            audit = run_holdout(spec, table, out=out / "AUDIT.json", device=device, quiet=quiet)
+            audit = run_holdout(spec, table, out=out / "AUDIT.json", device=device, quiet=quiet,
+                                n_seeds=sc.audit_seeds, workers=n_workers)
         info["audit"] = audit
         info["audit_path"] = str(out / "AUDIT.json")
     except ValueError as exc:

@@ -32,6 +32,9 @@ class ScalingStage:
     to this many grid points past that edge, until bracketed (:mod:`sweeps.extend`)."""
     batch_range: tuple[int, int] | None = None
     """Batches (sequences) the extension may add (None: as the budgets and grad_accum allow)."""
+    audit_seeds: int = 2
+    """Fresh seeds the held-out audit trains the prediction and the measured best on
+    (:func:`sweeps.holdout.run_holdout`): the paired gap's standard error shrinks as 1/sqrt."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,8 @@ SIZES: dict[str, DemoSize] = {
     # runs (B = 4..32 extended down to 1), so the grid starts there; batch 32 (128 steps at
     # 2^18, two warmup steps) was the noisiest cell (2-4% between neighbouring LRs) and is
     # gone, so the held-out batch is 16. Batch 1 accumulates 1 micro-batch (no GNS there).
+    # The audit's fresh seeds: 4, since at batch 1 two runs 3% apart in LR differ by 0.1-0.6%
+    # (2 seeds gave a gap of +0.37% +- 0.24%, all noise).
     # Measured at 150 steps, μP 2^-8..2^-3 and the check at batch 8: 1125 s, too long.
     "small": DemoSize(preset="llama-small", widths=(32, 64, 128, 256),
                       sp_log2_lrs=tuple(float(x) for x in range(-10, -3)),
@@ -73,7 +78,8 @@ SIZES: dict[str, DemoSize] = {
                                            log2_lr_offsets=(-1.5, -1.0, -0.5, 0.0, 0.5, 1.0, 1.5),
                                            check_width=64, eval_sequences=256, target_width=2048,
                                            target_depth=24, target_seq_len=1024,
-                                           check_batch_sizes=(16,), max_extend=2, batch_range=(1, 64))),
+                                           check_batch_sizes=(16,), max_extend=2, batch_range=(1, 64),
+                                           audit_seeds=4)),
     # A single GPU: Llamas of width 128..2048 (16x), 1000 steps of 64x256 bytes.
     "gpu": DemoSize(preset="llama-small", widths=(128, 256, 512, 1024, 2048),
                     sp_log2_lrs=tuple(float(x) for x in range(-14, -3)),
@@ -100,9 +106,17 @@ def model_kw(model: str) -> dict[str, str]:
     return {"model": model} if model.startswith("hf:") else {"preset": model}
 
 
-def fuse_for(model: str) -> str | None:
-    """The sweeps' ``fuse``: the trials of one shape (LRs, seeds) train as one batched run
-    (:mod:`mutransfer.fused`, equal floats; on 2 CPU cores 2.1x faster at batch 1 and 1.4x
-    at batch 16 for 6 LRs of the width-32 proxy; on a GPU K comes from free memory). Only
-    our own GPT fuses: a user's HF model trains unfused."""
-    return None if model.startswith("hf:") else "auto"
+def fuse_for(model: str, per_shape: int, workers: int, device: str) -> int | str | None:
+    """The scaling sweep's ``fuse``: its trials of one shape (the LRs of one batch) train as
+    one batched run (:mod:`mutransfer.fused`, equal floats). On 2 CPU cores that is 2.3x
+    faster at batch 1 and 1.4x at batch 16 for 6 LRs of the width-32 proxy, so on CPU the
+    ``per_shape`` trials are split into one group per worker, or a worker would sit idle
+    while another trains them all. Not for the LR sweep: at widths 128-256 a fused group
+    was slower than its trials one after another on this CPU (batched matmuls, compute
+    bound). On a GPU (one worker per device) K comes from free memory. Only our own GPT
+    fuses: a user's HF model trains unfused."""
+    if model.startswith("hf:"):
+        return None
+    if device == "cpu" or workers > 1:
+        return max(1, -(-per_shape // max(1, workers)))
+    return "auto"

@@ -41,7 +41,7 @@ from mutransfer_cli import main as cli_main
 from mutransfer_cli._common import positive_int, print_json
 from mutransfer_cli._demo_report import report_html, report_md
 from mutransfer_cli._demo_scaling import holdout_summary, scaling_stage
-from mutransfer_cli._demo_sizes import SIZES, DemoSize, ScalingStage, fuse_for, model_kw
+from mutransfer_cli._demo_sizes import SIZES, DemoSize, ScalingStage, model_kw
 from mutransfer_cli._demo_stage import Clock, log
 from sweeps import LRSweep, results_table, run_sweep, write_table
 from sweeps.study import default_workers
@@ -184,8 +184,7 @@ def _lr_sweep(out: Path, sz: DemoSize, size: str, *, device: str, workers: int |
     tables = []
     with clock.stage("lr_sweep", parallel=n_workers):
         for spec in specs:
-            sweep = run_sweep(spec, out=out / "sweep", workers=workers, device=device, quiet=quiet,
-                              fuse=fuse_for(sz.preset))
+            sweep = run_sweep(spec, out=out / "sweep", workers=workers, device=device, quiet=quiet)
             study, _ = open_study(sweep.plan.storage, sweep.plan.study_name)
             tables.append(results_table(study))
     table = pd.concat(tables, ignore_index=True)

@@ -457,7 +457,8 @@ def _run_sweep(args: argparse.Namespace, kind: str) -> int:
         st["bracketing"] = bracket.to_dict()
     if holdout and res.complete:
         audit = run_holdout(spec, results_table(study), out=audit_path, device=args.device,
-                            runner=args.runner, quiet=args.quiet or args.json, n_seeds=args.holdout_seeds)
+                            runner=args.runner, quiet=args.quiet or args.json, n_seeds=args.holdout_seeds,
+                            workers=int(res.workers or 1))
         st["audit"] = {"path": str(audit_path), **holdout_summary(audit)}
     if kind == "multipliers":
         st["best_config"] = _write_best_config(study, args.out, args.json)

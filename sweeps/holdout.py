@@ -37,9 +37,12 @@ from __future__ import annotations
 
 import json
 import math
+import multiprocessing as mp
+import pickle
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -184,13 +187,15 @@ def run_holdout(
     quiet: bool = True,
     fit_kwargs: Mapping[str, Any] | None = None,
     n_seeds: int = FRESH_SEEDS,
+    workers: int = 1,
 ) -> dict[str, Any]:
     """Check the fit of ``table`` (the sweep's results table) on both axes; returns the AUDIT dict
     (and writes it to ``out`` when given). At each held-out point ours and the best measured
-    config are trained on ``n_seeds`` fresh seeds (:func:`fresh_seeds`; fused into one batched
-    run where the runner can and their shapes agree); the baselines' held-out errors are their
-    LR and batch ratios (their ``loss_gap`` stays None: training each of them would cost five
-    more runs per axis)."""
+    config are trained on ``n_seeds`` fresh seeds (:func:`fresh_seeds`): each axis's runs as
+    one fused batched run where the runner has a fused variant, the two axes in ``workers``
+    processes at once where the runner is importable (a runner path, or a module-level
+    function). The baselines' held-out errors are their LR and batch ratios (their
+    ``loss_gap`` stays None: training each of them would cost five more runs per axis)."""
     from analysis import fill_loss_gap, holdout_audit
 
     fn = load_runner(runner or DEFAULT_RUNNER) if not callable(runner) else runner
@@ -200,8 +205,7 @@ def run_holdout(
     cache = _load_cache(cache_path)
     seeds = fresh_seeds(spec, n_seeds)
     seq = spec.seq_len()
-    table_rows: list[dict[str, Any]] = []
-    runs: list[dict[str, Any]] = []
+    plans = []
     for axis in AXES:
         audited = holdout_audit(rows, axis=axis, fit_kwargs=fit_kwargs)
         ours = next((r for r in audited if r.get("method") == OURS), None)
@@ -213,8 +217,14 @@ def run_holdout(
                      for s in seeds]
         best_cfgs = [predicted_config(spec, best["lr"], best["batch_tokens"], point["tokens"], s, device)
                      for s in seeds]
-        losses = _train_cached([*pred_cfgs, *best_cfgs], fn, cache, cache_path, axis, seq, quiet)
-        pred_l, best_l = losses[:len(seeds)], losses[len(seeds):]
+        plans.append((axis, audited, point, best, pred_cfgs, best_cfgs))
+    by_axis = {axis: [*p, *b] for axis, _, _, _, p, b in plans}
+    _train_missing(by_axis, fn, cache, cache_path, seq, quiet, workers)
+    table_rows: list[dict[str, Any]] = []
+    runs: list[dict[str, Any]] = []
+    for axis, audited, point, best, pred_cfgs, best_cfgs in plans:
+        pred_l = [float(cache[point_key(c)]["loss"]) for c in pred_cfgs]
+        best_l = [float(cache[point_key(c)]["loss"]) for c in best_cfgs]
         loss, best_loss = sum(pred_l) / len(seeds), sum(best_l) / len(seeds)
         gaps = [p / b - 1.0 for p, b in zip(pred_l, best_l)]
         se = statistics.stdev(gaps) / math.sqrt(len(gaps)) if len(gaps) > 1 else None
@@ -243,27 +253,35 @@ def run_holdout(
     return result
 
 
-def _train_cached(configs: Sequence[dict[str, Any]], fn: Callable[..., dict[str, Any]], cache: dict[str, Any],
-                  cache_path: Path | None, axis: str, seq: int, quiet: bool) -> list[float]:
-    """The held-out loss of each config: from the cache, else trained (configs of one shape
-    as one fused run when ``fn`` has a fused variant) and cached at once."""
-    todo: dict[str, dict[str, Any]] = {}
-    for c in configs:
-        key = point_key(c)
-        if key not in cache and key not in todo:
-            todo[key] = c
-    if todo:
-        if not quiet:
+def _train_missing(by_axis: Mapping[str, Sequence[dict[str, Any]]], fn: Callable[..., dict[str, Any]],
+                   cache: dict[str, Any], cache_path: Path | None, seq: int, quiet: bool,
+                   workers: int) -> None:
+    """Train every config not in ``cache`` and cache its loss (``audit_runs.json`` written at
+    once): per axis one job, fused when ``fn`` has a fused variant; the jobs in up to
+    ``workers`` spawned processes when ``fn`` can be pickled, else one after another."""
+    jobs: dict[str, dict[str, dict[str, Any]]] = {}
+    for axis, configs in by_axis.items():
+        for c in configs:
+            key = point_key(c)
+            if key not in cache and not any(key in j for j in jobs.values()):
+                jobs.setdefault(axis, {})[key] = dict(c)
+    if not jobs:
+        return
+    if not quiet:
+        for axis, todo in jobs.items():
             for c in todo.values():
                 print(f"held-out {axis}: training lr={c['lr']:.4g} batch={c['batch_size']}x{seq} "
                       f"steps={c['steps']} seed={c['seed']}", flush=True)
-        fused = fused_runner_for(fn) if len(todo) > 1 else None
-        c0 = time.process_time()
-        if fused is not None:
-            got = fused([dict(c) for c in todo.values()], [lambda step, value: False] * len(todo))
-        else:
-            got = [fn(dict(c), lambda step, value: False) for c in todo.values()]
-        cpu = (time.process_time() - c0) / len(todo)
+    done: dict[str, tuple[list[Any], float]] = {}
+    if workers > 1 and len(jobs) > 1 and _picklable(fn):
+        ctx = mp.get_context("spawn")  # a fresh interpreter: no forked torch threads
+        with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=ctx) as pool:
+            futs = {axis: pool.submit(_train_job, fn, list(todo.values())) for axis, todo in jobs.items()}
+            done = {axis: f.result() for axis, f in futs.items()}
+    else:
+        done = {axis: _train_job(fn, list(todo.values())) for axis, todo in jobs.items()}
+    for axis, todo in jobs.items():
+        got, cpu = done[axis]
         for (key, c), row in zip(todo.items(), got):
             if isinstance(row, Exception):
                 raise ValueError(f"a held-out {axis} run failed (lr {c['lr']:.4g}, batch "
@@ -272,10 +290,33 @@ def _train_cached(configs: Sequence[dict[str, Any]], fn: Callable[..., dict[str,
             if bool(row.get("diverged")) or not math.isfinite(loss):
                 raise ValueError(f"a held-out {axis} run diverged (lr {c['lr']:.4g}, "
                                  f"batch {c['batch_size']})")
-            cache[key] = {"loss": loss, "gns": plain(row.get("gns"), nonfinite_to_none=True), "cpu_s": cpu}
-        if cache_path is not None:
-            atomic_write_text(cache_path, json.dumps(cache, indent=1, sort_keys=True) + "\n")
-    return [float(cache[point_key(c)]["loss"]) for c in configs]
+            cache[key] = {"loss": loss, "gns": plain(row.get("gns"), nonfinite_to_none=True),
+                          "cpu_s": cpu / len(todo)}
+    if cache_path is not None:
+        atomic_write_text(cache_path, json.dumps(cache, indent=1, sort_keys=True) + "\n")
+
+
+def _train_job(fn: Callable[..., dict[str, Any]], configs: list[dict[str, Any]]) -> tuple[list[Any], float]:
+    """Rows of ``configs`` (one fused run when ``fn`` has a fused variant) and their CPU seconds."""
+    c0 = time.process_time()
+    fused = fused_runner_for(fn) if len(configs) > 1 else None
+    if fused is not None:
+        got = list(fused(configs, [_no_report] * len(configs)))
+    else:
+        got = [fn(c, _no_report) for c in configs]
+    return got, time.process_time() - c0
+
+
+def _no_report(step: int, value: float) -> bool:
+    return False
+
+
+def _picklable(fn: Any) -> bool:
+    try:
+        pickle.dumps(fn)
+    except Exception:
+        return False
+    return True
 
 
 def passed(rows: Sequence[Mapping[str, Any]]) -> bool | None:

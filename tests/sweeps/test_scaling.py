@@ -208,6 +208,13 @@ def test_holdout_gap_is_measured_on_fresh_seeds_not_on_the_lucky_run_that_chose_
     assert run["best_loss_selection"] == pytest.approx(float(table.loc[lucky, "loss"]))
     # what the selection seed alone would have said: the correct prediction fails by ~1%
     assert run["losses"][0] / 1.01 / run["best_loss_selection"] - 1.0 > 0.0025
+    # the two axes trained in two spawned processes give the same audit as one after another
+    one = run_holdout(spec, table, runner=synthetic_scaling_runner, workers=1)
+    two = run_holdout(spec, table, runner=synthetic_scaling_runner, workers=2)
+    def untimed(runs: list) -> list:
+        return [{k: v for k, v in r.items() if k != "cpu_s"} for r in runs]
+
+    assert two["holdout"] == one["holdout"] and untimed(two["runs"]) == untimed(one["runs"])
     # re-running trains nothing (audit_runs.json caches every fresh-seed run)
     n = len(seen)
     assert run_holdout(spec, table, runner=runner, out=tmp_path / "AUDIT.json")["holdout"] == audit["holdout"]
