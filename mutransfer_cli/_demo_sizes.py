@@ -60,22 +60,23 @@ class DemoSize:
 
 SIZES: dict[str, DemoSize] = {
     # 2 CPU cores, <= 10 minutes: 2-block Llamas (SwiGLU, RMSNorm, RoPE) of width 32..256
-    # (8x), 125 steps of 16x64 bytes; SP's grid reaches down to its optimum at width 256,
-    # μP's is centred on its own (~2^-5.5 at every width). The scaling stage: width 32
-    # (check at 64, batch 16), B = 1..16 sequences (64..1024 tokens), D = 2^15..2^18
-    # tokens, 7 LRs half an octave apart. B* sat at one sequence at every budget on earlier
-    # runs (B = 4..32 extended down to 1), so the grid starts there; batch 32 (128 steps at
-    # 2^18, two warmup steps) was the noisiest cell (2-4% between neighbouring LRs) and is
-    # gone, so the held-out batch is 16. Batch 1 accumulates 1 micro-batch (no GNS there).
-    # The audit's fresh seeds: 4, since at batch 1 two runs 3% apart in LR differ by 0.1-0.6%
-    # (2 seeds gave a gap of +0.37% +- 0.24%, all noise).
-    # Measured at 150 steps, μP 2^-8..2^-3 and the check at batch 8: 1125 s, too long.
+    # (8x), 125 steps of 16x64 bytes; SP's grid 2^-9..2^-4 brackets its optimum at every
+    # width (2^-5 at 32 down to 2^-8 at 256), μP's is centred on its own (~2^-5.5 at every
+    # width). The scaling stage: width 32 (check at 64, batch 16), B = 1..16 sequences
+    # (64..1024 tokens), D = 2^15..2^18 tokens, 6 LRs half an octave apart from -1.5 to +1
+    # around sqrt(B) scaling (the optima sat at -1..+0.5; +1.5 was never best). B* sat at
+    # one sequence at every budget on earlier runs (B = 4..32 extended down to 1), so the
+    # grid starts there; batch 32 (128 steps at 2^18, two warmup steps) was the noisiest
+    # cell (2-4% between neighbouring LRs) and is gone, so the held-out batch is 16. Batch 1
+    # accumulates 1 micro-batch (no GNS there). The audit's fresh seeds: 4, since at batch 1
+    # two runs 3% apart in LR differ by 0.1-0.6% (2 seeds gave a gap of +0.37% +- 0.24%,
+    # all noise). Measured at 150 steps, μP 2^-8..2^-3 and the check at batch 8: 1125 s.
     "small": DemoSize(preset="llama-small", widths=(32, 64, 128, 256),
-                      sp_log2_lrs=tuple(float(x) for x in range(-10, -3)),
+                      sp_log2_lrs=tuple(float(x) for x in range(-9, -3)),
                       mup_log2_lrs=tuple(float(x) for x in range(-7, -2)), sp_seeds=(0,), seeds=(0, 1),
                       steps=125, batch_size=16, seq_len=64, coord_widths=(32, 64, 128, 256),
                       scaling=ScalingStage(batch_sizes=(1, 2, 4, 8, 16), tokens=(2**15, 2**16, 2**17, 2**18),
-                                           log2_lr_offsets=(-1.5, -1.0, -0.5, 0.0, 0.5, 1.0, 1.5),
+                                           log2_lr_offsets=(-1.5, -1.0, -0.5, 0.0, 0.5, 1.0),
                                            check_width=64, eval_sequences=256, target_width=2048,
                                            target_depth=24, target_seq_len=1024,
                                            check_batch_sizes=(16,), max_extend=2, batch_range=(1, 64),
@@ -111,10 +112,11 @@ def fuse_for(model: str, per_shape: int, workers: int, device: str) -> int | str
     one batched run (:mod:`mutransfer.fused`, equal floats). On 2 CPU cores that is 2.3x
     faster at batch 1 and 1.4x at batch 16 for 6 LRs of the width-32 proxy, so on CPU the
     ``per_shape`` trials are split into one group per worker, or a worker would sit idle
-    while another trains them all. Not for the LR sweep: at widths 128-256 a fused group
-    was slower than its trials one after another on this CPU (batched matmuls, compute
-    bound). On a GPU (one worker per device) K comes from free memory. Only our own GPT
-    fuses: a user's HF model trains unfused."""
+    while another trains them all. Not for the LR sweep: its cost is at widths 128-256,
+    where a fused group is no faster than its trials in turn (0.98x for 5 LRs at width 128,
+    125 steps of batch 16: compute bound), and one group per width left a worker idle.
+    On a GPU (one worker per device) K comes from free memory. Only our own GPT fuses: a
+    user's HF model trains unfused."""
     if model.startswith("hf:"):
         return None
     if device == "cpu" or workers > 1:

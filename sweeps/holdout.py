@@ -191,11 +191,11 @@ def run_holdout(
 ) -> dict[str, Any]:
     """Check the fit of ``table`` (the sweep's results table) on both axes; returns the AUDIT dict
     (and writes it to ``out`` when given). At each held-out point ours and the best measured
-    config are trained on ``n_seeds`` fresh seeds (:func:`fresh_seeds`): each axis's runs as
-    one fused batched run where the runner has a fused variant, the two axes in ``workers``
-    processes at once where the runner is importable (a runner path, or a module-level
-    function). The baselines' held-out errors are their LR and batch ratios (their
-    ``loss_gap`` stays None: training each of them would cost five more runs per axis)."""
+    config are trained on ``n_seeds`` fresh seeds (:func:`fresh_seeds`), fused into batched
+    runs where the runner has a fused variant and shared among ``workers`` processes where
+    the runner pickles (a runner path, or a module-level function). The baselines'
+    held-out errors are their LR and batch ratios (their ``loss_gap`` stays None: training
+    each of them would cost five more runs per axis)."""
     from analysis import fill_loss_gap, holdout_audit
 
     fn = load_runner(runner or DEFAULT_RUNNER) if not callable(runner) else runner
@@ -257,32 +257,39 @@ def _train_missing(by_axis: Mapping[str, Sequence[dict[str, Any]]], fn: Callable
                    cache: dict[str, Any], cache_path: Path | None, seq: int, quiet: bool,
                    workers: int) -> None:
     """Train every config not in ``cache`` and cache its loss (``audit_runs.json`` written at
-    once): per axis one job, fused when ``fn`` has a fused variant; the jobs in up to
-    ``workers`` spawned processes when ``fn`` can be pickled, else one after another."""
-    jobs: dict[str, dict[str, dict[str, Any]]] = {}
+    once). With ``workers`` > 1 and a runner that pickles, each axis's configs are cut into
+    ``workers`` jobs, run in spawned processes longest first (by steps), so the cores share
+    the expensive axis; else one job per axis, one after another. A job is one fused run
+    when ``fn`` has a fused variant (its configs share a shape)."""
+    todo: dict[str, tuple[str, dict[str, Any]]] = {}
     for axis, configs in by_axis.items():
         for c in configs:
             key = point_key(c)
-            if key not in cache and not any(key in j for j in jobs.values()):
-                jobs.setdefault(axis, {})[key] = dict(c)
-    if not jobs:
+            if key not in cache and key not in todo:
+                todo[key] = (axis, dict(c))
+    if not todo:
         return
     if not quiet:
-        for axis, todo in jobs.items():
-            for c in todo.values():
-                print(f"held-out {axis}: training lr={c['lr']:.4g} batch={c['batch_size']}x{seq} "
-                      f"steps={c['steps']} seed={c['seed']}", flush=True)
-    done: dict[str, tuple[list[Any], float]] = {}
-    if workers > 1 and len(jobs) > 1 and _picklable(fn):
+        for axis, c in todo.values():
+            print(f"held-out {axis}: training lr={c['lr']:.4g} batch={c['batch_size']}x{seq} "
+                  f"steps={c['steps']} seed={c['seed']}", flush=True)
+    parallel = workers > 1 and _picklable(fn)
+    jobs: list[list[str]] = []
+    for axis in by_axis:
+        keys = [k for k, (a, _) in todo.items() if a == axis]
+        n = min(len(keys), workers) if parallel else 1
+        jobs += [keys[i::n] for i in range(n) if keys[i::n]]
+    jobs.sort(key=lambda ks: -sum(int(todo[k][1].get("steps") or 0) for k in ks))
+    if parallel and len(jobs) > 1:
         ctx = mp.get_context("spawn")  # a fresh interpreter: no forked torch threads
         with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=ctx) as pool:
-            futs = {axis: pool.submit(_train_job, fn, list(todo.values())) for axis, todo in jobs.items()}
-            done = {axis: f.result() for axis, f in futs.items()}
+            futs = [pool.submit(_train_job, fn, [todo[k][1] for k in ks]) for ks in jobs]
+            done = [f.result() for f in futs]
     else:
-        done = {axis: _train_job(fn, list(todo.values())) for axis, todo in jobs.items()}
-    for axis, todo in jobs.items():
-        got, cpu = done[axis]
-        for (key, c), row in zip(todo.items(), got):
+        done = [_train_job(fn, [todo[k][1] for k in ks]) for ks in jobs]
+    for ks, (got, cpu) in zip(jobs, done):
+        for key, row in zip(ks, got):
+            axis, c = todo[key]
             if isinstance(row, Exception):
                 raise ValueError(f"a held-out {axis} run failed (lr {c['lr']:.4g}, batch "
                                  f"{c['batch_size']}): {row}") from row
@@ -291,7 +298,7 @@ def _train_missing(by_axis: Mapping[str, Sequence[dict[str, Any]]], fn: Callable
                 raise ValueError(f"a held-out {axis} run diverged (lr {c['lr']:.4g}, "
                                  f"batch {c['batch_size']})")
             cache[key] = {"loss": loss, "gns": plain(row.get("gns"), nonfinite_to_none=True),
-                          "cpu_s": cpu / len(todo)}
+                          "cpu_s": cpu / len(ks)}
     if cache_path is not None:
         atomic_write_text(cache_path, json.dumps(cache, indent=1, sort_keys=True) + "\n")
 
