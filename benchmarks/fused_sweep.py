@@ -15,7 +15,10 @@ diverges, seed 0 for all) of one GPT proxy.
 - ``speedup_k{K}`` = fused trials/hour over sequential trials/hour;
 - exactness: the largest relative difference between the per-step training losses (and
   final held-out losses) of the sequential trials and the same trials inside the fused
-  group of 4.
+  group of 4;
+- ``cpu_crossover``: where fusion stops paying on CPU (the demo's llama-small at widths
+  32-128, batch 1 and 16, 6 LRs): the speed-up against the FLOPs of one member's
+  micro-step, which sets ``mutransfer.fusion.CPU_FUSE_MAX_FLOPS``.
 
 Both sides share one opened dataset, include model build, evaluation and result
 assembly, and run after one warm-up of each. On CPU (2 cores) the proxy and the runs are
@@ -137,12 +140,44 @@ def _measure(device: str, proxy: dict[str, Any], ks: tuple[int, ...] = KS) -> di
     return figures
 
 
+# Where fusion stops paying on CPU: the demo's llama-small proxy at 3 widths x 2 batches,
+# 6 LRs, sequential against one fused group (one thread). ``choose_k`` fuses on CPU only
+# below ``mutransfer.fusion.CPU_FUSE_MAX_FLOPS`` per member micro-step.
+CROSSOVER = dict(widths=(32, 64, 128), batches=((1, 1, 400), (16, 2, 60)), k=6)
+
+
+def _crossover() -> list[dict[str, Any]]:
+    from mutransfer.data import DataConfig, load_dataset
+    from mutransfer.fused import train_fused
+    from mutransfer.fusion import member_step_flops
+    from mutransfer.train import TrainConfig, train
+
+    data = load_dataset(DataConfig(source="stdlib", max_bytes=2_000_000))
+    rows = []
+    for width in CROSSOVER["widths"]:
+        for batch, accum, steps in CROSSOVER["batches"]:
+            base = TrainConfig.from_flat(dict(
+                preset="llama-small", width=width, base_width=32, parametrization="mup", device="cpu",
+                batch_size=batch, grad_accum=accum, steps=steps, seq_len=64, schedule="cosine",
+                warmup_steps=10, eval_every=0, eval_batches=8, threads=1, data_max_bytes=2_000_000))
+            cfgs = [base.replace(lr=0.003 * 2 ** (i / 2)) for i in range(CROSSOVER["k"])]
+            train(base.replace(steps=20), data=data)  # warm-up
+            t_seq, seq = _timed(lambda cfgs=cfgs: [train(c, data=data) for c in cfgs], "cpu")
+            t_fused, fused = _timed(lambda cfgs=cfgs: train_fused(cfgs, data=data), "cpu")
+            rows.append({"width": width, "batch_size": batch, "grad_accum": accum, "steps": steps,
+                         "member_step_flops": member_step_flops(base), "sequential_s": round(t_seq, 2),
+                         "fused_s": round(t_fused, 2), "speedup": round(t_seq / t_fused, 3),
+                         "max_rel_err_final_loss": max(_rel_err([a.loss], [b.loss])
+                                                       for a, b in zip(seq, fused))})
+    return rows
+
+
 def run() -> dict[str, Any]:
     """Measure CPU (always) and CUDA (when available); write and return the record."""
     from mutransfer import __version__ as mt_version
     from mutransfer._io import atomic_write_text
 
-    figures: dict[str, Any] = {"cpu": _measure("cpu", CPU_PROXY)}
+    figures: dict[str, Any] = {"cpu": _measure("cpu", CPU_PROXY), "cpu_crossover": _crossover()}
     cuda = torch.cuda.is_available()
     device_name = "cpu"
     if cuda:
@@ -161,7 +196,7 @@ def run() -> dict[str, Any]:
         "versions": {"python": sys.version.split()[0], "torch": torch.__version__,
                      "mutransfer": mt_version,
                      "cuda": torch.version.cuda if cuda else None},
-        "setup": {"ks": list(KS), "n_sequential": N_SEQ, "cpu_proxy": CPU_PROXY,
+        "setup": {"ks": list(KS), "n_sequential": N_SEQ, "cpu_proxy": CPU_PROXY, "cpu_crossover": CROSSOVER,
                   "cuda_proxy": CUDA_PROXY if cuda else None, "parametrization": "mup",
                   "lrs": "2^-12 .. 2^-6 log-spaced, seed 0",
                   "cut_on_cpu": "short runs (6 steps, batch 8, context 64, gpt-tiny shape, 1 thread)"},

@@ -67,12 +67,14 @@ from mutransfer.data import DataConfig, TokenDataset, load_dataset
 from mutransfer.device import flush_denormals
 from mutransfer.fusion import (
     CPU_DEFAULT_K,
+    CPU_FUSE_MAX_FLOPS,
     MAX_K,
     NON_FUSIBLE_FIELDS,
     check_fusible,
     check_k,
     choose_k,
     fusion_key,
+    member_step_flops,
     partition,
     unsupported_reason,
 )
@@ -83,12 +85,14 @@ from mutransfer.train import Callback, TrainConfig, Trainer, TrainResult, Verdic
 
 __all__ = [
     "CPU_DEFAULT_K",
+    "CPU_FUSE_MAX_FLOPS",
     "MAX_K",
     "NON_FUSIBLE_FIELDS",
     "FusedCallback",
     "check_fusible",
     "choose_k",
     "fusion_key",
+    "member_step_flops",
     "partition",
     "train_fused",
     "unsupported_reason",

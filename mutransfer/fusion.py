@@ -30,6 +30,13 @@ NON_FUSIBLE_FIELDS: tuple[str, ...] = tuple(flat for flat, _, _ in _SHARED)
 #: adds memory (see benchmarks/fused_sweep.py).
 CPU_DEFAULT_K = 16
 
+#: On CPU fusion saves per-step overhead only, so it pays for small members and not for
+#: large ones (benchmarks/fused_sweep.py ``cpu_crossover``, 6 LRs of llama-small, one
+#: thread: 2.1x at 1.5e7 FLOPs per member micro-step, 1.2-1.5x from 5e7 to 4e8, 1.09x at
+#: 1.5e9, 0.99x there in another run). Above this a CPU sweep's automatic K is 1: the
+#: gain is within run-to-run noise, and one group per shape can leave other workers idle.
+CPU_FUSE_MAX_FLOPS = 1e9
+
 
 #: Upper bound of the automatic K on a GPU (the benchmark's largest group).
 MAX_K = 64
@@ -139,16 +146,26 @@ def member_bytes(cfg: TrainConfig, vocab_size: int = 256) -> int:
     return int(16 * n + act)
 
 
+def member_step_flops(cfg: TrainConfig, vocab_size: int = 256) -> int:
+    """Training FLOPs of one member's micro-step: the model's FLOPs per token
+    (:meth:`GPT.flops_per_token`, 6·N + 6·L·T·C) times the tokens of one micro-batch."""
+    gc = cfg.model_config(vocab_size=vocab_size)
+    with torch.device("meta"):
+        per_token = GPT(gc).flops_per_token()
+    return int(per_token * (cfg.run.batch_size // cfg.run.grad_accum) * gc.seq_len)
+
+
 def choose_k(cfg: TrainConfig, device: torch.device | str | None = None, *, headroom: float = 0.6) -> int:
-    """Members per fused group when not given: :data:`CPU_DEFAULT_K` off CUDA; on CUDA,
+    """Members per fused group when not given. Off CUDA: :data:`CPU_DEFAULT_K` while one
+    member's micro-step is below :data:`CPU_FUSE_MAX_FLOPS`, else 1 (unfused). On CUDA,
     ``headroom`` x the free memory (``torch.cuda.mem_get_info``) over
     :func:`member_bytes`, clamped to [1, :data:`MAX_K`]."""
     dev = torch.device(device) if device is not None else resolve_device(cfg.run.device)
     if dev.type != "cuda":
-        return CPU_DEFAULT_K
+        return CPU_DEFAULT_K if member_step_flops(cfg) < CPU_FUSE_MAX_FLOPS else 1
     free, _ = torch.cuda.mem_get_info(dev)
     return max(1, min(MAX_K, int(headroom * free) // max(1, member_bytes(cfg))))
 
 
-__all__ = ["CPU_DEFAULT_K", "MAX_K", "NON_FUSIBLE_FIELDS", "check_fusible", "check_k", "choose_k",
-           "fusion_key", "member_bytes", "partition", "unsupported_reason"]
+__all__ = ["CPU_DEFAULT_K", "CPU_FUSE_MAX_FLOPS", "MAX_K", "NON_FUSIBLE_FIELDS", "check_fusible", "check_k",
+           "choose_k", "fusion_key", "member_bytes", "member_step_flops", "partition", "unsupported_reason"]

@@ -116,7 +116,8 @@ def _fuse(text: str) -> Any:
 
 
 _FUSE_HELP = ("train up to K trials of one shape (same width, depth, batch, steps, seq_len) as one "
-              "batched model per worker; auto: 16 on CPU, from free memory on CUDA; 1: unfused")
+              "batched model per worker; auto: 16 on CPU while a member's micro-step is under 1e9 "
+              "FLOPs (larger ones gain nothing there) else 1, from free memory on CUDA; 1: unfused")
 
 
 

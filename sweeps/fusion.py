@@ -12,7 +12,8 @@ compile, DDP) is popped alone and runs through the unfused path.
 
 ``fuse`` values: ``None`` (not given: the study's setting, else unfused), ``1`` (unfused),
 an integer K >= 2 (groups of up to K), or ``"auto"`` (K from
-:func:`mutransfer.fused.choose_k`: 16 on CPU, from free memory on CUDA).
+:func:`mutransfer.fused.choose_k`: 16 on CPU for members below 1e9 FLOPs per micro-step, else
+unfused; from free memory on CUDA).
 """
 
 from __future__ import annotations

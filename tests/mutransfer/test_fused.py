@@ -11,13 +11,16 @@ import torch
 from mutransfer.data import DataConfig, load_dataset
 from mutransfer.fused import (
     CPU_DEFAULT_K,
+    CPU_FUSE_MAX_FLOPS,
     check_fusible,
     choose_k,
     fusion_key,
+    member_step_flops,
     partition,
     train_fused,
     unsupported_reason,
 )
+from mutransfer.models.gpt import GPT
 from mutransfer.train import TrainConfig, TrainResult, train
 
 RTOL = 1e-5
@@ -195,6 +198,14 @@ def test_partition_and_k_choice() -> None:
     assert partition(cfgs, k=2) == [[0, 2], [3], [1, 5], [4]]
     assert partition(cfgs) == [[0, 2, 3], [1, 5], [4]]
     assert choose_k(tiny(), "cpu") == CPU_DEFAULT_K
+    # on CPU a member whose micro-step costs >= CPU_FUSE_MAX_FLOPS trains unfused; the cost
+    # is the model's 6N + 6LTC FLOPs per token times one micro-batch's tokens
+    big = tiny(width=512, depth=4, head_dim=64, seq_len=128, batch_size=32, grad_accum=2)
+    with torch.device("meta"):
+        per_token = GPT(big.model_config(vocab_size=256)).flops_per_token()
+    assert member_step_flops(big) == per_token * 16 * 128 >= CPU_FUSE_MAX_FLOPS
+    assert member_step_flops(tiny()) < CPU_FUSE_MAX_FLOPS
+    assert choose_k(big, "cpu") == 1
     with pytest.raises(ValueError):
         partition(cfgs, k=0)
 
