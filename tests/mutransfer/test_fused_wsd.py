@@ -109,7 +109,12 @@ def test_a_pruned_cooldown_comes_back_to_the_trunk(data) -> None:
 def test_members_with_other_warmups_train_their_own_trunks(data) -> None:
     # default warmup: 10% of each branch (2 trunks); decay fractions other than the group's
     cfgs = [tiny(lr=1e-2, warmup_steps=None), tiny(lr=1e-2, decay_fraction=0.5), tiny(lr=3e-2)]
-    _check(cfgs, data, fractions=[0.5, 1.0])
+    fused = _check(cfgs, data, fractions=[0.5, 1.0])
+    # each member kept its own plan: warmup 10% of each branch (1, 2), cooldown 50%, the group's
+    plans = [[(r.config.schedule.warmup_steps, r.config.schedule.decay_fraction, r.steps) for r in m]
+             for m in fused]
+    assert plans == [[(1, 0.25, 8), (2, 0.25, 16)], [(2, 0.5, 8), (2, 0.5, 16)],
+                     [(2, 0.25, 8), (2, 0.25, 16)]]
 
 
 def test_bad_input_raises_naming_the_value(data) -> None:
