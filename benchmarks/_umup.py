@@ -15,7 +15,7 @@ gains, fused QKV as in ``uu.MHSA``).
 The loop mirrors ``mutransfer.train.Trainer`` for the demo's setup: the same training and
 held-out batches (``TokenDataset.get_batch``), the same schedule (``TrainConfig
 .schedule_config``), Adam's betas and eps, the same held-out loss (mean cross-entropy over
-``eval_batches`` fixed val batches) and the same divergence rule (``divergence_bound``).
+``eval_sequences`` sequences of the fixed held-out set) and the same divergence rule (``divergence_bound``).
 It does not clip gradients: unit-scaled gradients have a global norm of order
 sqrt(#params), so the trainer's clip at 1.0 would rescale every step (the package's demo
 trains without clipping).
@@ -32,7 +32,6 @@ from typing import Any
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 import unit_scaling as uu
 import unit_scaling.functional as U
 
@@ -131,7 +130,7 @@ def _dataset() -> Any:
 def train_umup(demo: dict[str, Any], width: int, lr: float, seed: int,
                embedding_lr_constant: bool = False) -> dict[str, Any]:
     """One u-μP run of the demo's setup (``demo`` holds TrainConfig fields: steps,
-    batch_size, seq_len, eval_batches, warmup_steps, schedule, lr_floor, threads,
+    batch_size, seq_len, eval_sequences, warmup_steps, schedule, lr_floor, threads,
     diverge_factor optional; ``embedding_lr_constant``: see :func:`umup_optimizer`).
     Returns ``loss`` (final held-out loss; a diverged run gets max(ln V, initial loss), as
     the trainer reports it), ``diverged``, ``initial_loss`` and ``wall_s``."""
@@ -140,6 +139,7 @@ def train_umup(demo: dict[str, Any], width: int, lr: float, seed: int,
     from mutransfer.schedules import make_schedule
     from mutransfer.stabilizers import divergence_bound, is_diverged
     from mutransfer.train import TrainConfig
+    from mutransfer.trainer import eval_rows, sequence_losses
 
     t0 = time.perf_counter()
     cfg = TrainConfig.from_flat({**{k: v for k, v in demo.items() if k != "base_width"},
@@ -177,12 +177,9 @@ def train_umup(demo: dict[str, Any], width: int, lr: float, seed: int,
         if not diverged:
             model.eval()
             with torch.no_grad():
-                total = 0.0
-                for b in range(run.eval_batches):
-                    x, y = data.get_batch("val", b, bs, seq, 0)
-                    logits = model(x).float()
-                    total += float(F.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1)))
-            val = total / run.eval_batches
+                per_seq = [sequence_losses(model(x), y)
+                           for x, y in data.eval_batches(run.eval_sequences, seq, eval_rows(cfg, seq))]
+            val = float(torch.cat(per_seq).double().sum()) / run.eval_sequences
             diverged = not math.isfinite(val)
     finally:
         torch.set_flush_denormal(flush_before)

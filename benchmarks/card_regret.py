@@ -235,7 +235,7 @@ class Runner:
                 "seed": seed, "schedule": "wsd", "decay_fraction": decay_fraction,
                 "warmup_steps": min(steps - 1, round(warmup_tokens / (batch * sz.seq_len))),
                 "weight_decay": weight_decay, "wd_mode": "coupled", "eval_every": 0,
-                "eval_batches": max(1, math.ceil(sz.eval_sequences / batch)), "threads": sz.threads,
+                "eval_sequences": sz.eval_sequences, "threads": sz.threads,
                 "device": sz.device})
             t0, c0 = time.perf_counter(), time.process_time()
             res = train(cfg)

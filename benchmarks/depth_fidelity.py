@@ -46,7 +46,7 @@ def run(depths: tuple[int, ...] = (2, 4, 8, 16), width: int = 32, steps: int = 1
     base_depth = min(depths)
     base = {"preset": "gpt-small", "width": width, "base_width": width, "base_depth": base_depth,
             "steps": steps, "batch_size": batch_size, "seq_len": seq_len, "eval_every": steps,
-            "eval_batches": 8, "warmup_steps": max(1, steps // 10), "schedule": "cosine",
+            "eval_sequences": 8 * batch_size, "warmup_steps": max(1, steps // 10), "schedule": "cosine",
             "lr_floor": 0.1, "threads": threads, "device": "cpu"}
 
     def make_run(label: str, kind: str, alpha: float, depth: int):  # noqa: ANN202

@@ -52,10 +52,10 @@ N_SEQ = 4
 # CPU: gpt-tiny shape (width 64, 2 blocks, context 64) with short runs, one thread: on a
 # shared 2-core machine two OpenMP threads stall on each other and the timings are noise.
 CPU_PROXY = dict(preset="gpt-tiny", width=64, depth=2, head_dim=16, seq_len=64, batch_size=8, steps=6,
-                 eval_every=0, eval_batches=1, threads=1)
+                 eval_every=0, eval_sequences=8, threads=1)
 # CUDA: width 256, 4 blocks, context 128, batch 32 (~3.3M parameters).
 CUDA_PROXY = dict(preset="gpt-small", width=256, depth=4, head_dim=32, seq_len=128, batch_size=32, steps=40,
-                  eval_every=0, eval_batches=4)
+                  eval_every=0, eval_sequences=128)
 
 
 def _configs(proxy: dict[str, Any], k: int, device: str) -> list[Any]:
@@ -159,7 +159,7 @@ def _crossover() -> list[dict[str, Any]]:
             base = TrainConfig.from_flat(dict(
                 preset="llama-small", width=width, base_width=32, parametrization="mup", device="cpu",
                 batch_size=batch, grad_accum=accum, steps=steps, seq_len=64, schedule="cosine",
-                warmup_steps=10, eval_every=0, eval_batches=8, threads=1, data_max_bytes=2_000_000))
+                warmup_steps=10, eval_every=0, eval_sequences=8 * batch, threads=1, data_max_bytes=2_000_000))
             cfgs = [base.replace(lr=0.003 * 2 ** (i / 2)) for i in range(CROSSOVER["k"])]
             train(base.replace(steps=20), data=data)  # warm-up
             t_seq, seq = _timed(lambda cfgs=cfgs: [train(c, data=data) for c in cfgs], "cpu")

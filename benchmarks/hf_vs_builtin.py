@@ -43,7 +43,7 @@ RESULTS = Path(__file__).resolve().parent / "results" / "hf_vs_builtin.json"
 WIDTH, BASE_WIDTH, DEPTH, HEAD_DIM, Q_PER_KV, SEQ, BATCH = 256, 64, 4, 32, 2, 128, 8
 ROUNDS, WARMUP_STEPS = 15, 3
 FUSED_K, FUSED_PROXY = 4, dict(preset="llama-tiny", width=64, seq_len=64, batch_size=8, steps=6,
-                               eval_every=0, eval_batches=1, threads=1)
+                               eval_every=0, eval_sequences=8, threads=1)
 
 
 def llama_config() -> Any:

@@ -45,7 +45,7 @@ HERE = Path(__file__).parent
 # The demo's small size (SIZES["small"] of the demo command) and the LR sweep's base config.
 DEMO: dict[str, Any] = {
     "preset": "llama-small", "base_width": 32, "steps": 125, "batch_size": 16, "seq_len": 64,
-    "eval_every": 125, "eval_batches": 8, "warmup_steps": 12, "schedule": "cosine", "lr_floor": 0.1,
+    "eval_every": 125, "eval_sequences": 128, "warmup_steps": 12, "schedule": "cosine", "lr_floor": 0.1,
     "threads": 1, "device": "cpu"}
 ARMS: dict[str, Overrides] = {
     "sp": lambda m: {"parametrization": "sp"},

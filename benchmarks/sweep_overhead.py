@@ -31,7 +31,7 @@ RESULTS = Path(__file__).resolve().parent / "results" / "sweep_overhead.json"
 N_SYNTHETIC = 48
 TRAIN_LRS = (2.0**-9, 2.0**-7, 2.0**-5)
 TRAIN_WIDTHS = (32, 64)
-TRAIN_BASE = {"steps": 20, "batch_size": 8, "eval_every": 10, "eval_batches": 2, "device": "cpu",
+TRAIN_BASE = {"steps": 20, "batch_size": 8, "eval_every": 10, "eval_sequences": 16, "device": "cpu",
               "threads": 1}
 
 

@@ -38,7 +38,7 @@ HERE = Path(__file__).parent
 SPEC = HERE.parent / "docs" / "specs" / "multipliers.yaml"
 # The demo's small size (mutransfer_cli.demo.SIZES["small"]) at one width.
 DEMO = {"preset": "gpt-small", "base_width": 32, "steps": 150, "batch_size": 16, "seq_len": 64,
-        "eval_every": 150, "eval_batches": 8, "warmup_steps": 15, "schedule": "cosine", "lr_floor": 0.1,
+        "eval_every": 150, "eval_sequences": 128, "warmup_steps": 15, "schedule": "cosine", "lr_floor": 0.1,
         "threads": 1, "device": "cpu"}
 
 

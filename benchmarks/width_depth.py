@@ -50,7 +50,7 @@ PARAMETRIZATIONS: tuple[tuple[str, str, float], ...] = (
     ("completep_a1", "completep", 1.0), ("mup", "mup", 1.0))
 DEMO_SMALL: dict[str, Any] = {
     "preset": "llama-small", "steps": 125, "batch_size": 16, "seq_len": 64, "base_width": 32,
-    "eval_every": 125, "eval_batches": 8, "warmup_steps": 12, "schedule": "cosine", "lr_floor": 0.1,
+    "eval_every": 125, "eval_sequences": 128, "warmup_steps": 12, "schedule": "cosine", "lr_floor": 0.1,
     "threads": 1, "device": "cpu"}
 """The base TrainConfig of ``mutransfer demo --size small``'s LR sweeps (its sweep.yaml)."""
 

@@ -31,7 +31,7 @@ _REQUIRED = ("format", "model", "optimizer", "step", "data_offset")
 #: parametrization, ...) would be silently half-applied: the optimizer state restores the
 #: old base LR, the data cursor assumes the old batch; so a resume refuses it.
 RESUMABLE_FIELDS = frozenset({
-    "steps", "eval_every", "eval_batches", "checkpoint_every", "out_dir", "resume", "metrics_format",
+    "steps", "eval_every", "eval_sequences", "checkpoint_every", "out_dir", "resume", "metrics_format",
     "device", "threads", "compile", "data_cache", "max_logit_every",
 })
 

@@ -362,8 +362,9 @@ class RunSection(_Section):
     """Where the stdlib corpus is cached (None: $MUTRANSFER_CACHE or ~/.cache)."""
     eval_every: int = 50
     """Evaluate on the held-out split every this many steps (0: only at the end)."""
-    eval_batches: int = 4
-    """Held-out batches (of batch_size sequences) per evaluation."""
+    eval_sequences: int = 64
+    """Held-out sequences per evaluation: a fixed set drawn once from the val split, the
+    same for every batch size, seed and trial (scored in chunks that only bound memory)."""
     device: str = "auto"
     """``auto`` (cuda, then mps, then cpu), ``cpu``, ``cuda``, ``cuda:N`` or ``mps``."""
     dtype: Literal["auto", "fp32", "bf16"] = "auto"
@@ -387,7 +388,7 @@ class RunSection(_Section):
 
     def __post_init__(self) -> None:
         self._check_choices()
-        self._ints(("steps", "batch_size", "grad_accum", "eval_batches"), 1, "a positive integer")
+        self._ints(("steps", "batch_size", "grad_accum", "eval_sequences"), 1, "a positive integer")
         self._ints(("threads",), 1, "a positive integer or None", optional=True)
         self._ints(("seed", "eval_every", "max_logit_every"), 0, "a non-negative integer")
         self._ints(("data_max_bytes",), 1, "a positive integer or None", optional=True)

@@ -29,7 +29,7 @@ _S = TypeVar("_S")
 #: Upper bounds of integer fields: far above any real run, below what would allocate or
 #: loop without end (``steps: 1e23`` parses as an integer). Seeds stop at numpy's 2**32 - 1.
 INT_LIMITS: dict[str, int] = {
-    "steps": 10**9, "batch_size": 1 << 24, "grad_accum": 1 << 24, "eval_batches": 10**6,
+    "steps": 10**9, "batch_size": 1 << 24, "grad_accum": 1 << 24, "eval_sequences": 10**6,
     "seed": (1 << 32) - 1, "eval_every": 10**9, "max_logit_every": 10**9, "threads": 4096,
     "width": 1 << 20, "depth": 10_000, "head_dim": 1 << 16, "seq_len": 1 << 24,
     "checkpoint_every": 10**9, "rollback_every": 10**9, "max_rollbacks": 10**6, "spike_window": 10**6,

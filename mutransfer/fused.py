@@ -78,10 +78,11 @@ from mutransfer.fusion import (
     partition,
     unsupported_reason,
 )
-from mutransfer.models.gpt import GPT, member_losses, member_scale
+from mutransfer.models.gpt import GPT, member_scale
 from mutransfer.noise_scale import grad_sq_norm
 from mutransfer.optim import attention_modules, muon_step_batched, qk_clip, set_lr
 from mutransfer.train import Callback, TrainConfig, Trainer, TrainResult, Verdict
+from mutransfer.trainer import eval_rows, sequence_losses
 
 __all__ = [
     "CPU_DEFAULT_K",
@@ -305,21 +306,22 @@ class FusedGroup:
     @torch.no_grad()
     def evaluate(self) -> list[float]:
         """Each member's held-out loss (the unfused :meth:`Trainer.evaluate`: mean CE over
-        ``eval_batches`` fixed val batches, no z-loss)."""
+        the ``eval_sequences`` sequences of the fixed held-out set, no z-loss, summed per
+        sequence in set order)."""
         cfg = self.configs[0]
         if self._val is None:
-            run = cfg.run
-            self._val = [self.data.get_batch("val", b, run.batch_size, self.seq_len, 0, device=self.device)
-                         for b in range(run.eval_batches)]
+            self._val = self.data.eval_batches(cfg.run.eval_sequences, self.seq_len,
+                                               eval_rows(cfg, self.seq_len), device=self.device)
         for _, a in self.attn:
             a.track_max_logit = False
         k = len(self.alive)
-        total = torch.zeros(k, device=self.device)
+        per_seq = []
         for x, y in self._val:
             with self._autocast():
                 logits, _ = self.model(x.unsqueeze(0).expand(k, *x.shape))
-            total += member_losses(logits.float(), y.unsqueeze(0).expand(k, *y.shape))
-        return [t / cfg.run.eval_batches for t in total.tolist()]
+            per_seq.append(sequence_losses(logits, y.unsqueeze(0).expand(k, *y.shape)))
+        total = torch.cat(per_seq, dim=1).double().sum(dim=1)
+        return [t / cfg.run.eval_sequences for t in total.tolist()]
 
     # ---- the loop ------------------------------------------------------------------------
 

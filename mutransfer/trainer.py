@@ -51,6 +51,27 @@ Callback = Callable[[int, dict[str, Any]], "bool | None"]
 Verdict = Literal["step", "skip", "rollback", "diverged"]
 
 
+#: Tokens per held-out chunk at least: eval keeps no activations for a backward pass, so a
+#: chunk of this many tokens costs no more memory than a small training micro-batch, and
+#: scoring a batch-1 run's set one sequence at a time is avoided.
+EVAL_CHUNK_TOKENS = 2048
+
+
+def eval_rows(cfg: TrainConfig, seq_len: int, world: int = 1) -> int:
+    """Sequences per held-out chunk on one rank: the training micro-batch's rows, or
+    :data:`EVAL_CHUNK_TOKENS` worth of sequences if that is more. Only memory depends on it."""
+    micro = cfg.run.batch_size // (world * cfg.run.grad_accum)
+    return max(1, micro, EVAL_CHUNK_TOKENS // seq_len)
+
+
+def sequence_losses(logits_BTV: torch.Tensor, targets_BT: torch.Tensor) -> torch.Tensor:
+    """Each sequence's mean cross-entropy in nats/token, ``float32 [B]`` (leading dims of
+    ``logits_BTV`` other than the last two are kept: ``[K, B, T, V] -> [K, B]``)."""
+    V = logits_BTV.shape[-1]
+    ce = F.cross_entropy(logits_BTV.float().reshape(-1, V), targets_BT.reshape(-1), reduction="none")
+    return ce.view(targets_BT.shape).mean(-1)
+
+
 def base_sizes(cfg: TrainConfig, gcfg: GPTConfig | ModelShape) -> tuple[int, int]:
     """(base width, base depth) of a run of ``cfg`` on ``gcfg`` (a GPTConfig, or any
     model's :class:`~mutransfer.config.ModelShape`): as set, else the model's own as given
@@ -344,24 +365,28 @@ class Trainer:
 
     @torch.no_grad()
     def evaluate(self) -> float:
-        """Mean held-out cross-entropy (no z-loss) over ``eval_batches`` fixed val batches
-        (the same for every seed and trial, so runs are compared on the same data)."""
+        """Mean held-out cross-entropy (no z-loss) over the ``eval_sequences`` sequences of
+        the fixed held-out set (:meth:`~mutransfer.data.TokenDataset.eval_offsets`): the
+        same sequences for every batch size, seed and trial, so runs are compared on the
+        same data. Each sequence's mean CE is computed, then the per-sequence losses are
+        summed in set order in float64, so how the set is chunked does not change it."""
         cfg = self.cfg
         for _, m in self.attn:
             m.track_max_logit = False
         self.raw_model.eval()
-        total = torch.zeros((), device=self.device)
-        for b in range(cfg.run.eval_batches):
-            x, y = self.data.get_batch("val", b, cfg.run.batch_size, self.seq_len, 0,
-                                       rank=self.rank, world_size=self.world, device=self.device)
+        per_seq = []
+        for x, y in self.data.eval_batches(cfg.run.eval_sequences, self.seq_len,
+                                           eval_rows(cfg, self.seq_len, self.world),
+                                           rank=self.rank, world_size=self.world, device=self.device):
             with self._autocast():
                 logits = self._logits(x, self.raw_model)
-            total += F.cross_entropy(logits.float().view(-1, logits.size(-1)), y.view(-1))
+            per_seq.append(sequence_losses(logits, y))
         self.raw_model.train()
+        total = (torch.cat(per_seq).double().sum() if per_seq
+                 else torch.zeros((), dtype=torch.float64, device=self.device))
         if self.world > 1:
             torch.distributed.all_reduce(total)
-            total /= self.world
-        return float(total) / cfg.run.eval_batches
+        return float(total) / cfg.run.eval_sequences
 
     def _eval_and_callback(self) -> bool:
         """Evaluate, record, call the callback; True when the run should stop."""

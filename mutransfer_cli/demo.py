@@ -171,7 +171,7 @@ def _lr_sweep(out: Path, sz: DemoSize, size: str, *, device: str, workers: int |
               quiet: bool, clock: Clock) -> tuple[pd.DataFrame, list[LRSweep]]:
     """Stage 2: the LR x width sweep, SP and μP side by side; its table is ``out/results.csv``."""
     base = {"steps": sz.steps, "batch_size": sz.batch_size, "seq_len": sz.seq_len,
-            "base_width": sz.widths[0], "eval_every": sz.steps, "eval_batches": 8,
+            "base_width": sz.widths[0], "eval_every": sz.steps, "eval_sequences": 8 * sz.batch_size,
             "warmup_steps": max(1, sz.steps // 10), "schedule": "cosine", "lr_floor": 0.1,
             "threads": 1 if device == "cpu" else None}
     specs = [LRSweep(**model_kw(sz.preset), widths=sz.widths, parametrizations=(p,), seeds=seeds,

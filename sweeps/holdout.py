@@ -151,7 +151,7 @@ def predicted_config(spec: ScalingSweep, lr: float, batch_tokens: float, tokens:
     cfg.update(parametrization=spec.parametrization, lr=float(lr), batch_size=b, steps=steps,
                seed=int(seed), warmup_steps=min(spec.warmup_steps(b), steps),
                grad_accum=spec.grad_accum_for(b),
-               eval_batches=max(1, math.ceil(spec.eval_sequences / b)))
+               eval_sequences=spec.eval_sequences)
     if device is not None:
         cfg["device"] = device
     return cfg

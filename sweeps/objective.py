@@ -74,7 +74,7 @@ def json_row(row: Mapping[str, Any], what: str) -> dict[str, Any]:
 
 
 INT_FIELDS = frozenset({"width", "depth", "seed", "batch_size", "steps", "tokens", "head_dim", "seq_len",
-                        "warmup_steps", "grad_accum", "eval_every", "eval_batches", "base_width",
+                        "warmup_steps", "grad_accum", "eval_every", "eval_sequences", "base_width",
                         "base_depth", "threads", "checkpoint_every"})
 
 

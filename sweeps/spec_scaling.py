@@ -45,7 +45,7 @@ class ScalingSweep(SweepSpec, LRMixin):
 
     Per trial the warmup is ``warmup_tokens`` (the same tokens at every batch) and the
     held-out set ``eval_sequences`` sequences (the same size at every batch): both enter
-    the grid point as ``warmup_steps`` and ``eval_batches``. The weight decay defaults to
+    the grid point as ``warmup_steps`` and ``eval_sequences``. The weight decay defaults to
     :data:`DEFAULT_SCALING_WEIGHT_DECAY` (not the trainer's 0), so the AdamW timescale
     tau = B/(eta·lambda·D) is measured at the optimum and the card's weight decay can
     follow it. ``weight_decays`` adds a lambda axis at one batch (``tau_batch_size``, the
@@ -174,7 +174,7 @@ class ScalingSweep(SweepSpec, LRMixin):
         for width, batches in self._width_batches():
             for b in batches:
                 extra = {"tokens": d_max, "warmup_steps": self.warmup_steps(b),
-                         "eval_batches": max(1, math.ceil(self.eval_sequences / b)),
+                         "eval_sequences": self.eval_sequences,
                          "parametrization": self.parametrization, **self._accum(b)}
                 for seed in self.seeds:
                     head = ({"width": width} if width is not None else {}) | {"batch_size": b, "seed": seed}
@@ -185,7 +185,7 @@ class ScalingSweep(SweepSpec, LRMixin):
         b = self.tau_batch()  # the weight-decay axis: one batch, the base width
         for lam in self.extra_weight_decays():
             extra = {"tokens": d_max, "warmup_steps": self.warmup_steps(b),
-                     "eval_batches": max(1, math.ceil(self.eval_sequences / b)),
+                     "eval_sequences": self.eval_sequences,
                      "parametrization": self.parametrization, "weight_decay": lam, **self._accum(b)}
             for seed in self.seeds:
                 head = ({"width": self.width} if self.width is not None else {}) | {"batch_size": b,

@@ -50,7 +50,7 @@ def test_users_day_with_a_local_hf_llama(llama: str, tmp_path: Path, capsys, _ve
     out = tmp_path / "lr"
     st = _run(["sweep", "lr", "--model", llama, "--widths", "32,64,128", "--lrs", "0.003,0.03",
                "--parametrization", "mup", "--seeds", "0", "--steps", "4", "--batch-size", "4",
-               "--set", "seq_len=32", "--set", "eval_batches=1", "--device", "cpu", "--workers", "1",
+               "--set", "seq_len=32", "--set", "eval_sequences=8", "--device", "cpu", "--workers", "1",
                "--out", str(out), "--quiet", "--json"], capsys)
     assert st["counts"]["complete"] == 3 * 2
     csv = tmp_path / "lr.csv"
@@ -102,7 +102,7 @@ def test_users_day_with_the_builtin_llama_fused(tmp_path: Path, capsys, _verb) -
         out = tmp_path / f"lr{fuse}"
         st = _run(["sweep", "lr", "--model", "llama-tiny", "--widths", "32,64,128", "--lrs", "0.003,0.03",
                    "--parametrization", "mup", "--seeds", "0", "--steps", "4", "--batch-size", "4",
-                   "--set", "seq_len=32", "--set", "eval_batches=1", "--device", "cpu", "--workers", "1",
+                   "--set", "seq_len=32", "--set", "eval_sequences=8", "--device", "cpu", "--workers", "1",
                    "--fuse", fuse, "--max-extend", "0", "--out", str(out), "--quiet", "--json"], capsys)
         assert st["counts"]["complete"] == 3 * 2
         csv = tmp_path / f"lr{fuse}.csv"
@@ -152,7 +152,7 @@ def test_the_card_for_a_1b_llama_goes_to_all_three_engines(tmp_path: Path, capsy
     lr = tmp_path / "lr"
     _run(["sweep", "lr", "--model", f"hf:{proxy}", "--widths", "256,512", "--lrs", "0.003,0.01,0.03",
           "--parametrization", "mup", "--seeds", "0", "--steps", "3", "--batch-size", "2",
-          "--set", "seq_len=16", "--set", "eval_batches=1", "--device", "cpu", "--workers", "1",
+          "--set", "seq_len=16", "--set", "eval_sequences=8", "--device", "cpu", "--workers", "1",
           "--max-extend", "0", "--out", str(lr), "--quiet", "--json"], capsys)
     csv = tmp_path / "lr.csv"
     assert mutransfer_cli.main(["sweep", "export", "--storage", str(lr), "--out", str(csv)]) == 0

@@ -133,7 +133,7 @@ def test_mup_vs_sp_imports_only_rows_of_its_own_setup(tmp_path: Path) -> None:
 
     base = {"state": "COMPLETE", "preset": "gpt-small", "depth": 2, "base_width": 32, "steps": 150,
             "batch_size": 16, "warmup_steps": 15, "lr_floor": 0.1, "schedule": "cosine", "eval_every": 150,
-            "eval_batches": 8, "lr_mult_input": 1.0, "readout_init": "constant", "diverged": False,
+            "eval_sequences": 128, "lr_mult_input": 1.0, "readout_init": "constant", "diverged": False,
             "wall_s": 3.0, "loss": 2.0}
     rows = [{**base, "parametrization": "sp", "width": 256, "lr": 2.0**-9, "seed": 0, "loss": 1.9414},
             {**base, "parametrization": "mup", "width": 64, "lr": 2.0**-6, "seed": 1, "lr_mult_input": 2.0},
@@ -224,7 +224,7 @@ def test_readout_ladder_files_demo_rows_under_named_readouts(tmp_path: Path) -> 
 
     base = {"state": "COMPLETE", "preset": "llama-small", "depth": 2, "base_width": 32, "steps": 125,
             "batch_size": 16, "seq_len": 64, "warmup_steps": 12, "lr_floor": 0.1, "schedule": "cosine",
-            "eval_every": 125, "eval_batches": 8, "weight_decay": 0.0, "readout_init": "constant",
+            "eval_every": 125, "eval_sequences": 128, "weight_decay": 0.0, "readout_init": "constant",
             "diverged": False, "wall_s": 3.0, "loss": 2.0}
     rows = [{**base, "parametrization": "mup", "width": 64, "lr": 2.0**-6, "seed": 1, "loss": 2.222},
             {**base, "parametrization": "mup", "width": 64, "lr": 2.0**-6, "seed": 0,
@@ -303,7 +303,7 @@ def test_width_depth_imports_only_the_demos_proxy_rows(tmp_path: Path) -> None:
 
     base = {"state": "COMPLETE", "preset": "llama-small", "parametrization": "mup", "width": 32, "depth": 2,
             "base_width": 32, "steps": 125, "batch_size": 16, "seq_len": 64, "warmup_steps": 12,
-            "lr_floor": 0.1, "schedule": "cosine", "eval_every": 125, "eval_batches": 8,
+            "lr_floor": 0.1, "schedule": "cosine", "eval_every": 125, "eval_sequences": 128,
             "readout_init": "constant", "diverged": False, "wall_s": 3.0, "lr": 2.0**-5, "seed": 0,
             "loss": 2.2932}
     rows = [base, {**base, "seed": 1, "steps": 150}, {**base, "seed": 1, "width": 64},

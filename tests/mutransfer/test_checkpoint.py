@@ -18,7 +18,7 @@ def data() -> TokenDataset:
 
 def cfg(**kw: object) -> TrainConfig:
     base = dict(preset="gpt-tiny", width=32, depth=2, head_dim=16, seq_len=32, batch_size=8, steps=16,
-                lr=1e-2, eval_every=8, eval_batches=1, threads=1, grad_accum=2)
+                lr=1e-2, eval_every=8, eval_sequences=8, threads=1, grad_accum=2)
     return TrainConfig.from_flat({**base, **kw})
 
 

@@ -76,7 +76,7 @@ def test_an_oserror_while_writing_is_one_line_not_a_traceback(capsys) -> None:
 # ---- 6. --out into an earlier run's folder -----------------------------------------------------
 
 TRAIN = ["train", "--set", "width=32", "--set", "depth=1", "--set", "head_dim=16", "--set", "seq_len=32",
-         "--set", "batch_size=4", "--set", "steps=2", "--set", "eval_every=2", "--set", "eval_batches=1",
+         "--set", "batch_size=4", "--set", "steps=2", "--set", "eval_every=2", "--set", "eval_sequences=8",
          "--set", "threads=1", "--set", "data_max_bytes=300000", "--quiet"]
 
 

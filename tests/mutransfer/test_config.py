@@ -34,7 +34,7 @@ output_mult attn_mult residual_mult lr_mult_input lr_mult_output lr_mult_vector 
 beta1 beta2 eps
 momentum muon_momentum weight_decay wd_mode qk_clip qk_clip_tau schedule warmup_steps decay_fraction
 decay_shape lr_floor steps batch_size grad_accum seed data data_dtype data_max_bytes data_cache
-eval_every eval_batches device dtype compile threads gns_beta max_logit_every grad_clip spike_policy
+eval_every eval_sequences device dtype compile threads gns_beta max_logit_every grad_clip spike_policy
 spike_threshold spike_window rollback_every max_rollbacks diverge_factor out_dir metrics_format
 checkpoint_every resume""".split()
 
@@ -188,7 +188,7 @@ def test_fusion_key_is_the_sections_minus_their_per_member_fields() -> None:
         "preset", "width", "depth", "head_dim", "seq_len", "tie_embeddings", "qk_norm", "logit_softcap",
         "z_loss", "freeze_norm_gains", "source", "head_rule", "parametrization", "optimizer", "steps",
         "batch_size", "grad_accum", "data", "data_dtype", "data_max_bytes", "data_cache", "eval_every",
-        "eval_batches",
+        "eval_sequences",
         "max_logit_every", "qk_clip", "device", "dtype"}
     base = TrainConfig.from_flat({"preset": "gpt-tiny", "device": "cpu"})
     for flat in ALIASES:

@@ -140,7 +140,7 @@ def test_trainer_takes_the_vocab_from_the_sidecar_and_the_row_names_the_tokenize
     summary = json.loads(capsys.readouterr().out)
     assert summary["vocab_size"] == 400 and summary["n_tokens"] == out.stat().st_size // 2
     tiny = dict(preset="gpt-tiny", width=32, depth=1, head_dim=16, seq_len=32, batch_size=4, steps=4,
-                lr=1e-2, eval_every=4, eval_batches=1, threads=1)
+                lr=1e-2, eval_every=4, eval_sequences=8, threads=1)
     r = train(TrainConfig.from_flat({**tiny, "data": str(out)}))
     row = r.to_row()
     assert row["tokenizer"] == summary["tokenizer"] == hashlib.sha256(tok_file.read_bytes()).hexdigest()[:12]

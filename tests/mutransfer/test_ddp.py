@@ -16,7 +16,7 @@ from mutransfer.data import DataConfig, load_dataset
 from mutransfer.train import TrainConfig, train
 
 KW = dict(preset="gpt-tiny", width=32, depth=1, head_dim=16, seq_len=32, batch_size=8, steps=6, lr=1e-2,
-          eval_every=3, eval_batches=1, threads=1, data_max_bytes=300_000, grad_accum=2, qk_clip=True,
+          eval_every=3, eval_sequences=8, threads=1, data_max_bytes=300_000, grad_accum=2, qk_clip=True,
           qk_clip_tau=5.0)
 
 WORKER = textwrap.dedent("""

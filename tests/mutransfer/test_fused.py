@@ -35,7 +35,7 @@ def data():
 
 def tiny(**kw) -> TrainConfig:
     base = dict(preset="gpt-tiny", width=32, depth=2, head_dim=16, seq_len=16, batch_size=8, steps=15,
-                eval_every=5, eval_batches=1, threads=1, data_max_bytes=300_000, base_width=16,
+                eval_every=5, eval_sequences=8, threads=1, data_max_bytes=300_000, base_width=16,
                 device="cpu", parametrization="mup")
     base.update(kw)
     return TrainConfig.from_flat(base)

@@ -214,7 +214,7 @@ def _cfg(src: str, **kw: object):  # type: ignore[no-untyped-def]
     from mutransfer.train import TrainConfig
 
     base = dict(source=src, width=32, seq_len=32, batch_size=8, steps=12, lr=1e-2, eval_every=6,
-                eval_batches=1, threads=1, grad_accum=2)
+                eval_sequences=8, threads=1, grad_accum=2)
     return TrainConfig.from_flat({**base, **kw})
 
 

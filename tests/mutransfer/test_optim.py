@@ -63,7 +63,7 @@ def test_effective_lr_is_base_times_schedule_times_mult(parametrization: str) ->
     cfg = TrainConfig.from_flat(dict(
         preset="gpt-tiny", width=64, depth=1, head_dim=16, seq_len=16, batch_size=4, steps=10,
         lr=3e-3, base_width=32, parametrization=parametrization, warmup_steps=3,
-        schedule="cosine", lr_floor=0.1, eval_every=0, eval_batches=1, threads=1,
+        schedule="cosine", lr_floor=0.1, eval_every=0, eval_sequences=8, threads=1,
         data_max_bytes=100_000))
     t = Trainer(cfg)
     mults = {n: t.pz.specs[n].lr_mult for n in t.pz.specs}
@@ -122,7 +122,7 @@ def test_qk_clip_in_training_keeps_logits_bounded() -> None:
     cfg = TrainConfig.from_flat(dict(
         preset="gpt-tiny", width=32, depth=1, head_dim=16, seq_len=32, batch_size=8, steps=30,
         lr=5e-2, qk_clip=True, qk_clip_tau=2.0, schedule="constant", warmup_steps=0,
-        eval_every=0, eval_batches=1, threads=1, data_max_bytes=100_000))
+        eval_every=0, eval_sequences=8, threads=1, data_max_bytes=100_000))
     r = Trainer(cfg).run()
     clipped = sum(h.get("qk_clipped_heads", 0) for h in r.history)
     assert clipped > 0

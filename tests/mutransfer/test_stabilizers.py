@@ -39,7 +39,7 @@ def base_data() -> TokenDataset:
 
 def cfg(policy: str, **kw: object) -> TrainConfig:
     base = dict(preset="gpt-tiny", width=32, depth=1, head_dim=16, seq_len=32, batch_size=8, steps=50,
-                lr=1e-2, schedule="constant", warmup_steps=5, eval_every=0, eval_batches=1, threads=1,
+                lr=1e-2, schedule="constant", warmup_steps=5, eval_every=0, eval_sequences=8, threads=1,
                 spike_policy=policy, spike_window=20, spike_threshold=10.0, rollback_every=5)
     return TrainConfig.from_flat({**base, **kw})
 

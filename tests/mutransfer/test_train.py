@@ -15,7 +15,7 @@ from mutransfer.train import ROW_KEYS, TrainConfig, Trainer, load_config, train
 
 # Tiny and single-threaded: each run is well under a second.
 TINY = dict(preset="gpt-tiny", width=32, depth=1, head_dim=16, seq_len=32, batch_size=8, steps=20,
-            lr=1e-2, eval_every=10, eval_batches=2, threads=1, data_max_bytes=300_000)
+            lr=1e-2, eval_every=10, eval_sequences=16, threads=1, data_max_bytes=300_000)
 
 
 @pytest.fixture(scope="module")
@@ -179,7 +179,7 @@ def test_wsd_branches_equal_separate_runs(data: TokenDataset, tmp_path) -> None:
 # ---- the CLI verb ------------------------------------------------------------------------
 
 CLI_SETS = ["--set", "width=32", "--set", "depth=1", "--set", "head_dim=16", "--set", "seq_len=32",
-            "--set", "batch_size=8", "--set", "eval_every=5", "--set", "eval_batches=1",
+            "--set", "batch_size=8", "--set", "eval_every=5", "--set", "eval_sequences=8",
             "--set", "threads=1", "--set", "data_max_bytes=300000"]
 
 

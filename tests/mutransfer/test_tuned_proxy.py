@@ -21,7 +21,7 @@ TUNED = {"preset": "gpt-tiny", "parametrization": "mup", "width": 32, "base_widt
          "steps": 40, "batch_size": 4, "lr": 0.02, "lr_mult_input": 6.5, "lr_mult_output": 0.5,
          "lr_mult_vector": 1.75, "input_mult": 1.3, "output_mult": 1.4, "attn_mult": 1.1,
          "readout_init": "zero", "weight_decay": 0.01, "beta2": 0.99, "eps": 2e-10,
-         "data_max_bytes": 200_000, "eval_every": 0, "eval_batches": 1}
+         "data_max_bytes": 200_000, "eval_every": 0, "eval_sequences": 8}
 
 
 def per_parameter(groups: list[dict[str, Any]]) -> dict[str, tuple[float, float, float]]:
@@ -115,7 +115,7 @@ def test_sweep_multipliers_writes_the_best_trials_config(tmp_path: Path, capsys)
     out = tmp_path / "mult"
     assert main(["sweep", "multipliers", "--preset", "gpt-tiny", "--width", "32", "--steps", "4",
                  "--batch-size", "4", "--trials", "3", "--set", "seq_len=32", "--set", "eval_every=0",
-                 "--set", "eval_batches=1", "--set", "data_max_bytes=200000", "--workers", "1",
+                 "--set", "eval_sequences=8", "--set", "data_max_bytes=200000", "--workers", "1",
                  "--out", str(out), "--quiet"]) == 0
     best = yaml.safe_load((out / "best.yaml").read_text())
     study = optuna.load_study(study_name="multipliers",

@@ -24,7 +24,7 @@ from sweeps import LRSweep, open_study, prepare, results_table, run_sweep, spawn
 from sweeps.spec import point_key
 from sweeps.storage import Storage
 
-BASE = {"steps": 6, "batch_size": 4, "eval_every": 3, "eval_batches": 1}
+BASE = {"steps": 6, "batch_size": 4, "eval_every": 3, "eval_sequences": 8}
 LRS = (2.0**-8, 2.0**-6, 2.0**-4)
 KEY = ["width", "lr", "seed"]
 # the trainer's wall clock and throughput differ between a fused and an unfused run

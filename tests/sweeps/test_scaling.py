@@ -41,7 +41,7 @@ def test_grid_counts_branches_and_the_lr_grid_following_the_batch() -> None:
     # warmup is the same in tokens (10% of the smallest budget), the held-out set the same size
     for p in base:
         assert p["warmup_steps"] == round(3277 / (p["batch_size"] * 64))
-        assert p["eval_batches"] * p["batch_size"] == 256
+        assert p["eval_sequences"] == 256
     # one LR reached from two batches is one float
     assert 2.0**-6 in s.lrs_for(16) and s.lrs_for(4)[5] == s.lrs_for(16)[3]
     assert s.group_keys() == ["width", "batch_size"]

@@ -18,7 +18,7 @@ def test_lr_sweep_with_the_real_trainer_feeds_analysis(tmp_path, capsys, monkeyp
     out = tmp_path / "d"
     argv = ["sweep", "lr", "--preset", "gpt-tiny", "--widths", "32,64", "-p", "mup",
             "--lrs", f"{2**-8},{2**-6},{2**-4}", "--steps", "6", "--batch-size", "4", "--set", "eval_every=3",
-            "--set", "eval_batches=1", "--device", "cpu", "--out", str(out), "--workers", "2",
+            "--set", "eval_sequences=8", "--device", "cpu", "--out", str(out), "--workers", "2",
             "--max-extend", "0", "--quiet", "--json"]  # the grid as given (extension: test_extend.py)
     assert mutransfer_cli.main(argv) == 0
     st = json.loads(capsys.readouterr().out)
