@@ -20,7 +20,10 @@ __all__ = [
     "DEEPSEEK_LLM",
     "POWER_LINES_BATCH_EXPONENT",
     "STEP_LAW",
+    "DEEPSEEK_DATA",
+    "deepseek_batch_in_tokens",
     "deepseek_llm",
+    "published_batch",
     "linear_rule",
     "power_lines",
     "scaling_baselines",
@@ -32,6 +35,11 @@ __all__ = [
 #: Longtermism", §3.1, eq. 1): eta_opt = 0.3118 · C^-0.1250, B_opt = 0.2920 · C^0.3271,
 #: C the compute budget in FLOPs, B in tokens.
 DEEPSEEK_LLM = {"lr_coef": 0.3118, "lr_exp": -0.1250, "batch_coef": 0.2920, "batch_exp": 0.3271}
+
+#: DeepSeek-AI 2024 (§3.2, eq. 4): the compute-optimal data D_opt = 5.8316 · C^0.4757 tokens.
+#: Through it eq. 1's B_opt(C) becomes a law in the token budget:
+#: B = 0.2920 · (D / 5.8316)^(0.3271 / 0.4757) = 0.0869 · D^0.6876 tokens.
+DEEPSEEK_DATA = {"coef": 5.8316, "exp": 0.4757}
 
 #: Li et al. 2025 ("Predictable Scale: Part I — Optimal Hyperparameter Scaling Law in
 #: Large Language Model Pretraining", Step Law, §3): eta(N, D) = 1.79 · N^-0.713 ·
@@ -85,6 +93,42 @@ def deepseek_llm(compute: float | None) -> dict[str, Any]:
     p = DEEPSEEK_LLM
     return {"lr": p["lr_coef"] * c ** p["lr_exp"],
             "batch_tokens": p["batch_coef"] * c ** p["batch_exp"], "source": src}
+
+
+def deepseek_batch_in_tokens(tokens: float) -> dict[str, Any]:
+    """DeepSeek LLM's optimal batch written in the token budget ``D``:
+    ``B = 0.2920 · C(D)^0.3271`` with ``C(D) = (D / 5.8316)^(1 / 0.4757)``, the compute
+    whose optimal data is ``D`` (Bi et al. 2024, eqs. 1 and 4), i.e. ``B = 0.0869 ·
+    D^0.6876`` tokens.
+
+    DeepSeek fitted B(C) along its compute-optimal frontier (about 20 tokens per
+    parameter), where ``C = 6·N·D`` and ``C(D)`` agree. Off the frontier they part: at 0.2
+    tokens per parameter ``6·N·D`` is 100x the compute a run of D tokens would have on the
+    frontier, and B(6·N·D) is 4.5x this. Step Law, Power Lines and Zhang et al. 2024 find
+    the optimal batch follows D, not N, so this is the form used off the frontier.
+    """
+    d = _pos("tokens", tokens)
+    c = (d / DEEPSEEK_DATA["coef"]) ** (1.0 / DEEPSEEK_DATA["exp"])
+    return {"lr": None, "batch_tokens": DEEPSEEK_LLM["batch_coef"] * c ** DEEPSEEK_LLM["batch_exp"],
+            "source": "DeepSeek LLM's B_opt = 0.2920·C^0.3271 at C = (D/5.8316)^(1/0.4757), the compute "
+                      "whose optimal data is D (Bi et al. 2024, eqs. 1, 4): B = 0.0869·D^0.6876 tokens"}
+
+
+def published_batch(tokens: float) -> dict[str, Any]:
+    """The published optimal-batch laws in the token budget ``D``, for a target whose batch
+    no fit of ours can set: the value is DeepSeek LLM's (:func:`deepseek_batch_in_tokens`;
+    on DeepSeek's compute-optimal frontier it equals their B(C), so a run at ~20 tokens
+    per parameter gets the batch it always did), and the interval ``[lo, hi]`` spans it
+    and Step Law's ``B = 0.58·D^0.571`` tokens (Li et al. 2025): their spread is how much
+    the published laws agree. Returns ``{"batch_tokens", "lo", "hi", "laws", "source"}``.
+    """
+    ds = float(deepseek_batch_in_tokens(tokens)["batch_tokens"])
+    sl = float(step_law(None, tokens)["batch_tokens"])
+    return {"batch_tokens": ds, "lo": min(ds, sl), "hi": max(ds, sl),
+            "laws": {"deepseek_in_tokens": ds, "step_law": sl},
+            "source": f"published B(D) at D = {float(tokens):.4g} tokens: DeepSeek LLM in D, 0.0869·D^0.6876 "
+                      f"= {ds:.4g} (Bi et al. 2024, eqs. 1, 4); interval to Step Law's 0.58·D^0.571 = "
+                      f"{sl:.4g} (Li et al. 2025)"}
 
 
 def step_law(n_params: float | None, tokens: float) -> dict[str, Any]:

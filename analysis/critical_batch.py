@@ -20,6 +20,7 @@ __all__ = [
     "first_crossing",
     "fit_critical_batch",
     "fit_noise_scale",
+    "noise_scale_law",
     "steps_to_target",
 ]
 
@@ -327,3 +328,48 @@ def fit_noise_scale(
     if ok.empty:
         raise ValueError(f"no usable rows: every row diverged or has a non-finite {gns!r}.")
     return PowerLawFit(x, gns, **kwargs).fit(ok)
+
+
+def noise_scale_law(
+    data: pd.DataFrame,
+    seq_len: int | None,
+    *,
+    lr: str = "lr",
+    batch: str = "batch_tokens",
+    tokens: str = "tokens",
+    loss: str = "loss",
+    gns: str = "gns",
+) -> dict[str, Any] | None:
+    """The critical batch as a law in the token budget, from a scaling sweep's measured GNS:
+    ``B_simple(D) = c · D^e`` tokens.
+
+    ``B_simple = tr(Σ)/|G|²`` (McCandlish et al. 2018, eq. 2.8) is the batch beyond which
+    a larger batch buys fewer steps than it costs tokens: at ``B = B_simple`` a run needs
+    about ``1 + B/B_simple = 2``× the minimal tokens (eq. 2.11). The sweep's runs end at
+    budget ``D`` with their estimate of it (``gns``, in sequences; times ``seq_len`` in
+    tokens). Per ``(B, D)`` cell the runs at the best LR (lowest seed-mean loss) count;
+    per budget the geometric mean over its batches is ``B_simple(D)``; the law is the
+    least-squares line in log-log through those (Zhang et al. 2024 find B_crit grows as a
+    power of D, about D^0.47). Returns None when there is no ``gns`` column, no
+    ``seq_len``, or fewer than 2 budgets with a finite, positive estimate.
+    """
+    if gns not in data.columns or not seq_len:
+        return None
+    by_d: dict[float, list[float]] = {}
+    for (_, d), cell in data.groupby([batch, tokens]):
+        means = cell.groupby(lr)[loss].mean()
+        best = cell[cell[lr] == means.idxmin()][gns].to_numpy(dtype=float)
+        best = best[np.isfinite(best) & (best > 0)]
+        by_d.setdefault(float(d), []).extend((best * seq_len).tolist())
+    rows = [{"tokens": d, "b_simple_tokens": float(np.exp(np.mean(np.log(v)))), "n_runs": len(v)}
+            for d, v in sorted(by_d.items()) if v]
+    if len(rows) < 2:
+        return None
+    x = np.log([r["tokens"] for r in rows])
+    y = np.log([r["b_simple_tokens"] for r in rows])
+    e, c = np.polyfit(x, y, 1)
+    return {"coef": float(np.exp(c)), "exponent": float(e),
+            "law": f"B_simple(D) = {float(np.exp(c)):.4g} · D^{float(e):.4g} tokens",
+            "by_tokens": rows, "measured_tokens": [rows[0]["tokens"], rows[-1]["tokens"]],
+            "source": "measured GNS B_simple = tr(Σ)/|G|² of the best-LR runs (McCandlish et al. 2018, "
+                      "eq. 2.8), geometric mean over batches per budget, power law in D"}

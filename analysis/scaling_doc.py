@@ -178,6 +178,22 @@ def _read_loso(d: Mapping[str, Any], where: str) -> tuple[dict[str, Any] | None,
     return dict(sens), fits
 
 
+def _read_noise(d: Mapping[str, Any], where: str) -> dict[str, Any] | None:
+    """The optional ``noise_scale`` section (the B_simple(D) law); a bad one names its field."""
+    n = d.get("noise_scale")
+    if n is None:
+        return None
+    if not isinstance(n, Mapping):
+        raise ValueError(f"{where}: noise_scale must be a mapping or null, got {type(n).__name__}")
+    _field({"noise_scale": n}, "noise_scale.coef", where, positive=True)
+    _field({"noise_scale": n}, "noise_scale.exponent", where)
+    mt = _pair(n.get("measured_tokens"))
+    if mt is None or not all(math.isfinite(v) and v > 0 for v in mt):
+        raise ValueError(f"{where}: noise_scale.measured_tokens must be two positive numbers, got "
+                         f"{n.get('measured_tokens')!r}")
+    return dict(n)
+
+
 class ScalingDocument:
     """FIT.json of a :class:`~analysis.ScalingLawFit` (see the module docstring)."""
 
@@ -214,6 +230,7 @@ class ScalingDocument:
                       "cov_log": self.cov_batch_.tolist(), "law": self._batch_law(),
                       "n_points": int(self.n_batch_points_)},
             "tau": tau,
+            "noise_scale": getattr(self, "noise_", None),
             "warmup": {**{k: v for k, v in self.rules.to_dict().items() if k != "decay_fraction"},
                        "rule": "warmup_tokens = per_param·N (else fraction·D), at most "
                                "max_fraction·D, whole steps",
@@ -292,6 +309,7 @@ class ScalingDocument:
             self.seeds_ = tuple(sens.get("seeds") or ())
             self.n_seeds_ = sens.get("n_seeds", 0)
         self._read_tau(d, where)
+        self.noise_ = _read_noise(d, where)
         self.flags_ = edge_flags(d)
         return self
 

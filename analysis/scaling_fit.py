@@ -19,6 +19,7 @@ import pandas as pd
 from ._fitted import check_is_fitted
 from ._io import finite_positive, require_columns, usable_rows
 from ._stats import SeedSpread, check_level, check_n_boot, make_rng, percentile_interval, seed_spread
+from .critical_batch import noise_scale_law
 from .optimum import OptimumFit, _boot_locate_min, _locate, _resampled_means
 from .scaling_doc import ScalingDocument
 from .scaling_projection import ScalingPredictions
@@ -197,6 +198,8 @@ class ScalingLawFit(TauMeasurement, ScalingPredictions, ScalingDocument):
             "seq_len": self._seq_len(ok, seq_len),
             "n_params": self._single(ok, "n_params"),
         }
+        self.noise_ = noise_scale_law(ok, self.measured_["seq_len"], lr=lr, batch=batch, tokens=tokens,
+                                      loss=loss)
         self.seeds_: tuple[Any, ...] = ()
         self.sensitivity_: dict[str, SeedSpread] = {}
         self.loso_fits_: list[dict[str, Any]] = []

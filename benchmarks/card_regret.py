@@ -67,7 +67,7 @@ RATIOS = {"width": 8, "depth": 4, "tokens": 8}
 
 @dataclass(frozen=True)
 class Size:
-    """One proxy, its scaling sweep, and the device it runs on."""
+    """One proxy, its scaling sweep, the target's scan, and the device it runs on."""
 
     preset: str
     width: int
@@ -87,12 +87,30 @@ class Size:
     threads: int | None
     max_extend: int = 2
     check_width: int | None = None
+    proxy_seeds: tuple[int, ...] = (0,)
+    """Seeds of the proxy's scaling sweep."""
+    target_batches: tuple[int, ...] | None = None
+    """The target scan's batches in sequences (None: the proxy's largest, 2x and 4x it)."""
+    decision_seeds: tuple[int, ...] = ()
+    """Fresh seeds (none used elsewhere) on which the card and the scan's best configs are
+    trained again, paired, to decide R = card ÷ best (empty: no decision stage)."""
+    decision_top: int = 3
+    """How many of the scan's best configs (by seed-mean loss) enter the decision."""
 
 
 SIZES: dict[str, Size] = {
-    "cpu": Size(preset="llama-small", width=16, depth=1, head_dim=16, seq_len=16,
-                tokens=(2**11, 2**12, 2**13, 2**14), batch_sizes=(1, 2, 4, 8), lr_center=2.0**-6.5,
-                eval_sequences=256, device="cpu", threads=1),
+    # The decisive CPU size (about 40 CPU-minutes): proxy w32 d2 at context 16 over budgets
+    # 2^11..2^14 and batches 1..32, 3 seeds, checked at width 64; target w128 d4 on 2^17
+    # tokens, scanned at batches 4..32 (2 seeds, LR grids bracketed), then the card and the
+    # scan's top 3 trained again on 12 fresh seeds.
+    "cpu": Size(preset="llama-small", width=32, depth=2, head_dim=16, seq_len=16,
+                tokens=(2**11, 2**12, 2**13, 2**14), batch_sizes=(1, 2, 4, 8, 16, 32), lr_center=2.0**-6.5,
+                eval_sequences=256, device="cpu", threads=1, check_width=64, proxy_seeds=(0, 1, 2),
+                target_batches=(4, 8, 16, 32), decision_seeds=tuple(range(100, 112))),
+    # The first CPU size (width 16, depth 1; its record is the previous card_regret.json).
+    "cpu_small": Size(preset="llama-small", width=16, depth=1, head_dim=16, seq_len=16,
+                      tokens=(2**11, 2**12, 2**13, 2**14), batch_sizes=(1, 2, 4, 8), lr_center=2.0**-6.5,
+                      eval_sequences=256, device="cpu", threads=1),
     "gpu": Size(preset="llama-small", width=256, depth=2, head_dim=64, seq_len=256,
                 tokens=(2**20, 2**21, 2**22, 2**23), batch_sizes=(4, 8, 16, 32), lr_center=2.0**-7,
                 eval_sequences=1024, device="cuda", threads=None),
@@ -120,7 +138,7 @@ def proxy_stage(sz: Size, out: Path) -> dict[str, Any]:
     from sweeps.worker import open_study
 
     spec = ScalingSweep(preset=sz.preset, width=sz.width, batch_sizes=sz.batch_sizes, tokens=sz.tokens,
-                        seeds=(0,), parametrization="completep", lr_center=sz.lr_center,
+                        seeds=sz.proxy_seeds, parametrization="completep", lr_center=sz.lr_center,
                         lr_center_batch=sz.batch_sizes[0], eval_sequences=sz.eval_sequences,
                         check_width=sz.check_width,
                         base={"seq_len": sz.seq_len, "depth": sz.depth, "head_dim": sz.head_dim,
@@ -252,8 +270,32 @@ def _mean(xs: list[float | None]) -> float | None:
     return sum(ok) / len(ok) if len(ok) == len(xs) and ok else None
 
 
+def paired_ratio(card: list[float], others: list[list[float]], level: float = 0.9, n_boot: int = 4000,
+                 seed: int = 0) -> dict[str, Any]:
+    """R = mean(card) ÷ min over ``others`` of their means, on seeds shared by all (paired:
+    ``card[i]`` and ``others[k][i]`` are the same seed), with a paired-bootstrap interval:
+    resample the seeds (the same draw for every config), recompute R. The min over the
+    others is retaken in every replicate, so the interval carries the choice of the best."""
+    import numpy as np
+
+    c = np.asarray(card, dtype=float)
+    o = np.asarray(others, dtype=float)
+    if o.ndim != 2 or o.shape[1] != c.size or c.size < 2:
+        raise ValueError(f"paired_ratio needs >= 2 seeds shared by every config, got {c.size} and {o.shape}")
+    r = float(c.mean() / o.mean(axis=1).min())
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, c.size, size=(n_boot, c.size))
+    boot = c[idx].mean(axis=1) / o[:, idx].mean(axis=2).min(axis=0)
+    q = (1.0 - level) / 2.0
+    return {"ratio": r, "ci": [float(np.quantile(boot, q)), float(np.quantile(boot, 1.0 - q))],
+            "level": level, "n_seeds": int(c.size), "n_boot": n_boot,
+            "per_seed": [float(x) for x in c / o.min(axis=0)]}
+
+
 def run(size: str = "cpu", out: str | os.PathLike[str] | None = None, max_minutes: float = 60.0,
-        write: bool = True) -> dict[str, Any]:
+        write: bool = True, until: str | None = None) -> dict[str, Any]:
+    """The whole benchmark (``until="scan"``: stop after the proxy sweep and the target's
+    scan, which do not depend on the card, and return what was measured; nothing written)."""
     import torch
 
     from analysis import OptimumFit
@@ -271,25 +313,59 @@ def run(size: str = "cpu", out: str | os.PathLike[str] | None = None, max_minute
     out.mkdir(parents=True, exist_ok=True)
     deadline = time.time() + 60.0 * max_minutes
 
-    # 1. the proxy's scaling sweep and laws; the card
-    log(f"[card_regret] proxy scaling sweep: width {sz.width}, depth {sz.depth}, budgets {list(sz.tokens)}")
+    # 1. the proxy's scaling sweep and laws
+    log(f"[card_regret] proxy scaling sweep: width {sz.width}, depth {sz.depth}, budgets {list(sz.tokens)}, "
+        f"seeds {list(sz.proxy_seeds)}")
     px = proxy_stage(sz, out)
     doc = px["doc"]
     atomic_write_text(out / "scaling_fit.json", json.dumps(doc, indent=2, default=float) + "\n")
     opt = proxy_optimum(doc)
+    W, D = RATIOS["width"] * sz.width, RATIOS["depth"] * sz.depth
+    T = float(RATIOS["tokens"] * max(sz.tokens))
+    seq = sz.seq_len
+    runner = Runner(sz, out, deadline)
+    # Everything but LR and batch is held at one recipe in every target run: the card's
+    # warmup tokens, decay fraction and weight decay follow from the laws, which the scan
+    # must not depend on, so the scan and every config use the recipe below, and the card
+    # is judged on its LR and batch (its own weight decay and schedule are recorded).
+    lam = float(px["spec"].base.get("weight_decay", 0.1))
+    common = {"tokens": T, "width": W, "depth": D, "weight_decay": lam,
+              "warmup_tokens": 0.01 * T, "decay_fraction": 0.2}
+    b_p = max(1, round(opt["batch_tokens"] / seq))
+
+    # 2. the direct scan at the target, independent of the card: each batch's LR grid starts
+    # at the proxy optimum moved by the square-root rule and is widened (half octaves) until
+    # its best LR is bracketed, on every seed
+    b_max = int(px["rows"]["batch_size"].max())
+    batches = list(sz.target_batches or (b_max, 2 * b_max, 4 * b_max))
+
+    def target(p: str, lr: float, b: int, s: int) -> float | None:
+        return runner.loss(where="target", parametrization=p, lr=lr, batch=b, seed=s, **common)
+
+    def start_at(b: int) -> float:
+        return round(2 * (math.log2(opt["lr"]) + 0.5 * math.log2(b * seq / opt["batch_tokens"]))) / 2
+
+    scans: dict[int, dict[float, float]] = {}
+    for b in batches:
+        c = start_at(b)
+
+        def at(t: float, b: int = b) -> list[float]:
+            v = [target("completep", float(f"{2.0**t:.6g}"), b, s) for s in SEEDS]
+            return [x if x is not None else math.inf for x in v]
+
+        scans[b] = bracket_scan(at, [c - 1, c - 0.5, c, c + 0.5, c + 1], lo=c - 5, hi=c + 5, step=0.5)
+    scan_pts = [(b, float(f"{2.0**t:.6g}")) for b in batches for t in sorted(scans[b])]
+    if until == "scan":
+        return {"proxy": px, "optimum": opt, "scans": scans, "wall_s": time.perf_counter() - t0}
+
+    # 3. the card, as `transfer` writes it
     cw = write_card(sz, doc, opt, out)
     plan, laws = cw["plan"], cw["laws"]
-    W, D, T = cw["width"], cw["depth"], cw["tokens"]
-    seq = sz.seq_len
-    common = {"tokens": T, "width": W, "depth": D, "weight_decay": plan.weight_decay,
-              "warmup_tokens": plan.warmup_tokens, "decay_fraction": plan.decay_fraction}
     log(f"[card_regret] card: lr {plan.lr:.4g}, batch {plan.batch_sequences} x {seq}, {plan.steps} steps, "
         f"wd {plan.weight_decay:.4g}; proxy optimum lr {opt['lr']:.4g} at batch {opt['batch_tokens']:g} "
         "tokens")
-    runner = Runner(sz, out, deadline)
 
-    # 2. the SP proxy's own LR optimum (same shape, the proxy's batch and largest budget)
-    b_p = max(1, round(opt["batch_tokens"] / seq))
+    # 4. the SP proxy's own LR optimum (same shape, the proxy's batch and largest budget)
     lam_p = float(px["spec"].base.get("weight_decay", 0.1))
     warm_p = float(px["spec"].warmup_steps(b_p) * b_p * seq)
 
@@ -304,55 +380,30 @@ def run(size: str = "cpu", out: str | os.PathLike[str] | None = None, max_minute
                            step=0.5)
     sp_lr = 2.0 ** min(sp_scan, key=sp_scan.__getitem__)
 
-    # 3. the configs each rule gives at the target
+    # 5. the configs each rule gives at the target, on the scan's seeds
     def seqs(batch_tokens: float) -> int:
         return max(1, round(batch_tokens / seq))
 
     ds = deepseek_llm(6.0 * cw["n_nonembed"] * T)
     sl = step_law(cw["n_nonembed"], T)
     configs = {
-        "card": ("completep", plan.lr, plan.batch_sequences),
-        "mup_unchanged": ("completep", opt["lr"], b_p),
-        "sp_proxy_lr": ("sp", sp_lr, b_p),
-        "deepseek": ("completep", float(ds["lr"]), seqs(float(ds["batch_tokens"]))),
-        "step_law": ("completep", float(sl["lr"]), seqs(float(sl["batch_tokens"]))),
+        "card": ("completep", float(f"{plan.lr:.6g}"), plan.batch_sequences),
+        "mup_unchanged": ("completep", float(f"{opt['lr']:.6g}"), b_p),
+        "sp_proxy_lr": ("sp", float(f"{sp_lr:.6g}"), b_p),
+        "deepseek": ("completep", float(f"{float(ds['lr']):.6g}"), seqs(float(ds["batch_tokens"]))),
+        "step_law": ("completep", float(f"{float(sl['lr']):.6g}"), seqs(float(sl["batch_tokens"]))),
     }
-    # 4. the direct scan at the target: 3 batches (the proxy's largest, 2x and 4x it) x 7 LRs
-    # x 2 seeds, each batch's LR grid centred on the law's eta*(B, D_target) there
-    b_max = int(px["rows"]["batch_size"].max())
-    batches = [b_max, 2 * b_max, 4 * b_max]
-
-    def centre(b: int) -> float:
-        return opt["lr"] * laws.lr_ratio((opt["batch_tokens"], b * seq), (opt["tokens"], T))[0]
-
-    scan_pts = [(b, float(f"{centre(b) * 2.0**o:.6g}")) for b in batches for o in LR_OFFSETS]
-
-    def target(p: str, lr: float, b: int, s: int) -> float | None:
-        return runner.loss(where="target", parametrization=p, lr=lr, batch=b, seed=s, **common)
-
-    # the order runs are started in (a cut by --max-minutes keeps the most telling ones): the
-    # rules' configs with few steps, seed 0 of the scan, the rules with many steps; then seed 1
-    # the same way, its scan best-first by seed 0's loss (the best measured loss is settled first)
-    cheap = {n: c for n, c in configs.items() if T / (c[2] * seq) <= T / (b_max * seq)}
-    for i, s in enumerate(SEEDS):
-        for p, lr, b in cheap.values():
+    for s in SEEDS:
+        for p, lr, b in sorted(configs.values(), key=lambda c: -c[2]):  # few steps first
             target(p, lr, b, s)
-        order = scan_pts if i == 0 else sorted(
-            scan_pts, key=lambda pt: runner.trials_loss(pt, SEEDS[0], common) or math.inf)
-        for b, lr in order:
-            target("completep", lr, b, s)
-        for n, (p, lr, b) in configs.items():
-            if n not in cheap:
-                target(p, lr, b, s)
     losses = {n: [target(p, lr, b, s) for s in SEEDS] for n, (p, lr, b) in configs.items()}
     scan: list[dict[str, Any]] = []
     for b, lr in scan_pts:
-        ls = [runner.loss(where="target", parametrization="completep", lr=lr, batch=b, seed=s, **common)
-              for s in SEEDS]
+        ls = [target("completep", lr, b, s) for s in SEEDS]
         scan.append({"batch_size": b, "batch_tokens": b * seq, "lr": lr, "losses": ls, "loss": _mean(ls)})
 
-    # 5. regret, seed by seed: each config's loss over the best loss measured with the same seed
-    # (over the scan and every rule's config), then the mean over the seeds it has
+    # 6. regret on the scan's seeds: each config's loss over the best loss measured with the
+    # same seed (over the scan and every rule's config), then the mean over the seeds
     points = [{**r, "rule": None} for r in scan]
     points += [{"batch_size": b, "batch_tokens": b * seq, "lr": lr, "losses": losses[n],
                 "loss": _mean(losses[n]), "rule": n, "parametrization": p}
@@ -386,7 +437,7 @@ def run(size: str = "cpu", out: str | os.PathLike[str] | None = None, max_minute
                               "loss_opt": o.loss_opt, "at_edge": o.at_edge, "edge": o.edge,
                               "seeds": sorted(int(x) for x in sub["seed"].unique()),
                               "best_grid_loss": float(sub.groupby("lr")["loss"].mean().min())})
-    best_b = min(per_batch, key=lambda r: r["loss_opt"]) if per_batch else None
+    best_b = min(per_batch, key=lambda r: r["best_grid_loss"]) if per_batch else None
     table: dict[str, Any] = {}
     for name, (p, lr, b) in configs.items():
         ls = losses[name]
@@ -404,21 +455,55 @@ def run(size: str = "cpu", out: str | os.PathLike[str] | None = None, max_minute
             row["ratio_lr_ci"] = [lr / ci[1] if ci[1] else None, lr / ci[0] if ci[0] else None]
             row["ratio_batch"] = b / best_b["batch_size"]
         table[name] = row
+
+    # 7. the decision: the card and the scan's best configs (by seed mean) trained again on
+    # fresh seeds, paired; R = card ÷ the best of them, with a paired-bootstrap interval.
+    # The rules' configs join after them (what a cut by the deadline drops first).
+    decision: dict[str, Any] | None = None
+    if sz.decision_seeds:
+        ranked = sorted((r for r in scan if r["loss"] is not None), key=lambda r: r["loss"])
+        top = [(r["batch_size"], r["lr"]) for r in ranked[: sz.decision_top]]
+        members = {"card": configs["card"], **{f"scan_{i + 1}": ("completep", lr, b)
+                                               for i, (b, lr) in enumerate(top)}}
+        extra = {n: c for n, c in configs.items() if n != "card"}
+        fresh: dict[str, list[float | None]] = {}
+        for group in (members, extra):
+            for n, (p, lr, b) in group.items():
+                fresh[n] = [target(p, lr, b, s) for s in sz.decision_seeds]
+        have = [i for i, _ in enumerate(sz.decision_seeds)
+                if all(fresh[n][i] is not None for n in members)]
+        if len(have) >= 2:
+            pick = [[fresh[n][i] for i in have] for n in members if n != "card"]
+            decision = {"seeds": [sz.decision_seeds[i] for i in have], "members": {
+                n: {"parametrization": p, "lr": lr, "batch_sequences": b,
+                    "mean_loss": _mean([fresh[n][i] for i in have])}
+                for n, (p, lr, b) in {**members, **extra}.items()}}
+            decision["card"] = paired_ratio([fresh["card"][i] for i in have], pick)
+            for n in extra:
+                if all(fresh[n][i] is not None for i in have):
+                    decision[n] = paired_ratio([fresh[n][i] for i in have], pick)
+            decision["proven"] = decision["card"]["ci"][1] <= 1.005
     card_row = table["card"]
     others = [table[n].get("ratio_loss") for n in table if n != "card"]
     card_ok = card_row.get("ratio_loss") is not None and card_row["ratio_loss"] <= 1.005
     beats = card_row.get("ratio_loss") is not None and all(o is not None and card_row["ratio_loss"] < o
                                                            for o in others)
-    # the two halves of the card apart: our eta*(B, D) at each scanned batch (its grid's centre)
-    # over the best measured loss of the same seed, i.e. the LR law's regret were the batch right
+    if decision is not None:  # the decisive comparison, on fresh seeds
+        card_ok = decision["proven"]
+        beats = all(decision[n]["ratio"] > decision["card"]["ratio"] for n in configs
+                    if n != "card" and n in decision)
+    # the card's LR law at each scanned batch: eta*(B, D) moved from the proxy's optimum,
+    # beside the measured optimum there (the LR error's two parts: the width/depth move at
+    # the proxy's batch and budget, and the batch/budget move)
     law_lr: dict[str, Any] = {}
-    for b in batches:
-        r = next(r for r in scan if r["batch_size"] == b and r["lr"] == float(f"{centre(b):.6g}"))
-        per = {str(s): v / best_by_seed[s]["loss"] for s, v in zip(SEEDS, r["losses"], strict=True)
-               if v is not None and s in best_by_seed}
-        if per:
-            law_lr[str(b)] = {"lr": r["lr"], "ratio_loss": sum(per.values()) / len(per), "per_seed": per}
-    best_batch = min(per_batch, key=lambda r: r["best_grid_loss"])["batch_size"] if per_batch else None
+    for r in per_batch:
+        b = r["batch_size"]
+        ratio, r_lo, r_hi = laws.lr_ratio((opt["batch_tokens"], b * seq), (opt["tokens"], T))
+        law = opt["lr"] * ratio
+        law_lr[str(b)] = {"lr_law": law, "lr_law_interval": [opt["lr_lo"] * r_lo, opt["lr_hi"] * r_hi],
+                          "lr_measured": r["lr_opt"], "lr_measured_ci": r["lr_ci"],
+                          "error_octaves": math.log2(law / r["lr_opt"])}
+    best_batch = best_b["batch_size"] if best_b else None
     noise = None
     if best is not None:
         noise = (max(best["losses"]) - min(best["losses"])) / best["loss"]
@@ -426,7 +511,11 @@ def run(size: str = "cpu", out: str | os.PathLike[str] | None = None, max_minute
         "ratio_loss_card": card_row.get("ratio_loss"),
         **{f"ratio_loss_{n}": table[n].get("ratio_loss") for n in table if n != "card"},
         "ratio_lr_card": card_row.get("ratio_lr"), "ratio_batch_card": card_row.get("ratio_batch"),
-        "ratio_loss_law_lr_at_best_batch": (law_lr.get(str(best_batch)) or {}).get("ratio_loss"),
+        "lr_error_octaves_at_best_batch": (law_lr.get(str(best_batch)) or {}).get("error_octaves"),
+        "decision_R_card": None if decision is None else decision["card"]["ratio"],
+        "decision_R_card_ci": None if decision is None else decision["card"]["ci"],
+        **({f"decision_R_{n}": decision[n]["ratio"] for n in configs if n != "card" and n in decision}
+           if decision else {}),
         "card_within_0.5pct": card_ok, "card_beats_every_baseline": beats,
         "best_loss_by_seed": {str(s): v["loss"] for s, v in best_by_seed.items()},
         "seed_spread_of_best": noise,
@@ -438,7 +527,6 @@ def run(size: str = "cpu", out: str | os.PathLike[str] | None = None, max_minute
     trials = list(runner.trials.rows.values())
     record = {
         **record_header("card_regret"),
-        # judged on the seeds each config has (runs_skipped_past_deadline says what is missing)
         "passed": bool(card_ok and beats) if card_row.get("ratio_loss") is not None else None,
         "setup": {
             "size": size, "proxy": asdict(sz), "ratios": RATIOS, "seeds": list(SEEDS),
@@ -446,10 +534,9 @@ def run(size: str = "cpu", out: str | os.PathLike[str] | None = None, max_minute
                                      "proxy's own depth)",
             "target": {"width": W, "depth": D, "tokens": T, "seq_len": seq, "n_params": cw["n_params"],
                        "n_params_nonembed": cw["n_nonembed"]},
-            "target_batches": batches, "lr_offsets_octaves": list(LR_OFFSETS),
-            "target_lr_centres": {str(b): centre(b) for b in batches},
-            "held_fixed": "weight decay, warmup tokens, WSD decay fraction and held-out set are the card's "
-                          "in every target run; only LR and batch differ",
+            "target_batches": batches, "target_scan_start": "the proxy optimum moved by sqrt(B/B_p), "
+            "+-1 octave in half octaves, widened until bracketed",
+            "held_fixed": {k: common[k] for k in ("weight_decay", "warmup_tokens", "decay_fraction")},
             "note": "cpu size: tiny models and budgets (see the module docstring); the ratios are the "
                     "design's, the absolute sizes are not",
         },
@@ -461,9 +548,10 @@ def run(size: str = "cpu", out: str | os.PathLike[str] | None = None, max_minute
                  "batch_sequences": plan.batch_sequences, "batch_tokens": plan.batch_tokens,
                  "batch_source": plan.projected["batch_tokens"]["source"], "steps": plan.steps,
                  "weight_decay": plan.weight_decay, "warmup_tokens": plan.warmup_tokens,
-                 "decay_fraction": plan.decay_fraction, "warnings": plan.warnings},
-        "regret": table, "law_lr_by_batch": law_lr, "best_by_seed": best_by_seed, "best_seed_mean": best,
-        "per_batch": per_batch, "scan": scan,
+                 "decay_fraction": plan.decay_fraction, "warnings": plan.warnings,
+                 "projected": plan.projected},
+        "regret": table, "decision": decision, "law_lr_by_batch": law_lr, "best_by_seed": best_by_seed,
+        "best_seed_mean": best, "per_batch": per_batch, "scan": scan,
         "cost": {"target_runs": sum(1 for r in trials if r["where"] == "target"),
                  "target_cpu_s": sum(r["cpu_s"] for r in trials if r["where"] == "target"),
                  "sp_proxy_cpu_s": sum(r["cpu_s"] for r in trials if r["where"] == "proxy")},
@@ -481,5 +569,8 @@ if __name__ == "__main__":
     parser.add_argument("--out", default=None, help="run dir (default runs/card_regret_SIZE)")
     parser.add_argument("--max-minutes", type=float, default=60.0,
                         help="start no new run after this many minutes (the record says what was skipped)")
+    parser.add_argument("--until", choices=("scan",), default=None,
+                        help="stop after the proxy sweep and the target's scan (both card-independent)")
     a = parser.parse_args()
-    print(json.dumps(run(a.size, a.out, a.max_minutes)["figures"], indent=2, default=float))
+    res = run(a.size, a.out, a.max_minutes, until=a.until)
+    print(json.dumps(res.get("figures", {"wall_s": res.get("wall_s")}), indent=2, default=float))

@@ -50,7 +50,8 @@ def run(horizons: tuple[int, ...] = (150, 300, 600, 1200), width: int = 64, base
     trials = TrialLog(out / "trials.jsonl")
     cfg0 = TrainConfig.from_flat(dict(
         preset="gpt-small", width=width, base_width=base_width, parametrization="mup", steps=total,
-        batch_size=batch_size, seq_len=seq_len, eval_every=0, eval_sequences=8 * batch_size, warmup_steps=warmup_steps,
+        batch_size=batch_size, seq_len=seq_len, eval_every=0, eval_sequences=8 * batch_size,
+        warmup_steps=warmup_steps,
         schedule="wsd", threads=threads, device="cpu"))
 
     def run_at(t: float) -> dict[int, float]:

@@ -220,7 +220,8 @@ def summarize(table: Any, n_boot: int = 1000, n_boot_ratio: int = 200) -> dict[s
                 continue
             o = fit.group((label, w, d))
             n = min(o.boot_log2.size, p.boot_log2.size)
-            lo, hi = percentile_interval(o.boot_log2[:n] - p.boot_log2[:n], fit.level) if n else (np.nan, np.nan)
+            lo, hi = (percentile_interval(o.boot_log2[:n] - p.boot_log2[:n], fit.level) if n
+                      else (np.nan, np.nan))
             at, how = _loss_at(fit, (label, w, d), p.log2_x_opt, sub)
             per[label][f"{w}x{d}"] = {
                 "measured": True, "width": w, "depth": d, "seeds": sorted(o.seeds),

@@ -283,7 +283,10 @@ class OptimSection(_Section):
     beta1: float = 0.9
     """Adam beta1."""
     beta2: float = 0.95
-    """Adam beta2."""
+    """Adam beta2 (unless ``beta2_halflife_tokens`` sets it from the batch)."""
+    beta2_halflife_tokens: float | None = None
+    """Opt-in: Adam's beta2 = 0.5^(batch tokens / this), so the second-moment average has
+    the same half-life in tokens at every batch (Marek et al. 2025); None keeps ``beta2``."""
     eps: float = 1e-8
     """Adam epsilon (CompleteP scales it per parameter)."""
     momentum: float = 0.0
@@ -301,12 +304,25 @@ class OptimSection(_Section):
 
     # The optimizer kind and whether QK-clip runs are one code path for the whole group.
     PER_MEMBER: ClassVar[frozenset[str]] = frozenset({
-        "lr", "beta1", "beta2", "eps", "momentum", "muon_momentum", "weight_decay", "wd_mode", "qk_clip_tau"})
+        "lr", "beta1", "beta2", "beta2_halflife_tokens", "eps", "momentum", "muon_momentum", "weight_decay",
+        "wd_mode", "qk_clip_tau"})
+
+    def adam_beta2(self, batch_tokens: int) -> float:
+        """Adam's beta2 for a step of ``batch_tokens``: ``beta2``, or 0.5^(batch_tokens /
+        beta2_halflife_tokens) when the half-life is set (Marek et al. 2025, "Small batch
+        size training for language models", §4)."""
+        if self.beta2_halflife_tokens is None:
+            return self.beta2
+        return 0.5 ** (batch_tokens / self.beta2_halflife_tokens)
 
     def __post_init__(self) -> None:
         self._check_choices()
         self._positive("lr", "eps", "qk_clip_tau")
         self._unit("beta1", "beta2", "momentum", "muon_momentum")
+        t = self.beta2_halflife_tokens
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not (
+                math.isfinite(t) and t > 0)):
+            raise self._bad("beta2_halflife_tokens", "a positive finite number of tokens or None")
         if not (self.weight_decay >= 0 and math.isfinite(self.weight_decay)):
             raise self._bad("weight_decay", ">= 0")
 

@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from analysis import ScalingLawFit
-from analysis.baselines import deepseek_llm, scaling_baselines
+from analysis.baselines import published_batch, scaling_baselines
 from analysis.scaling_projection import extrapolation_factor
 from analysis.tau import weight_decay_for
 from mutransfer._io import read_text
 
-__all__ = ["BATCH_RULES", "EDGE_VALUES", "RunPlan", "ScalingLaws", "default_micro_batch", "lr_sensitivity",
-           "plan_run", "read_scaling_fit"]
+__all__ = ["BATCH_RULES", "EDGE_VALUES", "TOKENS_PER_PARAM_RANGE", "RunPlan", "ScalingLaws", "beta2_for",
+           "cap_at_critical_batch", "default_micro_batch", "lr_sensitivity", "plan_run", "read_scaling_fit"]
 
 #: The laws of ``mutransfer fit scaling`` as the run plan reads them: the one projection
 #: object (kept under this name for the code that imports it from mutransfer.target).
@@ -107,15 +107,22 @@ class RunPlan:
     tau: float | None
     projected: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
+    beta2: float = 0.95
+    """Adam's beta2 for the target (``projected.beta2`` says where it comes from)."""
 
 
 #: Values of the fit that ``--accept-edge`` may take although they are only bounds.
 EDGE_VALUES = ("batch", "lr")
 
-#: How the target's batch is chosen when none is given: ``fit`` = our B*(D); ``deepseek``
-#: = DeepSeek LLM's B_opt(C); ``auto`` = ours unless it is in doubt
-#: (:meth:`~analysis.ScalingLawFit.batch_law_doubts`), then DeepSeek's, flagged.
-BATCH_RULES = ("auto", "fit", "deepseek")
+#: How the target's batch is chosen when none is given: ``fit`` = our B*(D); ``published``
+#: = the published laws in the token budget (:func:`analysis.baselines.published_batch`);
+#: ``auto`` = ours unless it is in doubt (:meth:`~analysis.ScalingLawFit.batch_law_doubts`),
+#: then the published one, flagged.
+BATCH_RULES = ("auto", "fit", "published")
+
+#: Tokens per parameter inside which the published batch laws were fitted and agree (their
+#: forms in C = 6·N·D and in D part outside it; at 0.2 tokens per parameter by 4.5x).
+TOKENS_PER_PARAM_RANGE = (2.0, 200.0)
 
 
 def default_micro_batch(sequences: int, dp_size: int = 1) -> int:
@@ -194,13 +201,23 @@ def fitted_or_published_batch(laws: ScalingLawFit | None, *, tokens: float, n_pa
                               bound: _Bounds, warnings: list[str]
                               ) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """The target's batch when none is given: (the batch used, the fitted law's batch
-    shown beside it or None). ``fit`` takes our B*(D); ``deepseek`` takes DeepSeek LLM's
-    B_opt = 0.2920·C^0.3271 tokens (Bi et al. 2024; C = 6·N·D FLOPs, N = ``n_params``);
-    ``auto`` takes ours unless :meth:`~analysis.ScalingLawFit.batch_law_doubts` finds a
-    reason to doubt it, then DeepSeek's, with a warning. The one place that decides
-    between the fitted and the published batch law."""
+    shown beside it or None). ``fit`` takes our B*(D); ``published`` takes the published
+    laws in the token budget (:func:`analysis.baselines.published_batch`: DeepSeek LLM's
+    B_opt written in D, 0.0869·D^0.6876 tokens, with Step Law's 0.58·D^0.571 as the other
+    end of its interval); ``auto`` takes ours unless
+    :meth:`~analysis.ScalingLawFit.batch_law_doubts` finds a reason to doubt it, then the
+    published one, with a warning. Either way, tokens per parameter (``n_params``) outside
+    :data:`TOKENS_PER_PARAM_RANGE` are warned about. The one place that decides between
+    the fitted and the published batch law."""
     doubts: list[str] = []
     fit_est = None
+    if n_params:
+        tpp = tokens / float(n_params)
+        lo_t, hi_t = TOKENS_PER_PARAM_RANGE
+        if not lo_t <= tpp <= hi_t:
+            warnings.append(f"the target trains {tpp:.3g} tokens per parameter, outside {lo_t:g}-{hi_t:g}, "
+                            "where the published batch laws were fitted and agree: their forms in compute "
+                            "and in tokens part there, and the batch is uncertain beyond its interval")
     if laws is not None:
         b, lo, hi = laws.batch_at(tokens)
         fit_est = _estimate(b, lo, hi, level, f"B*(D) = {laws.batch_coef:.4g} · "
@@ -208,21 +225,83 @@ def fitted_or_published_batch(laws: ScalingLawFit | None, *, tokens: float, n_pa
         doubts = laws.batch_law_doubts(tokens, extrapolation_limit)
     if laws is not None and batch_rule == "fit":
         bound("batch", laws.batch_bounds, "fitted B*(D)")
-    if not (batch_rule == "deepseek" or (batch_rule == "auto" and doubts)):
+    if not (batch_rule == "published" or (batch_rule == "auto" and doubts)):
         if laws is not None:
             warnings.extend(laws.batch_law_cautions())
         return fit_est, None  # type: ignore[return-value]
-    if n_params is None:
-        raise ValueError("DeepSeek's batch law needs the target's parameter count (C = 6·N·D)")
-    compute = 6.0 * float(n_params) * tokens
-    b = float(deepseek_llm(compute)["batch_tokens"])
-    why = "; ".join(doubts) if doubts else "asked for (--batch-rule deepseek)"
-    b_est = _estimate(b, None, None, level, f"DeepSeek LLM B_opt = 0.2920·C^0.3271 tokens at "
-                      f"C = 6·N·D = {compute:.3g} FLOPs (Bi et al. 2024), because {why}")
+    pub = published_batch(tokens)
+    why = "; ".join(doubts) if doubts else "asked for (--batch-rule published)"
+    b_est = _estimate(pub["batch_tokens"], pub["lo"], pub["hi"], level, f"{pub['source']}, because {why}")
     if fit_est is not None:
-        warnings.append(f"batch from DeepSeek LLM's law ({b:.4g} tokens), not from the fitted "
-                        f"B*(D) ({fit_est['value']:.4g} tokens): {why}")
+        warnings.append(f"batch from the published laws in tokens ({pub['batch_tokens']:.4g} tokens), not "
+                        "from "
+                        f"the fitted B*(D) ({fit_est['value']:.4g} tokens): {why}")
     return b_est, fit_est
+
+
+def cap_at_critical_batch(b_est: dict[str, Any], laws: ScalingLawFit | None, *, tokens: float,
+                          extrapolation_limit: float, given: bool, warnings: list[str]
+                          ) -> dict[str, Any] | None:
+    """``projected.critical_batch``: the proxy's measured-GNS law B_simple(D) at the target's
+    budget (:meth:`~analysis.ScalingLawFit.critical_batch_at`), and the token cost
+    ``1 + B/B_crit`` of the batch (McCandlish et al. 2018, eq. 2.11: the multiple of the
+    fewest tokens that reach the same loss). A projected batch above B_crit is capped at
+    it when the law is inside ``extrapolation_limit``× its measured budgets (past it the
+    law is a guess and only warns); a given batch is never changed. ``b_est`` is updated
+    in place. None when the fit has no GNS law."""
+    at = laws.critical_batch_at(tokens) if laws is not None else None
+    if at is None:
+        return None
+    b_crit, ext = at
+    before = float(b_est["value"])
+    capped = not given and before > b_crit and ext <= extrapolation_limit
+    if capped:
+        b_est.update(value=b_crit, hi=b_crit if b_est.get("hi") is None else min(b_est["hi"], b_crit),
+                     lo=None if b_est.get("lo") is None else min(b_est["lo"], b_crit),
+                     source=f"{b_est['source']}; capped at the proxy's critical batch B_simple(D)")
+        warnings.append(f"the batch ({before:.4g} tokens) is above the proxy's critical batch at this budget "
+                        f"({b_crit:.4g} tokens, B_simple(D) measured by GNS): capped there, where a larger "
+                        f"batch would cost {1 + before / b_crit:.2f}x the fewest tokens instead of 2x")
+    elif before > b_crit:
+        warnings.append(f"the batch ({before:.4g} tokens) is above the proxy's critical batch law at this "
+                        "budget "
+                        f"({b_crit:.4g} tokens, {ext:.3g}x past its measured budgets): it costs about "
+                        f"{1 + before / b_crit:.2f}x the fewest tokens by that law"
+                        + ("" if given else f"; not capped, the law lies beyond the {extrapolation_limit:g}x "
+                           "limit"))
+    n = laws.noise_  # type: ignore[union-attr]
+    return {"value": b_crit, "law": n["law"], "source": n["source"], "extrapolation": ext,
+            "batch_tokens_before_cap": before, "capped": capped,
+            "token_cost": 1.0 + float(b_est["value"]) / b_crit}
+
+
+def beta2_for(batch_tokens: float, *, beta2: float = 0.95, halflife_tokens: float | None = None,
+              proxy_batch_tokens: float | None = None) -> dict[str, Any]:
+    """``projected.beta2``: Adam's beta2 for a run at ``batch_tokens`` per step.
+
+    With a token half-life ``t½`` (the proxy's ``beta2_halflife_tokens``), beta2 =
+    0.5^(B_tokens / t½): the second-moment average then forgets over the same number of
+    tokens at every batch (Marek et al. 2025, "Small batch size training for language
+    models", §4; a fixed beta2 of 0.95 has a half-life of 13.5 steps, 865 tokens at a
+    batch of one 64-token sequence and 17.4M at 1.29M tokens per step). Without one, the
+    proxy's ``beta2`` is kept, and the half-life rule's value (from the proxy's own batch)
+    is shown beside it.
+    """
+    if halflife_tokens is not None:
+        if not (math.isfinite(halflife_tokens) and halflife_tokens > 0):
+            raise ValueError(f"beta2_halflife_tokens must be a positive finite number, got "
+                             f"{halflife_tokens!r}")
+        value = 0.5 ** (batch_tokens / halflife_tokens)
+        return {"value": value, "halflife_tokens": float(halflife_tokens),
+                "source": f"0.5^(B/t½), token half-life t½ = {halflife_tokens:.4g} as the proxy's "
+                          "(Marek et al. 2025)"}
+    out: dict[str, Any] = {"value": float(beta2), "source": "the proxy's beta2, not rescaled (opt in with "
+                           "beta2_halflife_tokens to keep its token half-life instead)"}
+    if proxy_batch_tokens and 0 < beta2 < 1:
+        t_half = proxy_batch_tokens * math.log(0.5) / math.log(beta2)
+        out["halflife_rule"] = {"value": 0.5 ** (batch_tokens / t_half), "halflife_tokens": t_half,
+                                "source": "0.5^(B/t½) with the proxy's half-life (Marek et al. 2025)"}
+    return out
 
 
 def _plan_batch(laws: ScalingLawFit | None, *, tokens: float, seq_len: int, batch_sequences: int | None,
@@ -241,7 +320,7 @@ def _plan_batch(laws: ScalingLawFit | None, *, tokens: float, seq_len: int, batc
     if batch_tokens is not None:
         return (_estimate(batch_tokens, None, None, level, "given (--batch-tokens)"), batch_tokens / seq_len,
                 None)
-    if laws is None and batch_rule != "deepseek":
+    if laws is None and batch_rule != "published":
         raise ValueError("no batch for the target: the batch size needs the scaling fit "
                          "B*(D) (--scaling-fit FIT.json from `mutransfer fit scaling`), or give it "
                          "with --batch-tokens or --batch-size")
@@ -289,13 +368,24 @@ def _plan_lr(laws: ScalingLawFit | None, *, proxy_lr: float, proxy_lr_interval: 
                              "it needs the proxy's batch and token budget: give --proxy-batch-tokens "
                              "and --proxy-tokens (or --results with batch_tokens and tokens columns)")
         bound("lr", laws.lr_bounds, "fitted LR law eta*(B, D)")
-        r, r_lo, r_hi = laws.lr_ratio((proxy_batch_tokens, b_tok), (proxy_tokens, tokens))
+        b_law = laws.lr_batch(b_tok, tokens)
+        r, r_lo, r_hi = laws.lr_ratio((proxy_batch_tokens, b_law), (proxy_tokens, tokens))
         lr = proxy_lr * r
+        held = ""
+        if b_law < b_tok:
+            held = (f"; held at the saturation batch {b_law:.4g} (the larger of the largest measured "
+                    f"and the critical batch: the LR law is not extrapolated {b_tok / b_law:.3g}x past it)")
+            unheld = proxy_lr * laws.lr_ratio((proxy_batch_tokens, b_tok), (proxy_tokens, tokens))[0]
+            warnings.append(f"the target's batch ({b_tok} tokens) is {b_tok / b_law:.3g}x the batch past "
+                            f"which the LR law is held ({b_law:.4g}: the largest measured, or the critical "
+                            "batch if larger); the LR is that batch's, not the power law's "
+                            f"({unheld:.4g}"
+                            "), since the optimal LR saturates in batch")
         lr_est = _estimate(lr, None if p_lo is None else p_lo * r_lo,
                            None if p_hi is None else p_hi * r_hi, level,
                            f"proxy optimum {proxy_lr:.4g} × eta*(B, D) ratio {r:.4g} from (B "
                            f"{proxy_batch_tokens:.4g}, D {proxy_tokens:.4g}) to (B {b_tok}, D "
-                           f"{tokens:.4g})", max(ext.values()))
+                           f"{tokens:.4g}){held}", max(ext.values()))
     else:
         lr = proxy_lr
         lo_hi = (p_lo, p_hi) if proxy_lr_interval else (None, None)
@@ -418,6 +508,8 @@ def plan_run(
     batch_rule: str = "auto",
     proxy_tau: float | None = None,
     accept_edge: Sequence[str] = (),
+    beta2: float = 0.95,
+    beta2_halflife_tokens: float | None = None,
 ) -> RunPlan:
 
     """Project the run of the target from the proxy optimum and (optionally) the laws.
@@ -430,7 +522,13 @@ def plan_run(
       rank's share (:func:`default_micro_batch`), recorded in
       ``projected.batch_split``. A given ``batch_sequences`` must be such a multiple.
     - Base LR: the proxy's μP optimum ``proxy_lr`` moved by the fitted law's ratio
-      eta*(B_t, D_t) / eta*(B_p, D_p) from the proxy's batch and tokens to the target's.
+      eta*(B_t, D_t) / eta*(B_p, D_p) from the proxy's batch and tokens to the target's;
+      past the largest measured batch the law is held at that batch
+      (:meth:`~analysis.ScalingLawFit.lr_batch`: the optimal LR saturates in batch).
+    - Critical batch: with the sweep's measured GNS law B_simple(D), a projected batch above
+      it is capped there (inside the extrapolation limit), and ``projected.critical_batch``
+      records it with the token cost 1 + B/B_crit (:func:`cap_at_critical_batch`).
+    - beta2: the proxy's, or by token half-life (:func:`beta2_for`), in ``projected.beta2``.
     - Weight decay: given, or lambda = B / (eta · tau · D) with the laws' tau (coupled
       AdamW decay, per step eta·lambda; ``independent`` decay is per step lambda, so
       lambda = B / (tau · D)), else with ``proxy_tau``, the timescale of a tuned proxy
@@ -449,15 +547,18 @@ def plan_run(
     ``batch_rule`` (:data:`BATCH_RULES`): small proxies measure B* over a few hundred
     thousand tokens, and a law fitted there can be 10^5x short of a real budget, or not
     resolved at all (:meth:`~analysis.ScalingLawFit.batch_law_doubts`; inside the limit
-    our B*(D) carries it). Then ``auto`` takes DeepSeek LLM's B_opt = 0.2920·C^0.3271 tokens
-    (Bi et al. 2024; C = 6·N·D FLOPs, N = ``n_params``), fitted on 1e17–3e20 FLOPs, and
-    says so; our law's value stays in the card as ``batch_fit`` beside it.
+    our B*(D) carries it). Then ``auto`` takes the published laws written in the token
+    budget D (:func:`analysis.baselines.published_batch`: DeepSeek LLM's B_opt through its
+    D_opt(C), 0.0869·D^0.6876 tokens, interval to Step Law's 0.58·D^0.571), and says so;
+    our law's value stays in the card as ``batch_fit`` beside it. (DeepSeek's B(C) at
+    C = 6·N·D, used before, agrees with it at ~20 tokens per parameter and is 4.5x too
+    large at 0.2.) Tokens per parameter outside :data:`TOKENS_PER_PARAM_RANGE` warn.
 
     A bound is never a value: with ``batch_rule="fit"`` a B* (or an LR optimum) that the
     fit flags as at its grid's edge (:attr:`~analysis.ScalingLawFit.batch_bounds`, ``lr_bounds``) is a
     ValueError naming where, unless ``accept_edge`` names it (``"batch"``, ``"lr"``); then
     it is taken, recorded in ``projected.accepted_edges`` and warned about. Under ``auto``
-    an edge batch falls back to DeepSeek's (as above) and an edge LR is a warning.
+    an edge batch falls back to the published laws (as above) and an edge LR is a warning.
     """
     _check_plan_inputs(batch_rule=batch_rule, accept_edge=accept_edge, laws=laws, tokens=tokens,
                        seq_len=seq_len, batch_sequences=batch_sequences, batch_tokens=batch_tokens,
@@ -474,6 +575,11 @@ def plan_run(
         laws, tokens=tokens, seq_len=seq_len, batch_sequences=batch_sequences, batch_tokens=batch_tokens,
         dp=dp, micro_batch=micro_batch, n_params=n_params, batch_rule=batch_rule, level=level,
         ext_tokens=ext["tokens"], extrapolation_limit=extrapolation_limit, bound=bound, warnings=warnings)
+    crit = cap_at_critical_batch(b_est, laws, tokens=tokens, extrapolation_limit=extrapolation_limit,
+                                 given=batch_sequences is not None or batch_tokens is not None,
+                                 warnings=warnings)
+    if crit is not None and crit["capped"]:
+        raw_seqs = b_est["value"] / seq_len
     split = _split_batch(raw_seqs, batch_sequences, dp, micro_batch)
     seqs, micro = split["sequences"], split["micro_batch"]
     b_tok = seqs * seq_len
@@ -510,8 +616,12 @@ def plan_run(
     }
     if bound.accepted:  # bounds the user took as values (--accept-edge), and where they were flagged
         projected["accepted_edges"] = bound.accepted
+    if crit is not None:
+        projected["critical_batch"] = {**crit, "token_cost": 1.0 + b_tok / crit["value"]}
+    projected["beta2"] = beta2_for(b_tok, beta2=beta2, halflife_tokens=beta2_halflife_tokens,
+                                   proxy_batch_tokens=proxy_batch_tokens)
     if projected_batch_fit is not None:  # the fitted law's batch, shown beside the one used
         projected["batch_fit"] = projected_batch_fit
     return RunPlan(lr=lr, batch_sequences=seqs, micro_batch=micro, batch_tokens=b_tok, steps=steps,
                    warmup_tokens=w, warmup_steps=warmup_steps, decay_fraction=dec, weight_decay=wd, tau=tau,
-                   projected=projected, warnings=warnings)
+                   projected=projected, warnings=warnings, beta2=projected["beta2"]["value"])

@@ -160,7 +160,8 @@ class Trainer:
         groups = self.pz.param_groups(self.raw_model, opt.lr, weight_decay=opt.weight_decay,
                                       wd_mode=opt.wd_mode, eps=opt.eps,
                                       role_lr_mults=cfg.parametrization.lr_mults)
-        self.opt = build_optimizer(groups, opt.name, betas=(opt.beta1, opt.beta2),
+        beta2 = opt.adam_beta2(cfg.run.batch_size * self.seq_len)
+        self.opt = build_optimizer(groups, opt.name, betas=(opt.beta1, beta2),
                                    momentum=opt.momentum, muon_momentum=opt.muon_momentum)
         self.params = [p for p in self.raw_model.parameters() if p.requires_grad]
         model: torch.nn.Module = self.raw_model

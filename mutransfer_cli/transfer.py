@@ -115,10 +115,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     j = p.add_argument_group("projection")
     j.add_argument("--scaling-fit", metavar="FIT.json", default=None,
                    help="laws of `mutransfer fit scaling`: batch, LR vs batch and tokens, tau, warmup, decay")
-    j.add_argument("--batch-rule", choices=("auto", "fit", "deepseek"), default="auto",
+    j.add_argument("--batch-rule", choices=("auto", "fit", "published"), default="auto",
                    help="where the batch comes from without --batch-size/--batch-tokens: fit = the "
-                   "fitted B*(D); deepseek = DeepSeek LLM's B_opt(C); auto (default) = fit unless it "
-                   "is at the grid's edge, unresolved or beyond --extrapolation-limit, then deepseek")
+                   "fitted B*(D); published = the published laws in the token budget (DeepSeek LLM's "
+                   "in D, interval to Step Law's B(D)); auto (default) = fit unless it is at the grid's "
+                   "edge, unresolved or beyond --extrapolation-limit, then published")
     j.add_argument("--accept-edge", action="append", default=[], choices=("batch", "lr"),
                    help="with --batch-rule fit: take the fit's batch (or LR law) although `fit scaling` "
                    "flagged it as at its grid's edge, a bound rather than an optimum (repeatable; "
@@ -239,7 +240,9 @@ def run(args: argparse.Namespace) -> int:
         wd_mode=args.wd_mode, warmup_tokens=args.warmup_tokens, warmup_fraction=args.warmup_fraction,
         decay_fraction=args.decay_fraction, extrapolation_limit=args.extrapolation_limit,
         n_params=n_nonembed, batch_rule=args.batch_rule, proxy_tau=tuned.tau if tuned else None,
-        accept_edge=tuple(dict.fromkeys(args.accept_edge)))
+        accept_edge=tuple(dict.fromkeys(args.accept_edge)),
+        beta2=tuned.betas[1] if tuned else 0.95,
+        beta2_halflife_tokens=getattr(tuned, "beta2_halflife_tokens", None) if tuned else None)
     warnings += plan.warnings
     at_edge = projected.pop("at_edge", None)
     sensitivity = projected.pop("sensitivity", None)
@@ -269,7 +272,8 @@ def run(args: argparse.Namespace) -> int:
         pz, lr=plan.lr,
         optimizer={"name": "muon" if kind == "muon" else "adamw", "weight_decay": plan.weight_decay,
                    "wd_mode": args.wd_mode, "tau": plan.tau,
-                   **({"betas": tuned.betas, "eps": tuned.eps} if tuned else {})},
+                   "betas": [tuned.betas[0] if tuned else 0.9, plan.beta2],
+                   **({"eps": tuned.eps} if tuned else {})},
         schedule=schedule,
         batch={"sequences": plan.batch_sequences, "tokens": plan.batch_tokens, "seq_len": seq_len,
                "dp_size": args.dp_size, "micro_batch": plan.micro_batch,

@@ -115,5 +115,6 @@ def test_percentile_interval_is_unbounded_not_nan_next_to_an_infinite_replicate(
         assert np.isnan(np.percentile(col, 95))  # what plain interpolation gives
     lo, hi = percentile_interval(np.stack([finite, col], axis=1), 0.9)
     assert not np.isnan(lo).any() and not np.isnan(hi).any()
-    assert lo[0] == pytest.approx(np.percentile(finite, 5)) and hi[0] == pytest.approx(np.percentile(finite, 95))
+    assert lo[0] == pytest.approx(np.percentile(finite, 5))
+    assert hi[0] == pytest.approx(np.percentile(finite, 95))
     assert lo[1] == pytest.approx(np.percentile(finite, 5)) and hi[1] == np.inf

@@ -253,7 +253,10 @@ def test_projection_rounds_the_batch_and_flags_extrapolation(fit: ScalingLawFit)
     assert p.batch_sequences % 8 == 0 and p.batch_tokens.value == p.batch_sequences * SEQ
     assert abs(p.batch_tokens.value - raw) <= 4 * SEQ
     assert p.steps == math.ceil(d / p.batch_tokens.value)
-    assert p.lr.value == pytest.approx(fit.predict_lr(p.batch_tokens.value, d)[0])
+    # B*(2^30) lies past the measured batches: the LR law is held at the largest
+    b_law = fit.measured_batch_tokens[1]
+    assert p.batch_tokens.value > b_law and fit.lr_batch(p.batch_tokens.value, d) == b_law
+    assert p.lr.value == pytest.approx(fit.predict_lr(b_law, d)[0])
     assert p.lr.lo < p.lr.value < p.lr.hi
     assert p.weight_decay.value == pytest.approx(
         weight_decay_for(fit.params_["tau"], p.batch_tokens.value, p.lr.value, d))

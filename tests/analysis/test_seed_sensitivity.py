@@ -155,7 +155,7 @@ def test_projection_carries_the_lr_spread_of_the_refits_also_after_from_dict() -
     data = sweep(seeds=3, noise=0.002, rng=5)
     f = ScalingLawFit(n_boot=0).fit(data)
     p = f.project(2.0**25)
-    b = p.batch_tokens.value
+    b = f.lr_batch(p.batch_tokens.value, 2.0**25)  # the batch the LR law is evaluated at
     refits = [ScalingLawFit(n_boot=0, loso=False).fit(data[data["seed"] != s]).predict_lr(b, 2.0**25)[0]
               for s in f.seeds_]
     d = p.to_dict()["lr_loso"]

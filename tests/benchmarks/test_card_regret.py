@@ -49,7 +49,29 @@ def test_the_card_targets_8x_width_4x_depth_8x_tokens_with_the_fitted_laws(tmp_p
     b_fit = 2.0 * (8 * D_MAX) ** 0.4
     assert "B*(D)" in card["projected"]["batch_tokens"]["source"]
     assert card["batch"]["sequences"] == 8 * round(b_fit / SEQ / 8) == 16
-    # LR: the proxy's optimum moved by (B_t / B_p)^0.5 (D_t / D_p)^-0.25
+    # LR: the proxy's optimum moved by (B_t / B_p)^0.5 (D_t / D_p)^-0.25, with B_t held at the
+    # largest measured batch (128 tokens; the LR law is not extrapolated in batch)
     b_t = card["batch"]["tokens"]
-    assert card["optimizer"]["lr"] == pytest.approx(opt["lr"] * (b_t / 32) ** 0.5 * 8**-0.25, rel=1e-12)
+    assert b_t > 128
+    assert card["optimizer"]["lr"] == pytest.approx(opt["lr"] * (128 / 32) ** 0.5 * 8**-0.25, rel=1e-12)
     assert cw["plan"].lr == card["optimizer"]["lr"] and cw["tokens"] == 8 * D_MAX
+
+
+def test_paired_ratio_known_answers() -> None:
+    """R = mean(card) ÷ the best other config's mean, seeds resampled together."""
+    import numpy as np
+
+    from benchmarks.card_regret import paired_ratio
+
+    best = [2.0, 2.1, 1.9, 2.05]
+    worse = [b * 1.01 for b in best]
+    r = paired_ratio([b * 1.002 for b in best], [worse, best])
+    # every seed scaled alike: the ratio is exact and its interval a point
+    assert r["ratio"] == pytest.approx(1.002) and r["ci"] == pytest.approx([1.002, 1.002])
+    assert r["per_seed"] == pytest.approx([1.002] * 4) and r["n_seeds"] == 4
+    rng = np.random.default_rng(0)
+    card = list(np.array(best) * (1 + rng.normal(0, 0.002, 4)))
+    r = paired_ratio(card, [best, worse])
+    assert r["ci"][0] <= r["ratio"] <= r["ci"][1] and r["ci"][1] - r["ci"][0] > 0
+    with pytest.raises(ValueError, match="2 seeds"):
+        paired_ratio([2.0], [[2.0]])

@@ -198,7 +198,7 @@ def test_batch_rule_fit_refuses_an_lr_law_on_bounds(tmp_path: Path, capsys) -> N
 
 @pytest.mark.parametrize(("flags", "words"), [
     (["--batch-rule", "auto", "--accept-edge", "batch"], ["--accept-edge batch", "--batch-rule auto"]),
-    (["--batch-rule", "deepseek", "--accept-edge", "lr"], ["--accept-edge lr", "--batch-rule deepseek"]),
+    (["--batch-rule", "published", "--accept-edge", "lr"], ["--accept-edge lr", "--batch-rule published"]),
     (["--batch-rule", "fit", "--accept-edge", "batch", "--batch-size", "16"],
      ["--accept-edge batch", "--batch-size"]),
 ])

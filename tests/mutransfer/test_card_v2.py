@@ -53,11 +53,12 @@ def transfer(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, 
 # ---- the projection ---------------------------------------------------------------------
 
 
-def test_batch_law_in_doubt_falls_back_to_deepseek_and_says_so(tmp_path: Path, capsys) -> None:
+def test_batch_law_in_doubt_falls_back_to_the_published_laws_in_tokens(tmp_path: Path, capsys) -> None:
     """25x beyond the measured budgets with a limit of 10x (and, separately, a best batch
-    at the grid's edge at most budgets): the batch is DeepSeek LLM's B_opt(6·N·D), the
-    fitted B*(D) stays beside it as batch_fit, and a warning names why."""
-    from analysis.baselines import deepseek_llm
+    at the grid's edge at most budgets): the batch is the published laws' in the token
+    budget (DeepSeek LLM's B_opt written in D, interval to Step Law's B(D)), the fitted
+    B*(D) stays beside it as batch_fit, and a warning names why."""
+    from analysis.baselines import published_batch
 
     fit = write_fit(tmp_path)
     out = tmp_path / "card.yaml"
@@ -66,9 +67,14 @@ def test_batch_law_in_doubt_falls_back_to_deepseek_and_says_so(tmp_path: Path, c
     assert code == 0, err
     card = load_card(out)
     n = card["target"]["n_params_nonembed"]
-    b_ds = deepseek_llm(6.0 * n * 2e8)["batch_tokens"]
-    # DeepSeek's batch in sequences, rounded to a multiple of 8 (dp 1, no --micro-batch)
-    assert card["batch"]["sequences"] == max(8, round(b_ds / 64 / 8) * 8)
+    pub = published_batch(2e8)
+    b_ds = 0.0869 * 2e8**0.6876  # DeepSeek's B_opt at the compute whose optimal data is D
+    assert pub["batch_tokens"] == pytest.approx(b_ds, rel=2e-3)
+    assert pub["lo"] == pytest.approx(0.58 * 2e8**0.571) and pub["hi"] == pub["batch_tokens"]
+    # in sequences, rounded to a multiple of 8 (dp 1, no --micro-batch)
+    assert card["batch"]["sequences"] == max(8, round(pub["batch_tokens"] / 64 / 8) * 8)
+    assert card["projected"]["batch_tokens"]["lo"] == pytest.approx(pub["lo"])
+    assert n > 0
     proj = card["projected"]
     assert "DeepSeek" in proj["batch_tokens"]["source"] and "25x beyond" in proj["batch_tokens"]["source"]
     assert proj["batch_fit"]["value"] == pytest.approx(2.0 * 2e8**0.4, rel=1e-9)
@@ -86,8 +92,8 @@ def test_inside_the_limit_our_batch_law_carries_the_batch_even_when_its_exponent
     """An exponent interval that reaches 0 is a wide interval, not a reason to borrow DeepSeek's
     law: inside the extrapolation limit the card's batch is B*(D) (with a warning saying the
     growth is unresolved); beyond the limit, or with B* at the grid's edge at most budgets,
-    DeepSeek's B_opt(C) stays the flagged fallback."""
-    from analysis.baselines import deepseek_llm
+    the published laws in tokens are the flagged fallback."""
+    from analysis.baselines import published_batch
     from mutransfer.target import ScalingLaws, plan_run
 
     loose = {**FIT, "batch": {"coef": 2.0, "exponents": {"tokens": 0.4}, "ci": {"tokens": [-0.05, 0.85]}}}
@@ -102,7 +108,7 @@ def test_inside_the_limit_our_batch_law_carries_the_batch_even_when_its_exponent
     assert not any("DeepSeek" in w for w in plan.warnings)
     # beyond the limit: DeepSeek's, flagged, ours beside it
     far = plan_run(tokens=6.4e7, extrapolation_limit=4.0, **kw)
-    b_ds = deepseek_llm(6.0 * 5e6 * 6.4e7)["batch_tokens"]
+    b_ds = published_batch(6.4e7)["batch_tokens"]
     assert "DeepSeek" in far.projected["batch_tokens"]["source"] and "8x beyond" in far.warnings[0]
     assert far.projected["batch_fit"]["value"] == pytest.approx(b_fit, rel=1e-9)
     assert far.batch_sequences == 8 * round(b_ds / 64 / 8)
@@ -452,8 +458,9 @@ def test_cli_records_the_audit_and_refuses_a_nan_one(tmp_path: Path, capsys) -> 
 def test_card_from_a_real_scaling_fit_lands_on_the_true_laws(tmp_path: Path, capsys,
                                                               scaling_sweep) -> None:
     """Sweep on known laws, eta* = 2^-12·B^0.5·D^-0.25 and B* = 16·D^0.5 (tokens, as in
-    the fit's own tests) -> `fit scaling` -> `transfer`: the card's batch and LR at an 8x
-    larger budget are the laws' values."""
+    the fit's own tests) -> `fit scaling` -> `transfer`: the card's batch at an 8x larger
+    budget is the law's value, and its LR the law's at that budget and at the largest
+    measured batch (the LR law is not extrapolated in batch; the sweep has no GNS)."""
     sweep = tmp_path / "scaling.csv"
     scaling_sweep().to_csv(sweep, index=False)
     fit = tmp_path / "fit.json"
@@ -468,7 +475,11 @@ def test_card_from_a_real_scaling_fit_lands_on_the_true_laws(tmp_path: Path, cap
     card = load_card(out)
     assert card["batch"]["tokens"] == pytest.approx(16 * 2**13, rel=0.15)  # B*(2^26) = 2^17
     assert card["batch"]["sequences"] % 8 == 0
-    assert card["optimizer"]["lr"] == pytest.approx(2.0**-10, rel=0.15)  # eta*(B*, 2^26)
+    b_top = json.loads(fit.read_text())["measured"]["batch_tokens"][1]
+    assert b_top < card["batch"]["tokens"]
+    # eta*(B_top, 2^26): the LR held at the largest measured batch
+    assert card["optimizer"]["lr"] == pytest.approx(2.0**-12 * b_top**0.5 * 2.0 ** (-26 * 0.25), rel=0.15)
+    assert "held at the saturation batch" in card["projected"]["lr"]["source"]
     lr = card["projected"]["lr"]
     assert lr["lo"] < card["optimizer"]["lr"] < lr["hi"]
     assert card["projected"]["extrapolation"]["tokens"] == pytest.approx(8.0)

@@ -231,7 +231,7 @@ def _json(tmp_path, name, doc):
 
 
 @pytest.mark.parametrize(("extra", "needle"), [
-    (["--batch-rule", "deepseek", "--batch-size", "8"], "--batch-rule deepseek contradicts --batch-size 8"),
+    (["--batch-rule", "published", "--batch-size", "8"], "--batch-rule published contradicts --batch-size 8"),
     (["--batch-rule", "fit", "--batch-tokens", "4096"], "--batch-rule fit contradicts --batch-tokens 4096"),
     (["--batch-tokens", "10"], "--batch-tokens 10 is below one sequence of 64 tokens"),
 ])

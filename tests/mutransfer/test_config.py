@@ -31,7 +31,7 @@ from mutransfer.stabilizers import SPIKE_POLICIES
 FLAT = """preset width depth head_dim seq_len tie_embeddings qk_norm logit_softcap z_loss
 freeze_norm_gains source head_rule parametrization base_width base_depth depth_alpha input_mult
 output_mult attn_mult residual_mult lr_mult_input lr_mult_output lr_mult_vector readout_init optimizer lr
-beta1 beta2 eps
+beta1 beta2 beta2_halflife_tokens eps
 momentum muon_momentum weight_decay wd_mode qk_clip qk_clip_tau schedule warmup_steps decay_fraction
 decay_shape lr_floor steps batch_size grad_accum seed data data_dtype data_max_bytes data_cache
 eval_every eval_sequences device dtype compile threads gns_beta max_logit_every grad_clip spike_policy

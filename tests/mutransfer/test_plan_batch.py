@@ -1,0 +1,98 @@
+"""The run plan's batch in the token budget, its cap at the critical batch, the LR held past
+the saturation batch and beta2 by token half-life (mutransfer.plan)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from analysis import ScalingLawFit
+from analysis.baselines import published_batch
+from mutransfer.plan import beta2_for, plan_run
+from mutransfer.train import TrainConfig, Trainer
+
+FIT = {
+    "kind": "scaling",
+    "lr": {"coef": 0.5, "exponents": {"batch_tokens": 0.3, "tokens": -0.1},
+           "ci": {"batch_tokens": [0.25, 0.35], "tokens": [-0.15, -0.05]}},
+    "batch": {"coef": 2.0, "exponents": {"tokens": 0.4}, "ci": {"tokens": [0.35, 0.45]}},
+    "measured": {"tokens": [1e6, 8e6], "batch_tokens": [512, 8192], "seq_len": 64},
+}
+NOISE = {"coef": 0.05, "exponent": 0.5, "law": "B_simple(D) = 0.05 · D^0.5 tokens", "source": "synthetic",
+         "measured_tokens": [1e6, 8e6], "by_tokens": []}
+KW = {"proxy_lr": 0.01, "proxy_lr_interval": None, "seq_len": 64, "proxy_batch_tokens": 1024.0,
+      "proxy_tokens": 8e6}
+
+
+def laws(**extra: object) -> ScalingLawFit:
+    return ScalingLawFit.from_dict({**FIT, **extra})
+
+
+def test_batch_in_doubt_is_the_published_law_in_tokens_and_off_range_tpp_warns() -> None:
+    # 0.2 tokens per parameter, 10^3x past the budgets: the published laws in D, not B(6·N·D)
+    d, n = 8e9, 4e10
+    plan = plan_run(tokens=d, laws=laws(), n_params=n, **KW)
+    pub = published_batch(d)
+    assert plan.projected["batch_tokens"]["value"] == pytest.approx(pub["batch_tokens"])
+    assert 0.5 <= plan.batch_tokens / pub["batch_tokens"] <= 2.0  # within 2x of the B(D) laws
+    assert (plan.projected["batch_tokens"]["lo"], plan.projected["batch_tokens"]["hi"]) == (
+        pytest.approx(pub["lo"]), pytest.approx(pub["hi"]))
+    assert any("0.2 tokens per parameter" in w for w in plan.warnings)
+    # 20 tokens per parameter: no such warning
+    assert not any("tokens per parameter" in w for w in plan_run(tokens=d, laws=laws(), n_params=4e8,
+                                                                 **KW).warnings)
+
+
+def test_batch_capped_at_the_critical_batch_inside_the_limit_only() -> None:
+    # B*(8e7) = 2·(8e7)^0.4 = 3,170 tokens; B_crit(8e7) = 0.05·(8e7)^0.5 = 447 tokens: capped
+    plan = plan_run(tokens=8e7, laws=laws(noise_scale=NOISE), batch_rule="fit", **KW)
+    crit = plan.projected["critical_batch"]
+    assert crit["capped"] and crit["value"] == pytest.approx(0.05 * 8e7**0.5)
+    assert crit["batch_tokens_before_cap"] == pytest.approx(2.0 * 8e7**0.4)
+    assert plan.batch_tokens == 8 * 64  # 447 tokens -> 7 sequences -> a multiple of 8
+    assert crit["token_cost"] == pytest.approx(1 + plan.batch_tokens / crit["value"])
+    assert any("capped there" in w for w in plan.warnings)
+    # 10^4x past the GNS law's budgets (limit 100x): reported and warned, not capped
+    far = plan_run(tokens=8e10, laws=laws(noise_scale=NOISE), batch_rule="fit", accept_edge=(), **KW)
+    assert not far.projected["critical_batch"]["capped"]
+    assert far.projected["batch_tokens"]["value"] == pytest.approx(2.0 * 8e10**0.4)
+    # a given batch is never changed
+    given = plan_run(tokens=8e7, laws=laws(noise_scale=NOISE), batch_sequences=64, **KW)
+    assert given.batch_sequences == 64 and not given.projected["critical_batch"]["capped"]
+    # no GNS in the fit: no critical batch section
+    assert "critical_batch" not in plan_run(tokens=8e7, laws=laws(), batch_rule="fit", **KW).projected
+
+
+def test_lr_held_at_the_largest_measured_batch() -> None:
+    inside = plan_run(tokens=8e6, laws=laws(), batch_sequences=64, **KW)  # 4,096 tokens, measured
+    assert inside.lr == pytest.approx(0.01 * (4096 / 1024) ** 0.3, rel=1e-12)
+    past = plan_run(tokens=8e6, laws=laws(), batch_sequences=1024, **KW)  # 65,536 tokens: 8x past 8,192
+    assert past.lr == pytest.approx(0.01 * (8192 / 1024) ** 0.3, rel=1e-12)
+    assert any("the LR is that batch's" in w for w in past.warnings)
+
+
+def test_beta2_by_token_half_life() -> None:
+    # the proxy's beta2 kept by default, the half-life rule's value beside it
+    b = beta2_for(1_286_144, beta2=0.95, proxy_batch_tokens=64)
+    assert b["value"] == 0.95 and "not rescaled" in b["source"]
+    t_half = 64 * math.log(0.5) / math.log(0.95)
+    assert b["halflife_rule"]["halflife_tokens"] == pytest.approx(t_half)  # 865 tokens
+    assert beta2_for(64, beta2=0.95, proxy_batch_tokens=64)["halflife_rule"]["value"] == pytest.approx(0.95)
+    # opted in: 0.5^(B / t½) at the target's batch
+    on = beta2_for(4096, halflife_tokens=t_half)
+    assert on["value"] == pytest.approx(0.95 ** 64) and "Marek" in on["source"]
+    plan = plan_run(tokens=8e6, laws=laws(), batch_sequences=64, beta2_halflife_tokens=t_half, **KW)
+    assert plan.beta2 == pytest.approx(0.5 ** (4096 / t_half)) == plan.projected["beta2"]["value"]
+    with pytest.raises(ValueError, match="beta2_halflife_tokens"):
+        beta2_for(64, halflife_tokens=-1.0)
+
+
+def test_trainer_takes_beta2_from_the_half_life() -> None:
+    base = dict(preset="gpt-tiny", width=32, depth=1, head_dim=16, seq_len=32, batch_size=8, steps=1,
+                threads=1, data_max_bytes=200_000, device="cpu")
+    t = Trainer(TrainConfig.from_flat({**base, "beta2_halflife_tokens": 1000.0}))
+    betas = [g["betas"] for o in t.opt.optimizers for g in o.param_groups if "betas" in g]
+    assert betas and all(b == (0.9, pytest.approx(0.5 ** (256 / 1000.0))) for b in betas)  # 8 x 32 tokens
+    plain = Trainer(TrainConfig.from_flat(base))
+    assert all(g["betas"][1] == 0.95 for o in plain.opt.optimizers for g in o.param_groups if "betas" in g)
