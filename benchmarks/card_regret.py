@@ -177,6 +177,7 @@ def write_card(sz: Size, doc: dict[str, Any], opt: dict[str, float], out: Path) 
     from mutransfer.parametrization import Parametrization
     from mutransfer.plan import plan_run
     from mutransfer.target import resolve_target, transfer_builder
+    from mutransfer.trust import card_warnings, trust_block
 
     proxy = get_preset(sz.preset).replace(width=sz.width, depth=sz.depth, head_dim=sz.head_dim,
                                           seq_len=sz.seq_len)
@@ -207,6 +208,13 @@ def write_card(sz: Size, doc: dict[str, Any], opt: dict[str, float], out: Path) 
         source={"preset": sz.preset, "width": sz.width, "depth": sz.depth, "base_width": sz.width,
                 "base_depth": sz.depth, "seq_len": sz.seq_len, "parametrization": "completep"},
         projected=plan.projected)
+    # what `transfer` adds after the assembly: the card's own warnings and its trust block
+    warnings = list(plan.warnings) + [w for w in card_warnings(card) if w not in plan.warnings]
+    card["projected"]["warnings"] = warnings
+    card["trust"] = trust_block(
+        projected=card["projected"], laws=laws, proxy_lr_interval=[opt["lr_lo"], opt["lr_hi"]],
+        proxy_lr=opt["lr"], proxy_batch_tokens=opt["batch_tokens"], proxy_tokens=opt["tokens"],
+        batch_tokens=plan.batch_tokens, tokens=tokens, steps=plan.steps, n_warnings=len(warnings))
     save_card(card, out / "card.yaml")
     return {"card": card, "plan": plan, "laws": laws, "n_params": n_params, "n_nonembed": n_nonembed,
             "tokens": tokens, "width": width, "depth": depth}
@@ -548,8 +556,8 @@ def run(size: str = "cpu", out: str | os.PathLike[str] | None = None, max_minute
                  "batch_sequences": plan.batch_sequences, "batch_tokens": plan.batch_tokens,
                  "batch_source": plan.projected["batch_tokens"]["source"], "steps": plan.steps,
                  "weight_decay": plan.weight_decay, "warmup_tokens": plan.warmup_tokens,
-                 "decay_fraction": plan.decay_fraction, "warnings": plan.warnings,
-                 "projected": plan.projected},
+                 "decay_fraction": plan.decay_fraction, "warnings": cw["card"]["projected"]["warnings"],
+                 "trust": cw["card"]["trust"], "projected": plan.projected},
         "regret": table, "decision": decision, "law_lr_by_batch": law_lr, "best_by_seed": best_by_seed,
         "best_seed_mean": best, "per_batch": per_batch, "scan": scan,
         "cost": {"target_runs": sum(1 for r in trials if r["where"] == "target"),
