@@ -221,33 +221,92 @@ def write_card(sz: Size, doc: dict[str, Any], opt: dict[str, float], out: Path) 
 
 
 # ------------------------------------------------------------------ runs
-class Runner:
-    """Trains one config at the proxy's or the target's shape, cached in a TrialLog."""
+def _train_point(flat: dict[str, Any]) -> dict[str, Any]:
+    """One run in a worker process: the loss row of :meth:`Runner.loss`."""
+    from mutransfer.train import TrainConfig, train
 
-    def __init__(self, sz: Size, out: Path, deadline: float) -> None:
+    t0, c0 = time.perf_counter(), time.process_time()
+    res = train(TrainConfig.from_flat(flat))
+    return {"loss": float(res.loss), "diverged": bool(res.diverged), "wall_s": time.perf_counter() - t0,
+            "cpu_s": time.process_time() - c0}
+
+
+class Runner:
+    """Trains one config at the proxy's or the target's shape, cached in a TrialLog;
+    :meth:`prefetch` trains a list of them in ``workers`` processes first."""
+
+    def __init__(self, sz: Size, out: Path, deadline: float, workers: int = 1) -> None:
         from benchmarks._proxy import TrialLog
 
         self.sz, self.trials, self.deadline = sz, TrialLog(out / "trials.jsonl"), deadline
-        self.skipped = 0
+        self.skipped, self.workers = 0, max(1, int(workers))
 
     def trials_loss(self, pt: tuple[int, float], seed: int, common: dict[str, Any]) -> float | None:
         """The cached target loss of a scan point (batch, lr) at ``seed`` (None: not run)."""
         return self.loss(where="target", parametrization="completep", lr=pt[1], batch=pt[0], seed=seed,
                          cached_only=True, **common)
 
-    def loss(self, *, where: str, parametrization: str, lr: float, batch: int, tokens: float, seed: int,
-             width: int, depth: int, weight_decay: float, warmup_tokens: float, decay_fraction: float,
-             cached_only: bool = False) -> float | None:
-        """The held-out loss (None: not run, past the deadline, or not cached with ``cached_only``)."""
-        from benchmarks._proxy import log
-        from mutransfer.train import TrainConfig, train
-
+    def _point(self, *, where: str, parametrization: str, lr: float, batch: int, tokens: float, seed: int,
+               width: int, depth: int, weight_decay: float, warmup_tokens: float, decay_fraction: float
+               ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(the run's cache key, its TrainConfig fields)."""
         sz = self.sz
         steps = max(1, round(tokens / (batch * sz.seq_len)))
         point = {"where": where, "p": parametrization, "lr": float(f"{lr:.6g}"), "batch": int(batch),
                  "steps": steps, "seed": int(seed), "width": width, "depth": depth,
                  "wd": float(f"{weight_decay:.6g}"), "warmup_tokens": round(warmup_tokens),
                  "decay": float(f"{decay_fraction:.4g}")}
+        flat = {**_model(sz, width, depth), "base_width": sz.width, "base_depth": sz.depth,
+                "parametrization": parametrization, "lr": point["lr"], "batch_size": batch, "steps": steps,
+                "seed": seed, "schedule": "wsd", "decay_fraction": decay_fraction,
+                "warmup_steps": min(steps - 1, round(warmup_tokens / (batch * sz.seq_len))),
+                "weight_decay": weight_decay, "wd_mode": "coupled", "eval_every": 0,
+                "eval_sequences": sz.eval_sequences, "threads": sz.threads, "device": sz.device}
+        return point, flat
+
+    def _record(self, point: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+        from benchmarks._proxy import log
+
+        row = self.trials.add(point, values)
+        log(f"  {point['where']} {point['p']} lr {point['lr']:.4g} batch {point['batch']} "
+            f"seed {point['seed']}: {row['loss']:.4f} in {row['wall_s']:.0f} s")
+        return row
+
+    def prefetch(self, runs: list[dict[str, Any]]) -> None:
+        """Train the uncached runs among ``runs`` (keyword dicts of :meth:`loss`) in
+        ``workers`` spawned processes, longest first; a no-op with one worker (then
+        :meth:`loss` trains each in turn). Runs not started by the deadline are skipped."""
+        if self.workers < 2:
+            return
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        todo: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+        for kw in runs:
+            point, flat = self._point(**kw)
+            if self.trials.get(point) is None:
+                todo.setdefault(self.trials.key(point), (point, flat))
+        if not todo:
+            return
+        order = sorted(todo.values(), key=lambda pf: -pf[0]["steps"])
+        with ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn")) as pool:
+            futs = {}
+            for point, flat in order:
+                if time.time() > self.deadline:
+                    self.skipped += 1
+                    continue
+                futs[pool.submit(_train_point, flat)] = point
+            for f in as_completed(futs):
+                self._record(futs[f], f.result())
+
+    def loss(self, *, where: str, parametrization: str, lr: float, batch: int, tokens: float, seed: int,
+             width: int, depth: int, weight_decay: float, warmup_tokens: float, decay_fraction: float,
+             cached_only: bool = False) -> float | None:
+        """The held-out loss (None: not run, past the deadline, or not cached with ``cached_only``)."""
+        point, flat = self._point(where=where, parametrization=parametrization, lr=lr, batch=batch,
+                                  tokens=tokens, seed=seed, width=width, depth=depth,
+                                  weight_decay=weight_decay, warmup_tokens=warmup_tokens,
+                                  decay_fraction=decay_fraction)
         row = self.trials.get(point)
         if row is None and cached_only:
             return None
@@ -255,21 +314,7 @@ class Runner:
             if time.time() > self.deadline:
                 self.skipped += 1
                 return None
-            cfg = TrainConfig.from_flat({
-                **_model(sz, width, depth), "base_width": sz.width, "base_depth": sz.depth,
-                "parametrization": parametrization, "lr": point["lr"], "batch_size": batch, "steps": steps,
-                "seed": seed, "schedule": "wsd", "decay_fraction": decay_fraction,
-                "warmup_steps": min(steps - 1, round(warmup_tokens / (batch * sz.seq_len))),
-                "weight_decay": weight_decay, "wd_mode": "coupled", "eval_every": 0,
-                "eval_sequences": sz.eval_sequences, "threads": sz.threads,
-                "device": sz.device})
-            t0, c0 = time.perf_counter(), time.process_time()
-            res = train(cfg)
-            row = self.trials.add(point, {"loss": float(res.loss), "diverged": bool(res.diverged),
-                                          "wall_s": time.perf_counter() - t0,
-                                          "cpu_s": time.process_time() - c0})
-            log(f"  {where} {parametrization} lr {point['lr']:.4g} batch {batch} seed {seed}: "
-                f"{row['loss']:.4f} in {row['wall_s']:.0f} s")
+            row = self._record(point, _train_point(flat))
         return float(row["loss"])
 
 
@@ -301,9 +346,10 @@ def paired_ratio(card: list[float], others: list[list[float]], level: float = 0.
 
 
 def run(size: str = "cpu", out: str | os.PathLike[str] | None = None, max_minutes: float = 60.0,
-        write: bool = True, until: str | None = None) -> dict[str, Any]:
+        write: bool = True, until: str | None = None, workers: int = 1) -> dict[str, Any]:
     """The whole benchmark (``until="scan"``: stop after the proxy sweep and the target's
-    scan, which do not depend on the card, and return what was measured; nothing written)."""
+    scan, which do not depend on the card, and return what was measured; nothing written).
+    ``workers`` processes train the target's runs (each single-threaded)."""
     import torch
 
     from analysis import OptimumFit
@@ -331,7 +377,7 @@ def run(size: str = "cpu", out: str | os.PathLike[str] | None = None, max_minute
     W, D = RATIOS["width"] * sz.width, RATIOS["depth"] * sz.depth
     T = float(RATIOS["tokens"] * max(sz.tokens))
     seq = sz.seq_len
-    runner = Runner(sz, out, deadline)
+    runner = Runner(sz, out, deadline, workers)
     # Everything but LR and batch is held at one recipe in every target run: the card's
     # warmup tokens, decay fraction and weight decay follow from the laws, which the scan
     # must not depend on, so the scan and every config use the recipe below, and the card
@@ -353,6 +399,10 @@ def run(size: str = "cpu", out: str | os.PathLike[str] | None = None, max_minute
     def start_at(b: int) -> float:
         return round(2 * (math.log2(opt["lr"]) + 0.5 * math.log2(b * seq / opt["batch_tokens"]))) / 2
 
+    runner.prefetch([{"where": "target", "parametrization": "completep", "lr": float(f"{2.0**t:.6g}"),
+                      "batch": b, "seed": s, **common}
+                     for b in batches for t in (start_at(b) + o for o in (-1, -0.5, 0, 0.5, 1))
+                     for s in SEEDS])
     scans: dict[int, dict[float, float]] = {}
     for b in batches:
         c = start_at(b)
@@ -401,6 +451,8 @@ def run(size: str = "cpu", out: str | os.PathLike[str] | None = None, max_minute
         "deepseek": ("completep", float(f"{float(ds['lr']):.6g}"), seqs(float(ds["batch_tokens"]))),
         "step_law": ("completep", float(f"{float(sl['lr']):.6g}"), seqs(float(sl["batch_tokens"]))),
     }
+    runner.prefetch([{"where": "target", "parametrization": p, "lr": lr, "batch": b, "seed": s, **common}
+                     for p, lr, b in configs.values() for s in SEEDS])
     for s in SEEDS:
         for p, lr, b in sorted(configs.values(), key=lambda c: -c[2]):  # few steps first
             target(p, lr, b, s)
@@ -476,6 +528,8 @@ def run(size: str = "cpu", out: str | os.PathLike[str] | None = None, max_minute
         extra = {n: c for n, c in configs.items() if n != "card"}
         fresh: dict[str, list[float | None]] = {}
         for group in (members, extra):
+            runner.prefetch([{"where": "target", "parametrization": p, "lr": lr, "batch": b, "seed": s,
+                              **common} for p, lr, b in group.values() for s in sz.decision_seeds])
             for n, (p, lr, b) in group.items():
                 fresh[n] = [target(p, lr, b, s) for s in sz.decision_seeds]
         have = [i for i, _ in enumerate(sz.decision_seeds)
@@ -579,6 +633,7 @@ if __name__ == "__main__":
                         help="start no new run after this many minutes (the record says what was skipped)")
     parser.add_argument("--until", choices=("scan",), default=None,
                         help="stop after the proxy sweep and the target's scan (both card-independent)")
+    parser.add_argument("--workers", type=int, default=1, help="processes training the target's runs")
     a = parser.parse_args()
-    res = run(a.size, a.out, a.max_minutes, until=a.until)
+    res = run(a.size, a.out, a.max_minutes, until=a.until, workers=a.workers)
     print(json.dumps(res.get("figures", {"wall_s": res.get("wall_s")}), indent=2, default=float))

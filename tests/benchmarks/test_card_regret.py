@@ -75,3 +75,25 @@ def test_paired_ratio_known_answers() -> None:
     assert r["ci"][0] <= r["ratio"] <= r["ci"][1] and r["ci"][1] - r["ci"][0] > 0
     with pytest.raises(ValueError, match="2 seeds"):
         paired_ratio([2.0], [[2.0]])
+
+
+def test_runs_trained_in_worker_processes_equal_runs_trained_in_turn(tmp_path: Path) -> None:
+    """prefetch trains in 2 spawned processes; the losses equal the in-process runs bit for
+    bit and are cached (a second Runner on the same folder trains nothing)."""
+    import dataclasses
+    import time
+
+    from benchmarks.card_regret import SIZES, Runner
+
+    sz = dataclasses.replace(SIZES["cpu"], eval_sequences=8)
+    common = {"tokens": 256.0, "width": 32, "depth": 1, "weight_decay": 0.1, "warmup_tokens": 16,
+              "decay_fraction": 0.2}
+    runs = [{"where": "target", "parametrization": "completep", "lr": 0.01, "batch": 4, "seed": s, **common}
+            for s in (0, 1, 2)]
+    par = Runner(sz, tmp_path / "par", time.time() + 600, workers=2)
+    par.prefetch(runs)
+    got = [par.loss(**kw, cached_only=True) for kw in runs]
+    seq = Runner(sz, tmp_path / "seq", time.time() + 600, workers=1)
+    assert got == [seq.loss(**kw) for kw in runs] and len(set(got)) == 3
+    again = Runner(sz, tmp_path / "par", time.time() - 1, workers=2)  # past its deadline: cache only
+    assert [again.loss(**kw) for kw in runs] == got and again.skipped == 0
