@@ -111,6 +111,10 @@ SIZES: dict[str, Size] = {
     "cpu_small": Size(preset="llama-small", width=16, depth=1, head_dim=16, seq_len=16,
                       tokens=(2**11, 2**12, 2**13, 2**14), batch_sizes=(1, 2, 4, 8), lr_center=2.0**-6.5,
                       eval_sequences=256, device="cpu", threads=1),
+    # For tests: every stage in a minute or two; the numbers mean nothing.
+    "tiny": Size(preset="llama-small", width=8, depth=1, head_dim=8, seq_len=8, tokens=(256, 512, 1024),
+                 batch_sizes=(1, 2, 4), lr_center=2.0**-5, eval_sequences=16, device="cpu", threads=1,
+                 max_extend=1, target_batches=(2, 4), decision_seeds=(100, 101, 102), decision_top=2),
     "gpu": Size(preset="llama-small", width=256, depth=2, head_dim=64, seq_len=256,
                 tokens=(2**20, 2**21, 2**22, 2**23), batch_sizes=(4, 8, 16, 32), lr_center=2.0**-7,
                 eval_sequences=1024, device="cuda", threads=None),
@@ -321,6 +325,56 @@ class Runner:
 def _mean(xs: list[float | None]) -> float | None:
     ok = [x for x in xs if x is not None]
     return sum(ok) / len(ok) if len(ok) == len(xs) and ok else None
+
+
+def lr_error_split(runner: Runner, sz: Size, best_b: dict[str, Any], law_lr: dict[str, Any],
+                   common: dict[str, Any]) -> dict[str, Any] | None:
+    """The card's LR error at the target's best batch B*, in two parts, each in octaves with
+    its interval: the batch/budget move (the law's eta*(B*, D_t) against the proxy's own shape
+    trained at B* and D_t, scanned here) and the width/depth move (that proxy-shape optimum
+    against the target's). Their sum is the whole error. Intervals combine the optima's
+    bootstrap intervals (the law's own band is in ``law_lr_by_batch``)."""
+    import pandas as pd
+
+    from analysis import OptimumFit
+    from benchmarks._proxy import bracket_scan
+
+    b = int(best_b["batch_size"])
+    lo_hi = best_b["lr_ci"]
+    c = round(2 * math.log2(best_b["lr_opt"])) / 2
+    kw = {**common, "width": sz.width, "depth": sz.depth}
+
+    def at(t: float) -> list[float]:
+        v = [runner.loss(where="proxy_shape", parametrization="completep", lr=float(f"{2.0**t:.6g}"),
+                         batch=b, seed=s, **kw) for s in SEEDS]
+        return [x if x is not None else math.inf for x in v]
+
+    start = [c - 1, c - 0.5, c, c + 0.5, c + 1]
+    runner.prefetch([{"where": "proxy_shape", "parametrization": "completep", "lr": float(f"{2.0**t:.6g}"),
+                      "batch": b, "seed": s, **kw} for t in start for s in SEEDS])
+    scan = bracket_scan(at, start, lo=c - 5, hi=c + 5, step=0.5)
+    rows = [{"lr": float(f"{2.0**t:.6g}"), "seed": s, "loss": runner.loss(
+        where="proxy_shape", parametrization="completep", lr=float(f"{2.0**t:.6g}"), batch=b, seed=s, **kw)}
+        for t in scan for s in SEEDS]
+    df = pd.DataFrame([r for r in rows if r["loss"] is not None and math.isfinite(r["loss"])])
+    if df["lr"].nunique() < 3:
+        return None
+    o = OptimumFit(x="lr", y="loss", group_by=(), n_boot=500).fit(df).optima_[0]
+    p_lo, p_hi = o.ci
+    law = law_lr[str(b)]["lr_law"]
+    t_opt = best_b["lr_opt"]
+
+    def octaves(num: float | None, den: float | None) -> float | None:
+        return math.log2(num / den) if num and den and math.isfinite(num) and math.isfinite(den) else None
+
+    return {"batch_size": b, "lr_law": law, "lr_proxy_shape": o.x_opt, "lr_proxy_shape_ci": [p_lo, p_hi],
+            "lr_target": t_opt, "lr_target_ci": lo_hi,
+            "proxy_shape_scan": {str(k): v for k, v in sorted(scan.items())},
+            "batch_budget": {"octaves": octaves(law, o.x_opt),
+                             "interval": [octaves(law, p_hi), octaves(law, p_lo)]},
+            "width_depth": {"octaves": octaves(o.x_opt, t_opt),
+                            "interval": [octaves(p_lo, lo_hi[1]), octaves(p_hi, lo_hi[0])]},
+            "total_octaves": octaves(law, t_opt)}
 
 
 def paired_ratio(card: list[float], others: list[list[float]], level: float = 0.9, n_boot: int = 4000,
@@ -560,11 +614,13 @@ def run(size: str = "cpu", out: str | os.PathLike[str] | None = None, max_minute
     law_lr: dict[str, Any] = {}
     for r in per_batch:
         b = r["batch_size"]
-        ratio, r_lo, r_hi = laws.lr_ratio((opt["batch_tokens"], b * seq), (opt["tokens"], T))
+        b_law = laws.lr_batch(b * seq, T)  # as the card: the law held past the saturation batch
+        ratio, r_lo, r_hi = laws.lr_ratio((opt["batch_tokens"], b_law), (opt["tokens"], T))
         law = opt["lr"] * ratio
         law_lr[str(b)] = {"lr_law": law, "lr_law_interval": [opt["lr_lo"] * r_lo, opt["lr_hi"] * r_hi],
                           "lr_measured": r["lr_opt"], "lr_measured_ci": r["lr_ci"],
                           "error_octaves": math.log2(law / r["lr_opt"])}
+    split = lr_error_split(runner, sz, best_b, law_lr, common) if best_b is not None else None
     best_batch = best_b["batch_size"] if best_b else None
     noise = None
     if best is not None:
@@ -574,6 +630,8 @@ def run(size: str = "cpu", out: str | os.PathLike[str] | None = None, max_minute
         **{f"ratio_loss_{n}": table[n].get("ratio_loss") for n in table if n != "card"},
         "ratio_lr_card": card_row.get("ratio_lr"), "ratio_batch_card": card_row.get("ratio_batch"),
         "lr_error_octaves_at_best_batch": (law_lr.get(str(best_batch)) or {}).get("error_octaves"),
+        "lr_error_split_octaves": None if split is None else {
+            k: split[k]["octaves"] for k in ("batch_budget", "width_depth")},
         "decision_R_card": None if decision is None else decision["card"]["ratio"],
         "decision_R_card_ci": None if decision is None else decision["card"]["ci"],
         **({f"decision_R_{n}": decision[n]["ratio"] for n in configs if n != "card" and n in decision}
@@ -612,7 +670,8 @@ def run(size: str = "cpu", out: str | os.PathLike[str] | None = None, max_minute
                  "weight_decay": plan.weight_decay, "warmup_tokens": plan.warmup_tokens,
                  "decay_fraction": plan.decay_fraction, "warnings": cw["card"]["projected"]["warnings"],
                  "trust": cw["card"]["trust"], "projected": plan.projected},
-        "regret": table, "decision": decision, "law_lr_by_batch": law_lr, "best_by_seed": best_by_seed,
+        "regret": table, "decision": decision, "law_lr_by_batch": law_lr, "lr_error_split": split,
+        "best_by_seed": best_by_seed,
         "best_seed_mean": best, "per_batch": per_batch, "scan": scan,
         "cost": {"target_runs": sum(1 for r in trials if r["where"] == "target"),
                  "target_cpu_s": sum(r["cpu_s"] for r in trials if r["where"] == "target"),
