@@ -49,7 +49,11 @@ def card_warnings(card: Mapping[str, Any]) -> list[str]:
       embeddings, readout or token statistics;
     - ``batch.sequences`` not a multiple of ``dp_size × micro_batch``: the schedule's step
       cannot be split evenly over the ranks (the validator refuses such a card, and
-      ``transfer`` rounds the batch, so this fires only on a card built by hand).
+      ``transfer`` rounds the batch, so this fires only on a card built by hand);
+    - the hidden matrices' Adam LR (``param_groups`` of role ``hidden``) more than
+      :data:`PUBLISHED_LR_SLACK`× outside the published absolute LRs at the target's size
+      (``projected.baselines``: DeepSeek LLM's eta(C) and Step Law's eta(N, D), both fitted
+      on standard-parametrization models, whose one LR is what μP's hidden matrices get).
     """
     out: list[str] = []
     audit = card.get("audit") or {}
@@ -81,11 +85,36 @@ def card_warnings(card: Mapping[str, Any]) -> list[str]:
     if src.get("tokenizer") and tgt.get("tokenizer") and src["tokenizer"] != tgt["tokenizer"]:
         out.append(f"the tokenizer changes from the proxy's {src['tokenizer']!r} to the target's "
                    f"{tgt['tokenizer']!r}: the token statistics the LR was tuned on differ")
+    out += _published_lr_warning(card)
     seqs, dp, micro = batch.get("sequences"), batch.get("dp_size") or 1, batch.get("micro_batch") or 1
     if _num(seqs) and _num(dp) and _num(micro) and seqs % (dp * micro):
         out.append(f"the batch of {seqs} sequences does not split across dp_size {dp} × micro_batch "
                    f"{micro}: each step would give the ranks unequal shares")
     return out
+
+
+#: How far (×, either side) the hidden matrices' LR may sit from the published laws' range
+#: before the card says so: the two laws themselves differ by up to ~3x at 1B scale.
+PUBLISHED_LR_SLACK = 2.0
+
+
+def _published_lr_warning(card: Mapping[str, Any]) -> list[str]:
+    base = (card.get("projected") or {}).get("baselines") or {}
+    pub = {k: float(base[k]["lr"]) for k in ("deepseek", "step_law")
+           if isinstance(base.get(k), Mapping) and _num(base[k].get("lr"))}
+    hidden = [float(g["lr"]) for g in card.get("param_groups") or []
+              if isinstance(g, Mapping) and g.get("role") == "hidden" and g.get("optimizer") == "adamw"
+              and _num(g.get("lr"))]
+    if not (pub and hidden):
+        return []
+    h, lo, hi = max(hidden), min(pub.values()), max(pub.values())
+    if lo / PUBLISHED_LR_SLACK <= h <= hi * PUBLISHED_LR_SLACK:
+        return []
+    side, f = ("above", h / hi) if h > hi else ("below", lo / h)
+    return [f"the hidden matrices' LR {h:.3g} is {f:.3g}x {side} the published LRs at this size "
+            f"({lo:.3g}-{hi:.3g}: DeepSeek LLM eta(C), Step Law eta(N, D), both for standard-parametrization "
+            "models): the projection moved it further than those laws would; check the LR law's batch and "
+            "budget exponents (projected.lr) before the run"]
 
 
 def _num(v: Any) -> bool:

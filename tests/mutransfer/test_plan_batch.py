@@ -96,3 +96,19 @@ def test_trainer_takes_beta2_from_the_half_life() -> None:
     assert betas and all(b == (0.9, pytest.approx(0.5 ** (256 / 1000.0))) for b in betas)  # 8 x 32 tokens
     plain = Trainer(TrainConfig.from_flat(base))
     assert all(g["betas"][1] == 0.95 for o in plain.opt.optimizers for g in o.param_groups if "betas" in g)
+
+
+def test_card_warns_when_the_hidden_lr_leaves_the_published_range() -> None:
+    from mutransfer.trust import card_warnings
+
+    card = {"projected": {"baselines": {"deepseek": {"lr": 4e-4}, "step_law": {"lr": 2e-4}}},
+            "param_groups": [{"role": "hidden", "optimizer": "adamw", "lr": 7e-4},
+                             {"role": "input", "optimizer": "adamw", "lr": 0.1}]}
+    assert not any("published LRs" in w for w in card_warnings(card))  # 1.75x the highest: within 2x
+    card["param_groups"][0]["lr"] = 1.6e-3  # 4x the highest
+    (w,) = [w for w in card_warnings(card) if "published LRs" in w]
+    assert "4x above" in w and "(0.0002-0.0004" in w
+    card["param_groups"][0]["lr"] = 2e-5  # 10x below the lowest
+    assert any("10x below" in w for w in card_warnings(card))
+    card["param_groups"][0]["optimizer"] = "muon"  # Muon's LRs are on another scale: not judged
+    assert not any("published LRs" in w for w in card_warnings(card))
