@@ -606,3 +606,17 @@ def load_config(path: str | os.PathLike[str]) -> TrainConfig:
 ALIASES: dict[str, tuple[str, str]] = build_aliases(SECTIONS)
 _FLAT: dict[tuple[str, str], str] = {v: k for k, v in ALIASES.items()}
 _DOTTED: frozenset[str] = frozenset(f"{s}.{n}" for s, n in ALIASES.values())
+
+
+def _int_fields() -> frozenset[str]:
+    out = set()
+    for flat, (sec, name) in ALIASES.items():
+        tp = typing.get_type_hints(SECTIONS[sec])[name]
+        if tp is int or set(typing.get_args(tp)) - {type(None)} == {int}:
+            out.add(flat)
+    return frozenset(out)
+
+
+#: Flat names of the integer fields (``int`` or ``int | None`` by their type hints): a sweep
+#: records a grid over one of them as integers.
+INT_FIELDS: frozenset[str] = _int_fields()

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from mutransfer._io import plain
+from mutransfer.config import INT_FIELDS as TRAIN_INT_FIELDS
 from sweeps.resolve import to_train_config
 from sweeps.spec_base import PARAMETRIZATIONS, SweepSpec, preset_attr
 
@@ -73,9 +74,8 @@ def json_row(row: Mapping[str, Any], what: str) -> dict[str, Any]:
     return out
 
 
-INT_FIELDS = frozenset({"width", "depth", "seed", "batch_size", "steps", "tokens", "head_dim", "seq_len",
-                        "warmup_steps", "grad_accum", "eval_every", "eval_sequences", "base_width",
-                        "base_depth", "threads", "checkpoint_every"})
+#: The trainer's integer fields (from TrainConfig's type hints) and the sweeps' token budget.
+INT_FIELDS = TRAIN_INT_FIELDS | {"tokens"}
 
 
 def dim_distribution(name: str, values: Sequence[Any]) -> optuna.distributions.BaseDistribution:

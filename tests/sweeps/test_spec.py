@@ -108,3 +108,19 @@ def test_the_fields_a_sweep_may_set_are_the_train_configs_own() -> None:
         GridSweep(grid={"not_a_field": [1]})
     with pytest.raises(ValueError, match="not_a_field"):
         GridSweep(grid={"lr": [1e-3]}, base={"not_a_field": 1})
+
+
+def test_every_integer_field_of_the_trainer_is_recorded_as_an_integer() -> None:
+    """INT_FIELDS comes from TrainConfig's type hints: a grid over spike_window (missing from
+    the hand-kept list before) is an IntDistribution, so its trials record 10, not 10.0."""
+    from optuna.distributions import FloatDistribution, IntDistribution
+
+    from mutransfer.config import INT_FIELDS
+    from sweeps.objective import dim_distribution
+
+    were_missing = {"spike_window", "rollback_every", "max_rollbacks", "max_logit_every", "data_max_bytes"}
+    assert were_missing <= INT_FIELDS
+    assert "lr" not in INT_FIELDS and "spike_threshold" not in INT_FIELDS
+    for name in sorted(INT_FIELDS):
+        assert isinstance(dim_distribution(name, [10, 20]), IntDistribution), name
+    assert isinstance(dim_distribution("spike_threshold", [2, 3]), FloatDistribution)
