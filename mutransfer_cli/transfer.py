@@ -39,6 +39,7 @@ from mutransfer_cli._common import (
 )
 from mutransfer_cli._transfer_proxy import proxy_optimum, read_proxy_config, tuned_proxy
 from mutransfer_cli._transfer_target import check_vocab, target_parametrization
+from sweeps.holdout import CRITERIA
 from sweeps.storage import mask_url
 
 HELP = "project to the target model and token budget and write the transfer card (YAML)"
@@ -334,8 +335,8 @@ def read_audit(path: str) -> dict[str, Any]:
     """The held-out audit to record: a JSON list of rows (``analysis.holdout_audit``), or
     an object with ``holdout`` (rows) and optionally ``passed``. Without ``passed`` the
     verdict is computed on the rows of method ``ours`` (the baselines are shown, not
-    judged): LR within 1.3× of the measured optimum and, where measured, a loss gap
-    (loss / best − 1) of at most 0.25%."""
+    judged) by :data:`sweeps.holdout.CRITERIA`: LR within 1.3× of the measured optimum and,
+    where measured, a loss gap (loss / best − 1) of at most 0.25%."""
     try:
         doc = json.loads(read_text(path, "audit file"))
     except FileNotFoundError:
@@ -360,6 +361,7 @@ def read_audit(path: str) -> dict[str, Any]:
     if passed is None:
         ours = [r for r in rows if r["method"] == "ours" and r["lr_ratio"] is not None]
         if ours:
-            passed = all(1 / 1.3 <= r["lr_ratio"] <= 1.3 and (r.get("loss_gap") is None
-                                                               or r["loss_gap"] <= 0.0025) for r in ours)
+            lim, gap = CRITERIA["lr_ratio"], CRITERIA["loss_gap"]
+            passed = all(1 / lim <= r["lr_ratio"] <= lim
+                         and (r.get("loss_gap") is None or r["loss_gap"] <= gap) for r in ours)
     return {"holdout": rows, "passed": passed}
