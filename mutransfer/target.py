@@ -408,8 +408,8 @@ def build_target_model(card: Mapping[str, Any], *, dtype: torch.dtype | str | No
         cfg = hf_config_of(model)
         said = config_dtype(cfg)
         if said is not None and said != name and dtype is None:  # an explicit dtype was asked for
-            warnings.warn(f"target.model.config says dtype {said}; building {name} weights ({PRECISION[name]}); "
-                          f"pass dtype=torch.{said} for {said} weights", stacklevel=2)
+            warnings.warn(f"target.model.config says dtype {said}; building {name} weights "
+                          f"({PRECISION[name]}); pass dtype=torch.{said} for {said} weights", stacklevel=2)
         return tf.AutoModelForCausalLM.from_config(cfg, dtype=WEIGHT_DTYPES[name])
     fields = {k: v for k, v in model.items() if k not in ("kind", "preset")}
     kind = model.get("kind", "gpt")

@@ -367,7 +367,8 @@ def test_a_real_hf_family_goes_from_sweep_to_every_engine(family: str, tmp_path:
     steps = card["schedule"]["total_steps"]
     assert (steps, card["batch"]["micro_batch"], card["batch"]["grad_accum"]) == (6, 2, 2)
     gen = torch.Generator().manual_seed(0)
-    data = [{"input_ids": ids, "labels": ids} for ids in torch.randint(0, 512, (4 * steps, 16), generator=gen)]
+    tokens = torch.randint(0, 512, (4 * steps, 16), generator=gen)
+    data = [{"input_ids": ids, "labels": ids} for ids in tokens]
     ns: dict = {"train_dataset": data}
     torch.manual_seed(0)
     with pytest.warns(UserWarning, match="config says dtype bfloat16; building float32 weights"):

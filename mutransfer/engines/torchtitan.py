@@ -156,7 +156,8 @@ def llama3_config(export: str | Path | Mapping[str, Any], *, attn_backend: str =
                          "MuPConverter")
     a = dict(arch)
     dim, v = int(a["dim"]), int(a["vocab_size"])
-    linear = {"weight": partial(torch.nn.init.normal_, std=float(a["init_std"])), "bias": torch.nn.init.zeros_}
+    linear = {"weight": partial(torch.nn.init.normal_, std=float(a["init_std"])),
+              "bias": torch.nn.init.zeros_}
     norm = {"weight": torch.nn.init.ones_}
     rope = ComplexRoPE.Config(dim=int(a["head_dim"]), max_seq_len=int(a["max_seq_len"]), **a["rope"])
 
@@ -188,7 +189,8 @@ def model_spec(export: str | Path | Mapping[str, Any], *, attn_backend: str = "f
     from torchtitan.protocols.model_spec import ModelSpec
 
     doc = _load_export(export)
-    config = MuPConverter.Config(mup=load_mup(doc)).build().convert(llama3_config(doc, attn_backend=attn_backend))
+    converter = MuPConverter.Config(mup=load_mup(doc)).build()
+    config = converter.convert(llama3_config(doc, attn_backend=attn_backend))
     return ModelSpec(name="llama3", flavor="mutransfer", model=config, parallelize_fn=parallelize_llama,
                      pipelining_fn=pipeline_llm, post_optimizer_build_fn=None,
                      state_dict_adapter=Llama3StateDictAdapter)

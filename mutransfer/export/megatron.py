@@ -398,7 +398,8 @@ def export_megatron(card: Mapping[str, Any], *, dp_size: int | None = None, micr
                      "original context 8192, as the card's config has them")
     notes.append("the model: `from megatron.core.transformer import TransformerConfig; from "
                  "megatron.core.models.gpt import GPTModel; from megatron.core.models.gpt.gpt_layer_specs "
-                 "import get_gpt_layer_local_spec`; config = TransformerConfig(**export['transformer_config'], "
+                 "import get_gpt_layer_local_spec`; config = "
+                 "TransformerConfig(**export['transformer_config'], "
                  "**callables) with each transformer_config_callables value resolved to its function; "
                  "GPTModel(config=config, transformer_layer_spec=get_gpt_layer_local_spec(), "
                  "**export['gpt_model'])")

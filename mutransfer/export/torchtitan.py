@@ -128,7 +128,8 @@ def llama3_architecture(card: Mapping[str, Any]) -> dict[str, Any] | None:
                          "llama3 attends to the whole context"))
     rope = _rope(cfg, problems)
     if problems:
-        more = f"; it cannot carry {', '.join(f for f, _ in problems[1:])} either" if len(problems) > 1 else ""
+        rest = ", ".join(f for f, _ in problems[1:])
+        more = f"; it cannot carry {rest} either" if rest else ""
         raise ValueError(f"the torchtitan export cannot carry card field {problems[0][0]}: {problems[0][1]}"
                          f"{more} (export this card to hf or megatron instead)")
     w, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
@@ -203,8 +204,8 @@ def export_torchtitan(card: Mapping[str, Any], *, dp_size: int | None = None, mi
         training["seq_len"] = seq_len
     dtype = card["target"].get("dtype") or "float32"
     if dtype not in ("float32", "bfloat16"):
-        raise ValueError(f"the torchtitan export cannot carry card field target.dtype: {dtype!r}; torchtitan's "
-                         "training.dtype is float32 (mixed precision) or bfloat16")
+        raise ValueError(f"the torchtitan export cannot carry card field target.dtype: {dtype!r}; "
+                         "torchtitan's training.dtype is float32 (mixed precision) or bfloat16")
     training["dtype"] = dtype  # float32: fp32 master weights, bf16 compute via mixed_precision_param
     fm = card["forward_multipliers"]
     mup = {"init": {rename(g["name"]): g["init"] for g in groups},
@@ -247,7 +248,8 @@ def export_torchtitan(card: Mapping[str, Any], *, dp_size: int | None = None, mi
 def _usage(hf: bool) -> str:
     """Python that builds torchtitan's model and optimizer groups from the export file
     (EXPORT: its path, filled in by ``mutransfer export``)."""
-    head = ["import json", "", "from torchtitan.components.optimizer.optimizer import OptimizersContainer", "",
+    head = ["import json", "",
+            "from torchtitan.components.optimizer.optimizer import OptimizersContainer", "",
             "from mutransfer.export import torchtitan_param_groups", ""]
     if hf:
         head[4:4] = ["from mutransfer.engines.torchtitan import model_spec"]

@@ -10,7 +10,8 @@ shape is tagged as megatron-core's LanguageModule tags the embedding and output 
 and Megatron's own optimizer grouping (get_standard_config_overrides +
 get_mup_config_overrides -> _get_param_groups, as megatron.training.training does) gives
 its max LR, min LR, Adam eps and weight decay; a RoPE model's rotary frequencies come from
-megatron-core's own RotaryEmbedding built with the export's GPTModel arguments. Standalone: mutransfer is not importable
+megatron-core's own RotaryEmbedding built with the export's GPTModel arguments.
+Standalone: mutransfer is not importable
 in that interpreter.
 """
 

@@ -290,7 +290,8 @@ def test_megatron_core_builds_the_export_and_gives_the_cards_values(case: str, m
     if model.get("kind") == "hf":  # RoPE: megatron-core's frequencies are HF's for the same config
         import transformers
 
-        hf = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**model["config"]))
+        hf_cfg = transformers.AutoConfig.for_model(**model["config"])
+        hf = transformers.AutoModelForCausalLM.from_config(hf_cfg)
         hf_inv = hf.model.rotary_emb.inv_freq
         assert got["rope_inv_freq"] == pytest.approx(hf_inv.tolist(), rel=1e-6), case
     # Megatron's own optimizer grouping gives each parameter the card's LR, min LR and

@@ -130,6 +130,13 @@ def test_the_card_builds_float32_master_weights_unless_asked_and_says_so(tmp_pat
     assert export_card(card, "hf")["dtype"] == "float32"
     assert export_card(card, "torchtitan")["training"]["dtype"] == "float32"
     assert export_card(pure, "torchtitan")["training"]["dtype"] == "bfloat16"
+    mg = ["init", "eps", "weight_decay", "residual_multiplier"]
+    with pytest.warns(UserWarning):
+        assert any("weights float32" in n for n in export_card(card, "megatron", drop=mg)["notes"])
+        with pytest.raises(ValueError, match=r"megatron export cannot carry card field target.dtype: 'bf"):
+            export_card(pure, "megatron", drop=mg)
+        dropped = export_card(pure, "megatron", drop=[*mg, "target.dtype"])["dropped"]
+        assert dropped[-1]["field"] == "target.dtype"
 
 
 def test_an_hf_proxy_trains_in_float32_whatever_its_config_says(tmp_path) -> None:
@@ -154,7 +161,8 @@ def test_torchtitan_refuses_qwens_qkv_biases_at_export_naming_the_field(tmp_path
     from mutransfer_cli import main
 
     card = _tiny_card(tmp_path, TINY_QWEN, base_width=112)
-    with pytest.raises(ValueError, match=r"torchtitan export cannot carry card field target.model.model_type: "
+    with pytest.raises(ValueError, match=r"torchtitan export cannot carry card field "
+                                         r"target.model.model_type: "
                                          r"Qwen2's q/k/v biases \(6 parameters, e\.g\. model\.layers\.0\."
                                          r"self_attn\.k_proj\.bias\)"):
         export_card(card, "torchtitan")
@@ -175,7 +183,8 @@ def test_torchtitan_refuses_qwens_qkv_biases_at_export_naming_the_field(tmp_path
     assert arch["rope"] == {"theta": 500000.0, "scaling": "llama", "scaling_factor": 32.0,
                             "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                             "original_max_position_embeddings": 8192}
-    assert (arch["n_heads"], arch["n_kv_heads"], arch["head_dim"], arch["enable_weight_tying"]) == (8, 2, 16, True)
+    heads = (arch["n_heads"], arch["n_kv_heads"], arch["head_dim"], arch["enable_weight_tying"])
+    assert heads == (8, 2, 16, True)
 
 
 # ---- Megatron: Llama 3's rope scaling ------------------------------------------------------
@@ -235,6 +244,7 @@ def test_megatron_maps_llama3_rope_scaling_onto_gpt_model_and_gives_hfs_frequenc
 def test_megatron_maps_qwens_qkv_biases(tmp_path) -> None:
     e = _megatron_export(tmp_path, TINY_QWEN, base_width=112)
     t, g = e["transformer_config"], e["gpt_model"]
-    assert (t["add_qkv_bias"], t["add_bias_linear"], t["num_query_groups"], t["kv_channels"]) == (True, False, 2, 16)
+    got = (t["add_qkv_bias"], t["add_bias_linear"], t["num_query_groups"], t["kv_channels"])
+    assert got == (True, False, 2, 16)
     assert g["rotary_base"] == 1e6 and g["share_embeddings_and_output_weights"] is True
     assert any("from megatron.core.transformer import TransformerConfig" in n for n in e["notes"])
