@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -311,7 +312,8 @@ def test_a_real_hf_family_goes_from_sweep_to_every_engine(family: str, tmp_path:
     HF, the export's own usage snippet building the model, groups and a real ``Trainer``,
     every parameter at the card's LR at every step; torchtitan, the export's model built
     under the card's μP (Llama) or refused at export naming the field (Qwen's biases);
-    Megatron, its fields (Llama 3's rope scaling, Qwen's q/k/v biases)."""
+    Megatron, its fields (Llama 3's rope scaling, Qwen's q/k/v biases), and where
+    MUTRANSFER_MEGATRON_PYTHON is set, megatron-core constructing them with HF's RoPE."""
     import transformers
 
     from mutransfer.card import load_card, schedule_config
@@ -432,3 +434,20 @@ def test_a_real_hf_family_goes_from_sweep_to_every_engine(family: str, tmp_path:
         assert (g["rope_scaling"], g["rope_scaling_factor"]) == (True, 32.0)
     else:
         assert "rope_scaling" not in g
+    megatron_python = os.environ.get("MUTRANSFER_MEGATRON_PYTHON")
+    if megatron_python:  # megatron-core itself constructs every section, RoPE as HF's
+        import subprocess
+
+        oracle = Path(__file__).parent / "mutransfer" / "megatron_oracle.py"
+        groups = [{k: grp[k] for k in ("name", "shape", "role")} for grp in card["param_groups"]]
+        (tmp_path / "cases.json").write_text(json.dumps([{"export": m, "groups": groups}]))
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        run = subprocess.run([megatron_python, str(oracle), str(tmp_path / "cases.json"),
+                              str(tmp_path / "built.json")], capture_output=True, text=True, timeout=300,
+                             env=env, cwd=tmp_path)
+        assert run.returncode == 0, run.stderr[-3000:]
+        built = json.loads((tmp_path / "built.json").read_text())[0]
+        for section in ("transformer_config", "optimizer_config", "scheduler_config", "training_config"):
+            assert built[section] == m[section], section
+        assert built["gpt_model_args_missing"] == []
+        assert built["rope_inv_freq"] == pytest.approx(model.model.rotary_emb.inv_freq.tolist(), rel=1e-6)
