@@ -163,6 +163,7 @@ def _check_target(t: Mapping[str, Any]) -> None:
     _C.integer("target.n_params_nonembed", t.get("n_params_nonembed"), low=0, none=True)
     _C.positive("target.tokens", t.get("tokens"), none=True)
     _C.positive("target.tokens_per_param", t.get("tokens_per_param"), none=True)
+    _C.choice("target.dtype", t.get("dtype"), ("float32", "bfloat16", "float16"), none=True)
     if "model" in t:
         model = _C.mapping("target.model", t["model"])
         _C.choice("target.model.kind", model.get("kind"), ("gpt", "mlp", "hf"), none=True)
@@ -365,7 +366,7 @@ def _built_shapes(model_json: str) -> dict[str, list[int]]:
     """Name -> shape of the model a card's ``target.model`` builds, on the meta device (no
     memory, no init); cached on the model's JSON, since every load, apply and export validates."""
     with torch.device("meta"):
-        model = build_target_model({"target": {"model": json.loads(model_json)}})
+        model = build_target_model({"target": {"model": json.loads(model_json)}}, dtype="float32")
     return {n: list(p.shape) for n, p in model.named_parameters()}
 
 

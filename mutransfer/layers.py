@@ -5,6 +5,7 @@ scale lives, mup's readouts; the forward-multiplier hooks; and calling a builder
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -23,9 +24,38 @@ class Hook:
     scale: float
 
 
-def scale_output(scale: float) -> Callable[..., Any]:
-    def hook(module: nn.Module, args: Any, output: torch.Tensor) -> torch.Tensor:
+def scale_first(output: Any, scale: float, module: nn.Module | None = None) -> Any:
+    """``output`` with its main tensor × ``scale``: a tensor itself; the first item of a
+    tuple or list (Hugging Face attention modules return ``(attn_output, attn_weights)``:
+    the weights are left alone); the first field of a ``transformers`` ``ModelOutput`` or
+    of a dataclass (``last_hidden_state``), the rest unchanged. Anything else is a
+    TypeError naming the module, never a silent no-op."""
+    if isinstance(output, torch.Tensor):
         return output * scale
+    if isinstance(output, (tuple, list)) and output and isinstance(output[0], torch.Tensor):
+        rest = tuple(output[1:])
+        if isinstance(output, list):
+            return [output[0] * scale, *rest]
+        if hasattr(output, "_fields"):  # a NamedTuple keeps its type
+            return type(output)(output[0] * scale, *rest)
+        return (output[0] * scale, *rest)
+    if dataclasses.is_dataclass(output) and not isinstance(output, type):
+        # transformers' ModelOutput is a dataclass too; its first field set is the main one
+        first = next((f.name for f in dataclasses.fields(output)
+                      if isinstance(getattr(output, f.name), torch.Tensor)), None)
+        if first is not None:
+            if isinstance(output, Mapping):  # ModelOutput: rebuild with the same keys set
+                return type(output)(**{k: (v * scale if k == first else v) for k, v in output.items()})
+            return dataclasses.replace(output, **{first: getattr(output, first) * scale})
+    what = type(module).__name__ if module is not None else "a module"
+    raise TypeError(f"cannot scale the output of {what}: it returned {type(output).__name__}, not a tensor, "
+                    "a tuple led by a tensor, or a dataclass/ModelOutput holding one")
+
+
+def scale_output(scale: float) -> Callable[..., Any]:
+    """A forward hook multiplying a module's output (its main tensor: :func:`scale_first`)."""
+    def hook(module: nn.Module, args: Any, output: Any) -> Any:
+        return scale_first(output, scale, module)
 
     return hook
 

@@ -17,6 +17,7 @@ Two halves, both used by ``mutransfer transfer``:
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import math
@@ -52,7 +53,10 @@ __all__ = [
     "RunPlan",
     "ScalingLaws",
     "TargetModel",
+    "PRECISION",
+    "WEIGHT_DTYPES",
     "build_target_model",
+    "config_dtype",
     "hf_config_of",
     "model_fields",
     "hf_transfer_builder",
@@ -62,6 +66,7 @@ __all__ = [
     "resolve_hf_target",
     "resolve_target",
     "transfer_builder",
+    "weight_dtype",
 ]
 
 #: Other names for config fields (Megatron / Hugging Face spellings). ``d_ff`` (the MLP
@@ -142,7 +147,8 @@ class HFTarget:
         the names and shapes of a large one for nothing)."""
         import transformers as tf
 
-        return tf.AutoModelForCausalLM.from_config(self.config)
+        # a copy: from_config(dtype=...) writes the dtype into the config it is given
+        return tf.AutoModelForCausalLM.from_config(copy.deepcopy(self.config), dtype=torch.float32)
 
     def to_dict(self) -> dict[str, Any]:
         """The card's ``target.model``: source, head rule, model type and the whole config."""
@@ -187,7 +193,8 @@ def hf_transfer_builder(target: HFTarget) -> Callable[..., nn.Module]:
         d = target.depth if depth is None else depth
         cfg = target.config if (width, d) == (target.width, target.depth) else hf_proxy_config(
             target.config, width, d, target.source.head_rule)
-        return tf.AutoModelForCausalLM.from_config(cfg)
+        # float32, never the config's bf16; a copy, which from_config(dtype=...) writes into
+        return tf.AutoModelForCausalLM.from_config(copy.deepcopy(cfg), dtype=torch.float32)
 
     return builder
 
@@ -339,23 +346,78 @@ def hf_config_of(model: Mapping[str, Any]) -> Any:
         raise ValueError(f"card field target.model.config ({model_type}): {exc}") from None
 
 
-def build_target_model(card: Mapping[str, Any]) -> nn.Module:
+#: The dtypes a target's weights may be built in (the card's ``target.dtype``).
+WEIGHT_DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16,
+                                         "float16": torch.float16}
+#: What each dtype means for training, said in the card and when the model is built.
+PRECISION: dict[str, str] = {
+    "float32": "mixed precision: float32 master weights, bf16 autocast for compute "
+               "(TrainingArguments(bf16=True); torchtitan training.dtype float32; Megatron --bf16)",
+    "bfloat16": "pure bf16: bfloat16 weights and optimizer state, no float32 master copy",
+    "float16": "pure fp16: float16 weights and optimizer state, no float32 master copy",
+}
+
+
+def weight_dtype(dtype: torch.dtype | str | None) -> str:
+    """The name in :data:`WEIGHT_DTYPES` of ``dtype`` (``torch.bfloat16``, ``"bf16"``,
+    ``"bfloat16"``; None: ``float32``); anything else is a ValueError naming it."""
+    if dtype is None:
+        return "float32"
+    if isinstance(dtype, torch.dtype):
+        name = next((k for k, v in WEIGHT_DTYPES.items() if v == dtype), None)
+    else:
+        name = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "float": "float32",
+                "half": "float16"}.get(str(dtype).lower(), str(dtype).lower())
+    if name not in WEIGHT_DTYPES:
+        raise ValueError(f"weights dtype {dtype!r}: choose from {', '.join(WEIGHT_DTYPES)}")
+    return name
+
+
+def config_dtype(config: Any) -> str | None:
+    """The dtype a transformers config names (``dtype``, or the older ``torch_dtype``), as a
+    :data:`WEIGHT_DTYPES` name; None when it names none."""
+    value = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+    if value is None or value == "auto":
+        return None
+    try:
+        return weight_dtype(value)
+    except ValueError:
+        return None
+
+
+def build_target_model(card: Mapping[str, Any], *, dtype: torch.dtype | str | None = None) -> nn.Module:
     """A fresh model of a v2 card's ``target.model`` (to pass to ``card.apply``); an
-    ``hf`` target is rebuilt from the config the card holds (no file, no download)."""
+    ``hf`` target is rebuilt from the config the card holds (no file, no download).
+
+    The weights are built in ``dtype``, else the card's ``target.dtype``, else float32:
+    mixed precision (float32 master weights, the forward under bf16 autocast), whatever
+    the config's ``torch_dtype`` says (a checkpoint's storage dtype, ``bfloat16`` in real
+    configs, which ``from_config`` would otherwise build pure-bf16 weights in, silently).
+    Pure bf16 only when asked (``dtype=torch.bfloat16`` or the card's ``target.dtype``).
+    Without ``dtype``, a config naming another dtype than the one built is warned about,
+    naming both."""
+    import warnings
+
     model = card.get("target", {}).get("model")
     if not isinstance(model, Mapping):
         raise ValueError("the card has no target.model (a v1 card names only a width)")
+    name = weight_dtype(dtype if dtype is not None else card.get("target", {}).get("dtype"))
     if model.get("kind") == "hf":
         import transformers as tf
 
-        return tf.AutoModelForCausalLM.from_config(hf_config_of(model))
+        cfg = hf_config_of(model)
+        said = config_dtype(cfg)
+        if said is not None and said != name and dtype is None:  # an explicit dtype was asked for
+            warnings.warn(f"target.model.config says dtype {said}; building {name} weights "
+                          f"({PRECISION[name]}); pass dtype=torch.{said} for {said} weights", stacklevel=2)
+        return tf.AutoModelForCausalLM.from_config(cfg, dtype=WEIGHT_DTYPES[name])
     fields = {k: v for k, v in model.items() if k not in ("kind", "preset")}
     kind = model.get("kind", "gpt")
     if kind not in _KINDS:
         raise ValueError(f"card field target.model.kind: must be gpt or mlp, got {kind!r}")
     cls = _KINDS[kind][0]
     cfg = _apply_overrides(cls(), fields, "card field target.model")
-    return _KINDS[kind][1](cfg)
+    return _KINDS[kind][1](cfg).to(WEIGHT_DTYPES[name])
 
 
 def transfer_builder(target: TargetModel, proxy: GPTConfig | MLPConfig

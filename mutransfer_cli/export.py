@@ -57,6 +57,14 @@ def run(args: argparse.Namespace) -> int:
     for w in caught:
         print(f"mutransfer export: warning: {w.message}", file=sys.stderr)
     out = Path(args.out)
+    if isinstance(export.get("usage"), str):  # the usage snippet names this card and this file
+        lines = export["usage"].split("\n")
+        for i, line in enumerate(lines):
+            if line.startswith("CARD = "):
+                lines[i] = f"CARD = {str(Path(args.card).resolve())!r}"
+            elif line.startswith("EXPORT = "):
+                lines[i] = f"EXPORT = {str(out.resolve())!r}"
+        export["usage"] = "\n".join(lines)
     if out.suffix in (".yaml", ".yml"):
         import yaml
 

@@ -26,7 +26,7 @@ from mutransfer.models import get_preset
 from mutransfer.models.presets import DEFAULT_PRESET
 from mutransfer.parametrization import KINDS
 from mutransfer.schedules import DECAY_SHAPES, SCHEDULE_KINDS
-from mutransfer.target import lr_sensitivity, plan_run, read_scaling_fit
+from mutransfer.target import PRECISION, config_dtype, lr_sensitivity, plan_run, read_scaling_fit
 from mutransfer.trust import card_warnings, trust_block
 from mutransfer_cli._common import (
     MAX_DEPTH,
@@ -94,6 +94,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--tokenizer", default=None, metavar="NAME",
                    help="the target's tokenizer (recorded as target.tokenizer; a warning when it differs "
                    "from the results table's tokenizer column)")
+    t.add_argument("--weights-dtype", choices=("float32", "bfloat16"), default="float32",
+                   help="the target's weights: float32 (default; mixed precision: fp32 master weights under "
+                   "bf16 autocast) or bfloat16 (pure bf16); recorded as target.dtype, whatever the "
+                   "config's torch_dtype says")
     t.add_argument("--allow-vocab-change", action="store_true",
                    help="accept a target vocabulary other than the proxy's (recorded in the card)")
     t.add_argument("--target-width", type=bounded_int(1, MAX_WIDTH, "--target-width"), default=None,
@@ -225,6 +229,12 @@ def run(args: argparse.Namespace) -> int:
     base_depth = args.base_depth or proxy.depth
 
     target, pz, warnings = target_parametrization(args, proxy, base_width, base_depth, tuned)
+    said = config_dtype(target.config) if target.kind == "hf" else None
+    if said is not None and said != args.weights_dtype:  # a real config's torch_dtype: bfloat16
+        # said out loud, not a card warning: it casts no doubt on the card's numbers
+        print(f"mutransfer transfer: note: the target config's torch_dtype is {said}; the card builds "
+              f"{args.weights_dtype} weights ({PRECISION[args.weights_dtype]}); pass --weights-dtype {said} "
+              f"for {said} weights", file=sys.stderr)
     cfg, kind = target.config, pz.kind
     width, depth = (target.width, target.depth) if target.kind == "hf" else (cfg.width, cfg.depth)
     vocab_change = check_vocab(args, proxy, target, source)
@@ -285,7 +295,8 @@ def run(args: argparse.Namespace) -> int:
                 **({"tokenizer": args.tokenizer} if args.tokenizer else {}),
                 "n_params": n_params, "n_params_nonembed": n_nonembed, "tokens": float(tokens),
                 "tokens_per_param": float(tokens) / n_params, "seq_len": seq_len,
-                "dp_size": args.dp_size},
+                "dp_size": args.dp_size, "dtype": args.weights_dtype,
+                "precision": PRECISION[args.weights_dtype]},
         source=source, projected=projected, audit=audit,
         provenance={"study": study, "storage": storage},
         role_lr_mults=tuned.lr_mults if tuned else None)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -278,3 +279,175 @@ def test_audit_takes_the_same_model_names(llama: str, capsys) -> None:
     assert mutransfer_cli.main(["audit", "--model", llama, "--entry", "x:y"]) == 2
     assert mutransfer_cli.main(["audit", "--model", "hf:no/such-hub-id"]) == 2
     assert "'hf:no/such-hub-id'" in capsys.readouterr().err
+
+
+# ---- issue 30: real 1B-class HF families, sweep -> transfer -> every engine --------------------
+
+# The real models' shapes, scaled down in width only (vocab aside): the same depth, GQA ratio,
+# tying, biases, RoPE base and scaling, MLP ratio; head_dim is a width dimension here, kept
+# fixed across the proxy's widths (the keep_head_dim rule) as the real models keep 64.
+LLAMA_32_1B = {  # Llama-3.2-1B: hidden 2048, 32 heads / 8 KV of 64, MLP 8192, 16 layers
+    "model_type": "llama", "vocab_size": 512, "hidden_size": 256, "intermediate_size": 1024,
+    "num_hidden_layers": 16, "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 32,
+    "tie_word_embeddings": True, "rope_theta": 500000.0, "max_position_embeddings": 131072,
+    "rope_scaling": {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                     "original_max_position_embeddings": 8192},
+    "rms_norm_eps": 1e-5, "hidden_act": "silu", "torch_dtype": "bfloat16"}
+QWEN_25_05B = {  # Qwen2.5-0.5B: hidden 896, 14 heads / 2 KV of 64, MLP 4864, 24 layers, q/k/v biases
+    "model_type": "qwen2", "vocab_size": 512, "hidden_size": 224, "intermediate_size": 1216,
+    "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2, "head_dim": 16,
+    "tie_word_embeddings": True, "rope_theta": 1000000.0, "max_position_embeddings": 32768,
+    "rms_norm_eps": 1e-6, "hidden_act": "silu", "use_sliding_window": False, "torch_dtype": "bfloat16"}
+# (config, proxy widths: multiples of heads-per-KV-head x head_dim)
+FAMILIES = {"llama-3.2-1b": (LLAMA_32_1B, (128, 256)), "qwen2.5-0.5b": (QWEN_25_05B, (112, 224))}
+MEGATRON_DROPS = ("init", "eps", "weight_decay", "residual_multiplier")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_a_real_hf_family_goes_from_sweep_to_every_engine(family: str, tmp_path: Path, capsys, _verb,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """``sweep lr`` on a depth-2 proxy of the family, ``transfer`` to the full depth (so the
+    card is CompleteP, with residual multipliers on the HF attention and MLP modules), then:
+    HF, the export's own usage snippet building the model, groups and a real ``Trainer``,
+    every parameter at the card's LR at every step; torchtitan, the export's model built
+    under the card's μP (Llama) or refused at export naming the field (Qwen's biases);
+    Megatron, its fields (Llama 3's rope scaling, Qwen's q/k/v biases), and where
+    MUTRANSFER_MEGATRON_PYTHON is set, megatron-core constructing them with HF's RoPE."""
+    import transformers
+
+    from mutransfer.card import load_card, schedule_config
+    from mutransfer.schedules import Schedule
+
+    config, widths = FAMILIES[family]
+    proxy = tmp_path / "proxy"
+    proxy.mkdir()
+    (proxy / "config.json").write_text(json.dumps(dict(config, num_hidden_layers=2, hidden_size=widths[-1])))
+    lr = tmp_path / "lr"
+    _run(["sweep", "lr", "--model", f"hf:{proxy}", "--widths", ",".join(map(str, widths)),
+          "--lrs", "0.003,0.01,0.03", "--parametrization", "mup", "--seeds", "0", "--steps", "3",
+          "--batch-size", "2", "--set", "seq_len=16", "--set", "eval_sequences=4", "--device", "cpu",
+          "--workers", "1", "--max-extend", "0", "--out", str(lr), "--quiet", "--json"], capsys)
+    csv = tmp_path / "lr.csv"
+    assert mutransfer_cli.main(["sweep", "export", "--storage", str(lr), "--out", str(csv)]) == 0
+    target = tmp_path / family
+    target.mkdir()
+    (target / "config.json").write_text(json.dumps(config))
+    card_path = tmp_path / "card.yaml"
+    # 6 steps of 4 sequences (2 x 2 accumulation) x 16 tokens.
+    # TODO(lead): drop --allow-vocab-change once the card records the proxy's own vocabulary
+    # (the byte corpus' 256 against the target's 512 stays a real change; issue 30 #2).
+    assert mutransfer_cli.main([
+        "transfer", "--results", str(csv), "--model", f"hf:{target}", "--tokens", "384", "--batch-size", "4",
+        "--micro-batch", "2", "--seq-len", "16", "--warmup-tokens", "64", "--base-width", str(widths[0]),
+        "--base-depth", "2", "--weight-decay", "0.1", "--allow-vocab-change", "--out", str(card_path)]) == 0
+    assert "torch_dtype is bfloat16; the card builds float32 weights" in capsys.readouterr().err
+    card = load_card(card_path)
+    assert card["parametrization"]["kind"] == "completep" and card["target"]["dtype"] == "float32"
+    depth = config["num_hidden_layers"]
+    residual = {h["module"]: h["scale"] for h in card["forward_multipliers"]["hooks"] if h["kind"] == "post"}
+    assert residual["model.layers.0.self_attn"] == pytest.approx(2 / depth)  # (L/L_base)^-1, on HF attention
+    assert residual["model.layers.0.mlp"] == pytest.approx(2 / depth)
+
+    exports = {}
+    for engine, drops in (("hf", ()), ("torchtitan", ()), ("megatron", MEGATRON_DROPS)):
+        out = tmp_path / f"{engine}.json"
+        code = mutransfer_cli.main(["export", str(card_path), "--to", engine, *[x for d in drops for x in
+                                    ("--drop", d)], "--out", str(out), "--quiet"])
+        err = capsys.readouterr().err
+        if engine == "torchtitan" and config["model_type"] == "qwen2":  # refused at export, by field
+            assert code == 2 and not out.exists()
+            assert "cannot carry card field target.model.model_type: Qwen2's q/k/v biases" in err
+            assert len(err.strip().splitlines()) == 1
+            continue
+        assert code == 0, err
+        exports[engine] = json.loads(out.read_text())
+        assert any("from mutransfer" in n or "from megatron" in n for n in exports[engine]["notes"]), engine
+
+    # HF: the export's own snippet, then real Trainer steps.
+    monkeypatch.chdir(tmp_path)
+    steps = card["schedule"]["total_steps"]
+    assert (steps, card["batch"]["micro_batch"], card["batch"]["grad_accum"]) == (6, 2, 2)
+    gen = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, 512, (4 * steps, 16), generator=gen)
+    data = [{"input_ids": ids, "labels": ids} for ids in tokens]
+    ns: dict = {"train_dataset": data}
+    torch.manual_seed(0)
+    with pytest.warns(UserWarning, match="config says dtype bfloat16; building float32 weights"):
+        exec(exports["hf"]["usage"], ns)  # noqa: S102 - the snippet the export hands the user
+    model, trainer, optimizer = ns["model"], ns["trainer"], ns["optimizer"]
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    assert f"post:model.layers.{depth - 1}.self_attn:{2 / depth:g}" in model._mutransfer_hooks
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    sched = Schedule(schedule_config(card["schedule"]))
+    want = {g["name"]: g["lr"] for g in card["param_groups"]}
+    assert sorted(n for g in optimizer.param_groups for n in g["names"]) == sorted(before) == sorted(want)
+    seen: list[dict[str, float]] = []
+
+    class Record(transformers.TrainerCallback):
+        def on_pre_optimizer_step(self, args, state, control, **kw):  # the LR this step uses
+            seen.append({n: g["lr"] for g in optimizer.param_groups for n in g["names"]})
+
+    trainer.add_callback(Record())
+    result = trainer.train()
+    assert math.isfinite(result.training_loss)
+    assert len(seen) == steps and sched(0) > 0
+    for step, lrs in enumerate(seen):
+        for name, got in lrs.items():
+            assert abs(got - want[name] * sched(step)) <= 1e-12 * want[name], (step, name)
+    moved = [n for n, p in model.named_parameters() if not torch.equal(p.detach(), before[n])]
+    assert len(moved) == len(before)  # every parameter trained
+
+    # torchtitan (Llama): the export's snippet builds llama3 under the card's μP.
+    if "torchtitan" in exports:
+        from torchtitan.models.common import ComplexRoPE
+        from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+        tt: dict = {}
+        exec(exports["torchtitan"]["usage"], tt)  # noqa: S102
+        tmodel = tt["spec"].model.build()  # the converter checks every name and shape here
+        tmodel.init_states(buffer_device=None)
+        x = torch.randint(0, 512, (2, 12))
+        pos = torch.arange(12).expand_as(x)
+        with torch.no_grad():
+            logits = tmodel(x, positions=pos, attention_masks=tmodel.get_attention_masks(pos))
+        assert logits.shape == (2, 12, 512) and torch.isfinite(logits).all()
+        hooks = {k for m in tmodel.modules() for k in m._forward_hooks}  # the residual multipliers
+        assert len(hooks) >= 2 * depth
+        rope = next(m for m in tmodel.modules() if isinstance(m, ComplexRoPE))
+        hf_inv, _ = ROPE_INIT_FUNCTIONS["llama3"](transformers.AutoConfig.for_model(**config), "cpu")
+        torch.testing.assert_close(torch.angle(rope.cache[1]), hf_inv.float(), rtol=1e-5, atol=1e-7)
+        groups = tt["optimizer"].param_groups
+        names = [n for n, _ in tmodel.named_parameters()]
+        import re
+
+        assert all(sum(bool(re.match(g.pattern, n)) for g in groups) == 1 for n in names)
+
+    # Megatron: the architecture's fields, rope scaling and biases included.
+    m = exports["megatron"]
+    t, g = m["transformer_config"], m["gpt_model"]
+    assert (t["num_layers"], t["hidden_size"], t["kv_channels"]) == (depth, config["hidden_size"],
+                                                                     config["head_dim"])
+    assert t["num_query_groups"] == config["num_key_value_heads"] and g["share_embeddings_and_output_weights"]
+    assert t["add_qkv_bias"] is (config["model_type"] == "qwen2") and g["rotary_base"] == config["rope_theta"]
+    if "rope_scaling" in config:
+        assert (g["rope_scaling"], g["rope_scaling_factor"]) == (True, 32.0)
+    else:
+        assert "rope_scaling" not in g
+    megatron_python = os.environ.get("MUTRANSFER_MEGATRON_PYTHON")
+    if megatron_python:  # megatron-core itself constructs every section, RoPE as HF's
+        import subprocess
+
+        oracle = Path(__file__).parent / "mutransfer" / "megatron_oracle.py"
+        groups = [{k: grp[k] for k in ("name", "shape", "role")} for grp in card["param_groups"]]
+        (tmp_path / "cases.json").write_text(json.dumps([{"export": m, "groups": groups}]))
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        run = subprocess.run([megatron_python, str(oracle), str(tmp_path / "cases.json"),
+                              str(tmp_path / "built.json")], capture_output=True, text=True, timeout=300,
+                             env=env, cwd=tmp_path)
+        assert run.returncode == 0, run.stderr[-3000:]
+        built = json.loads((tmp_path / "built.json").read_text())[0]
+        for section in ("transformer_config", "optimizer_config", "scheduler_config", "training_config"):
+            assert built[section] == m[section], section
+        assert built["gpt_model_args_missing"] == []
+        assert built["rope_inv_freq"] == pytest.approx(model.model.rotary_emb.inv_freq.tolist(), rel=1e-6)

@@ -1,6 +1,6 @@
 """μP on torchtitan's own models: a torchtitan ``ModelConfigConverter`` that installs a
 card's init, forward multipliers and attention scales (the ``mup`` section of
-``mutransfer export --to torchtitan``).
+``mutransfer export --to torchtitan``), and the llama3 model an HF card describes.
 
 torchtitan (0.3.0) builds a model from its config on the meta device, then calls
 ``init_states`` on the real device. :class:`MuPConverter` wraps the root model config
@@ -8,12 +8,23 @@ torchtitan (0.3.0) builds a model from its config on the meta device, then calls
 checks every parameter name and shape against the export (the first mismatch is a
 ValueError naming it), registers the forward hooks, sets each attention module's
 ``scaling`` (the softmax scale torchtitan passes to its attention kernels) and makes
-``init_states`` apply the card's init after torchtitan's own::
+``init_states`` apply the card's init after torchtitan's own.
 
-    from torchtitan.models.llama3 import model_registry
+A card for an HF Llama-family config (``transfer --model hf:...``) exports its
+architecture too (the export's ``model`` section); :func:`model_spec` turns that into
+torchtitan's llama3 ``ModelSpec``, with separate wq/wk/wv (the card's names: torchtitan's
+own ``model_registry`` flavours fuse q/k/v, which no HF card can describe), HF's init
+under the card's rules, and the converter installed::
+
+    from mutransfer.engines.torchtitan import model_spec
+
+    spec = model_spec("tt.json")          # spec.model.build() is μP
+
+For a model config of your own whose names already are the card's::
+
     from mutransfer.engines.torchtitan import MuPConverter
 
-    spec = model_registry("1B", converters=[MuPConverter.Config(export="tt.json")])
+    model_config = MuPConverter.Config(export="tt.json").build().convert(model_config)
 
 Import this module only where torchtitan is installed (``[engines]``).
 """
@@ -114,4 +125,75 @@ class MuPConverter(ModelConfigConverter):
         return cls(**kw)
 
 
-__all__ = ["MuPConverter", "check_names", "install", "load_mup"]
+def _load_export(export: str | Path | Mapping[str, Any]) -> dict[str, Any]:
+    if isinstance(export, Mapping):
+        return dict(export)
+    p = Path(export)
+    return dict(json.loads(p.read_text(encoding="utf-8")) if p.suffix == ".json"
+                else read_yaml_mapping(p, "torchtitan export"))
+
+
+def llama3_config(export: str | Path | Mapping[str, Any], *, attn_backend: str = "flex") -> Any:
+    """torchtitan's ``Llama3Model.Config`` for the export's ``model`` section (written for a
+    card whose target is an HF Llama-family config): its sizes, GQA heads, head dim, norm
+    eps, tying and RoPE (Llama 3 scaling included); separate wq/wk/wv; every weight
+    initialised as HF initialises it (normal, std ``initializer_range``; norms ones,
+    biases zeros), the init the card's ``scale:`` rules were measured on. Without the
+    converter: the plain (SP) model."""
+    from functools import partial
+
+    import torch
+    from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
+    from torchtitan.models.common.config_utils import get_attention_config, make_ffn_config, make_gqa_config
+    from torchtitan.models.llama3 import Llama3Model
+    from torchtitan.models.llama3.model import Llama3TransformerBlock
+
+    doc = _load_export(export)
+    arch = doc.get("model")
+    if not isinstance(arch, Mapping):
+        raise ValueError("the torchtitan export has no model section: its card's target is not an HF "
+                         "Llama-family config; build your own model config and convert it with "
+                         "MuPConverter")
+    a = dict(arch)
+    dim, v = int(a["dim"]), int(a["vocab_size"])
+    linear = {"weight": partial(torch.nn.init.normal_, std=float(a["init_std"])),
+              "bias": torch.nn.init.zeros_}
+    norm = {"weight": torch.nn.init.ones_}
+    rope = ComplexRoPE.Config(dim=int(a["head_dim"]), max_seq_len=int(a["max_seq_len"]), **a["rope"])
+
+    def rms() -> Any:
+        return RMSNorm.Config(normalized_shape=dim, eps=float(a["norm_eps"]), param_init=norm)
+
+    layers = [Llama3TransformerBlock.Config(
+        attention_norm=rms(), ffn_norm=rms(),
+        attention=make_gqa_config(dim=dim, n_heads=int(a["n_heads"]), n_kv_heads=int(a["n_kv_heads"]),
+                                  head_dim=int(a["head_dim"]), wqkv_param_init=linear, wo_param_init=linear,
+                                  inner_attention=get_attention_config(attn_backend), fuse_qkv=False,
+                                  rope=rope),
+        feed_forward=make_ffn_config(dim=dim, hidden_dim=int(a["hidden_dim"]), w1_param_init=linear,
+                                     w2w3_param_init=linear))
+        for _ in range(int(a["n_layers"]))]
+    return Llama3Model.Config(
+        dim=dim, vocab_size=v, enable_weight_tying=bool(a["enable_weight_tying"]),
+        tok_embeddings=Embedding.Config(num_embeddings=v, embedding_dim=dim, param_init=linear),
+        norm=rms(), lm_head=Linear.Config(in_features=dim, out_features=v, param_init=linear),
+        layers=layers)
+
+
+def model_spec(export: str | Path | Mapping[str, Any], *, attn_backend: str = "flex") -> Any:
+    """torchtitan's llama3 ``ModelSpec`` of the export (:func:`llama3_config`) with
+    :class:`MuPConverter` applied: what ``torchtitan.models.llama3.model_registry`` returns
+    for its own flavours, for the card's model under the card's μP."""
+    from torchtitan.distributed.pipeline_parallel import pipeline_llm
+    from torchtitan.models.llama3 import Llama3StateDictAdapter, parallelize_llama
+    from torchtitan.protocols.model_spec import ModelSpec
+
+    doc = _load_export(export)
+    converter = MuPConverter.Config(mup=load_mup(doc)).build()
+    config = converter.convert(llama3_config(doc, attn_backend=attn_backend))
+    return ModelSpec(name="llama3", flavor="mutransfer", model=config, parallelize_fn=parallelize_llama,
+                     pipelining_fn=pipeline_llm, post_optimizer_build_fn=None,
+                     state_dict_adapter=Llama3StateDictAdapter)
+
+
+__all__ = ["MuPConverter", "check_names", "install", "llama3_config", "load_mup", "model_spec"]

@@ -19,6 +19,7 @@ import torch.nn as nn
 from mutransfer.card import schedule_config, validate_card
 from mutransfer.export._common import Drops, _groups, _lr_floor, check_fields, check_model, split_batch
 from mutransfer.schedules import Schedule
+from mutransfer.target import PRECISION
 
 _HF_DECAY = {"linear": "linear", "cosine": "cosine", "1-sqrt": "1-sqrt"}
 
@@ -75,6 +76,7 @@ def export_hf(card: Mapping[str, Any], *, dp_size: int | None = None, micro_batc
 
 
     card = validate_card(card)
+    dtype = card["target"].get("dtype") or "float32"
     drops = Drops("hf", drop)
     groups = _groups(card)
     opt = card["optimizer"]
@@ -93,15 +95,49 @@ def export_hf(card: Mapping[str, Any], *, dp_size: int | None = None, micro_batc
             "batch": split._asdict(), "dropped": drops.dropped,
             "param_groups": [{k: g[k] for k in ("name", "lr", "weight_decay", "eps") if k in g}
                              for g in groups],
+            "dtype": dtype,
             "notes": [f"launch on {split.dp_size} data-parallel rank(s): {split.dp_size} × "
                       f"{split.micro_batch} × {split.grad_accum} accumulation steps = {split.sequences} "
                       "sequences per optimizer step",
-                      "pass hf_param_groups(model, card) as the optimizer's groups "
-                      "(Trainer(optimizers=(torch.optim.AdamW(groups), None))): TrainingArguments "
-                      "holds one LR, the card one per parameter; the groups carry initial_lr, which "
-                      "the scheduler's last_epoch=0 needs",
-                      "apply the card's init and forward multipliers first: mutransfer.card.apply "
-                      "(its hooks and attention scales stay on the model under Trainer)"]}
+                      "TrainingArguments(output_dir=..., **export['training_arguments']): the "
+                      "training_arguments section, not the whole export (its other keys are no "
+                      "TrainingArguments field)",
+                      "the optimizer: `from mutransfer.export import hf_param_groups; "
+                      "torch.optim.AdamW(hf_param_groups(model, card))`, passed as "
+                      "Trainer(optimizers=(optimizer, None)): TrainingArguments holds one LR, the card "
+                      "one per parameter; the groups carry initial_lr, which the scheduler's last_epoch=0 "
+                      "needs",
+                      "the model first: `from mutransfer.target import build_target_model; from "
+                      "mutransfer.card import apply, load_card; model = build_target_model(card); "
+                      "apply(model, card)` (the card's init, forward multipliers and attention scales; "
+                      "they stay on the model under Trainer)",
+                      f"weights {dtype}: {PRECISION[dtype]}"
+                      + (" (add bf16=True to the TrainingArguments on a bf16-capable device)"
+                         if dtype == "float32" else "")],
+            "usage": USAGE}
+
+
+#: Python that trains the card's model with HF's Trainer from the card and this export
+#: (CARD, EXPORT: their paths, filled in by ``mutransfer export``; ``train_dataset``: yours).
+USAGE = """CARD = "card.yaml"
+EXPORT = "hf.json"
+import json
+
+import torch
+from transformers import Trainer, TrainingArguments
+
+from mutransfer.card import apply, load_card
+from mutransfer.export import hf_param_groups
+from mutransfer.target import build_target_model
+
+card = load_card(CARD)
+export = json.load(open(EXPORT))
+model = build_target_model(card)  # the card's target.dtype (float32 master weights by default)
+apply(model, card)  # the card's init, forward multipliers and attention scales
+optimizer = torch.optim.AdamW(hf_param_groups(model, card))  # one LR per parameter, the card's
+args = TrainingArguments(output_dir="out", **export["training_arguments"])
+trainer = Trainer(model=model, args=args, train_dataset=train_dataset, optimizers=(optimizer, None))
+"""
 
 
 def hf_param_groups(model: nn.Module, card: Mapping[str, Any]) -> list[dict[str, Any]]:

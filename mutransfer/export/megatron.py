@@ -66,7 +66,8 @@ MEGATRON_FIELDS: dict[str, frozenset[str]] = {
         "mup_attn_scale_power", "softmax_scale", "init_method_std"}),
     "transformer_config_callables": frozenset({"activation_func"}),
     "gpt_model": frozenset({"vocab_size", "max_sequence_length", "share_embeddings_and_output_weights",
-                            "position_embedding_type", "rotary_base", "rotary_percent"}),
+                            "position_embedding_type", "rotary_base", "rotary_percent", "rope_scaling",
+                            "rope_scaling_factor"}),
     "optimizer_config": frozenset({"optimizer", "lr", "min_lr", "decoupled_lr", "decoupled_min_lr",
                                    "weight_decay", "adam_beta1", "adam_beta2", "adam_eps"}),
     "scheduler_config": frozenset({"lr_decay_style", "lr_wsd_decay_style", "lr_decay_iters",
@@ -81,6 +82,8 @@ DROPPABLE: dict[str, str] = {
     "lr": "some parameters get Megatron's LR instead of the card's",
     "weight_decay": "some parameters get Megatron's weight decay instead of the card's",
     "residual_multiplier": "the residual branches run without the card's multiplier",
+    "target.dtype": "the weights are Megatron's (float32 main params under --bf16), not the card's pure "
+                    "low-precision ones",
 }
 
 
@@ -115,12 +118,39 @@ ARCH_MAP: dict[str, str] = {
 HF_FAMILIES: dict[str, bool] = {"llama": False, "mistral": False, "qwen2": True}
 
 
+#: The Llama 3 RoPE scaling megatron-core's ``RotaryEmbedding._apply_scaling`` hard-codes
+#: (only the factor reaches it, as ``GPTModel(rope_scaling=True, rope_scaling_factor=...)``):
+#: an HF ``rope_type: llama3`` maps onto it when its other three values are these.
+MEGATRON_LLAMA3_ROPE: dict[str, float] = {"low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                          "original_max_position_embeddings": 8192}
+
+
+def _rope_scaling(rope: Mapping[str, Any], problems: list[tuple[str, str]]) -> dict[str, Any]:
+    """GPTModel's ``rope_scaling``/``rope_scaling_factor`` for an HF config's RoPE: none,
+    or Llama 3's scaling with Megatron's fixed low/high factors and original context; any
+    other type or value is a problem naming the ``rope_parameters`` field."""
+    kind = rope.get("rope_type", rope.get("type", "default"))
+    if kind == "default":
+        return {}
+    if kind != "llama3":
+        problems.append(("target.model.config.rope_parameters.rope_type",
+                         f"{kind!r}: megatron-core's GPTModel has Llama 3's rope scaling (llama3) or none"))
+        return {}
+    for key, want in MEGATRON_LLAMA3_ROPE.items():
+        if float(rope.get(key, want)) != want:
+            problems.append((f"target.model.config.rope_parameters.{key}",
+                             f"{rope.get(key)!r}: megatron-core's Llama 3 rope scaling fixes it at {want:g} "
+                             "(only rope_scaling_factor is a GPTModel argument)"))
+    return {"rope_scaling": True, "rope_scaling_factor": float(rope["factor"])}
+
+
 def _from_hf(model: Mapping[str, Any], seq_len: int | None,
-             problems: list[tuple[str, str]]) -> tuple[dict[str, Any], dict[str, Any]]:
+             problems: list[tuple[str, str]]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """An HF target (``target.model.kind == "hf"``) in the GPT fields above, plus the
-    Megatron fields the GPT fields cannot say (rotate-half RoPE, q/k/v-only biases, a head
-    dim that is not width / heads). Anything the decoder has that Megatron would build
-    otherwise is a problem named ``target.model.config.<field>``."""
+    Megatron fields the GPT fields cannot say: for ``transformer_config`` rotate-half RoPE,
+    q/k/v-only biases, a head dim that is not width / heads; for ``gpt_model`` Llama 3's
+    rope scaling. Anything the decoder has that Megatron would build otherwise is a
+    problem named ``target.model.config.<field>``."""
     mt, cfg = str(model.get("model_type")), dict(model.get("config") or {})
     if mt not in HF_FAMILIES:
         raise ValueError(f"card field target.model.model_type: Megatron's GPTModel export covers "
@@ -130,10 +160,9 @@ def _from_hf(model: Mapping[str, Any], seq_len: int | None,
     head_dim = int(cfg.get("head_dim") or w // heads)
     rope = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
     theta = float(rope.get("rope_theta", cfg.get("rope_theta", 10000.0)))
+    gpt_extra = _rope_scaling(rope, problems)
     for key, ok, why in (
             ("hidden_act", cfg.get("hidden_act", "silu") == "silu", "Megatron's swiglu is silu-gated"),
-            ("rope_parameters", rope.get("rope_type", "default") == "default",
-             "Megatron-core's GPTModel has no HF rope scaling of this type"),
             ("attention_bias", not cfg.get("attention_bias"), "an o_proj bias without MLP biases"),
             ("mlp_bias", not cfg.get("mlp_bias"), "MLP biases without q/k/v biases"),
             ("sliding_window", not cfg.get("sliding_window") or not cfg.get("use_sliding_window", True),
@@ -148,14 +177,15 @@ def _from_hf(model: Mapping[str, Any], seq_len: int | None,
                   "tie_embeddings": bool(cfg.get("tie_word_embeddings", False))}
     extra = {"rotary_interleaved": False, "add_qkv_bias": HF_FAMILIES[mt], "add_bias_linear": False,
              "kv_channels": head_dim}
-    return gpt_fields, extra
+    return gpt_fields, extra, gpt_extra
 
 
 def _architecture(model: Mapping[str, Any], width: int, problems: list[tuple[str, str]],
                   seq_len: int | None = None) -> tuple[dict[str, Any], dict[str, Any], dict[str, str]]:
     hf_extra: dict[str, Any] = {}
+    gpt_extra: dict[str, Any] = {}
     if model.get("kind") == "hf":
-        model, hf_extra = _from_hf(model, seq_len, problems)
+        model, hf_extra, gpt_extra = _from_hf(model, seq_len, problems)
     for key in model:
         if key not in ARCH_MAP:
             problems.append((f"target.model.{key}", f"has no Megatron field (known: {', '.join(ARCH_MAP)})"))
@@ -202,6 +232,7 @@ def _architecture(model: Mapping[str, Any], width: int, problems: list[tuple[str
         tcfg["rotary_interleaved"] = True
         gpt.update(rotary_base=float(model.get("rope_theta", 10000.0)), rotary_percent=1.0)
     tcfg.update(hf_extra)  # an HF decoder: rotate-half RoPE, its own biases and head dim
+    gpt.update(gpt_extra)  # and Llama 3's rope scaling
     callables = {"activation_func": "torch.nn.functional.silu"} if mlp == "swiglu" else {}
     return tcfg, gpt, callables
 
@@ -354,6 +385,29 @@ def export_megatron(card: Mapping[str, Any], *, dp_size: int | None = None, micr
     if callables:
         notes.append("SwiGLU: pass activation_func=torch.nn.functional.silu with gated_linear_unit=True "
                      "(Megatron-LM's --swiglu sets both)")
+    dtype = card["target"].get("dtype") or "float32"
+    if dtype != "float32":
+        problems.append(("target.dtype", f"{dtype!r}: Megatron's --bf16 keeps float32 main params in its "
+                         "optimizer; pure low-precision weights have no field here"))
+    notes.append("weights float32: mixed precision is Megatron's bf16=True (TransformerConfig; Megatron-LM's "
+                 "--bf16), which keeps float32 main params in the optimizer")
+    if gpt.get("rope_scaling"):
+        notes.append(f"Llama 3 rope scaling: GPTModel(rope_scaling=True, rope_scaling_factor="
+                     f"{gpt['rope_scaling_factor']:g}) (Megatron-LM's --use-rope-scaling "
+                     "--rope-scaling-factor); megatron-core fixes low/high frequency factors 1 and 4 and the "
+                     "original context 8192, as the card's config has them")
+    notes.append("the model: `from megatron.core.transformer import TransformerConfig; from "
+                 "megatron.core.models.gpt import GPTModel; from megatron.core.models.gpt.gpt_layer_specs "
+                 "import get_gpt_layer_local_spec`; config = "
+                 "TransformerConfig(**export['transformer_config'], "
+                 "**callables) with each transformer_config_callables value resolved to its function; "
+                 "GPTModel(config=config, transformer_layer_spec=get_gpt_layer_local_spec(), "
+                 "**export['gpt_model'])")
+    notes.append("the optimizer: `from megatron.core.optimizer import OptimizerConfig`; "
+                 "OptimizerConfig(**export['optimizer_config']); Megatron's own μP grouping "
+                 "(use_mup) gives each parameter its LR; scheduler_config, training_config and "
+                 "tokenizer_config are Megatron-LM's `megatron.training.config.training_config` "
+                 "SchedulerConfig, TrainingConfig and TokenizerConfig")
     refused = [(f, why) for f, why in problems if f not in drops.allowed]
     if len(refused) > 1:  # all of them at once, not one per try
         problems = [refused[0], *problems]

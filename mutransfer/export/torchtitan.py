@@ -75,6 +75,76 @@ def _renamer(card: Mapping[str, Any]) -> tuple[Any, str]:
     return rename, "torchtitan llama3 (renamed from Hugging Face Llama as Llama3StateDictAdapter does)"
 
 
+#: HF model types whose decoder torchtitan's llama3 builds (pre-norm RMSNorm, RoPE,
+#: SwiGLU, GQA, no biases); anything else a card's HF target has is refused by field.
+TORCHTITAN_HF_FAMILIES: tuple[str, ...] = ("llama", "mistral", "qwen2")
+
+
+def _rope(cfg: Mapping[str, Any], problems: list[tuple[str, str]]) -> dict[str, Any]:
+    """torchtitan's ``ComplexRoPE.Config`` fields for an HF config's RoPE: none, or
+    Llama 3's scaling (``rope_type: llama3``), the only HF scaling torchtitan's llama3 has."""
+    rope = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
+    theta = float(rope.get("rope_theta", cfg.get("rope_theta", 10000.0)))
+    kind = rope.get("rope_type", rope.get("type", "default"))
+    out: dict[str, Any] = {"theta": theta, "scaling": "none"}
+    if kind == "llama3":
+        out.update(scaling="llama", scaling_factor=float(rope["factor"]),
+                   low_freq_factor=float(rope["low_freq_factor"]),
+                   high_freq_factor=float(rope["high_freq_factor"]),
+                   original_max_position_embeddings=int(rope["original_max_position_embeddings"]))
+    elif kind != "default":
+        problems.append(("target.model.config.rope_parameters.rope_type",
+                         f"{kind!r}: torchtitan's llama3 RoPE has Llama 3's scaling (llama3) or none"))
+    return out
+
+
+def llama3_architecture(card: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The torchtitan llama3 architecture of a card whose target is an HF Llama-family
+    config (None for any other target): sizes, GQA heads, head dim, norm eps, tying, RoPE
+    (Llama 3 scaling included) and HF's init std, what
+    :func:`mutransfer.engines.torchtitan.llama3_config` builds. What the llama3 cannot
+    express (q/k/v or MLP biases, another activation, another RoPE scaling, sliding
+    windows, an unknown family) is one ValueError naming every such card field."""
+    model = card["target"].get("model") or {}
+    if model.get("kind") != "hf":
+        return None
+    mt, cfg = str(model.get("model_type")), dict(model.get("config") or {})
+    problems: list[tuple[str, str]] = []
+    if mt not in TORCHTITAN_HF_FAMILIES:
+        problems.append(("target.model.model_type", f"{mt!r}: the torchtitan export covers "
+                         f"{', '.join(TORCHTITAN_HF_FAMILIES)}"))
+    biases = sorted(g["name"] for g in card["param_groups"] if g["name"].endswith(".bias"))
+    if biases:
+        why = "Qwen2's q/k/v biases" if mt == "qwen2" else "biases"
+        field = "target.model.config.attention_bias" if cfg.get("attention_bias") else (
+            "target.model.config.mlp_bias" if cfg.get("mlp_bias") else "target.model.model_type")
+        problems.append((field, f"{why} ({len(biases)} parameters, e.g. {biases[0]}): torchtitan's llama3 "
+                         "linears have no bias"))
+    if cfg.get("hidden_act", "silu") != "silu":
+        problems.append(("target.model.config.hidden_act", f"{cfg['hidden_act']!r}: torchtitan's llama3 "
+                         "feed-forward is SwiGLU (silu)"))
+    if cfg.get("sliding_window") and cfg.get("use_sliding_window", mt == "mistral"):
+        problems.append(("target.model.config.sliding_window", f"{cfg['sliding_window']!r}: torchtitan's "
+                         "llama3 attends to the whole context"))
+    rope = _rope(cfg, problems)
+    if problems:
+        rest = ", ".join(f for f, _ in problems[1:])
+        more = f"; it cannot carry {rest} either" if rest else ""
+        raise ValueError(f"the torchtitan export cannot carry card field {problems[0][0]}: {problems[0][1]}"
+                         f"{more} (export this card to hf or megatron instead)")
+    w, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
+    seq_len = int(card.get("batch", {}).get("seq_len") or card["target"].get("seq_len")
+                  or cfg.get("max_position_embeddings") or 2048)
+    return {"dim": w, "n_layers": int(cfg["num_hidden_layers"]), "n_heads": heads,
+            "n_kv_heads": int(cfg.get("num_key_value_heads") or heads),
+            "head_dim": int(cfg.get("head_dim") or w // heads),
+            "hidden_dim": int(cfg["intermediate_size"]), "vocab_size": int(cfg["vocab_size"]),
+            "norm_eps": float(cfg.get("rms_norm_eps", 1e-6)),
+            "enable_weight_tying": bool(cfg.get("tie_word_embeddings", False)),
+            "max_seq_len": seq_len, "init_std": float(cfg.get("initializer_range", 0.02)),
+            "rope": rope}
+
+
 def _pattern(names: Sequence[str]) -> str:
     return "^(?:" + "|".join(re.escape(n) for n in names) + ")$"
 
@@ -115,6 +185,7 @@ def export_torchtitan(card: Mapping[str, Any], *, dp_size: int | None = None, mi
     card = validate_card(card)
     drops = Drops("torchtitan", drop)
     groups = _groups(card)
+    arch = llama3_architecture(card)  # refuses what the llama3 cannot build, before anything else
     rename, names_from = _renamer(card)
     opt, batch = card["optimizer"], card["batch"]
     betas = [float(b) for b in opt.get("betas", (0.9, 0.95))]
@@ -131,6 +202,11 @@ def export_torchtitan(card: Mapping[str, Any], *, dp_size: int | None = None, mi
                 "local_batch_size": split.micro_batch}
     if seq_len:
         training["seq_len"] = seq_len
+    dtype = card["target"].get("dtype") or "float32"
+    if dtype not in ("float32", "bfloat16"):
+        raise ValueError(f"the torchtitan export cannot carry card field target.dtype: {dtype!r}; "
+                         "torchtitan's training.dtype is float32 (mixed precision) or bfloat16")
+    training["dtype"] = dtype  # float32: fp32 master weights, bf16 compute via mixed_precision_param
     fm = card["forward_multipliers"]
     mup = {"init": {rename(g["name"]): g["init"] for g in groups},
            "shapes": {rename(g["name"]): list(g["shape"]) for g in groups},
@@ -141,13 +217,49 @@ def export_torchtitan(card: Mapping[str, Any], *, dp_size: int | None = None, mi
            "batch": split._asdict(),
            "notes": [f"{split.dp_size} data-parallel rank(s) × local_batch_size {split.micro_batch} × "
                      f"{split.grad_accum} accumulation steps = global_batch_size {split.sequences}",
-                     "install μP's init and forward multipliers with the model converter "
-                     "mutransfer.engines.torchtitan.MuPConverter.Config(export=<this file>) in "
-                     "model_registry(..., converters=[...]); without it the model is not μP"]}
+                     f"training.dtype {dtype}: " + ("fp32 master weights, bf16 compute (torchtitan's "
+                                                    "mixed_precision_param)" if dtype == "float32"
+                                                    else "pure bf16 weights and optimizer state")]}
+    if arch is not None:
+        out["model"] = arch
+        out["notes"] += [
+            "the model: `from mutransfer.engines.torchtitan import model_spec; spec = model_spec(EXPORT)` "
+            "gives torchtitan's llama3 ModelSpec of this architecture (separate wq/wk/wv, HF's init) "
+            "under the card's μP; `from mutransfer.engines.torchtitan import llama3_config` gives its "
+            "model config alone. torchtitan's own model_registry flavours fuse q/k/v and cannot take "
+            "this card",
+            "the optimizer: `from mutransfer.export import torchtitan_param_groups; "
+            "OptimizersContainer.Config(param_groups=torchtitan_param_groups(export), ...)`"]
+    else:
+        out["notes"] += [
+            "install μP's init and forward multipliers on your own torchtitan model config with "
+            "`from mutransfer.engines.torchtitan import MuPConverter; "
+            "MuPConverter.Config(export=EXPORT).build().convert(model_config)`; without it the model is "
+            "not μP",
+            "the optimizer: `from mutransfer.export import torchtitan_param_groups; "
+            "OptimizersContainer.Config(param_groups=torchtitan_param_groups(export), ...)`"]
+    out["usage"] = _usage(arch is not None)
     drops.check_used()
     out["dropped"] = drops.dropped
     out["verified_against"] = _check_torchtitan(out)
     return out
+
+
+def _usage(hf: bool) -> str:
+    """Python that builds torchtitan's model and optimizer groups from the export file
+    (EXPORT: its path, filled in by ``mutransfer export``)."""
+    head = ["import json", "",
+            "from torchtitan.components.optimizer.optimizer import OptimizersContainer", "",
+            "from mutransfer.export import torchtitan_param_groups", ""]
+    if hf:
+        head[4:4] = ["from mutransfer.engines.torchtitan import model_spec"]
+        body = ["spec = model_spec(EXPORT)  # llama3, unfused q/k/v, the card's μP installed on build"]
+    else:
+        head[4:4] = ["from mutransfer.engines.torchtitan import MuPConverter"]
+        body = ["model_config = MuPConverter.Config(export=EXPORT).build().convert(model_config)  # yours"]
+    body += ["export = json.load(open(EXPORT))",
+             "optimizer = OptimizersContainer.Config(param_groups=torchtitan_param_groups(export))"]
+    return "\n".join(['EXPORT = "torchtitan.json"', *head, *body]) + "\n"
 
 
 def _check_torchtitan(export: Mapping[str, Any]) -> str:

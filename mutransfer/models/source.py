@@ -329,7 +329,9 @@ def build_model(source: ModelSource, width: int, depth: int, *, vocab_size: int 
                 tok = getattr(cfg, name, None)
                 if isinstance(tok, int) and tok >= vocab_size:
                     setattr(cfg, name, None)
-        model = tf.AutoModelForCausalLM.from_config(cfg)
+        # float32 weights whatever the config's torch_dtype (a checkpoint's storage dtype):
+        # the trainer's run.dtype decides autocast, never a silent pure-bf16 proxy
+        model = tf.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     else:
         fn = _load_builder(source.ref)
         try:

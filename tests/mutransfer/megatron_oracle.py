@@ -9,7 +9,9 @@ cases: importing megatron-core and torch takes most of the time). For each, a pa
 shape is tagged as megatron-core's LanguageModule tags the embedding and output layer,
 and Megatron's own optimizer grouping (get_standard_config_overrides +
 get_mup_config_overrides -> _get_param_groups, as megatron.training.training does) gives
-its max LR, min LR, Adam eps and weight decay. Standalone: mutransfer is not importable
+its max LR, min LR, Adam eps and weight decay; a RoPE model's rotary frequencies come from
+megatron-core's own RotaryEmbedding built with the export's GPTModel arguments.
+Standalone: mutransfer is not importable
 in that interpreter.
 """
 
@@ -81,6 +83,18 @@ def build(export: dict, groups: list) -> dict:
                    "tokenizer_config": [f.name for f in dataclasses.fields(TokenizerConfig)],
                    "gpt_model": sorted(gpt_args)},
     }
+
+    if export["gpt_model"].get("position_embedding_type") == "rope":
+        # the RoPE frequencies GPTModel's own RotaryEmbedding gets from these arguments
+        from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
+
+        g = export["gpt_model"]
+        rope = RotaryEmbedding(kv_channels=tc.kv_channels, rotary_percent=g.get("rotary_percent", 1.0),
+                               rotary_interleaved=tc.rotary_interleaved, rotary_base=g["rotary_base"],
+                               rope_scaling=g.get("rope_scaling", False),
+                               rope_scaling_factor=g.get("rope_scaling_factor", 8.0),
+                               use_cpu_initialization=True)
+        out["rope_inv_freq"] = rope.inv_freq.tolist()
 
     chunk = torch.nn.Module()
     for i, g in enumerate(groups):

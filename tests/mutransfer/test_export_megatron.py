@@ -206,8 +206,40 @@ def test_an_hf_llama_target_maps_onto_megatrons_fields(tmp_path) -> None:
         export_card(card, "megatron", drop=MUP_DROPS)
 
 
+#: Llama 3's RoPE scaling as Llama-3.2 configs carry it.
+LLAMA3_ROPE = {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 8192, "rope_theta": 500000.0}
+
+
+def hf_llama_rope_card() -> dict:
+    """:func:`hf_llama_card` with Llama-3.2's rope scaling (factor 32)."""
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp())
+    (folder / "config.json").write_text(json.dumps(dict(HF_LLAMA, rope_scaling=LLAMA3_ROPE,
+                                                        max_position_embeddings=131072)))
+    from mutransfer.target import hf_transfer_builder, resolve_hf_target
+
+    target = resolve_hf_target(f"hf:{folder / 'config.json'}")
+    pz = Parametrization(hf_transfer_builder(target), width=256, base_width=64)
+    return build_card(pz, lr=3e-3, optimizer=OPT, schedule=SCHEDULE,
+                      batch={"sequences": 8, "tokens": 256, "seq_len": 32, "dp_size": 2},
+                      target={"model": target.to_dict(), "width": 256, "depth": 2, "dp_size": 2})
+
+
+def test_llama3_rope_scaling_maps_onto_gpt_models_arguments() -> None:
+    with pytest.warns(UserWarning):
+        e = export_card(hf_llama_rope_card(), "megatron", drop=MUP_DROPS)
+    g = e["gpt_model"]
+    assert (g["rope_scaling"], g["rope_scaling_factor"], g["rotary_base"]) == (True, 32.0, 500000.0)
+    # what megatron-core builds from them: tests/mutransfer/test_hf_apply.py (its formula, on
+    # any machine) and test_megatron_core_builds_the_export_and_gives_the_cards_values (the
+    # real RotaryEmbedding, where megatron-core is installed)
+
+
 CASES = {
     "hf-llama": (hf_llama_card, MUP_DROPS),
+    "hf-llama-rope-scaled": (hf_llama_rope_card, MUP_DROPS),
     "mup": (lambda: card_for(), MUP_DROPS),
     "mup-output-mult-1": (lambda: card_for(multipliers=Multipliers(output=4.0)), MUP_DROPS),
     "llama-shaped": (lambda: llama_shaped(), MUP_DROPS),
@@ -254,6 +286,14 @@ def test_megatron_core_builds_the_export_and_gives_the_cards_values(case: str, m
     want_act = export["transformer_config_callables"].get("activation_func", "torch.nn.functional.gelu")
     assert got["activation_func"] == want_act
     assert got["mup_width_mult"] == 4.0
+    model = card["target"].get("model", {})
+    if model.get("kind") == "hf":  # RoPE: megatron-core's frequencies are HF's for the same config
+        import transformers
+
+        hf_cfg = transformers.AutoConfig.for_model(**model["config"])
+        hf = transformers.AutoModelForCausalLM.from_config(hf_cfg)
+        hf_inv = hf.model.rotary_emb.inv_freq
+        assert got["rope_inv_freq"] == pytest.approx(hf_inv.tolist(), rel=1e-6), case
     # Megatron's own optimizer grouping gives each parameter the card's LR, min LR and
     # weight decay, and the Adam eps of the exporter's table (the card's eps is dropped).
     floor, eps = card["schedule"]["lr_floor"], export["optimizer_config"]["adam_eps"]
