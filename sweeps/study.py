@@ -121,7 +121,8 @@ def prepare(
         if name in study_names(opened):
             existing = opened.get_study_user_attrs(opened.get_study_id_from_name(name))
             if STUDY_ATTR not in existing:
-                raise ValueError(f"study {name!r} exists in the storage but was not created by mutransfer sweep")
+                raise ValueError(f"study {name!r} exists in the storage but was not created by "
+                                 "mutransfer sweep")
             _check_compatible(existing[STUDY_ATTR], settings, name)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         optuna.create_study(study_name=name, storage=opened, direction="minimize", load_if_exists=True)

@@ -24,8 +24,10 @@ import copy
 import dataclasses
 import hashlib
 import json
+import os
 import re
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -33,6 +35,7 @@ from typing import Any, Literal
 import torch
 import torch.nn as nn
 
+from mutransfer.contain import BUILD_TIMEOUT_ENV, run_child
 from mutransfer.entry import load_entry
 from mutransfer.models.gpt import GPT, GPTConfig
 from mutransfer.models.mlp import MLP
@@ -111,6 +114,7 @@ def parse_model(text: str, head_rule: str = "keep_head_dim") -> ModelSource:
             raise ValueError(f"unknown model {text!r}: not a preset ({', '.join(PRESETS)}), "
                              "hf:PATH (a local config.json) or module:function")
         return ModelSource("preset", name, rule)
+    contain_builder(text)  # its import first runs in a child when the CLI asks (mutransfer.contain)
     _load_builder(text)
     return ModelSource("builder", text, rule)
 
@@ -331,9 +335,13 @@ def build_model(source: ModelSource, width: int, depth: int, *, vocab_size: int 
                     setattr(cfg, name, None)
         model = tf.AutoModelForCausalLM.from_config(cfg)
     else:
+        contain_builder(source.ref, width, depth)  # the first build runs in a child first (CLI)
         fn = _load_builder(source.ref)
         try:
             model = fn(width, depth)
+        except SystemExit as exc:  # not an Exception: it would end the verb with its code, silently
+            raise ValueError(f"model builder {source.ref!r} called sys.exit({exc.code!r}) at width={width}, "
+                             f"depth={depth}; a builder must return the model") from None
         except Exception as exc:  # noqa: BLE001 - the user's code failing is their input
             raise ValueError(f"model builder {source.ref!r} raised {type(exc).__name__} at width={width}, "
                              f"depth={depth}: {exc}") from None
@@ -364,6 +372,58 @@ def _probe(source: ModelSource, model: nn.Module, vocab_size: int | None) -> Non
         want = f"[1, 2, {vocab_size or 'V'}]"
         raise ValueError(f"model builder {source.ref!r}: logits of token ids [1, 2] have shape "
                          f"{list(logits.shape)}, not {want}")
+
+
+# ---- a builder's first import and build, contained (mutransfer.contain) -------------------
+
+_CHECKED: set[tuple[str, int | None, int | None]] = set()
+
+
+def contain_builder(spec: str, width: int | None = None, depth: int | None = None) -> None:
+    """When :data:`BUILD_TIMEOUT_ENV` is set (the CLI sets it): :func:`check_builder`, once
+    per process for the import and once for the first build of ``spec``. Else nothing."""
+    timeout = os.environ.get(BUILD_TIMEOUT_ENV)
+    key = (spec, None, None) if width is None else (spec, -1, -1)
+    if not timeout or key in _CHECKED:
+        return
+    check_builder(spec, width, depth, timeout=float(timeout))
+    _CHECKED.add(key)
+
+
+def check_builder(spec: str, width: int | None, depth: int | None, *, timeout: float) -> None:
+    """Import the builder ``spec`` (``module:function``) and, with ``width``, build its model
+    once at ``width``/``depth``, in a child process, before this process runs it: a builder
+    that exits (``sys.exit``, ``os._exit``), hangs past ``timeout`` s or raises is one
+    ValueError naming it and what it did."""
+    at = "at import" if width is None else f"building its model at width={width}, depth={depth}"
+    out = run_child(_build_once, {"spec": spec, "width": width, "depth": depth}, timeout)
+    if out.kind == "timeout":
+        raise ValueError(f"model builder {spec!r} did not finish {at} within {timeout:g} s; it was "
+                         f"stopped (set {BUILD_TIMEOUT_ENV}=SECONDS if it is only slow)")
+    if out.kind == "ended":
+        raise ValueError(f"model builder {spec!r} ended the process (exit code {out.exit_code}) {at}")
+    kind, text = out.value
+    if kind == "exit":
+        raise ValueError(f"model builder {spec!r} called sys.exit({text}) {at}; a builder must "
+                         "return the model")
+    if kind == "error":
+        raise ValueError(text)
+
+
+def _build_once(options: Mapping[str, Any]) -> list[Any]:
+    spec = options["spec"]
+    try:
+        source = parse_model(spec)
+        if options["width"] is not None:
+            build_model(source, int(options["width"]), int(options["depth"]))
+    except SystemExit as exc:
+        return ["exit", repr(exc.code)]
+    except ValueError as exc:  # ours: already names the builder
+        return ["error", str(exc).splitlines()[0] if str(exc) else "ValueError"]
+    except BaseException as exc:  # noqa: BLE001 - any failure of user code is reported
+        first = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        return ["error", f"model builder {spec!r} raised {first}"]
+    return ["ok", ""]
 
 
 __all__ = [
