@@ -141,7 +141,7 @@ def save_card(card: Mapping[str, Any], path: str | Path) -> Path:
     """Validate, then write YAML (or JSON for a ``.json`` path) atomically."""
     import yaml
 
-    card = validate_card(card)
+    card = plain(validate_card(card))  # numpy scalars of a fit would stop YAML mid-write
     path = Path(path)
     class NoAliasDumper(yaml.SafeDumper):  # a value written twice is written out twice
         def ignore_aliases(self, data: Any) -> bool:

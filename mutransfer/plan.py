@@ -510,6 +510,10 @@ def plan_run(
     }
     if bound.accepted:  # bounds the user took as values (--accept-edge), and where they were flagged
         projected["accepted_edges"] = bound.accepted
+    for what in dict.fromkeys(accept_edge):  # a flag that changed nothing is said, not ignored
+        if what not in bound.accepted:
+            warnings.append(f"--accept-edge {what} accepted nothing: the fit's {what} is not at an edge "
+                            "of its grid here")
     if projected_batch_fit is not None:  # the fitted law's batch, shown beside the one used
         projected["batch_fit"] = projected_batch_fit
     return RunPlan(lr=lr, batch_sequences=seqs, micro_batch=micro, batch_tokens=b_tok, steps=steps,

@@ -104,6 +104,9 @@ def parse_model(text: str, head_rule: str = "keep_head_dim") -> ModelSource:
     if head_rule not in HEAD_RULES:
         raise ValueError(f"head_rule must be one of {', '.join(HEAD_RULES)}, got {head_rule!r}")
     rule = typing.cast(HeadRule, head_rule)
+    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", text):  # not a module named "https"
+        raise ValueError(f"model {text!r} is a URL; mutransfer never downloads: give hf:PATH (a local "
+                         "config.json), a preset name or module:function")
     if text.startswith("hf:"):
         path = _local_config_path(text)
         _check_hf_sizes(path, *_read_config_json(path))  # checked now, not at the first build
