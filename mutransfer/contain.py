@@ -59,7 +59,8 @@ def run_child(func: Callable[[Mapping[str, Any]], Any], options: Mapping[str, An
     try:
         assert proc.stdin is not None
         try:
-            proc.stdin.write(pickle.dumps(dict(options)))
+            # the parent's import path (a folder the caller added): the child imports what it would
+            proc.stdin.write(pickle.dumps({"options": dict(options), "sys_path": list(sys.path)}))
             proc.stdin.close()
         except BrokenPipeError:  # the child is gone already: its exit code says why
             pass
@@ -111,7 +112,10 @@ def _child_main() -> None:
     die_with_parent()
     import importlib
 
-    options = pickle.load(sys.stdin.buffer)  # from our parent, never from a file
+    sent = pickle.load(sys.stdin.buffer)  # from our parent, never from a file
+    options = sent["options"]
+    sys.path[:] = [p for p in sent["sys_path"] if isinstance(p, str)] + [
+        p for p in sys.path if p not in sent["sys_path"]]
     module, _, name = target.partition(":")
     answer = getattr(importlib.import_module(module), name)(options)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
