@@ -312,14 +312,17 @@ class Storage:
         processes and machines that share the storage): creating a study and enqueuing its
         grid run under it, so two launches started at once cannot both enqueue a point.
 
-        A journal or SQLite file: ``fcntl.flock`` on ``FILE.prepare.lock`` beside it (the
-        kernel drops it when the holder dies, even by SIGKILL). PostgreSQL: a session
+        A journal: ``fcntl.flock`` on the journal file; SQLite: on ``FILE.prepare.lock``
+        beside it (the kernel drops either when the holder dies, even by SIGKILL). PostgreSQL: a session
         advisory lock (``pg_advisory_lock``), MySQL/MariaDB: ``GET_LOCK``, on a connection
         of their own, released by the server when that connection ends. Another RDB: no lock
         (one launcher at a time). Not reached within ``timeout`` s -> ValueError."""
         files = self.files
         if files:
-            with _file_lock(Path(files[0] + ".prepare.lock"), timeout, self.masked):
+            # a journal: its own file (Optuna locks it with a symlink, never flock); SQLite's
+            # file takes POSIX locks that closing another descriptor of it would drop: a file beside
+            where = self.path if self.path is not None else Path(files[0] + ".prepare.lock")
+            with _file_lock(where, timeout, self.masked):
                 yield
             return
         if self.kind in ("postgresql", "mysql", "mariadb"):
