@@ -47,7 +47,7 @@ def launch_at_once(rounds: list[list[str]], n: int, step: float, env: dict[str, 
                    ) -> list[list[tuple[int, str]]]:
     """``n`` processes each run every argv of ``rounds``, round k at t0 + k·step (all at
     once); returns per round the (rc, stderr) of each process."""
-    t0 = time.time() + 4.0  # every process has imported by then
+    t0 = time.time() + 3.0  # every process has imported by then
     e = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **(env or {})}
     procs = [subprocess.Popen([sys.executable, "-c", LAUNCHER, str(t0), str(step), json.dumps(rounds)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e, cwd=ROOT)
@@ -104,8 +104,8 @@ KINDS = ["journal", "sqlite",
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_prepare_only_launches_at_once_enqueue_every_point_once(kind, tmp_path) -> None:
-    """3 launches at once, 4 times: one enqueues the 9 points, the others join (0 enqueued)."""
-    where = storages(tmp_path, kind, 4)
+    """3 launches at once, 3 times: one enqueues the 9 points, the others join (0 enqueued)."""
+    where = storages(tmp_path, kind, 3)
     try:
         results = launch_at_once([lr_sweep(s, name, prepare_only=True) for s, name in where], n=3, step=1.5)
         for (storage, name), launches in zip(where, results):
@@ -120,9 +120,9 @@ def test_prepare_only_launches_at_once_enqueue_every_point_once(kind, tmp_path) 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_two_identical_sweeps_at_once_train_every_point_once(kind, tmp_path) -> None:
-    """Two whole sweeps (a worker each) at once, 3 times: both finish (rc 0), and every grid
+    """Two whole sweeps (a worker each) at once, twice: both finish (rc 0), and every grid
     point has exactly one COMPLETE trial and no other."""
-    where = storages(tmp_path, kind, 3)
+    where = storages(tmp_path, kind, 2)
     try:
         results = launch_at_once([lr_sweep(s, name, prepare_only=False) for s, name in where], n=2, step=3.0,
                                  env={"MUTRANSFER_SYNTHETIC_SLEEP": "0.02"})
