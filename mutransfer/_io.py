@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import tempfile
@@ -60,26 +61,101 @@ def read_text(path: str | os.PathLike[str], what: str = "file") -> str:
                          f"{exc.start}") from None
 
 
-def read_yaml_mapping(path: str | os.PathLike[str], what: str = "file") -> dict[str, Any]:
+def read_yaml_mapping(path: str | os.PathLike[str], what: str = "file", *, max_bytes: int | None = None,
+                      bound_aliases: bool = False) -> dict[str, Any]:
     """A YAML (or JSON) file holding a mapping, read with ``yaml.safe_load`` (no code runs).
 
     One clear ValueError, naming ``what`` and the path, for a missing file, bad YAML or a
-    document that is not a mapping; an empty file is an empty mapping.
+    document that is not a mapping; an empty file is an empty mapping. ``max_bytes``: a
+    larger file is refused before it is parsed. ``bound_aliases``: YAML aliases (``*name``)
+    are bounded before anything is constructed: a self-referencing one, or ones that would
+    expand the document past :data:`MAX_EXPANDED_NODES` ("billion laughs"), are refused.
+    Nesting too deep for Python's recursion is refused too.
     """
     import yaml
 
     p = Path(path)
     if not p.is_file():
         raise ValueError(f"{what} {str(p)!r} does not exist")
+    check_size(p, what, max_bytes)
+    loader = _bounded_alias_loader() if bound_aliases else yaml.SafeLoader
     try:
-        doc = yaml.safe_load(read_text(p, what))
+        doc = yaml.load(read_text(p, what), Loader=loader)  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as exc:
         raise ValueError(f"{what} {str(p)!r} is not valid YAML: {str(exc).splitlines()[0]}") from None
+    except _AliasRefused as exc:
+        raise ValueError(f"{what} {str(p)!r} holds {exc.args[0]} (line {exc.args[1]}); write the "
+                         "value out") from None
+    except RecursionError:
+        raise ValueError(f"{what} {str(p)!r} is nested too deeply to read") from None
     if doc is None:
         return {}
     if not isinstance(doc, dict):
         raise ValueError(f"{what} {str(p)!r} must hold a mapping, got {type(doc).__name__}")
     return doc
+
+
+def check_size(path: str | os.PathLike[str], what: str, max_bytes: int | None) -> None:
+    """A file larger than ``max_bytes`` is one ValueError naming it and the limit (None: any)."""
+    if max_bytes is None:
+        return
+    size = Path(path).stat().st_size
+    if size > max_bytes:
+        raise ValueError(f"{what} {str(path)!r} is {size:,} bytes, above the limit of {max_bytes:,}")
+
+
+#: The most nodes a YAML document read with ``bound_aliases`` may hold once its aliases are
+#: expanded (a "billion laughs" of 1 KB expands to 10^9): far above any card (~10^4).
+MAX_EXPANDED_NODES = 1_000_000
+
+
+class _AliasRefused(Exception):
+    """A YAML document :func:`_bounded_alias_loader` refuses: args are (why, line)."""
+
+
+@functools.lru_cache(maxsize=1)
+def _bounded_alias_loader() -> type:
+    import yaml
+
+    class BoundedAliasLoader(yaml.SafeLoader):
+        """A SafeLoader that, before constructing anything, counts the nodes of the document
+        with every alias expanded (memoized on the node graph, so the count itself is
+        cheap) and refuses a self-referencing alias or more than MAX_EXPANDED_NODES."""
+
+        def compose_document(self) -> Any:
+            node = super().compose_document()
+            _expanded_size(node)
+            return node
+
+    return BoundedAliasLoader
+
+
+def _expanded_size(root: Any) -> int:
+    import yaml
+
+    sizes: dict[int, int] = {}
+    on_path: set[int] = set()
+
+    def size(node: Any) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in on_path:
+            raise _AliasRefused("a self-referencing alias", node.start_mark.line + 1)
+        on_path.add(key)
+        n = 1
+        if isinstance(node, yaml.SequenceNode):
+            n += sum(size(v) for v in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            n += sum(size(k) + size(v) for k, v in node.value)
+        on_path.discard(key)
+        if n > MAX_EXPANDED_NODES:
+            raise _AliasRefused(f"aliases that expand past {MAX_EXPANDED_NODES:,} nodes",
+                                node.start_mark.line + 1)
+        sizes[key] = n
+        return n
+
+    return size(root)
 
 
 def _named(items: Any, default: str) -> list[tuple[str, Path]]:

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from mutransfer import __version__
-from mutransfer._io import atomic_write_text, plain, read_text, read_yaml_mapping
+from mutransfer._io import atomic_write_text, check_size, plain, read_text, read_yaml_mapping
 from mutransfer.card_apply import Applied, LambdaLRList, apply, apply_card, apply_init
 from mutransfer.card_schema import (
     _C,
@@ -141,24 +141,38 @@ def save_card(card: Mapping[str, Any], path: str | Path) -> Path:
     """Validate, then write YAML (or JSON for a ``.json`` path) atomically."""
     import yaml
 
-    card = validate_card(card)
+    card = plain(validate_card(card))  # numpy scalars of a fit would stop YAML mid-write
     path = Path(path)
-    text = json.dumps(card, indent=2) + "\n" if path.suffix == ".json" else yaml.safe_dump(
-        card, sort_keys=False)
+    class NoAliasDumper(yaml.SafeDumper):  # a value written twice is written out twice
+        def ignore_aliases(self, data: Any) -> bool:
+            return True
+
+    text = json.dumps(card, indent=2) + "\n" if path.suffix == ".json" else yaml.dump(
+        card, Dumper=NoAliasDumper, sort_keys=False)
     return atomic_write_text(path, text)
+
+
+#: The largest card file read (a card for a 1,000-layer model is about 1 MB): a larger one
+#: is refused before it is parsed.
+MAX_CARD_BYTES = 4 << 20
 
 
 def load_card(path: str | Path) -> dict[str, Any]:
     """Read a card (YAML with ``yaml.safe_load``, or JSON for a ``.json`` path; v1 or
-    v2) and validate it. Nothing in it executes."""
+    v2) and validate it. Nothing in it executes; a file over :data:`MAX_CARD_BYTES`, YAML
+    aliases that refer to themselves or expand too far, an unknown section or a schema tag
+    its body contradicts is refused before
+    the document is walked."""
     if Path(path).suffix == ".json":
         card = _read_json(path)
     else:
-        card = read_yaml_mapping(path, "transfer card")
+        card = read_yaml_mapping(path, "transfer card", max_bytes=MAX_CARD_BYTES, bound_aliases=True)
     try:
         return validate_card(card)
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None
+    except RecursionError:
+        raise ValueError(f"transfer card {str(path)!r} is nested too deeply to read") from None
 
 
 def _read_json(path: str | Path) -> Any:
@@ -166,10 +180,13 @@ def _read_json(path: str | Path) -> Any:
     p = Path(path)
     if not p.is_file():
         raise ValueError(f"transfer card {str(p)!r} does not exist")
+    check_size(p, "transfer card", MAX_CARD_BYTES)
     try:
         return json.loads(read_text(p, "transfer card"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"transfer card {str(p)!r} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ValueError(f"transfer card {str(p)!r} is nested too deeply to read") from None
 
 
 __all__ = ["SCHEMA", "SCHEMAS", "SCHEMA_V1", "SCHEMA_V2", "Applied", "LambdaLRList", "apply", "apply_init",

@@ -41,6 +41,16 @@ REQUIRED = ("schema", "source", "target", "parametrization", "optimizer", "sched
 REQUIRED_V2 = (*REQUIRED, "audit")
 
 
+#: Every top-level section a card may hold (``trust`` is written by ``mutransfer transfer``);
+#: any other is refused before the document is walked.
+SECTIONS = (*REQUIRED_V2, "trust")
+
+
+#: What only a v2 card has: a card tagged v1 that holds one is refused (its tag lies).
+V2_ONLY = {"audit": "section audit", "trust": "section trust", "target.model": "target.model",
+           "optimizer.tau": "optimizer.tau"}
+
+
 #: Per-parameter init: the model's own (``keep``; ``model`` is accepted as a synonym),
 #: zeros, a multiplier of the model's own init, or a fresh normal with this std.
 _INIT = re.compile(r"keep|model|zeros|scale:(?P<scale>.+)|normal:(?P<std>.+)")
@@ -463,9 +473,20 @@ def validate_card(card: Any) -> dict[str, Any]:
     if schema not in SCHEMAS:
         raise ValueError(f"unsupported card schema {schema!r}; expected {SCHEMA_V2!r} (or {SCHEMA_V1!r})")
     v2 = schema == SCHEMA_V2
+    unknown = [str(k) for k in card if k not in SECTIONS]
+    if unknown:  # before anything is walked: an extra key may hold anything
+        raise ValueError(f"transfer card has unknown section(s): {', '.join(unknown[:5])}; a card holds "
+                         f"only {', '.join(SECTIONS)}")
     missing = [k for k in (REQUIRED_V2 if v2 else REQUIRED) if k not in card]
     if missing:
         raise ValueError(f"transfer card is missing section(s): {', '.join(missing)}")
+    if not v2:
+        for path, what in V2_ONLY.items():
+            head, _, key = path.partition(".")
+            sec = card.get(head)
+            if (sec is not None and not key) or (isinstance(sec, Mapping) and sec.get(key) is not None):
+                raise ValueError(f"transfer card is tagged {SCHEMA_V1!r} but holds {what}, which only "
+                                 f"{SCHEMA_V2!r} has; fix its schema tag")
     for key in ("source", "target", "parametrization", "optimizer", "schedule", "batch",
                 "forward_multipliers", "projected", "provenance", *(("audit",) if v2 else ())):
         _C.mapping(key, card[key])
@@ -483,8 +504,8 @@ def validate_card(card: Any) -> dict[str, Any]:
     if "trust" in card:
         _check_trust(card["trust"])
     _check_lr_sensitivity(card["projected"])
-    _finite_everywhere(dict(card), "")  # the free-form sections: source, projected, audit
     _check_consistency(card)
+    _finite_everywhere(dict(card), "")  # last, once every key is known: source, projected, audit
     return dict(card)
 
 

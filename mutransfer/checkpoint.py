@@ -116,6 +116,9 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: str | torch.devi
     mutransfer checkpoint, or lacks a required entry.
     """
     p = Path(path)
+    if p.is_dir():
+        hint = f"; it holds {p / 'checkpoint.pt'}" if (p / "checkpoint.pt").is_file() else ""
+        raise ValueError(f"checkpoint {str(p)!r} is a directory, not a checkpoint file{hint}")
     if not p.is_file():
         raise ValueError(f"checkpoint {str(p)!r} does not exist")
     try:

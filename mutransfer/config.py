@@ -371,7 +371,8 @@ class RunSection(_Section):
     data: str = "stdlib"
     """Token source: ``stdlib`` (embedded corpus) or a path (.bin memmap(s), text)."""
     data_dtype: TokenDtype | None = None
-    """Token dtype of .bin data (uint8/uint16/uint32; None: sidecar or uint16)."""
+    """Token dtype of .bin data (uint8/uint16/uint32; None: the sidecar's, or uint16 for a
+    train.bin/val.bin folder; a single .bin without a sidecar needs it)."""
     data_max_bytes: int | None = None
     """Cap on the stdlib corpus in bytes (tests, quick demos)."""
     data_cache: str | None = None

@@ -41,7 +41,7 @@ from mutransfer.corpus import (
     cache_dir,
     stdlib_files,
 )
-from mutransfer.prepare import prepare_tokens
+from mutransfer.prepare import _PREPARED_FORMAT, prepare_tokens
 
 __all__ = [
     "DataConfig",
@@ -299,6 +299,22 @@ def _read_sidecar(path: Path) -> dict[str, Any]:
     return {}
 
 
+def _check_sidecar(path: Path, sidecar: dict[str, Any], *, given_dtype: str | None, folder: bool) -> None:
+    """A single ``.bin`` needs a sidecar (``data prepare`` writes it before the ``.bin``, so a
+    ``.bin`` without one is half-written), unless ``dtype`` is given for a bare memmap; a
+    nanoGPT folder (train.bin/val.bin) may have none. A sidecar of ours must be of a
+    format this version reads."""
+    if not sidecar and not folder and given_dtype is None:
+        raise ValueError(f"{path} has no sidecar ({path.name}.json): a half-written `data prepare`? "
+                         "prepare it again, or give its dtype for a bare token memmap (train: --set "
+                         "data_dtype=uint16)")
+    fmt = sidecar.get("format")
+    if fmt is not None and not (isinstance(fmt, int) and not isinstance(fmt, bool)
+                                and 1 <= fmt <= _PREPARED_FORMAT):
+        raise ValueError(f"the sidecar of {path} has format {fmt!r}; this version reads format 1 to "
+                         f"{_PREPARED_FORMAT}: prepare the tokens again with this version")
+
+
 def _bin_dtype(path: Path, given: str | None, sidecar: dict[str, Any]) -> np.dtype[Any]:
     side = sidecar.get("dtype")
     if given is not None and side is not None and str(side) != given:
@@ -341,8 +357,13 @@ def _load_bin(cfg: DataConfig, path: Path) -> TokenDataset:
     else:
         files = {"train": path}
     sidecar = _read_sidecar(files["train"])
+    _check_sidecar(files["train"], sidecar, given_dtype=cfg.dtype, folder=path.is_dir())
     dtype = _bin_dtype(files["train"], cfg.dtype, sidecar)
     train = _open_bin(files["train"], dtype)
+    if isinstance(sidecar.get("n_tokens"), int) and sidecar["n_tokens"] != train.shape[0]:
+        raise ValueError(f"{files['train']} holds {train.shape[0]} tokens but its sidecar says "
+                         f"n_tokens={sidecar['n_tokens']!r}: a half-written or stale dataset? "
+                         "prepare it again")
     split = sidecar.get("split") if isinstance(sidecar.get("split"), dict) else {}
     if "val" in files and files["val"].is_file():
         tokens = {"train": train, "val": _open_bin(files["val"], dtype)}

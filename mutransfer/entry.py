@@ -19,6 +19,8 @@ def load_entry(spec: str) -> Callable[..., Any]:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
+    except SystemExit as exc:  # not an Exception: it would end the caller with its code, silently
+        raise ValueError(f"entry point {spec!r} called sys.exit({exc.code!r}) at import") from None
     except Exception as exc:  # noqa: BLE001 - any import failure is the user's input
         raise ValueError(f"entry point {spec!r} cannot be imported: {type(exc).__name__}: {exc}") from None
     fn = module

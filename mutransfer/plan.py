@@ -620,6 +620,10 @@ def plan_run(
         projected["critical_batch"] = {**crit, "token_cost": 1.0 + b_tok / crit["value"]}
     projected["beta2"] = beta2_for(b_tok, beta2=beta2, halflife_tokens=beta2_halflife_tokens,
                                    proxy_batch_tokens=proxy_batch_tokens)
+    for what in dict.fromkeys(accept_edge):  # a flag that changed nothing is said, not ignored
+        if what not in bound.accepted:
+            warnings.append(f"--accept-edge {what} accepted nothing: the fit's {what} is not at an edge "
+                            "of its grid here")
     if projected_batch_fit is not None:  # the fitted law's batch, shown beside the one used
         projected["batch_fit"] = projected_batch_fit
     return RunPlan(lr=lr, batch_sequences=seqs, micro_batch=micro, batch_tokens=b_tok, steps=steps,

@@ -15,11 +15,15 @@ from typing import Any
 
 import numpy as np
 
-from mutransfer._io import atomic_path, atomic_write_text, check_output
+from mutransfer._io import atomic_write_text, check_output
 from mutransfer.corpus import _SPLITS, _check_fraction, _split_by_file, _text_files
 
 #: Version of the sidecar :func:`prepare_tokens` writes (``X.bin.json``); bump on a change.
 _PREPARED_FORMAT = 1
+
+
+#: The fewest tokens a split of a prepared dataset may hold: one input and its target.
+MIN_SPLIT_TOKENS = 2
 
 
 #: End-of-text tokens looked for, in this order, when ``eos="auto"`` (GPT-2, Llama 3,
@@ -115,8 +119,11 @@ def prepare_tokens(
     - Streaming: files are read in line-aligned pieces of ``chunk_chars`` and encoded with
       ``encode_batch`` ``batch_chars`` at a time, straight into the output, so memory stays
       bounded whatever the input size. ``progress(n_chars)`` is called after each batch.
-    - Atomic: the ``.bin`` is written to a temp file and renamed, then the sidecar (it
-      records ``n_tokens``; the loader refuses a sidecar that disagrees with the file).
+    - Whole or absent: the ``.bin`` is written to a temp file, the sidecar (it records
+      ``n_tokens``) is written next, and the ``.bin`` is renamed into place last; the
+      loader refuses a ``.bin`` whose sidecar is missing or disagrees with it. Temp files
+      of a killed earlier run are removed (:func:`clean_stale_temps`); a write error
+      (a full disk) names the file.
     """
     _check_fraction(val_fraction)
     tok_path = _tokenizer_file(tokenizer)
@@ -138,9 +145,65 @@ def prepare_tokens(
     ordered, rule = _order_documents(docs, val_fraction)
 
     start = time.perf_counter()
-    counts, n_docs, n, val_start = _encode_into(
-        dst, tk, ordered, src=src, val_fraction=val_fraction, dtype=dtype, eos_id=eos_id,
-        chunk_chars=chunk_chars, batch_chars=batch_chars, progress=progress)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    clean_stale_temps(dst)
+    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    writing = dst  # the file a write error names (ENOSPC has no file name of its own)
+    try:
+        counts, n_docs, n, val_start = _encode_into(
+            tmp, tk, ordered, src=src, val_fraction=val_fraction, dtype=dtype, eos_id=eos_id,
+            chunk_chars=chunk_chars, batch_chars=batch_chars, progress=progress)
+        sidecar = _sidecar(src, dtype, vocab, n, tok_path, eos_token, eos_id, n_docs, val_start,
+                           val_fraction, rule, ordered, start)
+        # Whole or absent: the old .bin goes first, then the sidecar is written, and the new
+        # .bin is renamed into place last. A .bin is never without the sidecar that
+        # describes it (the loader refuses a .bin whose sidecar is missing or disagrees).
+        dst.unlink(missing_ok=True)
+        writing = side_path
+        atomic_write_text(side_path, json.dumps(sidecar, indent=2) + "\n")
+        writing = dst
+        os.replace(tmp, dst)
+    except OSError as exc:  # ENOSPC, EIO, ...: name the file being written
+        tmp.unlink(missing_ok=True)
+        if writing == side_path:  # no sidecar: no dataset
+            side_path.unlink(missing_ok=True)
+        raise OSError(exc.errno, exc.strerror, str(exc.filename or writing)) from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return sidecar
+
+
+def clean_stale_temps(dst: Path) -> list[Path]:
+    """Remove temp files an earlier ``prepare_tokens`` of ``dst`` left when it was killed
+    (``.NAME.bin.PID.XXXX.tmp`` of a process that is gone, or an older version's
+    ``.NAME.bin.XXXXXXXX.tmp``); one of a live process is kept. Returns those removed."""
+    removed = []
+    for p in dst.parent.glob(f".{dst.name}.*.tmp"):
+        parts = p.name[len(dst.name) + 2:-len(".tmp")].split(".")
+        if parts and parts[0].isdigit() and len(parts) == 2 and _alive(int(parts[0])):
+            continue
+        try:
+            p.unlink()
+            removed.append(p)
+        except OSError:
+            pass
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _sidecar(src: Path, dtype: np.dtype, vocab: int, n: int, tok_path: Path, eos_token: str | None,
+             eos_id: int | None, n_docs: dict[str, int], val_start: int, val_fraction: float, rule: str,
+             ordered: dict[str, list[tuple[str, Path]]], start: float) -> dict[str, Any]:
     sha = hashlib.sha256(tok_path.read_bytes()).hexdigest()
     name = tok_path.parent.name if tok_path.name == "tokenizer.json" else tok_path.stem
     sidecar = {
@@ -159,7 +222,6 @@ def prepare_tokens(
         "n_files": {s: len(ordered[s]) for s in _SPLITS},
         "build_seconds": round(time.perf_counter() - start, 3),
     }
-    atomic_write_text(side_path, json.dumps(sidecar, indent=2) + "\n")
     return sidecar
 
 
@@ -209,10 +271,10 @@ def _encode_into(dst: Path, tk: Any, ordered: dict[str, list[tuple[str, Path]]],
                  progress: Any) -> tuple[dict[str, int], dict[str, int], int, int]:
     """Stream every document's pieces through ``encode_batch`` into ``dst`` split by
     split; returns the token and document counts per split, the total and the first val
-    token. Written to a temp file renamed at the end, so a refused split leaves nothing."""
+    token. ``dst`` is the temp file the caller renames once the sidecar is in place."""
     counts = {s: 0 for s in _SPLITS}
     n_docs = {s: 0 for s in _SPLITS}
-    with atomic_path(dst) as tmp, open(tmp, "wb") as fh:
+    with open(dst, "wb") as fh:
         for split in _SPLITS:
             pending: list[tuple[str, bool]] = []
             size = 0
@@ -238,7 +300,9 @@ def _encode_into(dst: Path, tk: Any, ordered: dict[str, list[tuple[str, Path]]],
                     if size >= batch_chars:
                         flush()
             flush()
-        n, val_start = _val_start(counts, ordered, src, val_fraction)  # refused before the rename
+        fh.flush()
+        os.fsync(fh.fileno())
+    n, val_start = _val_start(counts, ordered, src, val_fraction)  # refused before the rename
     return counts, n_docs, n, val_start
 
 
@@ -255,7 +319,12 @@ def _val_start(counts: dict[str, int], ordered: dict[str, list[tuple[str, Path]]
             raise ValueError(f"the {empty} files of {str(src)!r} are all empty: nothing to put in "
                              f"{empty}; add text or change --val-fraction")
     else:
-        val_start = n - max(1, math.ceil(n * val_fraction))
-        if val_start < 1:
-            raise ValueError(f"{str(src)!r} gives only {n} tokens: too few to split into train and val")
+        val_start = n - max(MIN_SPLIT_TOKENS, math.ceil(n * val_fraction))
+        if val_start < MIN_SPLIT_TOKENS:
+            raise ValueError(f"{str(src)!r} gives only {n} tokens: too few to split into train and val "
+                             f"(each needs at least {MIN_SPLIT_TOKENS}: an input and its target)")
+    for name, k in (("train", val_start), ("val", n - val_start)):
+        if k < MIN_SPLIT_TOKENS:
+            raise ValueError(f"{str(src)!r} gives {k} {name} token(s): each split needs at least "
+                             f"{MIN_SPLIT_TOKENS} (an input and its target)")
     return n, val_start

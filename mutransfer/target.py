@@ -21,6 +21,7 @@ import copy
 import dataclasses
 import json
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +32,7 @@ import torch.nn as nn
 
 from mutransfer._io import read_yaml_mapping
 from mutransfer.models import GPT, MLP, GPTConfig, MLPConfig, get_preset
-from mutransfer.models.source import hf_proxy_config, hf_shape, load_hf_config, parse_model
+from mutransfer.models.source import check_model_sizes, hf_proxy_config, hf_shape, load_hf_config, parse_model
 from mutransfer.plan import (
     BATCH_RULES,
     EDGE_VALUES,
@@ -151,10 +152,16 @@ class HFTarget:
         return tf.AutoModelForCausalLM.from_config(copy.deepcopy(self.config), dtype=torch.float32)
 
     def to_dict(self) -> dict[str, Any]:
-        """The card's ``target.model``: source, head rule, model type and the whole config."""
-        return {"kind": "hf", "source": self.source.spec(), "model_id": self.source.model_id,
-                "head_rule": self.source.head_rule, "model_type": str(self.config.model_type),
-                "config": _plain_config(self.config)}
+        """The card's ``target.model``: source, head rule, model type and the whole config,
+        less anything that looks like a credential (:func:`redact_secrets`; ``redacted``
+        lists the fields dropped or masked, when there are any)."""
+        config, redacted = redact_secrets(_plain_config(self.config))
+        out = {"kind": "hf", "source": self.source.spec(), "model_id": self.source.model_id,
+               "head_rule": self.source.head_rule, "model_type": str(self.config.model_type),
+               "config": config}
+        if redacted:
+            out["redacted"] = redacted
+        return out
 
     def n_params(self) -> tuple[int, int]:
         """(total, non-embedding) parameter counts from a meta build; non-embedding leaves
@@ -166,6 +173,45 @@ class HFTarget:
                  if m is not None for p in m.parameters()}
         nonembed = sum(p.numel() for p in model.parameters() if id(p) not in embed)
         return int(total), int(nonembed)
+
+
+#: Config keys that name a credential: their values never reach a card.
+#: (Its last word: ``hf_token`` and ``use_auth_token`` are, ``bos_token_id`` is not.)
+_SECRET_KEY = re.compile(r"(?i)(^|_)(token|secret|password|passwd|pwd|api_?key|access_?key|private_?key|"
+                         r"secret_?key|credentials?|auth|authorization|cookie)$")
+#: A password in a URL's user info (``scheme://user:PASSWORD@host``).
+_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*):[^@/\s]*@")
+#: Values shaped like well-known API tokens (Hugging Face, OpenAI, GitHub, AWS, Slack).
+_TOKEN_VALUE = re.compile(r"^(hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{16,}|gh[pousr]_[A-Za-z0-9]{20,}|"
+                          r"AKIA[0-9A-Z]{16}|xox[abpr]-[A-Za-z0-9-]{10,})$")
+
+
+def redact_secrets(doc: Any, path: str = "") -> tuple[Any, list[str]]:
+    """``doc`` (JSON data) without credentials: a key naming one (``hf_token``, ``api_key``,
+    ``password``...) or a value shaped like an API token is dropped, a URL's password is
+    masked as ``***``; returns (the clean copy, the dotted paths dropped or masked, each
+    with what was done). ``doc`` itself is not changed."""
+    notes: list[str] = []
+    if isinstance(doc, dict):
+        out: dict[str, Any] = {}
+        for k, v in doc.items():
+            p = f"{path}.{k}" if path else str(k)
+            if _SECRET_KEY.search(str(k)) and v not in (None, "", False):
+                notes.append(f"{p} (dropped)")
+                continue
+            out[k], sub = redact_secrets(v, p)
+            notes += sub
+        return out, notes
+    if isinstance(doc, list):
+        items = [redact_secrets(v, f"{path}[{i}]") for i, v in enumerate(doc)]
+        return [v for v, _ in items], [n for _, sub in items for n in sub]
+    if isinstance(doc, str):
+        if _TOKEN_VALUE.match(doc.strip()):
+            return None, [f"{path} (dropped: a token)"]
+        masked = _URL_PASSWORD.sub(r"\g<head>:***@", doc)
+        if masked != doc:
+            return masked, [f"{path} (URL password masked)"]
+    return doc, notes
 
 
 def _plain_config(config: Any) -> dict[str, Any]:
@@ -317,9 +363,23 @@ def resolve_target(
         fields.update(doc)
     cfg = _apply_overrides(base, fields, what)
     cfg = _apply_overrides(cfg, dict(overrides or {}), "--set")
+    check_config_sizes(cfg, what if model_config is not None and not overrides else "the target model")
     if type(cfg) is not type(proxy):
         raise ValueError(f"the target is a {_kind_of(cfg)} model but the proxy is a {_kind_of(proxy)}")
     return TargetModel(_kind_of(cfg), cfg, name)
+
+
+def check_config_sizes(cfg: GPTConfig | MLPConfig, where: str) -> None:
+    """The sizes of a target config within :data:`mutransfer.models.source.MODEL_LIMITS`, and
+    the parameters they imply within ``MAX_MODEL_PARAMS``, before anything is built (one
+    ValueError naming the field, its value, and the parameters and memory it implies)."""
+    sizes: dict[str, Any] = {"hidden": ("width", cfg.width), "layers": ("depth", cfg.depth)}
+    if isinstance(cfg, GPTConfig):
+        sizes.update(vocab_size=("vocab_size", cfg.vocab_size), head_dim=("head_dim", cfg.head_dim),
+                     intermediate=("d_ff (mlp_ratio x width)", int(cfg.mlp_ratio * cfg.width)))
+        if cfg.n_head is not None:
+            sizes["heads"] = ("n_head", cfg.n_head)
+    check_model_sizes(where, sizes, tied=bool(getattr(cfg, "tie_embeddings", False)))
 
 
 def model_fields(kind: str) -> frozenset[str]:

@@ -99,8 +99,19 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     module = importlib.import_module(VERBS[args.verb][0])
+    # A module:function model builder is first imported and built in a child process
+    # (mutransfer.contain): one that exits or hangs is an error line, not this verb's end.
+    from mutransfer.contain import BUILD_TIMEOUT_ENV, DEFAULT_BUILD_TIMEOUT
+
+    set_timeout = BUILD_TIMEOUT_ENV not in os.environ
+    if set_timeout:
+        os.environ[BUILD_TIMEOUT_ENV] = f"{DEFAULT_BUILD_TIMEOUT:g}"
     try:
         return int(module.run(args) or 0)
+    except SystemExit as exc:  # user code (a builder's forward, an entry) called sys.exit mid-run
+        print(f"mutransfer {args.verb}: error: user code called sys.exit({exc.code!r}) during the run",
+              file=sys.stderr)
+        return 2
     except (UsageError, ValueError) as exc:
         print(f"mutransfer {args.verb}: error: {exc}", file=sys.stderr)
         return 2
@@ -114,3 +125,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"mutransfer {args.verb}: interrupted", file=sys.stderr)
         return 130
+    finally:
+        if set_timeout:
+            os.environ.pop(BUILD_TIMEOUT_ENV, None)

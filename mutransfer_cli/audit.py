@@ -89,63 +89,50 @@ TRACEBACK_TAIL = 8
 
 
 def run_contained(options: dict[str, Any], timeout: float) -> tuple[str, Any]:
-    """Run the audit of ``options["entry"]`` in a spawned child process, so the user's
-    code (its module's top level included) can neither end this process with
-    ``sys.exit`` nor hang it. Returns ``("done", result)`` only for a finished audit;
-    anything else (an exception of any type, ``sys.exit``, a crash, the timeout) is
-    ``("error", message)``: a first line naming the entry, then its traceback tail."""
-    import multiprocessing as mp
+    """Run the audit of ``options["entry"]`` in a child process
+    (:func:`mutransfer.contain.run_child`), so the user's code (its module's top level
+    included) can neither end this process with ``sys.exit`` nor hang it, and dies with it.
+    Returns ``("done", result)`` only for a finished audit; anything else (an exception of
+    any type, ``sys.exit``, a crash, the timeout) is ``("error", message)``: a first line
+    naming the entry, then its traceback tail."""
+    from mutransfer.contain import run_child
 
-    ctx = mp.get_context("spawn")
-    recv, send = ctx.Pipe(duplex=False)
-    child = ctx.Process(target=_child, args=(options, send), daemon=True)
-    child.start()
-    send.close()
     entry = options["entry"]
-    try:
-        if not recv.poll(timeout):
-            return "error", (f"--entry {entry} did not finish within {timeout:g} s; it was stopped "
-                             "(raise --timeout if it is only slow)")
-        msg = recv.recv()
-    except EOFError:  # the child ended without a word: os._exit, a signal, a crash
-        child.join(5)
-        return "error", (f"--entry {entry} ended the audit's process (exit code {child.exitcode}) "
+    out = run_child(_child, {k: v for k, v in options.items() if k != "func"}, timeout)
+    if out.kind == "timeout":
+        return "error", (f"--entry {entry} did not finish within {timeout:g} s; it was stopped "
+                         "(raise --timeout if it is only slow)")
+    if out.kind == "ended":  # the child ended without a word: os._exit, a signal, a crash
+        return "error", (f"--entry {entry} ended the audit's process (exit code {out.exit_code}) "
                          "before the audit finished")
-    finally:
-        if child.is_alive():
-            child.kill()
-        child.join(5)
-        recv.close()
-    return msg
+    kind, payload = out.value
+    return kind, payload
 
 
-def _child(options: dict[str, Any], send: Any) -> None:
-    """The child's side of :func:`run_contained`: one message, then exit."""
+def _child(options: dict[str, Any]) -> list[Any]:
+    """The child's side of :func:`run_contained`: ``[kind, payload]`` (JSON)."""
     import traceback
 
     entry = options["entry"]
     try:
-        send.send(("done", _audit(options)))
+        return ["done", _audit(options)]
     except SystemExit as exc:
-        send.send(("error", f"--entry {entry} called sys.exit({exc.code!r}) before the audit "
-                            "finished; an audit that did not run is not a pass"))
+        return ["error", f"--entry {entry} called sys.exit({exc.code!r}) before the audit "
+                         "finished; an audit that did not run is not a pass"]
     except BaseException as exc:  # noqa: BLE001 - every failure of user code is reported
         text = f"{type(exc).__name__}: {exc}"
         frames = traceback.extract_tb(exc.__traceback__)
         ours = bool(frames) and "/mutransfer/" in frames[-1].filename.replace("\\", "/")
         if "set_base_shapes" in text or "infshape" in text:
-            send.send(("error", f"--entry {entry}: the model has mup layers but no base shapes; call "
-                                "mup.set_base_shapes(model, base_model) in the entry before building "
-                                "the optimizer"))
-        elif ours and isinstance(exc, ValueError):  # our own check of what the entry returned
-            send.send(("error", str(exc)))
-        else:
-            tail = traceback.format_exception(type(exc), exc, exc.__traceback__)
-            lines = "".join(tail).rstrip().splitlines()[-TRACEBACK_TAIL:]
-            send.send(("error", f"--entry {entry} raised {text.splitlines()[0]}\n"
-                                + "\n".join("  | " + ln for ln in lines)))
-    finally:
-        send.close()
+            return ["error", f"--entry {entry}: the model has mup layers but no base shapes; call "
+                             "mup.set_base_shapes(model, base_model) in the entry before building "
+                             "the optimizer"]
+        if ours and isinstance(exc, ValueError):  # our own check of what the entry returned
+            return ["error", str(exc)]
+        tail = traceback.format_exception(type(exc), exc, exc.__traceback__)
+        lines = "".join(tail).rstrip().splitlines()[-TRACEBACK_TAIL:]
+        return ["error", f"--entry {entry} raised {text.splitlines()[0]}\n"
+                         + "\n".join("  | " + ln for ln in lines)]
 
 
 def _audit(options: dict[str, Any]) -> dict[str, Any]:

@@ -35,6 +35,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.engine not in ENGINES:  # before reading anything
         raise ValueError(f"unknown engine {args.engine!r}; choose from {', '.join(ENGINES)}")
+    if Path(args.out).suffix not in (".json", ".yaml", ".yml"):
+        raise ValueError(f"--out {args.out!r} must end in .json, .yaml or .yml (the export is JSON or YAML "
+                         "by its suffix)")
     check_output(args.out, inputs=[("the card", args.card), ("the --hf-config", args.hf_config)])
     if args.hf_config and not Path(args.hf_config).exists():  # a hub id: never a request
         raise ValueError(f"--hf-config {args.hf_config!r} is not a local file or folder; mutransfer never "

@@ -24,10 +24,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
+    if Path(args.out).suffix not in (".pt", ".pth"):  # torch.save's zip whatever the name: say so
+        raise ValueError(f"--out {args.out!r} must end in .pt or .pth (fold writes a torch checkpoint)")
     check_output(args.out, inputs=[("the checkpoint", args.checkpoint)])  # never onto a resumable run
     doc = load_checkpoint(args.checkpoint)
-    if "config" not in doc or "wte.weight" not in doc["model"]:
-        raise ValueError(f"checkpoint {args.checkpoint!r} holds no trainer config or GPT weights")
+    config = doc.get("config")
+    source = config.get("source") if isinstance(config, dict) else None  # flat (TrainConfig.to_flat)
+    if source:
+        raise ValueError(f"checkpoint {args.checkpoint!r} is of your own model ({source}); fold folds the "
+                         "multipliers of mutransfer's GPT presets only: load these weights into the model "
+                         "your builder or config makes")
+    if not isinstance(config, dict):
+        raise ValueError(f"checkpoint {args.checkpoint!r} holds no trainer config: it was not written by "
+                         "`mutransfer train`")
+    if "wte.weight" not in doc["model"]:
+        raise ValueError(f"checkpoint {args.checkpoint!r} holds no GPT weights (no wte.weight)")
     cfg = TrainConfig.from_overrides(None, doc["config"])
     gcfg = cfg.model_config(vocab_size=int(doc["model"]["wte.weight"].shape[0]))
     pz = build_parametrization(cfg, gcfg)

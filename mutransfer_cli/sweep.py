@@ -35,6 +35,10 @@ from sweeps.storage import Storage
 from sweeps.study import prepare, run_sweep
 from sweeps.worker import open_study, serve
 
+#: The most extension rounds per axis ``--max-extend`` takes: each round runs a new grid
+#: point per curve, so far more than any grid needs.
+MAX_EXTEND = 100
+
 HELP = "Optuna sweeps over proxies: lr | batch | scaling | run | worker | status | results"
 
 _EPILOG = ("Storage: default OUT/optuna.journal (many workers on one machine; --out with "
@@ -144,10 +148,11 @@ def _add_run_flags(p: argparse.ArgumentParser, kind: str) -> None:
         p.add_argument("--log2-lr", type=_log2_range, default=None, metavar="MIN:MAX[:STEP]",
                        help="log2 LR grid or search range, e.g. --log2-lr=-14:-3:1 (the default)")
     if kind in ("lr", "scaling"):
-        p.add_argument("--max-extend", type=int, default=None, metavar="N",
+        p.add_argument("--max-extend", type=bounded_int(0, MAX_EXTEND, "--max-extend"), default=None,
+                       metavar="N",
                        help="an optimum at the edge of its grid (LR; scaling: also the batch) extends "
                             "the grid one point past it, run and re-checked, up to N rounds per axis "
-                            f"(default {DEFAULT_MAX_EXTEND}; 0: never)")
+                            f"(default {DEFAULT_MAX_EXTEND}; 0: never; at most {MAX_EXTEND})")
         p.add_argument("--log2-lr-range", type=_log2_bounds, default=None, metavar="LO:HI",
                        help="extended LRs stay within 2^LO..2^HI (default: no bound)")
     if kind == "scaling":
@@ -196,7 +201,7 @@ def _add_run_flags(p: argparse.ArgumentParser, kind: str) -> None:
                        help="after the sweep: the held-out audit (fit without the largest budget, "
                             "then without the largest batch; run each predicted config) -> OUT/AUDIT.json")
         p.add_argument("--audit-out", default=None, help="where --holdout writes (default OUT/AUDIT.json)")
-        p.add_argument("--holdout-seeds", type=bounded_int(1, 64, "--holdout-seeds"), default=FRESH_SEEDS,
+        p.add_argument("--holdout-seeds", type=bounded_int(1, 64, "--holdout-seeds"), default=None,
                        help="fresh seeds the held-out audit trains the prediction and the measured best on "
                             f"(paired; the gap's standard error needs 2; default {FRESH_SEEDS})")
     p.add_argument("--steps", type=bounded_int(1, 10**9, "--steps"), default=None,
@@ -413,6 +418,15 @@ def _run_sweep(args: argparse.Namespace, kind: str) -> int:
         bounds = Bounds(max_extend=DEFAULT_MAX_EXTEND if args.max_extend is None else args.max_extend,
                         batch_range=getattr(args, "batch_range", None), log2_lr_range=args.log2_lr_range)
     holdout = bool(getattr(args, "holdout", False))
+    if getattr(args, "holdout_seeds", None) is not None and not holdout:
+        raise ValueError(f"--holdout-seeds {args.holdout_seeds} only goes with --holdout (the held-out "
+                         "audit's seeds); add --holdout or drop it")
+    b_range = getattr(args, "batch_range", None)
+    if b_range is not None and getattr(spec, "batch_sizes", None):
+        lo, hi = b_range
+        if not any(lo <= b <= hi for b in spec.batch_sizes):
+            raise ValueError(f"--batch-range {lo},{hi} excludes every batch size of the grid "
+                             f"({','.join(map(str, spec.batch_sizes))}): the grid could never be extended")
     audit_path = None
     if holdout:
         if args.prepare_only:
@@ -458,7 +472,8 @@ def _run_sweep(args: argparse.Namespace, kind: str) -> int:
         st["bracketing"] = bracket.to_dict()
     if holdout and res.complete:
         audit = run_holdout(spec, results_table(study), out=audit_path, device=args.device,
-                            runner=args.runner, quiet=args.quiet or args.json, n_seeds=args.holdout_seeds,
+                            runner=args.runner, quiet=args.quiet or args.json,
+                            n_seeds=args.holdout_seeds or FRESH_SEEDS,
                             workers=int(res.workers or 1))
         st["audit"] = {"path": str(audit_path), **holdout_summary(audit)}
     if kind == "multipliers":

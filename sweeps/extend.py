@@ -339,17 +339,29 @@ def check_bracketing(spec: SweepSpec, study: SweepStudy, bounds: Bounds,
 
 
 def enqueue_extension(study: SweepStudy, spec: SweepSpec, plan: list[tuple[str, dict[str, Any]]]) -> int:
-    """Enqueue the planned points as WAITING trials of the study; returns how many."""
+    """Enqueue the planned points as WAITING trials of the study; returns how many.
+
+    Under the storage's lock (as :func:`sweeps.study.prepare`), and a point that already
+    has a live trial (waiting, running or finished) is skipped: two launches of one sweep
+    that plan the same extension enqueue it once."""
+    from optuna.trial import TrialState
+
     group_keys = spec.group_keys()
     n = 0
-    for axis, planned in plan:
-        point = {k: v for k, v in planned.items() if k != _ROUND}
-        key = point_key(point)
-        group = {k: point[k] for k in group_keys if k in point}
-        study.enqueue_trial(point, user_attrs={attrs.POINT: point, attrs.POINT_KEY: key, attrs.GROUP: group,
-                                               attrs.EXTENDED_AXIS: axis,
-                                               attrs.EXTENDED_ROUND: int(planned[_ROUND])})
-        n += 1
+    alive = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
+    with study.location.lock(study.study_name):
+        have = {t.user_attrs.get(attrs.POINT_KEY) for t in study.get_trials(deepcopy=False, states=alive)}
+        for axis, planned in plan:
+            point = {k: v for k, v in planned.items() if k != _ROUND}
+            key = point_key(point)
+            if key in have:
+                continue
+            have.add(key)
+            group = {k: point[k] for k in group_keys if k in point}
+            study.enqueue_trial(point, user_attrs={attrs.POINT: point, attrs.POINT_KEY: key,
+                                                   attrs.GROUP: group, attrs.EXTENDED_AXIS: axis,
+                                                   attrs.EXTENDED_ROUND: int(planned[_ROUND])})
+            n += 1
     return n
 
 

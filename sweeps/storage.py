@@ -15,12 +15,15 @@ environment. Open it in the dashboard with ``optuna-dashboard URL`` (for a journ
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import importlib.util
 import json
 import os
 import re
+import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -303,6 +306,31 @@ class Storage:
         self._key = key
         return self._opened
 
+    @contextlib.contextmanager
+    def lock(self, name: str, timeout: float = 600.0) -> Iterator[None]:
+        """Hold this storage's lock for study ``name`` (one holder at a time, across
+        processes and machines that share the storage): creating a study and enqueuing its
+        grid run under it, so two launches started at once cannot both enqueue a point.
+
+        A journal: ``fcntl.flock`` on the journal file; SQLite: on ``FILE.prepare.lock``
+        beside it (the kernel drops either when the holder dies, even by SIGKILL). PostgreSQL: a session
+        advisory lock (``pg_advisory_lock``), MySQL/MariaDB: ``GET_LOCK``, on a connection
+        of their own, released by the server when that connection ends. Another RDB: no lock
+        (one launcher at a time). Not reached within ``timeout`` s -> ValueError."""
+        files = self.files
+        if files:
+            # a journal: its own file (Optuna locks it with a symlink, never flock); SQLite's
+            # file takes POSIX locks that closing another descriptor of it would drop: a file beside
+            where = self.path if self.path is not None else Path(files[0] + ".prepare.lock")
+            with _file_lock(where, timeout, self.masked):
+                yield
+            return
+        if self.kind in ("postgresql", "mysql", "mariadb"):
+            with _rdb_lock(self, name, timeout):
+                yield
+            return
+        yield
+
     def _open_journal(self, create: bool) -> optuna.storages.BaseStorage:
         import optuna
         from optuna.storages.journal import JournalFileBackend
@@ -351,6 +379,81 @@ class Storage:
         except Exception as exc:  # sqlalchemy OperationalError, ArgumentError, ...
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ValueError(scrub(f"cannot reach storage {self.masked!r}: {first}", self.url)) from None
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path, timeout: float, what: str) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path`` (made if missing), polled up to ``timeout`` s."""
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise ValueError(f"another launch has held the lock {str(path)!r} of storage "
+                                     f"{what!r} for {timeout:g} s; is it stuck?") from None
+                time.sleep(0.05)
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def lock_key(name: str) -> int:
+    """A stable signed 63-bit key for study ``name`` (PostgreSQL advisory locks take a bigint)."""
+    digest = hashlib.sha256(f"mutransfer.sweep:{name}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True) >> 1
+
+
+@contextlib.contextmanager
+def _rdb_lock(storage: Storage, name: str, timeout: float) -> Iterator[None]:
+    """A server-side lock for study ``name`` on a connection of its own (the server drops it
+    when the connection ends, so a killed holder never leaves it taken)."""
+    import sqlalchemy
+
+    text = sqlalchemy.text
+    pg = storage.kind == "postgresql"
+    mysql_name = f"mutransfer.sweep:{name}"[:64]
+    engine = sqlalchemy.create_engine(_pick_pg_driver(storage.url), poolclass=sqlalchemy.pool.NullPool)
+    try:
+        try:
+            conn = engine.connect()
+            if pg:
+                conn.execute(text(f"SET lock_timeout = {int(timeout * 1000)}"))
+                conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": lock_key(name)})
+                conn.commit()
+                got = True
+            else:
+                got = conn.execute(text("SELECT GET_LOCK(:n, :t)"), {"n": mysql_name, "t": int(timeout)}
+                                   ).scalar() == 1
+        except sqlalchemy.exc.DBAPIError as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ValueError(scrub(f"cannot lock study {name!r} in {storage.masked!r}: {first}",
+                                   storage.url)) from None
+        if not got:
+            conn.close()
+            raise ValueError(f"could not take the lock of study {name!r} in {storage.masked!r} within "
+                             f"{timeout:g} s; is another launch stuck?")
+        try:
+            yield
+        finally:
+            with contextlib.suppress(sqlalchemy.exc.DBAPIError):  # closing the connection frees it anyway
+                if pg:
+                    conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": lock_key(name)})
+                    conn.commit()
+                else:
+                    conn.execute(text("SELECT RELEASE_LOCK(:n)"), {"n": mysql_name})
+            conn.close()
+    finally:
+        engine.dispose()
 
 
 def _torn_safe_backend(base: type) -> type:

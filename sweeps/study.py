@@ -87,6 +87,10 @@ def prepare(
     """Create (or load) the study and enqueue the grid points it still needs. ``fuse`` is
     stored as the default for workers that join without one (:mod:`sweeps.fusion`).
 
+    Creating the study and enqueuing its grid are one step under the storage's lock
+    (:meth:`sweeps.storage.Storage.lock`): launches of the same sweep started at once join
+    one study, and each grid point is enqueued once, whichever launch gets there first.
+
     Everything is checked before the storage is touched: the runner is registered, and the
     resolved trial config of every grid point is valid (:func:`sweeps.spec.check_trials`);
     bad input -> ValueError naming it, and no study is created."""
@@ -109,39 +113,43 @@ def prepare(
     settings = SweepSettings(spec=spec, runner=runner, heartbeat_interval=heartbeat_interval,
                              grace_period=grace_period, max_retries=max_retries, fuse=fuse)
     name = study_name or spec.study_name()
-    opened = storage.open(heartbeat_interval=heartbeat_interval, grace_period=grace_period,
-                          stale_callback=RequeueCallback(max_retries))
-    if name in study_names(opened):
-        existing = opened.get_study_user_attrs(opened.get_study_id_from_name(name))
-        if STUDY_ATTR not in existing:
-            raise ValueError(f"study {name!r} exists in the storage but was not created by mutransfer sweep")
-        _check_compatible(existing[STUDY_ATTR], settings, name)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    optuna.create_study(study_name=name, storage=opened, direction="minimize", load_if_exists=True)
-    study = SweepStudy(name, storage)
-    study.set_user_attr(STUDY_ATTR, settings.to_attr())
-    sweep_stale(study, grace_period=grace_period, max_retries=max_retries)
-    alive = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
-    have: Counter[str] = Counter()
-    finished: Counter[str] = Counter()
-    for t in study.get_trials(deepcopy=False, states=alive):
-        key = t.user_attrs.get(attrs.POINT_KEY)
-        have[key] += 1
-        if t.state in (TrialState.COMPLETE, TrialState.PRUNED):
-            finished[key] += 1
-    per = spec.trials_per_point()
-    points = spec.points()
-    enqueued = 0
-    n_finished = 0
-    group_keys = spec.group_keys()
-    for point in points:
-        key = point_key(point)
-        n_finished += min(per, finished[key])
-        group = {k: point[k] for k in group_keys if k in point}
-        for _ in range(per - have[key]):
-            study.enqueue_trial(point, user_attrs={attrs.POINT: point, attrs.POINT_KEY: key,
-                                                   attrs.GROUP: group})
-            enqueued += 1
+    # Create-or-join and enqueue under the storage's lock: a second launch started at the
+    # same time waits, then finds every point alive and enqueues none (exactly once).
+    with storage.lock(name):
+        opened = storage.open(heartbeat_interval=heartbeat_interval, grace_period=grace_period,
+                              stale_callback=RequeueCallback(max_retries))
+        if name in study_names(opened):
+            existing = opened.get_study_user_attrs(opened.get_study_id_from_name(name))
+            if STUDY_ATTR not in existing:
+                raise ValueError(f"study {name!r} exists in the storage but was not created by "
+                                 "mutransfer sweep")
+            _check_compatible(existing[STUDY_ATTR], settings, name)
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        optuna.create_study(study_name=name, storage=opened, direction="minimize", load_if_exists=True)
+        study = SweepStudy(name, storage)
+        study.set_user_attr(STUDY_ATTR, settings.to_attr())
+        sweep_stale(study, grace_period=grace_period, max_retries=max_retries)
+        alive = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
+        have: Counter[str] = Counter()
+        finished: Counter[str] = Counter()
+        for t in study.get_trials(deepcopy=False, states=alive):
+            key = t.user_attrs.get(attrs.POINT_KEY)
+            have[key] += 1
+            if t.state in (TrialState.COMPLETE, TrialState.PRUNED):
+                finished[key] += 1
+        per = spec.trials_per_point()
+        points = spec.points()
+        enqueued = 0
+        n_finished = 0
+        group_keys = spec.group_keys()
+        for point in points:
+            key = point_key(point)
+            n_finished += min(per, finished[key])
+            group = {k: point[k] for k in group_keys if k in point}
+            for _ in range(per - have[key]):
+                study.enqueue_trial(point, user_attrs={attrs.POINT: point, attrs.POINT_KEY: key,
+                                                       attrs.GROUP: group})
+                enqueued += 1
     return Plan(storage=storage, study_name=name, total=per * len(points),
                 finished=n_finished, enqueued=enqueued)
 

@@ -132,7 +132,9 @@ def open_study(storage: Storage | str, study_name: str | None, *, worker_index: 
 
 
 def _has_complete_twin(study: SweepStudy, trial: optuna.Trial, spec: SweepSpec) -> bool:
-    """Grid sweeps: is this point already COMPLETE (e.g. enqueued twice by two launchers)?"""
+    """Grid sweeps: is this point already finished or running in another trial? Launches
+    enqueue each point once (:func:`sweeps.study.prepare` holds the storage's lock); this
+    guards studies enqueued twice by an older version, so no point is trained twice."""
     from optuna.trial import TrialState
 
     if spec.adaptive:
@@ -141,7 +143,8 @@ def _has_complete_twin(study: SweepStudy, trial: optuna.Trial, spec: SweepSpec) 
     if key is None:
         return False
     return any(t.user_attrs.get(attrs.POINT_KEY) == key and t.number != trial.number
-               for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+               for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED,
+                                                                   TrialState.RUNNING)))
 
 
 @dataclass

@@ -24,8 +24,10 @@ import copy
 import dataclasses
 import hashlib
 import json
+import os
 import re
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -33,6 +35,7 @@ from typing import Any, Literal
 import torch
 import torch.nn as nn
 
+from mutransfer.contain import BUILD_TIMEOUT_ENV, run_child
 from mutransfer.entry import load_entry
 from mutransfer.models.gpt import GPT, GPTConfig
 from mutransfer.models.mlp import MLP
@@ -101,9 +104,12 @@ def parse_model(text: str, head_rule: str = "keep_head_dim") -> ModelSource:
     if head_rule not in HEAD_RULES:
         raise ValueError(f"head_rule must be one of {', '.join(HEAD_RULES)}, got {head_rule!r}")
     rule = typing.cast(HeadRule, head_rule)
+    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", text):  # not a module named "https"
+        raise ValueError(f"model {text!r} is a URL; mutransfer never downloads: give hf:PATH (a local "
+                         "config.json), a preset name or module:function")
     if text.startswith("hf:"):
         path = _local_config_path(text)
-        _read_config_json(path)  # model_type and JSON checked now, not at the first build
+        _check_hf_sizes(path, *_read_config_json(path))  # checked now, not at the first build
         return ModelSource("hf", str(path), rule)
     name = text[len("preset:"):] if text.startswith("preset:") else text
     if ":" not in name:
@@ -111,6 +117,7 @@ def parse_model(text: str, head_rule: str = "keep_head_dim") -> ModelSource:
             raise ValueError(f"unknown model {text!r}: not a preset ({', '.join(PRESETS)}), "
                              "hf:PATH (a local config.json) or module:function")
         return ModelSource("preset", name, rule)
+    contain_builder(text)  # its import first runs in a child when the CLI asks (mutransfer.contain)
     _load_builder(text)
     return ModelSource("builder", text, rule)
 
@@ -152,11 +159,91 @@ def _read_config_json(path: Path) -> tuple[str, dict[str, Any]]:
     return model_type, doc
 
 
+#: Limits of the sizes in a model config (``hf:`` config.json, a card's ``target.model``,
+#: ``transfer --set``): far above any real model, below what would allocate without end
+#: (``vocab_size: 1e10`` asked for terabytes). ``MAX_MODEL_PARAMS`` bounds their product.
+MODEL_LIMITS: dict[str, int] = {"hidden": 1 << 20, "layers": 10_000, "heads": 1 << 16,
+                                "kv_heads": 1 << 16, "intermediate": 1 << 22, "head_dim": 1 << 16,
+                                "vocab_size": 1 << 24}
+MAX_MODEL_PARAMS = 10**13
+
+
+def implied_size(n_params: float) -> str:
+    """``"1.2e+11 parameters, 480 GB in fp32"``: what a size implies, for error lines."""
+    tb = n_params * 4 / 1e12
+    mem = f"{tb:.2g} TB" if tb >= 1e4 else f"{tb:,.1f} TB" if tb >= 1 else f"{tb * 1e3:,.1f} GB"
+    return f"{n_params:.2g} parameters, {mem} in fp32"
+
+
+def estimate_params(hidden: int, layers: int, vocab: int, intermediate: int | None, tied: bool = False
+                    ) -> float:
+    """Parameters of a decoder of these sizes, roughly: embeddings (and an untied readout)
+    plus 4·h² attention and 3·h·ffn SwiGLU per layer (norms and biases left out)."""
+    ffn = intermediate if intermediate else 4 * hidden
+    embed = float(vocab) * hidden * (1 if tied else 2)
+    return embed + float(layers) * (4.0 * hidden * hidden + 3.0 * hidden * ffn)
+
+
+def check_model_sizes(where: str, sizes: Mapping[str, Any], *, tied: bool = False) -> None:
+    """Every size in ``sizes`` (keys of :data:`MODEL_LIMITS`, each a config field's value,
+    ``(field name, value)``) an integer >= 1 within its limit, and the parameter count they
+    imply within :data:`MAX_MODEL_PARAMS`; else one ValueError naming ``where``, the field,
+    its value, and the parameters and memory it implies. Nothing is allocated."""
+    vals: dict[str, int] = {}
+    for key, item in sizes.items():
+        if item is None:
+            continue
+        name, v = item
+        if v is None:
+            continue
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise ValueError(f"{where}: {name} must be an integer, got {v!r}")
+        if v < 1:
+            raise ValueError(f"{where}: {name} must be >= 1, got {v}")
+        vals[key] = v
+    h = vals.get("hidden", 1)
+    for key, v in vals.items():
+        limit = MODEL_LIMITS[key]
+        if v > limit:
+            layers, vocab = vals.get("layers", 1), vals.get("vocab_size", 1)
+            alone = {"hidden": estimate_params(v, layers, vocab, None, tied),
+                     "vocab_size": float(v) * h * (1 if tied else 2),
+                     "intermediate": 3.0 * h * v * vals.get("layers", 1)}.get(key)
+            implies = f" ({implied_size(alone)})" if alone else ""
+            raise ValueError(f"{where}: {sizes[key][0]} {v:,} is above the limit {limit:,}{implies}")
+    if "hidden" in vals:
+        n = estimate_params(h, vals.get("layers", 1), vals.get("vocab_size", 1), vals.get("intermediate"),
+                            tied)
+        if n > MAX_MODEL_PARAMS:
+            raise ValueError(f"{where}: these sizes imply {implied_size(n)}, above the limit of "
+                             f"{MAX_MODEL_PARAMS:.0e} parameters")
+
+
+def _check_hf_sizes(path: Path, model_type: str, fields: Mapping[str, Any]) -> None:
+    """The family's shape fields of a config.json, before transformers sees them: present
+    where transformers would silently default them (a missing head count becomes 32), and
+    bounded (:func:`check_model_sizes`)."""
+    f = hf_fields(model_type)
+    where = f"config {str(path)!r}"
+    for name in (f.hidden, f.layers, f.heads):
+        if name not in fields:
+            raise ValueError(f"{where} has no {name}: transformers would take its default for "
+                             f"{model_type}; write it in the config")
+    sizes = {"hidden": (f.hidden, fields.get(f.hidden)), "layers": (f.layers, fields.get(f.layers)),
+             "heads": (f.heads, fields.get(f.heads)), "vocab_size": ("vocab_size", fields.get("vocab_size"))}
+    for key, name in (("kv_heads", f.kv_heads), ("intermediate", f.intermediate), ("head_dim", f.head_dim)):
+        if name is not None:
+            sizes[key] = (name, fields.get(name))
+    check_model_sizes(where, sizes, tied=bool(fields.get("tie_word_embeddings", False)))
+
+
 def load_hf_config(path: str | Path) -> Any:
     """A ``transformers`` config from a local config.json (or a folder holding one),
-    built with ``AutoConfig.for_model(model_type, **fields)``: no hub, no network."""
+    built with ``AutoConfig.for_model(model_type, **fields)``: no hub, no network. Its
+    sizes are checked first (:func:`_check_hf_sizes`)."""
     path = _local_config_path(f"hf:{path}")
     model_type, fields = _read_config_json(path)
+    _check_hf_sizes(path, model_type, fields)
     from transformers import AutoConfig
 
     try:
@@ -333,9 +420,13 @@ def build_model(source: ModelSource, width: int, depth: int, *, vocab_size: int 
         # the trainer's run.dtype decides autocast, never a silent pure-bf16 proxy
         model = tf.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     else:
+        contain_builder(source.ref, width, depth)  # the first build runs in a child first (CLI)
         fn = _load_builder(source.ref)
         try:
             model = fn(width, depth)
+        except SystemExit as exc:  # not an Exception: it would end the verb with its code, silently
+            raise ValueError(f"model builder {source.ref!r} called sys.exit({exc.code!r}) at width={width}, "
+                             f"depth={depth}; a builder must return the model") from None
         except Exception as exc:  # noqa: BLE001 - the user's code failing is their input
             raise ValueError(f"model builder {source.ref!r} raised {type(exc).__name__} at width={width}, "
                              f"depth={depth}: {exc}") from None
@@ -366,6 +457,58 @@ def _probe(source: ModelSource, model: nn.Module, vocab_size: int | None) -> Non
         want = f"[1, 2, {vocab_size or 'V'}]"
         raise ValueError(f"model builder {source.ref!r}: logits of token ids [1, 2] have shape "
                          f"{list(logits.shape)}, not {want}")
+
+
+# ---- a builder's first import and build, contained (mutransfer.contain) -------------------
+
+_CHECKED: set[tuple[str, int | None, int | None]] = set()
+
+
+def contain_builder(spec: str, width: int | None = None, depth: int | None = None) -> None:
+    """When :data:`BUILD_TIMEOUT_ENV` is set (the CLI sets it): :func:`check_builder`, once
+    per process for the import and once for the first build of ``spec``. Else nothing."""
+    timeout = os.environ.get(BUILD_TIMEOUT_ENV)
+    key = (spec, None, None) if width is None else (spec, -1, -1)
+    if not timeout or key in _CHECKED:
+        return
+    check_builder(spec, width, depth, timeout=float(timeout))
+    _CHECKED.add(key)
+
+
+def check_builder(spec: str, width: int | None, depth: int | None, *, timeout: float) -> None:
+    """Import the builder ``spec`` (``module:function``) and, with ``width``, build its model
+    once at ``width``/``depth``, in a child process, before this process runs it: a builder
+    that exits (``sys.exit``, ``os._exit``), hangs past ``timeout`` s or raises is one
+    ValueError naming it and what it did."""
+    at = "at import" if width is None else f"building its model at width={width}, depth={depth}"
+    out = run_child(_build_once, {"spec": spec, "width": width, "depth": depth}, timeout)
+    if out.kind == "timeout":
+        raise ValueError(f"model builder {spec!r} did not finish {at} within {timeout:g} s; it was "
+                         f"stopped (set {BUILD_TIMEOUT_ENV}=SECONDS if it is only slow)")
+    if out.kind == "ended":
+        raise ValueError(f"model builder {spec!r} ended the process (exit code {out.exit_code}) {at}")
+    kind, text = out.value
+    if kind == "exit":
+        raise ValueError(f"model builder {spec!r} called sys.exit({text}) {at}; a builder must "
+                         "return the model")
+    if kind == "error":
+        raise ValueError(text)
+
+
+def _build_once(options: Mapping[str, Any]) -> list[Any]:
+    spec = options["spec"]
+    try:
+        source = parse_model(spec)
+        if options["width"] is not None:
+            build_model(source, int(options["width"]), int(options["depth"]))
+    except SystemExit as exc:
+        return ["exit", repr(exc.code)]
+    except ValueError as exc:  # ours: already names the builder
+        return ["error", str(exc).splitlines()[0] if str(exc) else "ValueError"]
+    except BaseException as exc:  # noqa: BLE001 - any failure of user code is reported
+        first = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        return ["error", f"model builder {spec!r} raised {first}"]
+    return ["ok", ""]
 
 
 __all__ = [

@@ -148,11 +148,14 @@ def test_trainer_takes_the_vocab_from_the_sidecar_and_the_row_names_the_tokenize
     assert row["n_params"] - row["n_params_nonembed"] in (400 * 32, 2 * 400 * 32)
     assert r.history[0]["loss"] == pytest.approx(math.log(400), abs=0.7)
     assert math.isfinite(row["loss"]) and not r.diverged
-    # Bytes and a bare .bin without a sidecar are named as such.
+    # Bytes and a bare .bin without a sidecar (its dtype given) are named as such; without
+    # dtype= a .bin with no sidecar is refused (a half-written `data prepare`).
     (tmp_path / "t.txt").write_bytes(b"hello world\n" * 100)
     assert load_dataset(DataConfig(source=str(tmp_path / "t.txt"))).tokenizer == "bytes"
     shutil.copy(out, tmp_path / "bare.bin")
-    assert load_dataset(DataConfig(source=str(tmp_path / "bare.bin"))).tokenizer == "unknown"
+    assert load_dataset(DataConfig(source=str(tmp_path / "bare.bin"), dtype="uint16")).tokenizer == "unknown"
+    with pytest.raises(ValueError, match="bare.bin has no sidecar"):
+        load_dataset(DataConfig(source=str(tmp_path / "bare.bin")))
 
 
 def test_a_stale_sidecar_is_refused(tmp_path: Path, corpus: Path, tok_file: Path) -> None:
@@ -227,3 +230,110 @@ def test_fit_refuses_a_table_that_mixes_tokenizers(tmp_path: Path,
     _sweep("bytes").drop(columns=["tokenizer", "arch"]).to_csv(plain, index=False)
     assert main(["fit", "optimum", str(plain), "--group", "width", "--n-boot", "20",
                  "--out", str(tmp_path / "g.json")]) == 0
+
+
+# ---- whole or absent (issue: a half-written dataset) -----------------------------------------
+
+def _big_text(tmp_path: Path, stdlib_texts: list[tuple[str, str]]) -> Path:
+    text = tmp_path / "big.txt"
+    text.write_text("".join(t for _, t in stdlib_texts) * 2, encoding="utf-8")
+    return text
+
+
+def test_a_bin_without_its_sidecar_or_of_an_unknown_format_is_refused_by_train(
+        tmp_path: Path, corpus: Path, tok_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "tokens.bin"
+    prepare_tokens(tok_file, corpus, out, val_fraction=0.25)
+    side = out.with_name("tokens.bin.json")
+    doc = json.loads(side.read_text())
+    train = ["train", "--set", f"data={out}", "--set", "width=32", "--set", "depth=1", "--set", "steps=1",
+             "--set", "seq_len=16", "--quiet"]
+    side.write_text(json.dumps({**doc, "format": 99}))
+    assert main(train) == 2
+    err = capsys.readouterr().err
+    assert "has format 99" in err and str(out) in err and len(err.strip().splitlines()) == 1
+    side.unlink()
+    assert main(train) == 2
+    err = capsys.readouterr().err
+    assert f"{out} has no sidecar (tokens.bin.json)" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_dataset_too_small_to_split_is_refused(tmp_path: Path, tok_file: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "two.txt").write_text("ab", encoding="utf-8")
+    out = tmp_path / "two.bin"
+    assert main(["data", "prepare", "--tokenizer", str(tok_file), "--text", str(tmp_path / "two.txt"),
+                 "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "two.txt' gives only" in err and "each needs at least 2" in err and not out.exists()
+
+
+def test_stale_temp_files_of_a_killed_prepare_are_removed(tmp_path: Path, corpus: Path,
+                                                         tok_file: Path) -> None:
+    import os
+
+    out = tmp_path / "tokens.bin"
+    dead = tmp_path / ".tokens.bin.999999999.0a1b2c3d.tmp"  # a pid that cannot exist
+    older = tmp_path / ".tokens.bin.k2j3h4g5.tmp"  # an older version's atomic temp
+    live = tmp_path / f".tokens.bin.{os.getpid()}.0a1b2c3d.tmp"  # a run still going
+    other = tmp_path / ".other.bin.k2j3h4g5.tmp"  # not ours to touch
+    for p in (dead, older, live, other):
+        p.write_bytes(b"\0" * 1000)
+    prepare_tokens(tok_file, corpus, out, val_fraction=0.25)
+    assert not dead.exists() and not older.exists() and live.exists() and other.exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("tokens")) == [
+        "tokens.bin", "tokens.bin.json"]
+
+
+def test_sigterm_mid_prepare_leaves_no_bin_and_the_next_run_cleans_up(
+        tmp_path: Path, tok_file: Path, stdlib_texts: list[tuple[str, str]]) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    text = _big_text(tmp_path, stdlib_texts)
+    out = tmp_path / "o" / "tokens.bin"
+    argv = [sys.executable, "-m", "mutransfer_cli", "data", "prepare", "--tokenizer", str(tok_file),
+            "--text", str(text), "--out", str(out)]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.Popen(argv, env=env, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 30
+    while time.time() < deadline and not list(out.parent.glob(".tokens.bin.*.tmp")) and proc.poll() is None:
+        time.sleep(0.005)
+    if proc.poll() is not None:
+        pytest.skip("prepare finished before a SIGTERM could land")
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=30)
+    assert not out.exists()  # whole or absent
+    assert subprocess.run(argv, env=env, capture_output=True).returncode == 0
+    assert not list(out.parent.glob(".*.tmp")) and out.exists() and out.with_name("tokens.bin.json").exists()
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare for a private tmpfs")
+def test_a_full_disk_names_the_file_and_leaves_no_bin_without_its_sidecar(
+        tmp_path: Path, tok_file: Path, stdlib_texts: list[tuple[str, str]]) -> None:
+    """On a tmpfs the .bin exactly fills (the sidecar has no room): exit 2 naming the sidecar,
+    and no .bin. In a private mount namespace (unshare -rm): nothing to unmount after."""
+    import subprocess
+    import sys
+
+    text = _big_text(tmp_path, stdlib_texts)
+    size = prepare_tokens(tok_file, text, tmp_path / "probe.bin")["n_tokens"] * 2
+    pages = -(-size // 4096) * 4096
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    root = Path(__file__).resolve().parents[2]
+    script = (f"mount -t tmpfs -o size={pages + 16 * 4096} tmpfs {mnt} || exit 77; "
+              f"head -c {16 * 4096} /dev/zero > {mnt}/filler; "
+              f"PYTHONPATH={root} {sys.executable} -m mutransfer_cli data prepare --tokenizer {tok_file} "
+              f"--text {text} --out {mnt}/d/t.bin; echo rc=$?; ls -a {mnt}/d")
+    res = subprocess.run(["unshare", "-rm", "sh", "-c", script], capture_output=True, text=True)
+    if res.returncode == 77 or "rc=" not in res.stdout:
+        pytest.skip(f"cannot mount a private tmpfs here: {res.stderr[-300:]}")
+    lines = res.stdout.split()
+    assert "rc=2" in lines, res.stdout + res.stderr
+    err = res.stderr.strip().splitlines()
+    assert err == [f"mutransfer data: error: {mnt}/d/t.bin.json: No space left on device"], err
+    assert "t.bin" not in lines and not [n for n in lines if n.endswith(".tmp")], lines
