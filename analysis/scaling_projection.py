@@ -211,7 +211,7 @@ class ScalingPredictions:
         value = float(n["coef"]) * float(tokens) ** float(n["exponent"])
         return value, extrapolation_factor(tokens, n["measured_tokens"])
 
-    def lr_batch(self, batch_tokens: float, tokens: float | None = None) -> float:
+    def lr_batch(self, batch_tokens: float, tokens: float | None = None, limit: float = 100.0) -> float:
         """The batch at which the LR law is evaluated for a run at ``batch_tokens`` (and
         budget ``tokens``): the batch itself up to the saturation batch, that batch above.
 
@@ -221,18 +221,20 @@ class ScalingPredictions:
         optimal learning rate and batch size scaling"). The power law fitted on the
         measured batches is therefore followed up to the larger of the largest measured
         batch and the sweep's critical batch at that budget (B_simple(D),
-        :meth:`critical_batch_at`, when the sweep measured GNS), and held flat beyond (on
+        :meth:`critical_batch_at`, when the sweep measured GNS and ``tokens`` lies within
+        ``limit``x its measured budgets: further out its power law is a guess), and held
+        flat beyond (on
         the demo's card, B^0.56 over 1,256x in batch gave a hidden-matrix LR 3-6x the
         published recipes at its size). Below the measured batches the small-batch regime,
         where the LR does follow a power of B (Malladi et al. 2022), is extrapolated as fitted.
         """
-        return float(min(batch_tokens, self.lr_saturation_batch(tokens)))
+        return float(min(batch_tokens, self.lr_saturation_batch(tokens, limit)))
 
-    def lr_saturation_batch(self, tokens: float | None = None) -> float:
+    def lr_saturation_batch(self, tokens: float | None = None, limit: float = 100.0) -> float:
         """The batch past which :meth:`lr_batch` holds the LR (see there)."""
         top = float(self.measured_batch_tokens[1])
         crit = self.critical_batch_at(tokens) if tokens is not None else None
-        return max(top, crit[0]) if crit is not None else top
+        return max(top, crit[0]) if crit is not None and crit[1] <= limit else top
 
     def warmup_tokens(self, tokens: float, batch_tokens: float, n_params: float | None) -> float | None:
         """The fit's warmup rule (:func:`~analysis.schedule.warmup_from_section` on its
@@ -390,7 +392,7 @@ class ScalingPredictions:
         ext = {"tokens": float(d / self.measured_["tokens"][1]),
                "batch_tokens": float(b_tok / self.measured_["batch_tokens"][1])}
         e_lr = max(batch.extrapolation, extrapolation_factor(b_tok, self.measured_batch_tokens))
-        b_law = self.lr_batch(b_tok, d)  # the LR law is held past the saturation batch
+        b_law = self.lr_batch(b_tok, d, limit)  # the LR law is held past the saturation batch
         lp, llo, lhi = (float(v[0]) for v in self.lr_interval(b_law, d))
         lsrc = (f"eta*(B, D) = {self.params_['lr_coef']:.4g}·B^{self.params_['lr_exp_batch']:.4g}"
                 f"·D^{self.params_['lr_exp_tokens']:.4g}"

@@ -355,8 +355,8 @@ def _split_batch(raw_seqs: float, batch_sequences: int | None, dp: int, micro_ba
 
 def _plan_lr(laws: ScalingLawFit | None, *, proxy_lr: float, proxy_lr_interval: Sequence[float | None] | None,
              proxy_batch_tokens: float | None, proxy_tokens: float | None, b_tok: int, tokens: float,
-             level: float, ext: Mapping[str, float], bound: _Bounds, warnings: list[str]
-             ) -> tuple[float, dict[str, Any]]:
+             level: float, ext: Mapping[str, float], bound: _Bounds, warnings: list[str],
+             ext_limit: float = 100.0) -> tuple[float, dict[str, Any]]:
     """The base LR: the proxy optimum moved by the laws' ratio eta*(B_t, D_t)/eta*(B_p, D_p)
     (:meth:`~analysis.ScalingLawFit.lr_ratio`). No interval given (--lr): the law's alone;
     an open side (optimum at the grid's edge) stays open (None)."""
@@ -368,7 +368,7 @@ def _plan_lr(laws: ScalingLawFit | None, *, proxy_lr: float, proxy_lr_interval: 
                              "it needs the proxy's batch and token budget: give --proxy-batch-tokens "
                              "and --proxy-tokens (or --results with batch_tokens and tokens columns)")
         bound("lr", laws.lr_bounds, "fitted LR law eta*(B, D)")
-        b_law = laws.lr_batch(b_tok, tokens)
+        b_law = laws.lr_batch(b_tok, tokens, ext_limit)
         r, r_lo, r_hi = laws.lr_ratio((proxy_batch_tokens, b_law), (proxy_tokens, tokens))
         lr = proxy_lr * r
         held = ""
@@ -593,7 +593,8 @@ def plan_run(
 
     lr, lr_est = _plan_lr(laws, proxy_lr=proxy_lr, proxy_lr_interval=proxy_lr_interval,
                           proxy_batch_tokens=proxy_batch_tokens, proxy_tokens=proxy_tokens, b_tok=b_tok,
-                          tokens=tokens, level=level, ext=ext, bound=bound, warnings=warnings)
+                          tokens=tokens, level=level, ext=ext, bound=bound, warnings=warnings,
+                          ext_limit=extrapolation_limit)
     wd, tau, wd_est, tau_est = _plan_weight_decay(laws, weight_decay=weight_decay, wd_mode=wd_mode,
                                                   proxy_tau=proxy_tau, lr=lr, b_tok=b_tok, tokens=tokens,
                                                   level=level, ext=ext)
