@@ -43,7 +43,10 @@ def read_scaling_fit(path: str | Path) -> ScalingLawFit:
         doc = json.loads(read_text(p, "scaling fit"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"scaling fit {str(p)!r} is not valid JSON: {exc}") from None
-    return ScalingLawFit.from_dict(doc, f"scaling fit {p.name!r}")
+    fit = ScalingLawFit.from_dict(doc, f"scaling fit {p.name!r}")
+    # what the fitted rows say the proxy was (architecture, tokenizer, vocab, context, dtype)
+    fit.proxy_ = dict(doc["proxy"]) if isinstance(doc, dict) and isinstance(doc.get("proxy"), dict) else {}
+    return fit
 
 
 def lr_sensitivity(proxy: Mapping[str, Any] | None, laws: ScalingLawFit | None, *,
