@@ -46,7 +46,7 @@ from .plots import (
 )
 from .powerlaw import PowerLawFit, PowerLawPrediction
 from .project import Estimate, Projection, project
-from .results import RESULTS_COLUMNS, check_single_valued, read_results
+from .results import PROXY_COLUMNS, RESULTS_COLUMNS, check_single_valued, proxy_record, read_results
 from .scaling import (
     AUDIT_KEYS,
     ScalingCurves,
@@ -108,6 +108,8 @@ __all__ = [
     "Projection",
     "SaturatingPowerLawFit",
     "check_single_valued",
+    "proxy_record",
+    "PROXY_COLUMNS",
     "first_crossing",
     "fit_critical_batch",
     "fit_noise_scale",

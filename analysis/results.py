@@ -12,7 +12,7 @@ import pandas as pd
 
 from ._io import require_columns
 
-__all__ = ["RESULTS_COLUMNS", "check_single_valued", "read_results"]
+__all__ = ["PROXY_COLUMNS", "RESULTS_COLUMNS", "check_single_valued", "proxy_record", "read_results"]
 
 #: Column names of the sweeps -> analysis results table (docs/architecture.md, "Results table").
 RESULTS_COLUMNS: tuple[str, ...] = (
@@ -20,6 +20,35 @@ RESULTS_COLUMNS: tuple[str, ...] = (
     "n_params_nonembed", "tokens", "steps", "batch_size", "seq_len", "batch_tokens", "lr",
     "seed", "loss", "train_loss", "gns", "wall_s",
 )
+
+
+#: Columns that say what the proxy was (the trainer's row): its architecture, tokenizer,
+#: vocabulary, context, compute dtype and depth. Every fit records them (:func:`proxy_record`) and
+#: ``transfer`` reads the proxy from them, never from a preset.
+PROXY_COLUMNS: tuple[str, ...] = ("arch", "tokenizer", "vocab_size", "seq_len", "compute_dtype", "depth")
+
+
+def _scalar(v: Any) -> Any:
+    v = v.item() if hasattr(v, "item") else v
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return v
+
+
+def proxy_record(df: pd.DataFrame) -> dict[str, Any]:
+    """What the rows say the proxy was: each of :data:`PROXY_COLUMNS` present in ``df``
+    with its one value, or the sorted list of its values when the rows hold several (a
+    context ladder); absent columns and empty cells are left out."""
+    out: dict[str, Any] = {}
+    for col in PROXY_COLUMNS:
+        if col not in df.columns:
+            continue
+        values = sorted({_scalar(v) for v in df[col].dropna()}, key=lambda v: (str(type(v)), v))
+        if len(values) == 1:
+            out[col] = values[0]
+        elif values:
+            out[col] = values
+    return out
 
 
 def _read(p: Path, reader: Any) -> pd.DataFrame:

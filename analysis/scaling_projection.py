@@ -27,7 +27,7 @@ from .baselines import scaling_baselines
 from .project import Estimate
 from .scaling_doc import edge_flags
 from .schedule import ScheduleRules, warmup_from_section
-from .tau import _arr, weight_decay_for
+from .tau import PUBLISHED_ETA_LAMBDA, PUBLISHED_ETA_LAMBDA_SOURCE, _arr, tau_from, weight_decay_for
 
 __all__ = ["ScalingPredictions", "ScalingProjection", "extrapolation_factor"]
 
@@ -474,6 +474,17 @@ class ScalingPredictions:
             warnings.append("no weight decay projected: the sweep has no single "
                             "weight_decay at its largest budget, so tau is unknown.")
             return None, None
+        if self.tau_source == "default λ" and tau_tpp_exponent is None:
+            # tau at the sweep's one lambda was never optimised: a published per-step eta·lambda
+            lam = PUBLISHED_ETA_LAMBDA / lr.value
+            nan = float("nan")
+            warnings.append(f"weight decay not optimised: the sweep ran one weight decay, so its tau {tau:.4g} "
+                            f"was not optimised; the projection takes the {PUBLISHED_ETA_LAMBDA_SOURCE}")
+            return (Estimate(float(tau_from(b_tok, lr.value, lam, d)), nan, nan, level,
+                             f"from the {PUBLISHED_ETA_LAMBDA_SOURCE}; the sweep's tau {tau:.4g} was at "
+                             "one weight decay, not optimised", e_lr),
+                    Estimate(float(lam), nan, nan, level, f"{PUBLISHED_ETA_LAMBDA_SOURCE} / eta: not "
+                             "measured here, interval unknown", e_lr))
         t_lo, t_hi = self.ci_.get("tau", (tau, tau))
         how = "tau* measured at its optimum" if self.tau_source == "measured" else \
             "tau = B/(eta·lambda·D) at the proxy optimum"

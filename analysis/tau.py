@@ -9,7 +9,16 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["tau_from", "weight_decay_for"]
+__all__ = ["PUBLISHED_ETA_LAMBDA", "PUBLISHED_ETA_LAMBDA_SOURCE", "tau_from", "weight_decay_for"]
+
+#: Per-step decay eta·lambda of published 1B-7B pre-training recipes (peak LR × AdamW
+#: weight decay): OLMo-1B 4e-4 × 0.1 (Groeneveld et al. 2024), TinyLlama 4e-4 × 0.1
+#: (Zhang et al. 2024), DeepSeek LLM 7B 4.2e-4 × 0.1 (DeepSeek-AI 2024). A card whose
+#: sweep did not optimise the weight decay (one lambda, so its tau says nothing about the
+#: best tau) takes this instead, and says so.
+PUBLISHED_ETA_LAMBDA = 4e-5
+PUBLISHED_ETA_LAMBDA_SOURCE = ("published per-step eta·lambda 4e-5 (OLMo-1B 4e-4 × 0.1, TinyLlama 4e-4 × 0.1, "
+                               "DeepSeek LLM 7B 4.2e-4 × 0.1)")
 
 
 def _arr(v: Any, name: str, *, zero_ok: bool = False) -> np.ndarray:

@@ -38,7 +38,7 @@ from mutransfer.config_fields import (
 )
 from mutransfer.models.gpt import GPTConfig
 from mutransfer.models.presets import PRESETS, get_preset
-from mutransfer.models.source import hf_proxy_config, hf_shape, load_hf_config, parse_model
+from mutransfer.models.source import hf_proxy_config, hf_shape, load_hf_config, parse_model, widths_hint
 from mutransfer.parametrization import Kind
 from mutransfer.schedules import DecayShape, ScheduleConfig, ScheduleKind
 from mutransfer.stabilizers import SpikePolicy
@@ -184,7 +184,10 @@ class ModelSection(_Section):
         config = load_hf_config(src.ref)
         w, d, ctx = hf_shape(config)
         width, depth = self.width or w, self.depth or d
-        hf_proxy_config(config, width, depth, src.head_rule)
+        try:
+            hf_proxy_config(config, width, depth, src.head_rule)
+        except ValueError as exc:
+            raise ValueError(f"{exc}. {widths_hint(config, src.head_rule)}") from None
         seq = self.seq_len or (min(base.seq_len, ctx) if ctx else base.seq_len)
         if ctx is not None and seq > ctx:
             raise ValueError(f"seq_len={seq} is longer than model {self.source!r}'s context {ctx}")

@@ -253,6 +253,35 @@ def ladder_tol(widths: Sequence[int], tol_inf: float = TOL_INF, kappa: float = F
     return float(tol_inf + kappa * abs(float((c * ws**-0.5).sum())))
 
 
+#: The default Adam LR of the check on a model that is not ours, as a share of its init:
+#: ``lr = LR_PER_INIT_STD × init std`` (:func:`default_lr`). The finite-width correction the
+#: check allows for grows with the first steps' size against the init (:func:`ladder_tol`);
+#: at lr 1e-2 a Hugging Face model (std 0.02: the step is half the init) failed a correct μP
+#: on real shapes (Llama-3.2-1B's at 16 layers +0.82, at 2 layers -0.50; Qwen2.5-0.5B's
+#: -0.39). At 0.1 × std, 2e-3 for std 0.02, μP passes and SP fails on six families at their
+#: released shapes (``benchmarks/hf_coord_default.py``, results/hf_coord_default.json). Our
+#: presets keep 1e-2 (their init is ~6× larger: the same share).
+LR_PER_INIT_STD = 0.1
+
+
+def init_std(model: nn.Module) -> float:
+    """The median standard deviation of a model's weight matrices (every parameter of two
+    or more dimensions) at init: the scale its first Adam steps are measured against."""
+    stds = [float(p.detach().float().std()) for p in model.parameters() if p.dim() >= 2 and p.numel() > 1]
+    stds = [s for s in stds if math.isfinite(s) and s > 0]
+    if not stds:
+        raise ValueError("the model has no weight matrix with a nonzero init to scale the LR to; give --lr")
+    return float(np.median(stds))
+
+
+def default_lr(model: nn.Module, optimizer: str = "adamw") -> float:
+    """The check's LR for a model that is not ours: ``LR_PER_INIT_STD × init_std(model)``
+    (2e-3 for Hugging Face's std 0.02) for Adam and Muon, 0.1 for SGD."""
+    if optimizer == "sgd":
+        return 0.1
+    return float(f"{LR_PER_INIT_STD * init_std(model):.2g}")  # 2e-3, not 2.0004e-3
+
+
 def _slope(x: np.ndarray, y: np.ndarray) -> float:
     lx, ly = np.log2(x), np.log2(np.maximum(y, 1e-30))
     return float(np.polyfit(lx, ly, 1)[0])
@@ -391,4 +420,4 @@ def coord_check(
 
 
 __all__ = ["FINITE_WIDTH_KAPPA", "TOL_INF", "CoordCheckResult", "coord_check", "default_modules",
-           "fit_slopes", "gpt_loss", "ladder_tol", "record_activations"]
+           "default_lr", "fit_slopes", "gpt_loss", "init_std", "ladder_tol", "record_activations"]

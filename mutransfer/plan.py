@@ -23,7 +23,7 @@ from typing import Any
 from analysis import ScalingLawFit
 from analysis.baselines import published_batch, scaling_baselines
 from analysis.scaling_projection import extrapolation_factor
-from analysis.tau import weight_decay_for
+from analysis.tau import PUBLISHED_ETA_LAMBDA, PUBLISHED_ETA_LAMBDA_SOURCE, weight_decay_for
 from mutransfer._io import read_text
 
 __all__ = ["BATCH_RULES", "EDGE_VALUES", "TOKENS_PER_PARAM_RANGE", "RunPlan", "ScalingLaws", "beta2_for",
@@ -43,7 +43,10 @@ def read_scaling_fit(path: str | Path) -> ScalingLawFit:
         doc = json.loads(read_text(p, "scaling fit"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"scaling fit {str(p)!r} is not valid JSON: {exc}") from None
-    return ScalingLawFit.from_dict(doc, f"scaling fit {p.name!r}")
+    fit = ScalingLawFit.from_dict(doc, f"scaling fit {p.name!r}")
+    # what the fitted rows say the proxy was (architecture, tokenizer, vocab, context, dtype)
+    fit.proxy_ = dict(doc["proxy"]) if isinstance(doc, dict) and isinstance(doc.get("proxy"), dict) else {}
+    return fit
 
 
 def lr_sensitivity(proxy: Mapping[str, Any] | None, laws: ScalingLawFit | None, *,
@@ -401,10 +404,17 @@ def _plan_lr(laws: ScalingLawFit | None, *, proxy_lr: float, proxy_lr_interval: 
 
 def _plan_weight_decay(laws: ScalingLawFit | None, *, weight_decay: float | None, wd_mode: str,
                        proxy_tau: float | None, lr: float, b_tok: int, tokens: float, level: float,
-                       ext: Mapping[str, float]) -> tuple[float, float | None, dict[str, Any], Any]:
-    """(weight decay, tau, their estimates): given, or from tau held fixed, lambda =
-    B / (eta · tau · D) (:func:`analysis.tau.weight_decay_for`; ``independent`` decay is
-    per step lambda, so its eta is 1)."""
+                       ext: Mapping[str, float], lr_interval: tuple[float | None, float | None] = (None, None),
+                       warnings: list[str] | None = None
+                       ) -> tuple[float, float | None, dict[str, Any], Any]:
+    """(weight decay, tau, their estimates): given; from tau* measured over a weight-decay
+    axis, held fixed, lambda = B / (eta · tau · D) (:func:`analysis.tau.weight_decay_for`;
+    ``independent`` decay is per step lambda, so its eta is 1), its interval from tau*'s and
+    the LR's (lambda* moves as 1/eta*); from a tuned proxy's tau (``--proxy-config``); from a
+    scaling sweep at one weight decay (its tau never optimised): the published per-step
+    eta·lambda (:data:`analysis.tau.PUBLISHED_ETA_LAMBDA`), its source named, its interval
+    unknown, and a warning in ``warnings``; else 0."""
+    warnings = [] if warnings is None else warnings
     eta = 1.0 if wd_mode == "independent" else lr
     formula = f"lambda = B / ({'' if wd_mode == 'independent' else 'eta · '}tau · D)"
 
@@ -417,16 +427,19 @@ def _plan_weight_decay(laws: ScalingLawFit | None, *, weight_decay: float | None
         tau = (b_tok / (eta * weight_decay * tokens)) if weight_decay > 0 else None
         return (weight_decay, tau, _estimate(weight_decay, None, None, level, "given (--weight-decay)"),
                 None if tau is None else _estimate(tau, None, None, level, "from the given weight decay"))
-    if laws is not None and laws.tau is not None:
+    if laws is not None and laws.tau is not None and laws.tau_source != "default λ":
         tau = laws.tau
         t_lo, t_hi = laws.tau_ci or (tau, tau)
-        wd_est = _estimate(lam_from_tau(tau), lam_from_tau(t_hi), lam_from_tau(t_lo), level,
-                           f"{formula}, tau {tau:.4g}", max(ext.values()))
-        what = {"measured": "tau* measured at its optimum over the weight decays",
-                "default λ": "at the sweep's one weight decay, not optimised"}.get(laws.tau_source or "", "")
-        return lam_from_tau(tau), tau, wd_est, _estimate(
-            tau, t_lo, t_hi, level, f"AdamW timescale at the proxy optimum"
-            f"{': ' + what if what else ''} ({laws.source})")
+        e_lo, e_hi = lr_interval if wd_mode != "independent" else (1.0, 1.0)
+        # lambda* = B / (eta* tau* D): the LR's interval moves it as much as tau*'s
+        lo = lam_from_tau(t_hi) * (eta / e_hi if e_hi else math.nan)
+        hi = lam_from_tau(t_lo) * (eta / e_lo if e_lo else math.nan)
+        wd_est = _estimate(lam_from_tau(tau), lo if math.isfinite(lo) else None,
+                           hi if math.isfinite(hi) else None, level,
+                           f"{formula}, tau {tau:.4g} (interval: tau's and the LR's)", max(ext.values()))
+        what = ("tau* measured at its optimum over the weight decays" if laws.tau_source == "measured"
+                else "AdamW timescale of the fit (its source not recorded)")
+        return lam_from_tau(tau), tau, wd_est, _estimate(tau, t_lo, t_hi, level, f"{what} ({laws.source})")
     if proxy_tau is not None:
         if not (math.isfinite(proxy_tau) and proxy_tau > 0):
             raise ValueError(f"the proxy's weight-decay timescale tau must be a positive finite number, "
@@ -435,8 +448,22 @@ def _plan_weight_decay(laws: ScalingLawFit | None, *, weight_decay: float | None
         return wd, proxy_tau, _estimate(wd, None, None, level, f"{formula}, tau {proxy_tau:.4g} of the tuned "
                                         "proxy"), _estimate(proxy_tau, None, None, level,
                                                             "the tuned proxy's weight decay (--proxy-config)")
-    return 0.0, None, _estimate(0.0, None, None, level, "default (no --weight-decay, no tau in a scaling "
-                                "fit)"), None
+    if laws is None or laws.tau is None:
+        return 0.0, None, _estimate(0.0, None, None, level, "default (no --weight-decay, no tau in a scaling "
+                                    "fit)"), None
+    # Not optimised: a tau at the sweep's one lambda says nothing about the best tau (it moves
+    # with whatever LR the proxy had), so the per-step decay of published recipes stands in.
+    wd = PUBLISHED_ETA_LAMBDA / eta
+    tau = b_tok / (eta * wd * tokens)
+    sweep_eta_lam = 1.0 / (laws.tau * tokens / b_tok)
+    why = (f"the scaling sweep ran one weight decay, so its tau {laws.tau:.4g} was not optimised (held "
+           f"fixed it would give eta·lambda {sweep_eta_lam:.2g} per step)")
+    warnings.append(f"weight decay not optimised: {why}; the card takes the {PUBLISHED_ETA_LAMBDA_SOURCE}, "
+                    f"so lambda {wd:.3g} at LR {lr:.3g}; measure tau with `sweep scaling --weight-decays` or "
+                    "give --weight-decay")
+    return wd, tau, _estimate(wd, None, None, level, f"{PUBLISHED_ETA_LAMBDA_SOURCE} / eta: not measured "
+                              "here, interval unknown"), _estimate(
+        tau, None, None, level, f"from the {PUBLISHED_ETA_LAMBDA_SOURCE}: not measured here")
 
 
 def _plan_schedule(laws: ScalingLawFit | None, *, warmup_tokens: float | None, warmup_fraction: float | None,
@@ -597,7 +624,8 @@ def plan_run(
                           ext_limit=extrapolation_limit)
     wd, tau, wd_est, tau_est = _plan_weight_decay(laws, weight_decay=weight_decay, wd_mode=wd_mode,
                                                   proxy_tau=proxy_tau, lr=lr, b_tok=b_tok, tokens=tokens,
-                                                  level=level, ext=ext)
+                                                  level=level, ext=ext, warnings=warnings,
+                                                  lr_interval=(lr_est["lo"], lr_est["hi"]))
     w, w_est, dec, d_est = _plan_schedule(laws, warmup_tokens=warmup_tokens, warmup_fraction=warmup_fraction,
                                           decay_fraction=decay_fraction, n_params=n_params, b_tok=b_tok,
                                           tokens=tokens, level=level, ext_tokens=ext["tokens"])

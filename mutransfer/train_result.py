@@ -73,6 +73,11 @@ class TrainResult:
     tokenizer: str = "unknown"
     """What made the token ids (:attr:`mutransfer.data.TokenDataset.tokenizer`): the
     tokenizer file's sha256[:12], ``bytes`` or ``unknown``; tables mixing them are refused."""
+    vocab_size: int | None = None
+    """The vocabulary the model was built with (the data's): ``transfer`` reads the proxy's
+    from here, never from a preset."""
+    compute_dtype: str = "fp32"
+    """What the forward ran in: ``fp32`` or ``bf16`` (autocast over fp32 weights)."""
 
     @property
     def batch_tokens(self) -> int:
@@ -84,7 +89,7 @@ class TrainResult:
         row: dict[str, Any] = {k: getattr(self, k) for k in ROW_KEYS}
         row.update(pruned=self.pruned, steps_done=self.steps_done, stop_reason=self.stop_reason,
                    tokens_per_s=self.tokens_per_s, flops_per_token=self.flops_per_token,
-                   tokenizer=self.tokenizer)
+                   tokenizer=self.tokenizer, vocab_size=self.vocab_size, compute_dtype=self.compute_dtype)
         for k, v in self.config.to_flat().items():
             if k not in row and k not in _NOT_HYPERPARAMETERS and v is not None:
                 row[k] = v

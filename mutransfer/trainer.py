@@ -504,7 +504,8 @@ class Trainer:
             history=list(self.history), evals=list(self.evals), spikes=list(self.spikes),
             rollbacks=list(self.rollbacks), flops_per_token=flops,
             tokens_per_s=self.tokens / self.train_time if self.train_time > 0 else 0.0,
-            device=str(self.device), tokenizer=self.data.tokenizer)
+            device=str(self.device), tokenizer=self.data.tokenizer, vocab_size=int(self.data.vocab_size),
+            compute_dtype="bf16" if self.amp_dtype is not None else "fp32")
 
     def _count_params(self, model: torch.nn.Module) -> tuple[int, int]:
         """(all, non-embedding) parameters of a source model, tied ones once: the

@@ -75,8 +75,9 @@ def card_warnings(card: Mapping[str, Any]) -> list[str]:
                    f"moved {m['shift_octaves']:+.2f} octave [{lo:+.2f}, {hi:+.2f}], {m['source']}): "
                    "CompleteP carries the LR there, but nothing measured it")
     if _num(src.get("seq_len")) and _num(tgt.get("seq_len")) and src["seq_len"] != tgt["seq_len"]:
+        whence = f" ({tgt['seq_len_from']})" if tgt.get("seq_len_from") else ""
         out.append(f"the context changes from the proxy's {src['seq_len']} to the target's {tgt['seq_len']} "
-                   "tokens: the LR and batch were tuned at the proxy's")
+                   f"tokens{whence}: the LR and batch were tuned at the proxy's")
     vc = tgt.get("vocab_change")
     if isinstance(vc, Mapping):
         out.append(f"the vocabulary changes from the proxy's {vc.get('proxy')} to the target's "

@@ -97,6 +97,7 @@ def non_negative_int(text: str) -> int:
 MAX_WIDTH = 1 << 20
 MAX_DEPTH = 10_000
 MAX_N_BOOT = 100_000
+MAX_SEQ_LEN = 1 << 24
 
 
 #: Seeds end where numpy's do (``np.random.default_rng`` takes any non-negative int, but

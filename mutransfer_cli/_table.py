@@ -11,7 +11,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis import ScalingLawFit
+from analysis import ScalingLawFit, proxy_record
 from analysis.table import load_table
 from mutransfer_cli._common import MAX_N_BOOT, MAX_SEED, bounded_int
 
@@ -72,10 +72,13 @@ def column_flag(text: str) -> str | None:
 
 def read_table(args: argparse.Namespace, value_cols: Sequence[str], group_cols: Sequence[str], *,
                inf_ok: Sequence[str] = (), keep_diverged: bool = False) -> tuple[pd.DataFrame, dict]:
-    """:func:`analysis.table.load_table` with the table flags of :func:`add_table_flags`."""
-    return load_table(args.results, value_cols, group_cols, where=args.where,
-                      diverged=column_flag(args.diverged), state=column_flag(args.state),
-                      dropna=args.dropna, inf_ok=inf_ok, keep_diverged=keep_diverged)
+    """:func:`analysis.table.load_table` with the table flags of :func:`add_table_flags`;
+    the counts carry ``proxy``, what the rows say the proxy was (:func:`analysis.proxy_record`:
+    architecture, tokenizer, vocabulary, context, dtype), which every fit records."""
+    df, counts = load_table(args.results, value_cols, group_cols, where=args.where,
+                            diverged=column_flag(args.diverged), state=column_flag(args.state),
+                            dropna=args.dropna, inf_ok=inf_ok, keep_diverged=keep_diverged)
+    return df, {**counts, "proxy": proxy_record(df)}
 
 
 def check_level(level: float, flag: str = "--level (--ci)") -> None:

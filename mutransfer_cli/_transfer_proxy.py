@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from analysis import OptimumFit
+from analysis import OptimumFit, proxy_record
 from analysis.scaling import tau_from
 from analysis.table import load_table
 from mutransfer._io import read_text
@@ -155,13 +155,7 @@ def optimum_from_results(args: argparse.Namespace, seq_len: int
             settings[col] = vals[0].item() if hasattr(vals[0], "item") else vals[0]
     if settings:
         source["proxy_settings"] = settings
-    for col, key in (("vocab_size", "proxy_vocab_size"), ("tokenizer", "tokenizer")):
-        vals = df[col].dropna().unique() if col in df.columns else []
-        if len(vals) > 1:
-            raise ValueError(f"{args.results}: the {args.parametrization} rows mix {col} values "
-                             f"{', '.join(sorted(map(str, vals)))}; one vocabulary per transfer")
-        if len(vals) == 1:
-            source[key] = int(vals[0]) if col == "vocab_size" else str(vals[0])
+    source.update(recorded_proxy(proxy_record(df), f"{args.results}: the {args.parametrization} rows"))
     if "study" in df.columns and df["study"].nunique() == 1:
         source["study"] = str(df["study"].iloc[0])
 
@@ -249,6 +243,8 @@ def optimum_from_fit(path: str, group: str | None, parametrization: str
     if isinstance(chosen.get("sensitivity"), dict):  # leave-one-seed-out spread of the optimum
         projected["sensitivity"] = chosen["sensitivity"]
     source: dict = {"fit": str(path), "fit_group": chosen.get("group")}
+    if isinstance(doc.get("proxy"), dict):  # what the fitted rows say the proxy was
+        source.update(recorded_proxy(doc["proxy"], f"fit file {path!r}"))
     if widths:
         source["proxy_widths"] = sorted(int(w) for w in widths)
         per = {str(int(f["group"]["width"])): f["x_opt"] for f in cands}
@@ -283,3 +279,28 @@ def _check_fit_entries(path: str, fits: list[dict]) -> None:
         if ci is not None and not (isinstance(ci, list) and len(ci) == 2
                                    and all(v is None or number(v) for v in ci)):
             raise ValueError(f"{where}.ci must be an interval [lo, hi] (numbers or null), got {ci!r}")
+
+
+#: The card's ``source`` keys of what the rows recorded about the proxy
+#: (:data:`analysis.PROXY_COLUMNS` -> card key).
+RECORDED = {"arch": "arch", "tokenizer": "tokenizer", "vocab_size": "proxy_vocab_size",
+            "seq_len": "proxy_seq_len", "compute_dtype": "dtype", "depth": "proxy_depth"}
+
+
+def recorded_proxy(record: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The proxy's architecture, tokenizer, vocabulary, context and dtype as the rows (or a
+    fit's ``proxy`` block) recorded them, under the card's ``source`` keys; a column with
+    several values -> ValueError naming it: one proxy per transfer."""
+    out: dict[str, Any] = {}
+    for col, key in RECORDED.items():
+        value = record.get(col)
+        if value is None:
+            continue
+        if isinstance(value, list) and col == "depth":
+            continue  # a depth ladder: the base depth is --base-depth's
+        if isinstance(value, list):
+            raise ValueError(f"{where}: {col} takes several values ({', '.join(map(str, value))}); transfer "
+                             f"one proxy {'context' if col == 'seq_len' else col} at a time (filter the "
+                             "table first)")
+        out[key] = int(value) if col in ("vocab_size", "seq_len", "depth") else str(value)
+    return out

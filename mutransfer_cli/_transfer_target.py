@@ -66,6 +66,8 @@ def check_vocab(args: argparse.Namespace, proxy: Any, target: Any, source: dict[
     """The proxy's vocabulary (the results table's ``vocab_size`` column, else the proxy
     model's) against the target's: a change alters the embedding and readout the LR was
     tuned with, so it is refused unless ``--allow-vocab-change`` (then it is recorded)."""
+    if "proxy_vocab_size" not in source and str(source.get("arch") or "").startswith(("hf:", "builder:")):
+        return None  # older rows of a non-preset proxy, without the column: no preset's vocab to assume
     proxy_vocab = source.get("proxy_vocab_size", getattr(proxy, "vocab_size", None))
     target_vocab = target.vocab_size if target.kind == "hf" else getattr(target.config, "vocab_size", None)
     if proxy_vocab is None or target_vocab is None or int(proxy_vocab) == int(target_vocab):
@@ -91,6 +93,8 @@ def target_overrides(args: argparse.Namespace) -> dict[str, Any]:
             if key in out and out[key] != value:
                 raise ValueError(f"--{flag.replace('_', '-')} {value} contradicts --set {key}={out[key]}")
             out[key] = value
+    if getattr(args, "target_seq_len", None) is not None:
+        out["seq_len"] = args.target_seq_len
     if args.seq_len is not None and args.model_config is None:
         out.setdefault("seq_len", args.seq_len)
     return out

@@ -201,7 +201,7 @@ def _card(out: Path, sz: DemoSize, study: str, scaling: dict[str, Any], quiet: b
                f"context {sc.target_seq_len}, {sc.tokens_per_param:g} tokens per parameter")
     if sz.preset.startswith("hf:"):  # the user's architecture, scaled to the target's shape
         target = ["--model", f"hf:{_hf_target_config(out, sz.preset, sc)}",
-                  "--seq-len", str(sc.target_seq_len)]
+                  "--target-seq-len", str(sc.target_seq_len)]
     else:
         target = ["--preset", sz.preset, "--seq-len", str(sz.seq_len), "--set", f"width={sc.target_width}",
                   "--set", f"depth={sc.target_depth}", "--set", f"seq_len={sc.target_seq_len}"]

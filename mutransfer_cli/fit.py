@@ -250,6 +250,7 @@ def fit_scaling(args: argparse.Namespace) -> dict[str, Any]:
     out["results"] = str(args.results)
     out["n_not_complete"] = counts["n_not_complete"]
     out["n_dropped"] = counts["n_dropped"]
+    out["proxy"] = counts["proxy"]
     return out
 
 

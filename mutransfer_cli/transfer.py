@@ -23,13 +23,21 @@ from analysis.scaling import AUDIT_KEYS
 from mutransfer._io import check_output, read_text
 from mutransfer.card import build_card, save_card
 from mutransfer.models import get_preset
-from mutransfer.models.presets import DEFAULT_PRESET
+from mutransfer.models.presets import DEFAULT_PRESET, PRESETS
 from mutransfer.parametrization import KINDS
 from mutransfer.schedules import DECAY_SHAPES, SCHEDULE_KINDS
-from mutransfer.target import PRECISION, config_dtype, lr_sensitivity, plan_run, read_scaling_fit
+from mutransfer.target import (
+    PRECISION,
+    config_dtype,
+    lr_sensitivity,
+    parse_overrides,
+    plan_run,
+    read_scaling_fit,
+)
 from mutransfer.trust import card_warnings, trust_block
 from mutransfer_cli._common import (
     MAX_DEPTH,
+    MAX_SEQ_LEN,
     MAX_WIDTH,
     bounded_int,
     key_value,
@@ -37,6 +45,7 @@ from mutransfer_cli._common import (
     positive_int,
     print_json,
 )
+from mutransfer_cli._transfer_identity import check_arch, reconcile_proxy, target_context
 from mutransfer_cli._transfer_proxy import proxy_optimum, read_proxy_config, tuned_proxy
 from mutransfer_cli._transfer_target import check_vocab, target_parametrization
 from sweeps.holdout import CRITERIA
@@ -71,8 +80,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--base-depth", type=positive_int, default=None,
                    help="depth the proxy was tuned at (default: the preset's)")
     g.add_argument("--seq-len", type=positive_int, default=None,
-                   help="the proxy's context (default: the preset's); also the target's unless --set "
-                   "seq_len=...")
+                   help="the proxy's context, as measured (default: the results rows' or fit's seq_len, "
+                   "else the preset's; a value contradicting the rows exits 2); also a preset target's "
+                   "unless --target-seq-len")
     g.add_argument("--proxy-batch-tokens", type=positive_float, default=None,
                    help="batch (tokens) the proxy's LR was tuned at (default: from --results)")
     g.add_argument("--proxy-tokens", type=positive_float, default=None,
@@ -100,6 +110,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "config's torch_dtype says")
     t.add_argument("--allow-vocab-change", action="store_true",
                    help="accept a target vocabulary other than the proxy's (recorded in the card)")
+    t.add_argument("--target-seq-len", type=bounded_int(1, MAX_SEQ_LEN, "--target-seq-len"), default=None,
+                   help="the target's context (default: with --model, the config's "
+                   "max_position_embeddings; else the proxy's); the card's source keeps the proxy's")
+    t.add_argument("--allow-arch-change", action="store_true",
+                   help="accept a proxy (results rows, fit or scaling fit) of another architecture than "
+                   "the target's, or a scaling fit of another architecture than the LR's (recorded in "
+                   "the card and warned about)")
     t.add_argument("--target-width", type=bounded_int(1, MAX_WIDTH, "--target-width"), default=None,
                    help="same as --set width=N")
     t.add_argument("--target-depth", type=bounded_int(1, MAX_DEPTH, "--target-depth"), default=None,
@@ -201,10 +218,17 @@ def check_flags(args: argparse.Namespace) -> None:
     if args.warmup_tokens is not None and args.warmup_fraction is not None:
         raise ValueError("give --warmup-tokens or --warmup-fraction, not both")
     # before the work, never onto an input
-    if args.model is not None and (args.model_config or args.target_preset or args.overrides
+    # --set seq_len=N is the one target field a config.json leaves open: its training context
+    only_seq = all(str(k).strip() == "seq_len" for k, _ in (
+        x if isinstance(x, tuple) else x.partition("=")[::2] for x in args.overrides))
+    if args.model is not None and (args.model_config or args.target_preset or not only_seq
                                    or args.target_width or args.target_depth):
         raise ValueError("--model names the whole target; it does not take --model-config, --target-preset, "
-                         "--set, --target-width or --target-depth (edit the config.json instead)")
+                         "--set (but seq_len), --target-width or --target-depth (edit the config.json "
+                         "instead)")
+    set_seq = [v for k, v in parse_overrides(args.overrides).items() if k == "seq_len"]
+    if args.target_seq_len is not None and set_seq and set_seq[0] != args.target_seq_len:
+        raise ValueError(f"--target-seq-len {args.target_seq_len} contradicts --set seq_len={set_seq[0]}")
     # before the work, never onto an input
     model_file = args.model[3:] if args.model and args.model.startswith("hf:") else None
     check_output(args.out, inputs=[("the --results", args.results), ("the --fit", args.fit),
@@ -215,20 +239,29 @@ def check_flags(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     tuned = read_proxy_config(args) if args.proxy_config else None
+    preset_given = args.preset is not None
     check_flags(args)
-    proxy = tuned.model if tuned else get_preset(args.preset)  # the target starts from the proxy
+    proxy = tuned.model if tuned else get_preset(args.preset)
+    lr, lr_ci, projected, source, widths, proxy_b, proxy_d = proxy_optimum(
+        args, args.seq_len or getattr(proxy, "seq_len", 1), tuned)
+    laws = read_scaling_fit(args.scaling_fit) if args.scaling_fit else None
+    # what the rows recorded about the proxy (arch, tokenizer, vocab, context, dtype), never a preset's
+    warnings = reconcile_proxy(args, source, getattr(laws, "proxy_", None), preset_given)
+    if not tuned:
+        proxy = get_preset(args.preset)  # the target starts from the proxy
     if args.seq_len is not None and hasattr(proxy, "seq_len"):
         proxy = proxy.replace(seq_len=args.seq_len)
-    proxy_seq = getattr(proxy, "seq_len", 1)
-    lr, lr_ci, projected, source, widths, proxy_b, proxy_d = proxy_optimum(args, proxy_seq, tuned)
+    proxy_seq = args.seq_len or getattr(proxy, "seq_len", 1)
     if tuned is None and source.get("proxy_settings"):
         tuned = tuned_proxy(source["proxy_settings"], lr=lr, model=proxy, batch_tokens=proxy_b,
                             tokens=proxy_d, args=args, origin=f"--results {args.results}")
     args.wd_mode = args.wd_mode or "coupled"
     base_width = args.base_width or (int(min(widths)) if widths else proxy.width)
-    base_depth = args.base_depth or proxy.depth
+    base_depth = args.base_depth or source.pop("proxy_depth", None) or proxy.depth
+    source.pop("proxy_depth", None)
 
-    target, pz, warnings = target_parametrization(args, proxy, base_width, base_depth, tuned)
+    target, pz, depth_warnings = target_parametrization(args, proxy, base_width, base_depth, tuned)
+    warnings += depth_warnings
     said = config_dtype(target.config) if target.kind == "hf" else None
     if said is not None and said != args.weights_dtype:  # a real config's torch_dtype: bfloat16
         # said out loud, not a card warning: it casts no doubt on the card's numbers
@@ -237,11 +270,17 @@ def run(args: argparse.Namespace) -> int:
               f"for {said} weights", file=sys.stderr)
     cfg, kind = target.config, pz.kind
     width, depth = (target.width, target.depth) if target.kind == "hf" else (cfg.width, cfg.depth)
+    arch_warnings, arch_change = check_arch(args, source, target)
+    warnings += arch_warnings
     vocab_change = check_vocab(args, proxy, target, source)
     n_params, n_nonembed = target.n_params()
     tokens = args.tokens if args.tokens is not None else args.tokens_per_param * n_params
-    seq_len = (args.seq_len or proxy_seq) if target.kind == "hf" else getattr(cfg, "seq_len", 1)
-    laws = read_scaling_fit(args.scaling_fit) if args.scaling_fit else None
+    if target.kind == "hf":
+        set_seq = parse_overrides(args.overrides).get("seq_len")
+        seq_len, seq_from = target_context(args, target, int(proxy_seq), set_seq)
+    else:
+        seq_len = getattr(cfg, "seq_len", 1)
+        seq_from = "--target-seq-len" if args.target_seq_len else "the target model's seq_len"
     plan = plan_run(
         proxy_lr=lr, proxy_lr_interval=lr_ci, tokens=float(tokens), seq_len=seq_len, laws=laws,
         proxy_batch_tokens=args.proxy_batch_tokens or proxy_b,
@@ -266,7 +305,9 @@ def run(args: argparse.Namespace) -> int:
     projected["warnings"] = warnings
     audit = read_audit(args.audit) if args.audit else None
     study, storage = provenance(args, source)
-    source.update({"preset": args.preset, "width": int(max(widths)) if widths else base_width,
+    is_preset = not source.get("arch") or source["arch"] in PRESETS
+    source.update({"preset": args.preset if is_preset else None,
+                   "width": int(max(widths)) if widths else base_width,
                    "depth": base_depth, "base_width": base_width, "base_depth": base_depth,
                    "seq_len": int(proxy_seq),
                    **({"proxy_widths": sorted(int(w) for w in widths)} if widths else {}),
@@ -292,11 +333,12 @@ def run(args: argparse.Namespace) -> int:
                "rounding": plan.projected["batch_split"]["rule"]},
         target={"model": target.to_dict(), "width": width, "depth": depth,
                 **({"vocab_change": vocab_change} if vocab_change else {}),
+                **({"arch_change": arch_change} if arch_change else {}),
                 **({"tokenizer": args.tokenizer} if args.tokenizer else {}),
                 "n_params": n_params, "n_params_nonembed": n_nonembed, "tokens": float(tokens),
-                "tokens_per_param": float(tokens) / n_params, "seq_len": seq_len,
-                "dp_size": args.dp_size, "dtype": args.weights_dtype,
-                "precision": PRECISION[args.weights_dtype]},
+                 "tokens_per_param": float(tokens) / n_params, "seq_len": seq_len, "seq_len_from": seq_from,
+                 "dp_size": args.dp_size, "dtype": args.weights_dtype,
+                 "precision": PRECISION[args.weights_dtype]},
         source=source, projected=projected, audit=audit,
         provenance={"study": study, "storage": storage},
         role_lr_mults=tuned.lr_mults if tuned else None)

@@ -162,7 +162,7 @@ def test_the_card_for_a_1b_llama_goes_to_all_three_engines(tmp_path: Path, capsy
     (big / "config.json").write_text(json.dumps(LLAMA_1B))
     card_path = tmp_path / "card.yaml"
     argv = ["transfer", "--results", str(csv), "--model", f"hf:{big}", "--tokens-per-param", "20",
-            "--batch-size", "512", "--seq-len", "2048", "--base-width", "256", "--base-depth", "2",
+            "--batch-size", "512", "--target-seq-len", "2048", "--base-width", "256", "--base-depth", "2",
             "--weight-decay", "0.1", "--dp-size", "8", "--micro-batch", "4", "--out", str(card_path)]
     assert mutransfer_cli.main(argv) == 2  # the byte-level proxy's vocab is not Llama's
     assert "--allow-vocab-change" in capsys.readouterr().err and not card_path.exists()

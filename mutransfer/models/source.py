@@ -24,6 +24,7 @@ import copy
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import re
 import typing
@@ -298,14 +299,8 @@ def _scaled(value: int, width: int, hidden: int, field: str, model_type: str) ->
     return num // hidden
 
 
-def hf_proxy_config(config: Any, width: int, depth: int, head_rule: str = "keep_head_dim") -> Any:
-    """A copy of a ``transformers`` config at hidden size ``width`` and ``depth`` layers.
-
-    The intermediate size keeps its ratio to the hidden size. ``keep_head_dim``: query and
-    KV heads scale with width together (GQA ratio kept), head_dim fixed; ``keep_heads``:
-    head counts fixed, head_dim scales. Vocab and context are the user's. A per-layer
-    ``layer_types`` list is repeated to the new depth. A width the config cannot represent
-    (a non-integer size or head count) raises ValueError naming the field."""
+def _proxy_changes(config: Any, width: int, depth: int, head_rule: str) -> dict[str, Any]:
+    """The config fields :func:`hf_proxy_config` sets at ``width`` and ``depth`` (checked, no copy)."""
     if head_rule not in HEAD_RULES:
         raise ValueError(f"head_rule must be one of {', '.join(HEAD_RULES)}, got {head_rule!r}")
     for label, v in (("width", width), ("depth", depth)):
@@ -348,6 +343,18 @@ def hf_proxy_config(config: Any, width: int, depth: int, head_rule: str = "keep_
     if not f.head_dim and width // changes.get(f.heads, heads) != new_hd:
         raise ValueError(f"{mt} at width {width}: head_dim would be {width // changes.get(f.heads, heads)}, "
                          f"not {new_hd}")
+    return changes
+
+
+def hf_proxy_config(config: Any, width: int, depth: int, head_rule: str = "keep_head_dim") -> Any:
+    """A copy of a ``transformers`` config at hidden size ``width`` and ``depth`` layers.
+
+    The intermediate size keeps its ratio to the hidden size. ``keep_head_dim``: query and
+    KV heads scale with width together (GQA ratio kept), head_dim fixed; ``keep_heads``:
+    head counts fixed, head_dim scales. Vocab and context are the user's. A per-layer
+    ``layer_types`` list is repeated to the new depth. A width the config cannot represent
+    (a non-integer size or head count) raises ValueError naming the field."""
+    changes = _proxy_changes(config, width, depth, head_rule)
     out = copy.deepcopy(config)
     for k, v in changes.items():
         setattr(out, k, v)
@@ -355,6 +362,43 @@ def hf_proxy_config(config: Any, width: int, depth: int, head_rule: str = "keep_
     if isinstance(types, list) and types and len(types) != depth:
         out.layer_types = [types[i % len(types)] for i in range(depth)]
     return out
+
+
+def valid_widths(config: Any, head_rule: str = "keep_head_dim", upto: int | None = None) -> list[int]:
+    """Every width up to ``upto`` (default: the config's own) at which
+    :func:`hf_proxy_config` can represent ``config`` under ``head_rule``: whole head counts,
+    the GQA ratio kept, a whole MLP size."""
+    top = int(upto if upto is not None else hf_shape(config)[0])
+    out = []
+    for w in range(1, top + 1):
+        try:
+            _proxy_changes(config, w, 1, head_rule)
+        except ValueError:
+            continue
+        out.append(w)
+    return out
+
+
+def widths_hint(config: Any, head_rule: str = "keep_head_dim", below: int | None = None) -> str:
+    """One sentence: the widths ``config`` takes under ``head_rule`` up to ``below`` (its own
+    width by default), and, when fewer than 3 lie below it, the other head rule's."""
+    own = int(below if below is not None else hf_shape(config)[0])
+    mt = str(getattr(config, "model_type", "") or "the model")
+
+    def listed(ws: list[int]) -> str:
+        step = math.gcd(*ws) if ws else None
+        step = step if step and len(ws) == (ws[-1] - ws[0]) // step + 1 else None
+        shown = ", ".join(map(str, ws[:8])) + (f", ... {ws[-1]}" if len(ws) > 8 else "")
+        return shown + (f" (multiples of {step})" if step and len(ws) > 2 else "")
+
+    ws = valid_widths(config, head_rule, own)
+    text = f"{mt} under --head-rule {head_rule} takes widths {listed(ws) or 'none'} up to {own}"
+    if len([w for w in ws if w < own]) < 3:
+        other = "keep_heads" if head_rule == "keep_head_dim" else "keep_head_dim"
+        alt = [w for w in valid_widths(config, other, own) if w >= 16]
+        text += (f"; fewer than 3 lie below {own}: try --head-rule {other} ({listed(alt) or 'none'})"
+                 if alt else f"; fewer than 3 lie below {own}")
+    return text
 
 
 def hf_shape(config: Any) -> tuple[int, int, int | None]:
@@ -407,7 +451,11 @@ def build_model(source: ModelSource, width: int, depth: int, *, vocab_size: int 
     elif source.kind == "hf":
         import transformers as tf
 
-        cfg = hf_proxy_config(load_hf_config(source.ref), width, depth, source.head_rule)
+        full = load_hf_config(source.ref)
+        try:
+            cfg = hf_proxy_config(full, width, depth, source.head_rule)
+        except ValueError as exc:
+            raise ValueError(f"{exc}. {widths_hint(full, source.head_rule)}") from None
         if vocab_size is not None:
             cfg.vocab_size = int(vocab_size)
             # Special-token ids of the user's tokenizer mean nothing on the data's vocab
@@ -524,4 +572,6 @@ __all__ = [
     "load_hf_config",
     "logits_of",
     "parse_model",
+    "valid_widths",
+    "widths_hint",
 ]

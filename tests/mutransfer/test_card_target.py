@@ -24,7 +24,8 @@ LLAMA_1B = {"model_type": "llama", "vocab_size": 128256, "hidden_size": 2048, "i
             "tie_word_embeddings": True, "max_position_embeddings": 131072, "rms_norm_eps": 1e-5}
 TINY = dict(LLAMA_1B, vocab_size=128, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
             num_attention_heads=8, num_key_value_heads=4, head_dim=16, max_position_embeddings=64)
-RUN = ["--lr", "0.01", "--tokens", "1280", "--batch-size", "8", "--seq-len", "16", "--base-depth", "2"]
+RUN = ["--lr", "0.01", "--tokens", "1280", "--batch-size", "8", "--seq-len", "16", "--target-seq-len", "16",
+       "--base-depth", "2"]
 
 
 def write_config(tmp_path: Path, fields: dict, name: str = "config.json") -> Path:
