@@ -58,6 +58,7 @@ from .scaling import (
     tau_from,
     weight_decay_for,
 )
+from .best_loss import measured_best, paired_best_ratio
 from .scaling_plots import (
     CriticalBatchComparison,
     critical_batch_comparison,
@@ -109,6 +110,8 @@ __all__ = [
     "SaturatingPowerLawFit",
     "check_single_valued",
     "first_crossing",
+    "measured_best",
+    "paired_best_ratio",
     "fit_critical_batch",
     "fit_noise_scale",
     "plot_critical_batch",

@@ -91,7 +91,7 @@ def _scan_arm(arm: str, over: dict[str, Any], width: int, seeds: tuple[int, ...]
 
     trials = TrialLog(Path(out) / "trials.jsonl")
     m = width / demo["base_width"]
-    c = round(_guess(arm, m))
+    c = round(_guess(arm, m) / step) * step  # the guess on the scan's grid (step 1: the integer)
 
     visited: list[dict[str, Any]] = []
 
@@ -194,8 +194,10 @@ def import_results(csv: str | os.PathLike[str], out: Path, demo: dict[str, Any] 
                                      "seed": int(r["seed"])})
         model = dataclasses.asdict(cfg.model_config())  # None model fields: the preset's value
         want = {k: model.get(k) if v is None else v for k, v in cfg.to_flat().items()}
+        # SP has no readout init law: its rows' readout_init (the default when they ran) is moot
+        moot = {"readout_init"} if over.get("parametrization") == "sp" else set()
         same = all(str(want[c]) == str(r[c]) or (isinstance(want[c], float) and float(r[c]) == want[c])
-                   for c in table.columns if c in names and not pd.isna(r[c]))
+                   for c in table.columns if c in names - moot and not pd.isna(r[c]))
         point = {"arm": arm, "width": int(r["width"]), "log2_lr": t, "seed": int(r["seed"]),
                  "overrides": json.dumps(over, sort_keys=True)}
         if not same or trials.get(point) is not None:
