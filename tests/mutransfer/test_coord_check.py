@@ -110,6 +110,11 @@ def test_cli_writes_csv_png_json_and_exits_by_verdict(tmp_path, capsys) -> None:
     assert verdict["parametrization"] == "mup" and verdict["passed"] is True
     assert set(verdict["slopes"]) >= {"lm_head", "blocks.0.mlp", "wte"}
     assert (tmp_path / "mup" / "coord_check.png").read_bytes()[:4] == b"\x89PNG"
+    assert verdict["settings"]["readout_init"] == "fan_in"
+    # mup's readout by name: recorded, and its logits get the constant readout's allowance
+    assert main(["coord-check", *common, "--readout-init", "constant", "--no-plot",
+                 "--out", str(tmp_path / "const")]) == 0
+    assert json.loads((tmp_path / "const" / "coord_check.json").read_text())["settings"]["readout_init"] == "constant"
     assert main(["coord-check", *common, "-p", "sp", "--strict", "--out", str(tmp_path / "sp")]) == 1
     assert json.loads((tmp_path / "sp" / "coord_check.json").read_text())["passed"] is False
 
