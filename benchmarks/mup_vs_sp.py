@@ -53,16 +53,20 @@ HERE = Path(__file__).parent
 Overrides = Callable[[float], dict[str, Any]]
 """Width multiplier m -> TrainConfig overrides of an arm."""
 
+_C = {"readout_init": "constant"}
+"""Plain μP here is mup's constant readout, named: the ablations are defined against it (the
+default is fan_in since, which is the ``readout_fan_in`` arm), so no figure changes meaning."""
+
 ABLATIONS: dict[str, Overrides] = {
     "sp": lambda m: {"parametrization": "sp"},
-    "mup": lambda m: {"parametrization": "mup"},
-    "input_lr_sp": lambda m: {"parametrization": "mup", "lr_mult_input": 1.0 / m},
-    "input_lr_umup": lambda m: {"parametrization": "mup", "lr_mult_input": m**-0.5},
-    "vector_lr_sp": lambda m: {"parametrization": "mup", "lr_mult_vector": 1.0 / m},
-    "readout_sp": lambda m: {"parametrization": "mup", "output_mult": m**0.5, "lr_mult_output": m**-0.5},
+    "mup": lambda m: {"parametrization": "mup", **_C},
+    "input_lr_sp": lambda m: {"parametrization": "mup", **_C, "lr_mult_input": 1.0 / m},
+    "input_lr_umup": lambda m: {"parametrization": "mup", **_C, "lr_mult_input": m**-0.5},
+    "vector_lr_sp": lambda m: {"parametrization": "mup", **_C, "lr_mult_vector": 1.0 / m},
+    "readout_sp": lambda m: {"parametrization": "mup", **_C, "output_mult": m**0.5, "lr_mult_output": m**-0.5},
     "readout_zero": lambda m: {"parametrization": "mup", "readout_init": "zero"},
     "readout_fan_in": lambda m: {"parametrization": "mup", "readout_init": "fan_in"},
-    "all_sp": lambda m: {"parametrization": "mup", "lr_mult_input": 1.0 / m, "lr_mult_vector": 1.0 / m,
+    "all_sp": lambda m: {"parametrization": "mup", **_C, "lr_mult_input": 1.0 / m, "lr_mult_vector": 1.0 / m,
                          "output_mult": m**0.5, "lr_mult_output": m**-0.5},
 }
 """Ablation arms: μP with one difference from SP made SP's (see the module docstring)."""
