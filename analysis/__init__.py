@@ -58,6 +58,7 @@ from .scaling import (
     tau_from,
     weight_decay_for,
 )
+from .best_loss import measured_best, paired_best_ratio
 from .scaling_plots import (
     CriticalBatchComparison,
     critical_batch_comparison,
@@ -111,6 +112,8 @@ __all__ = [
     "proxy_record",
     "PROXY_COLUMNS",
     "first_crossing",
+    "measured_best",
+    "paired_best_ratio",
     "fit_critical_batch",
     "fit_noise_scale",
     "plot_critical_batch",

@@ -53,16 +53,20 @@ HERE = Path(__file__).parent
 Overrides = Callable[[float], dict[str, Any]]
 """Width multiplier m -> TrainConfig overrides of an arm."""
 
+_C = {"readout_init": "constant"}
+"""Plain μP here is mup's constant readout, named: the ablations are defined against it (the
+default is fan_in since, which is the ``readout_fan_in`` arm), so no figure changes meaning."""
+
 ABLATIONS: dict[str, Overrides] = {
     "sp": lambda m: {"parametrization": "sp"},
-    "mup": lambda m: {"parametrization": "mup"},
-    "input_lr_sp": lambda m: {"parametrization": "mup", "lr_mult_input": 1.0 / m},
-    "input_lr_umup": lambda m: {"parametrization": "mup", "lr_mult_input": m**-0.5},
-    "vector_lr_sp": lambda m: {"parametrization": "mup", "lr_mult_vector": 1.0 / m},
-    "readout_sp": lambda m: {"parametrization": "mup", "output_mult": m**0.5, "lr_mult_output": m**-0.5},
+    "mup": lambda m: {"parametrization": "mup", **_C},
+    "input_lr_sp": lambda m: {"parametrization": "mup", **_C, "lr_mult_input": 1.0 / m},
+    "input_lr_umup": lambda m: {"parametrization": "mup", **_C, "lr_mult_input": m**-0.5},
+    "vector_lr_sp": lambda m: {"parametrization": "mup", **_C, "lr_mult_vector": 1.0 / m},
+    "readout_sp": lambda m: {"parametrization": "mup", **_C, "output_mult": m**0.5, "lr_mult_output": m**-0.5},
     "readout_zero": lambda m: {"parametrization": "mup", "readout_init": "zero"},
     "readout_fan_in": lambda m: {"parametrization": "mup", "readout_init": "fan_in"},
-    "all_sp": lambda m: {"parametrization": "mup", "lr_mult_input": 1.0 / m, "lr_mult_vector": 1.0 / m,
+    "all_sp": lambda m: {"parametrization": "mup", **_C, "lr_mult_input": 1.0 / m, "lr_mult_vector": 1.0 / m,
                          "output_mult": m**0.5, "lr_mult_output": m**-0.5},
 }
 """Ablation arms: μP with one difference from SP made SP's (see the module docstring)."""
@@ -91,7 +95,7 @@ def _scan_arm(arm: str, over: dict[str, Any], width: int, seeds: tuple[int, ...]
 
     trials = TrialLog(Path(out) / "trials.jsonl")
     m = width / demo["base_width"]
-    c = round(_guess(arm, m))
+    c = round(_guess(arm, m) / step) * step  # the guess on the scan's grid (step 1: the integer)
 
     visited: list[dict[str, Any]] = []
 
@@ -194,8 +198,10 @@ def import_results(csv: str | os.PathLike[str], out: Path, demo: dict[str, Any] 
                                      "seed": int(r["seed"])})
         model = dataclasses.asdict(cfg.model_config())  # None model fields: the preset's value
         want = {k: model.get(k) if v is None else v for k, v in cfg.to_flat().items()}
+        # SP has no readout init law: its rows' readout_init (the default when they ran) is moot
+        moot = {"readout_init"} if over.get("parametrization") == "sp" else set()
         same = all(str(want[c]) == str(r[c]) or (isinstance(want[c], float) and float(r[c]) == want[c])
-                   for c in table.columns if c in names and not pd.isna(r[c]))
+                   for c in table.columns if c in names - moot and not pd.isna(r[c]))
         point = {"arm": arm, "width": int(r["width"]), "log2_lr": t, "seed": int(r["seed"]),
                  "overrides": json.dumps(over, sort_keys=True)}
         if not same or trials.get(point) is not None:

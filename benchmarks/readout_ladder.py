@@ -13,15 +13,24 @@ over widths 32–512 (16×), four arms, each an LR scan bracketing its optimum a
 Per arm: the drift of the optimal log2 LR over the ladder (octaves, bootstrap interval,
 ``analysis.OptimumFit``), wider-is-better (the best loss never rises with width) and the
 best loss ÷ SP's at every width (95% seed-bootstrap interval, ``best_loss_ratio``; where SP
-has one seed only μP's seeds are resampled). A μP arm is *eligible* as the default readout
+has one seed only μP's seeds are resampled), and the same ratio as the demo estimates it
+(``measured_best_loss_over_sp``: the lowest measured seed-mean loss over the seeds both
+arms hold, never below the data, interval from resampling those seeds paired;
+:func:`analysis.paired_best_ratio`). A μP arm is *eligible* as the default readout
 when its best loss ≤ SP's at the widest width and its drift ≤ 0.25 octave.
 
 SP uses seed 0 below the widest width and seeds 0, 1 at it (its optimum moves by whole
-octaves; the demo does the same), ``mup_zero`` seed 0 only (far above SP's loss), the other
-arms seeds 0, 1 everywhere. The scans run in the order the decision needs them
+octaves), ``mup_zero`` seed 0 only (far above SP's loss), the other arms seeds 0, 1
+everywhere; ``--equal-seeds`` drops these cuts (every arm, every seed, every width). The scans run in the order the decision needs them
 (:func:`work_list`), so a run cut short still leaves the candidate's verdict.
 
     python -m benchmarks.readout_ladder [--widths 32,...,512] [--import-csv RESULTS.csv]
+        [--arms sp,mup_fan_in] [--equal-seeds] [--step 0.5] [--name NAME]
+
+``results/readout_ladder_demo_equal_seeds.json`` is the demo's ladder (widths 32–256) with
+SP and the fan-in readout on equal seeds and a half-octave grid: ``--widths 32,64,128,256
+--seeds 0,1 --step 0.5 --arms sp,mup_fan_in --equal-seeds --name
+readout_ladder_demo_equal_seeds``.
 
 Writes ``results/readout_ladder.json`` and ``results/readout_ladder.png``. Finished trials
 are kept in ``--out``/trials.jsonl (default ``runs/readout_ladder``) and resumed;
@@ -55,9 +64,11 @@ ARMS: dict[str, Overrides] = {
 }
 """The ladder's arms (width multiplier m -> TrainConfig overrides); named readouts, so a
 change of ``readout_init``'s default changes no arm."""
-SAME_AT_BASE = {"mup_fan_in": "mup_constant"}
+SAME_AT_BASE = {"mup_fan_in": ("mup_constant", "sp"), "mup_constant": ("sp",)}
 """At the base width (m = 1) the fan-in readout's std law m^-1/2 equals the constant one's
-m^-1: the same run to the last bit, reused rather than re-trained."""
+m^-1, and every μP scale is 1, so μP is SP there: the same run to the last bit (checked: a
+width-32 run of SP, μP ``fan_in`` and μP ``constant`` gives one loss), reused rather than
+re-trained. The first arm of the tuple that the work list scans earlier is the twin."""
 ONE_SEED_BELOW_WIDEST = ("sp",)
 ONE_SEED = ("mup_zero",)
 """Seed cuts of the 2-core CPU budget: SP's optimum moves by whole octaves (2 seeds at the
@@ -68,27 +79,35 @@ TARGETS = {"ratio_best_loss_over_sp_widest_max": 1.0, "drift_octaves_max": 0.25}
 
 
 def work_list(widths: tuple[int, ...], seeds: tuple[int, ...],
-              one_seed_widest: tuple[str, ...] = ()) -> list[Work]:
+              one_seed_widest: tuple[str, ...] = (), arms: tuple[str, ...] = tuple(ARMS),
+              equal_seeds: bool = False) -> list[Work]:
     """The LR scans in the order the decision needs them, widest width first (the
     verdict's width): SP and the fan-in readout (the candidate), then the constant readout
-    (its narrower widths are usually imported from the demo), then the zero readout."""
+    (its narrower widths are usually imported from the demo), then the zero readout.
+    ``arms``: the arms to scan (a subset of :data:`ARMS`); ``equal_seeds``: every arm gets
+    every seed at every width (no seed cuts, so each ratio to SP is seed-paired)."""
     wide = max(widths)
     work: list[Work] = []
+    scanned: list[str] = []
     for group in (("sp", "mup_fan_in"), ("mup_constant",), ("mup_zero",)):
+        group = tuple(a for a in group if a in arms)
         for w in sorted(widths, reverse=True):
             m = w / DEMO["base_width"]
             for a in group:
-                sd = (seeds[:1] if a in ONE_SEED or (a in ONE_SEED_BELOW_WIDEST and w != wide)
-                      or (a in one_seed_widest and w == wide) else seeds)
-                same = ARMS[SAME_AT_BASE[a]](m) if a in SAME_AT_BASE and m == 1 else None
+                cut = a in ONE_SEED or (a in ONE_SEED_BELOW_WIDEST and w != wide)
+                sd = seeds[:1] if (cut and not equal_seeds) or (a in one_seed_widest and w == wide) else seeds
+                twin = next((t for t in SAME_AT_BASE.get(a, ()) if t in scanned or t in group[:group.index(a)]),
+                            None)
+                same = ARMS[twin](m) if twin is not None and m == 1 else None
                 work.append((a, ARMS[a](m), w, sd, same))
+        scanned += group
     return work
 
 
 def summarize(table: Any, widths: tuple[int, ...], n_boot: int = 500) -> dict[str, Any]:
     """Per arm: drift [interval], wider-is-better, and per width the optimum, best loss and
     best loss ÷ SP's [seed bootstrap]; plus the eligible arms by :data:`TARGETS`."""
-    from analysis import OptimumFit
+    from analysis import OptimumFit, paired_best_ratio
     from benchmarks._proxy import finite_or_none
     from benchmarks.tuned_multipliers import best_loss_ratio
 
@@ -108,10 +127,16 @@ def summarize(table: Any, widths: tuple[int, ...], n_boot: int = 500) -> dict[st
             has_sp = bool((at_w["arm"] == "sp").any())
             ratio = ({"ratio": 1.0, "ci": [1.0, 1.0]} if a == "sp" else
                      best_loss_ratio(at_w, a, "sp", n_boot=n_boot) if has_sp else None)
+            # the lowest measured seed-mean loss over the seeds both arms hold, resampled paired
+            measured = (paired_best_ratio(at_w[at_w["arm"] == a], at_w[at_w["arm"] == "sp"], n_boot=n_boot)
+                        if has_sp and a != "sp" else None)
             per_width[str(w)] = {"log2_lr_opt": float(r["log2_x_opt"]), "best_loss": float(r["loss_opt"]),
                                  "at_edge": bool(r["at_edge"]),
                                  "best_loss_over_sp": None if ratio is None else ratio["ratio"],
                                  "best_loss_over_sp_ci": None if ratio is None else ratio["ci"],
+                                 "measured_best_loss_over_sp": None if measured is None else measured["ratio"],
+                                 "measured_best_loss_over_sp_ci": None if measured is None else measured["ci"],
+                                 "measured_paired_seeds": None if measured is None else measured["seeds"],
                                  "seeds": sorted(int(s) for s in table.loc[(table["arm"] == a)
                                                                            & (table["width"] == w), "seed"]
                                                  .unique())}
@@ -181,12 +206,17 @@ def plot(fit: Any, arms: dict[str, Any], path: Path) -> Path:
 def run(widths: tuple[int, ...] = (32, 64, 128, 256, 512), seeds: tuple[int, ...] = (0, 1),
         out: str | os.PathLike[str] | None = None, step: float = 1.0,
         import_csv: str | os.PathLike[str] | None = None, results: Path = HERE / "results",
-        train_missing: bool = True, one_seed_widest: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Scan every (arm, width) (resuming ``out``), then write ``results/readout_ladder.json``
+        train_missing: bool = True, one_seed_widest: tuple[str, ...] = (),
+        arms: tuple[str, ...] = tuple(ARMS), equal_seeds: bool = False,
+        name: str = "readout_ladder") -> dict[str, Any]:
+    """Scan every (arm, width) (resuming ``out``), then write ``results/NAME.json``
     and ``.png``; returns the record. ``train_missing=False`` reports what the trial log
     holds: a scan it cannot finish is left out and listed under ``setup.incomplete``.
     ``one_seed_widest``: arms scanned with the first seed only at the widest width (a cut
-    for time; their narrower widths keep every seed)."""
+    for time; their narrower widths keep every seed). ``arms``: the arms to scan (SP is
+    always among them: every ratio is to it); ``equal_seeds``: no seed cuts at all.
+    ``name``: the record's file name (another ladder is another record, so a figure of
+    one name never holds two ladders' values)."""
     from benchmarks._proxy import log, record_header
     from benchmarks.mup_vs_sp import _n_imported, import_results, scan
     from mutransfer._io import atomic_write_text
@@ -196,11 +226,13 @@ def run(widths: tuple[int, ...] = (32, 64, 128, 256, 512), seeds: tuple[int, ...
     if import_csv:
         import_results(import_csv, out, DEMO, {"sp": ("sp", ARMS["sp"](1.0)),
                                                "mup": ("mup_constant", ARMS["mup_constant"](1.0))})
-    log(f"readout ladder: {', '.join(ARMS)} at widths {sorted(widths)} x seeds {list(seeds)}")
-    bad = sorted(set(one_seed_widest) - set(ARMS))
+    arms = tuple(a for a in ARMS if a in set(arms) | {"sp"})
+    log(f"readout ladder: {', '.join(arms)} at widths {sorted(widths)} x seeds {list(seeds)}")
+    bad = sorted((set(one_seed_widest) | set(arms)) - set(ARMS))
     if bad:
         raise ValueError(f"unknown arm(s) {bad}; choose from {', '.join(ARMS)}")
-    table = scan(work_list(widths, seeds, one_seed_widest), out, 1, step, DEMO, train_missing)
+    table = scan(work_list(widths, seeds, one_seed_widest, arms, equal_seeds), out, 1, step, DEMO,
+                 train_missing)
     s = summarize(table, widths)
     wide = str(max(widths))
     figures: dict[str, Any] = {}
@@ -209,15 +241,23 @@ def run(widths: tuple[int, ...] = (32, 64, 128, 256, 512), seeds: tuple[int, ...
         if a != "sp":
             figures[f"ratio_best_loss_{a}_over_sp_widest"] = v["per_width"].get(wide, {}).get(
                 "best_loss_over_sp")
+            # the demo's estimator: lowest measured seed mean, seed-paired interval
+            figures[f"ratio_measured_best_loss_{a}_over_sp_widest"] = v["per_width"].get(wide, {}).get(
+                "measured_best_loss_over_sp")
+            figures[f"ratio_measured_best_loss_{a}_over_sp_widest_ci"] = v["per_width"].get(wide, {}).get(
+                "measured_best_loss_over_sp_ci")
     figures |= {"arms": s["arms"], "eligible_default": s["eligible"],
                 "wall_s": time.perf_counter() - t0, "train_s": float(table["wall_s"].sum())}
-    png = plot(s["fit"], s["arms"], results / "readout_ladder.png")
-    record = {**record_header("readout_ladder"),
+    png = plot(s["fit"], s["arms"], results / f"{name}.png")
+    cuts = not equal_seeds
+    record = {**record_header(name),
               "setup": {**DEMO, "widths": sorted(widths), "seeds": list(seeds),
-                        "seeds_below_widest": {a: list(seeds[:1]) for a in ONE_SEED_BELOW_WIDEST},
-                        "seeds_everywhere": {a: list(seeds[:1]) for a in ONE_SEED},
+                        "seeds_below_widest": {a: list(seeds[:1]) for a in ONE_SEED_BELOW_WIDEST
+                                               if cuts and a in arms},
+                        "seeds_everywhere": {a: list(seeds[:1]) for a in ONE_SEED if cuts and a in arms},
                         "seeds_at_widest": {a: list(seeds[:1]) for a in one_seed_widest},
-                        "arms": {a: ARMS[a](2.0) for a in ARMS}, "lr_grid_step_octaves": step,
+                        "equal_seeds": equal_seeds,
+                        "arms": {a: ARMS[a](2.0) for a in arms}, "lr_grid_step_octaves": step,
                         "lr_grid": "3 points around a guess, widened until the minimum is interior",
                         "n_trials": len(table), "n_diverged": int(table["diverged"].sum()),
                         "n_reused": int(table["same_as"].notna().sum()) if "same_as" in table else 0,
@@ -225,7 +265,7 @@ def run(widths: tuple[int, ...] = (32, 64, 128, 256, 512), seeds: tuple[int, ...
               "figures": figures, "figure": f"results/{png.name}",
               "targets": TARGETS,
               "passed": bool(s["eligible"])}
-    atomic_write_text(results / "readout_ladder.json", json.dumps(record, indent=2) + "\n")
+    atomic_write_text(results / f"{name}.json", json.dumps(record, indent=2) + "\n")
     return record
 
 
@@ -244,12 +284,19 @@ if __name__ == "__main__":
                         "results.csv (a 'mutransfer demo --size small' run's) as finished trials")
     parser.add_argument("--one-seed-widest", default="", help="arms scanned with the first seed only at "
                         f"the widest width, to save time, of {','.join(ARMS)} (default none)")
+    parser.add_argument("--arms", default=",".join(ARMS),
+                        help=f"arms to scan, of {','.join(ARMS)} (default all; sp is always scanned)")
+    parser.add_argument("--equal-seeds", action="store_true",
+                        help="every arm on every seed at every width (no seed cuts)")
+    parser.add_argument("--name", default="readout_ladder",
+                        help="record name: results/NAME.json and .png (default readout_ladder)")
     parser.add_argument("--report-only", action="store_true", help="train nothing: report the scans "
                         "the trial log already finishes (another run may still be adding to it)")
     a = parser.parse_args()
     one = tuple(x for x in a.one_seed_widest.split(",") if x)
-    if unknown := sorted(set(one) - set(ARMS)):
-        parser.error(f"unknown arm(s) {unknown} in --one-seed-widest; choose from {', '.join(ARMS)}")
+    chosen = tuple(x for x in a.arms.split(",") if x)
+    if unknown := sorted((set(one) | set(chosen)) - set(ARMS)):
+        parser.error(f"unknown arm(s) {unknown}; choose from {', '.join(ARMS)}")
     rec = run(a.widths, a.seeds, a.out, a.step, a.import_csv, train_missing=not a.report_only,
-              one_seed_widest=one)
+              one_seed_widest=one, arms=chosen, equal_seeds=a.equal_seeds, name=a.name)
     print(json.dumps({k: v for k, v in rec["figures"].items() if k != "arms"}, indent=2))

@@ -123,9 +123,11 @@ def run(trials: int = 32, width: int = 256, seeds: tuple[int, ...] = (0, 1),
     t_tuned = round(math.log2(tuned["lr"]))
     every: dict[str, tuple[dict[str, Any], list[float]]] = {
         "sp": ({"parametrization": "sp"}, [-10.0, -9.0, -8.0]),
-        "mup_tuned": ({"parametrization": "mup", **{k: v for k, v in tuned.items() if k != "lr"}},
+        # mup's constant readout, named (the default is fan_in since): the figures keep their meaning
+        "mup_tuned": ({"parametrization": "mup", "readout_init": "constant",
+                       **{k: v for k, v in tuned.items() if k != "lr"}},
                       [t_tuned - 1.0, float(t_tuned), t_tuned + 1.0]),
-        "mup": ({"parametrization": "mup"}, [-7.0, -6.0, -5.0]),
+        "mup": ({"parametrization": "mup", "readout_init": "constant"}, [-7.0, -6.0, -5.0]),
     }
     arms = {a: every[a] for a in arms_run}
     log(f"[2/2] width {width}: SP, muP and tuned muP, LR scans x seeds {list(seeds)}")

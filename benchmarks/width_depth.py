@@ -329,10 +329,14 @@ def import_proxy(csv: str | os.PathLike[str], out: Path) -> int:
 
     table = pd.read_csv(csv)
     trials = TrialLog(out / "trials.jsonl")
-    names = set(ALIASES) - {"device", "threads"}
+    # at the proxy (the base width) every readout_init but zero is the same init: a demo row
+    # of mup's constant readout (the default before fan_in) is this benchmark's run, bit for bit
+    names = set(ALIASES) - {"device", "threads", "readout_init"}
     added = 0
     for _, r in table.iterrows():
         t = math.log2(float(r["lr"]))
+        if str(r.get("readout_init", "constant")) == "zero":
+            continue
         if (str(r["parametrization"]) != "mup" or (int(r["width"]), int(r["depth"])) != PROXY
                 or r.get("state", "COMPLETE") != "COMPLETE" or t != round(t)):
             continue

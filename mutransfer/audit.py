@@ -22,7 +22,10 @@ per (parameter, module that uses it), so a tied embedding is checked once as inp
 once as readout. μP has a symmetry (the abc-symmetry, TP-IV §3): a forward multiplier can move into the
 init and LR, so the verdict is on the invariants multiplier + init and multiplier + LR
 (2·multiplier + LR under SGD); a row whose raw exponents differ from the table but whose
-invariants agree is ``ok (equivalent)``. Weight decay is judged by its timescale: LR ×
+invariants agree is ``ok (equivalent)``. The readout's init may follow any law from mup's
+constant variance to SP's fan-in law (``readout_init`` ``constant`` to ``fan_in``, the
+default: :data:`mutransfer.rules.READOUT_INIT_RANGE`), so its row is judged against that
+range; a larger init (logits growing with width) fails. Weight decay is judged by its timescale: LR ×
 decay coefficient must stay constant in width for every decayed matrix (mup's MuAdamW and
 MuSGD; Wang & Aitchison 2024), so a coefficient held constant while the hidden LR falls as
 1/m fails (the hidden matrices would decay m× slower than at the base width). Eps is reported, not judged
@@ -50,7 +53,17 @@ from mutransfer.coord_check import CoordCheckResult, default_modules, fit_slopes
 from mutransfer.entry import load_entry
 from mutransfer.parametrization import Parametrization
 from mutransfer.probe import default_input, first_tensor, output_ratio, probe_forward
-from mutransfer.rules import ATTENTION_EXPONENT, COMPLETEP, MUON, invariant_exponents, role_rule
+from mutransfer.rules import (
+    ATTENTION_EXPONENT,
+    COMPLETEP,
+    DEFAULT_READOUT_INIT,
+    MUON,
+    READOUT_INIT,
+    READOUT_INIT_RANGE,
+    Power,
+    invariant_exponents,
+    role_rule,
+)
 
 Builder = Callable[[int], Any]
 
@@ -403,8 +416,16 @@ def _param_row(pz: Any, pname: str, mname: str, widths: list[int], per_width: li
     if all(math.isfinite(r) for r in rms) and not all_zero:
         found["init"] = _slope(widths, rms)
         init_tol = max(tol, 3.0 * _init_slope_se(widths, ps))
-    if rr.init_std is not None and not all_zero and ps[0].numel() > 1:
-        expected["init"] = rr.init_std.of_width(s_in, s_out)
+    init_rule = rr.init_std
+    allowed: dict[str, list[float]] = {}
+    if role == "output" and init_rule is not None:
+        # the default readout_init's law is the expected one; any law of the range passes
+        law = READOUT_INIT[DEFAULT_READOUT_INIT] or Power()
+        init_rule = Power(init_rule.fan_in + law.fan_in, init_rule.fan_out + law.fan_out)
+        allowed["init"] = [Power(rr.init_std.fan_in + e, rr.init_std.fan_out).of_width(s_in, s_out)
+                           for e in READOUT_INIT_RANGE]
+    if init_rule is not None and not all_zero and ps[0].numel() > 1:
+        expected["init"] = init_rule.of_width(s_in, s_out)
     if all(math.isfinite(v) for v in mult_vals):
         found["mult"] = _slope(widths, [abs(v) for v in mult_vals])
         expected["mult"] = rr.multiplier.of_width(s_in, s_out)
@@ -425,8 +446,10 @@ def _param_row(pz: Any, pname: str, mname: str, widths: list[int], per_width: li
             expected["wd"] = -(expected["lr"] or 0.0)
 
     row = AuditRow(pname, mname, role, rule, expected, found, "ok", values=values)
+    if expected["init"] is not None:
+        row.allowed = allowed
     lr_rule = MUON.lr if rule == "muon" and ps[0].ndim == 2 and role in MUON.roles else rr.get("lr", rule)
-    row.rules = {"init": str(rr.init_std), "lr": str(lr_rule), "mult": str(rr.multiplier)}
+    row.rules = {"init": str(init_rule), "lr": str(lr_rule), "mult": str(rr.multiplier)}
     if init_tol > 0.5:  # too few entries for a sampled RMS to tell -1/2 from 0
         row.unjudged.append("init")
     _judge(row, rule, tol, init_tol)
@@ -457,10 +480,17 @@ def _judge(row: AuditRow, rule: str, tol: float, init_tol: float) -> None:
     exp_inv = invariant_exponents(em, e["init"], e["lr"], k)
     found_inv = invariant_exponents(fm, f["init"], f["lr"], k)
     tols = {"init": init_tol, "lr": tol, "mult": tol}
+
+    def off(q: str, expect: float, got: float, move: float) -> bool:
+        """Outside the tolerance of the expected exponent, or of its allowed range (the
+        readout's init; ``move``: the multiplier's exponent, for the invariant)."""
+        lo, hi = (v + move for v in row.allowed[q]) if q in row.allowed else (expect, expect)
+        return not lo - tols[q] <= got <= hi + tols[q]
+
     bad = [q for q in ("init", "lr") if exp_inv[q] is not None and found_inv[q] is not None
-           and abs(exp_inv[q] - found_inv[q]) > tols[q]]  # type: ignore[operator]
+           and off(q, exp_inv[q], found_inv[q], em)]  # type: ignore[arg-type]
     raw_off = [q for q in ("mult", "init", "lr") if e[q] is not None and f[q] is not None
-               and abs(e[q] - f[q]) > tols[q]]  # type: ignore[operator]
+               and off(q, e[q], f[q], 0.0)]  # type: ignore[arg-type]
     if bad:
         # Blame the raw quantity that differs from the table: the multiplier first (it
         # moves both invariants), then the one whose invariant broke.
@@ -468,7 +498,10 @@ def _judge(row: AuditRow, rule: str, tol: float, init_tol: float) -> None:
         row.verdict, row.broken = "FAIL", q
         what = {"init": "init std", "lr": f"{'Adam' if k == 'adam' and rule != 'muon' else rule} LR",
                 "mult": "forward multiplier"}[q]
-        row.message = (f"{row.role} {what} should be {_words(e[q])} (μP rule {row.rules.get(q, '?')}, "
+        should = (_words(e[q]) if q not in row.allowed else
+                  f"{_words(row.allowed[q][0])} (readout_init constant) to {_words(row.allowed[q][1])} "
+                  f"(fan_in, the default)")
+        row.message = (f"{row.role} {what} should be {should} (μP rule {row.rules.get(q, '?')}, "
                        f"mutransfer.rules), found {_words(f[q])}")
         return
     if e["wd"] is not None and f["wd"] is not None and abs(e["wd"] - f["wd"]) > tol:

@@ -37,6 +37,9 @@ class AuditRow:
     """The table's rule per quantity, as written in :mod:`mutransfer.rules`."""
     unjudged: list[str] = field(default_factory=list)
     """Quantities measured too noisily to judge (init of a tensor with few entries)."""
+    allowed: dict[str, list[float]] = field(default_factory=dict)
+    """Quantities with a range of correct exponents rather than one, as [low, high]: the
+    readout's init (``readout_init`` constant to fan_in); ``expected`` holds the default's."""
 
 
 @dataclass

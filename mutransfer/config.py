@@ -242,13 +242,14 @@ class ParametrizationSection(_Section):
     """Tunable LR multiplier of the output role (readout), on top of the parametrization's."""
     lr_mult_vector: float = 1.0
     """Tunable LR multiplier of the vector role (gains, biases), on top of the parametrization's."""
-    readout_init: Literal["constant", "zero", "fan_in"] = "constant"
-    """Readout init under μP: ``constant`` (constant variance), ``zero``, or ``fan_in``
-    (SP's fan-in law for the effective readout, std ∝ width^-1/2; the same as ``constant``
-    at the base width; :data:`mutransfer.rules.READOUT_INIT`). ``constant`` stays the
-    default: on the demo's proxy over widths 32-512 (``benchmarks/readout_ladder.py``)
-    ``fan_in`` matched SP's best loss at 512 (0.9995x) but its optimal LR drifted 0.30
-    octave, over the 0.25 a default must meet; ``constant`` is 1.05x SP's at 256."""
+    readout_init: Literal["constant", "zero", "fan_in"] = "fan_in"
+    """Readout init under μP: ``fan_in`` (the default: SP's fan-in law for the effective
+    readout, std ∝ width^-1/2), ``constant`` (mup's: constant variance, effective std ∝
+    width^-1) or ``zero``; ``fan_in`` and ``constant`` are the same at the base width
+    (:data:`mutransfer.rules.READOUT_INIT`, :data:`~mutransfer.rules.DEFAULT_READOUT_INIT`).
+    On the demo's proxy over widths 32-512 (``benchmarks/readout_ladder.py``) ``fan_in``
+    matched SP's best loss at 512 (0.9995x) with its optimal LR drifting 0.30 octave
+    [0.14, 1.44]; ``constant`` was 1.05x SP's with a drift of 0.52."""
 
     # The kind decides which optimizer math runs; the rest are per-member scalars.
     PER_MEMBER: ClassVar[frozenset[str]] = frozenset({

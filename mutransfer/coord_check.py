@@ -16,12 +16,14 @@ a few Adam steps much larger than the init (Hugging Face's std 0.02 at lr 1e-2) 
 smallest widths furthest from the infinite-width limit, and the fitted slope over 32-256
 read -0.3 to -0.4 on GPT-2, Qwen2 and Mixtral while it shrinks toward 0 as the ladder
 moves up (benchmarks/hf_vanishing.py). Vanishing activations (slope <= -tol) fail too: a
-layer whose output dies with width stops learning features. The one exception is the μP readout:
-TP-V's output layer (init variance 1/fan_in², or a forward 1/m_in) makes the logits
-shrink like width^-1/2 at init by design (Yang et al. 2022, Table 3), and that init part
-fades only as the Θ(1) updates take over (on our GPT at lr 1e-2: slopes -0.49, -0.45,
--0.36, -0.26 at steps 0-3). So the μP readout may vanish as fast as its init law,
-width^-1/2, plus ``tol``, never faster, and may never grow. Against depth (when depths
+layer whose output dies with width stops learning features. The one exception is mup's
+readout (``readout_init="constant"``): TP-V's output layer (init variance 1/fan_in², or a
+forward 1/m_in) makes the logits shrink like width^-1/2 at init by design (Yang et al.
+2022, Table 3), and that init part fades only as the Θ(1) updates take over (on our GPT
+at lr 1e-2: slopes -0.49, -0.45, -0.36, -0.26 at steps 0-3). So that readout may vanish
+as fast as its init law, width^-1/2, plus ``tol``, never faster, and may never grow. The
+default readout (``fan_in``) keeps SP's width-independent logits at init and gets no
+allowance. Against depth (when depths
 vary) only growth is checked: CompleteP scales each residual branch by 1/L on purpose
 (Dey et al. 2025), so branch outputs shrink with depth while the residual stream holds.
 """
@@ -44,6 +46,7 @@ import torch.nn as nn
 from mutransfer._io import atomic_path, atomic_write_text
 from mutransfer.optim import build_optimizer
 from mutransfer.parametrization import Multipliers, Parametrization
+from mutransfer.rules import DEFAULT_READOUT_INIT
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 LossFn = Callable[[nn.Module, Batch], torch.Tensor]
@@ -94,17 +97,19 @@ class CoordCheckResult:
     tol: float
     settings: dict[str, Any] = field(default_factory=dict)
     readout_modules: tuple[str, ...] = ()
-    """The readout modules whose logits μP shrinks like width^-1/2 at init."""
+    """The readout modules whose logits μP shrinks like width^-1/2 at init (``constant``
+    readouts, and readouts tied to the embedding, whose init is the input's, under any
+    ``readout_init``; not the default ``fan_in`` readout; :func:`shrinking_readouts`)."""
 
     def lower_bounds(self) -> pd.Series:
         """Per slope row, the most negative slope allowed: -tol along width, -(1/2 + tol)
-        for the μP readout (its init law; not under ``readout_init="fan_in"``, whose logits
-        do not shrink), -inf along depth (see the module docstring)."""
+        for the :attr:`readout_modules` (a μP readout whose init shrinks its logits:
+        ``constant``, a tied one, and in the audit every readout of the user's, whose law
+        may be any of the allowed range), -inf along depth (see the module docstring)."""
         s = self.slopes
         low = pd.Series(-self.tol, index=s.index, dtype=float)
         low[s["axis"] != "width"] = -math.inf
-        if (self.parametrization != "sp" and self.readout_modules
-                and self.settings.get("readout_init", "constant") != "fan_in"):
+        if self.parametrization != "sp" and self.readout_modules:
             readout = (s["axis"] == "width") & s["module"].isin(self.readout_modules)
             low[readout] = -(0.5 + self.tol)
         return low
@@ -352,7 +357,7 @@ def coord_check(
     lr: float = 1e-2,
     multipliers: Multipliers | None = None,
     rules: Sequence[tuple[str, str]] = (),
-    readout_init: str = "constant",
+    readout_init: str = DEFAULT_READOUT_INIT,
     loss_fn: LossFn = gpt_loss,
     modules: Callable[[nn.Module], list[str]] = default_modules,
     tol: float | None = None,
@@ -363,8 +368,9 @@ def coord_check(
     step and width. Records l1 before each of ``steps`` updates and after the last, so
     step 0 is the init. ``rules`` are the Parametrization's ordered ``(regex, role)``
     overrides, for models whose roles cannot all be inferred. ``readout_init`` is the
-    Parametrization's; under ``fan_in`` the readout's logits keep SP's width-independent
-    init scale, so the readout gets no allowance for vanishing (see :meth:`lower_bounds`).
+    Parametrization's; under ``fan_in`` (the default) the readout's logits keep SP's
+    width-independent init scale, so the readout gets no allowance for vanishing; under
+    ``constant`` they shrink as width^-1/2 at init and may (see :meth:`lower_bounds`).
     ``tol`` None (the default) is :func:`ladder_tol` of ``widths``."""
     widths = sorted({int(w) for w in widths})
     if len(widths) < 2 and not (depths and len(set(depths)) >= 2):
@@ -396,7 +402,7 @@ def coord_check(
                 readout_init=readout_init)
             for seed in seed_list:
                 model = pz.build(seed=seed)
-                readouts.update(_depth_alias(model, n) if depth else n for n in pz.readout_modules)
+                readouts.update(_depth_alias(model, n) if depth else n for n in shrinking_readouts(pz))
                 opt = build_optimizer(pz.param_groups(model, lr), optimizer)
                 watched = modules(model)
                 alias = {n: _depth_alias(model, n) if depth else n for n in watched}
@@ -419,5 +425,19 @@ def coord_check(
     return CoordCheckResult(kind, data, fit_slopes(data), tol, settings, tuple(sorted(readouts)))
 
 
+def shrinking_readouts(pz: Parametrization) -> tuple[str, ...]:
+    """The readout modules whose logits μP shrinks like width^-1/2 at init: every readout
+    under ``readout_init`` ``constant`` (or ``zero``), and under ``fan_in`` those tied to the
+    embedding (their matrix is the input's, whose init must not grow with width, so the
+    fan-in law cannot reach them and they keep the constant readout's shrink)."""
+    if pz.kind == "sp":
+        return ()
+    if pz.readout_init != "fan_in":
+        return pz.readout_modules
+    return tuple(m for m in pz.readout_modules
+                 if not any(pz.specs[p].role == "output" for p in pz._params_of_module.get(m, ())))
+
+
 __all__ = ["FINITE_WIDTH_KAPPA", "TOL_INF", "CoordCheckResult", "coord_check", "default_modules",
-           "default_lr", "fit_slopes", "gpt_loss", "init_std", "ladder_tol", "record_activations"]
+           "default_lr", "fit_slopes", "gpt_loss", "init_std", "ladder_tol", "record_activations",
+           "shrinking_readouts"]

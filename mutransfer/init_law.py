@@ -23,8 +23,12 @@ def measure_init_exponents(specs: Mapping[str, ParamSpec], width_dims: Mapping[s
     torch's defaults give e = -1/2 (the law μP's "model" init assumes); Hugging Face
     initializes every matrix with one std (``initializer_range``), e = 0. Rounded to
     the nearest 1/2: the std of a >= 256-element tensor is known to ~5%, far inside.
+    A smaller tensor (a tiny MoE router, 4 experts × 32) takes the law every measured
+    tensor of its role shares, if they agree: left at torch's, a Hugging Face router
+    under the fan_in readout got logits growing as width^1/2.
     """
     out: dict[str, float] = {}
+    small: list[str] = []
     base, delta = dict(base_model.named_parameters()), dict(delta_model.named_parameters())
     for name, spec in specs.items():
         fi = fan_in_dim(name, spec.role)
@@ -32,12 +36,17 @@ def measure_init_exponents(specs: Mapping[str, ParamSpec], width_dims: Mapping[s
             continue
         b, d = base[name].detach().float(), delta[name].detach().float()
         if min(b.numel(), d.numel()) < 256:
+            small.append(name)
             continue
         sb, sd = float(b.std()), float(d.std())
         if not (sb > 0 and sd > 0):
             continue  # zero init: no law to read, and scaling zeros changes nothing
         ratio = d.shape[fi] / b.shape[fi]
         out[name] = round(2 * math.log(sd / sb) / math.log(ratio)) / 2
+    for name in small:
+        laws = {e for n, e in out.items() if specs[n].role == specs[name].role and n not in small}
+        if len(laws) == 1 and float(base[name].detach().float().std()) > 0:
+            out[name] = laws.pop()
     return out
 
 

@@ -57,6 +57,7 @@ from mutransfer.rules import (
     COMPLETEP,
     MODEL_INIT_LAW,
     MUON,
+    DEFAULT_READOUT_INIT,
     READOUT_INIT,
     Power,
     role_rule,
@@ -93,9 +94,10 @@ class Parametrization(ForwardMultipliers):
         rules: ordered ``(regex, role)`` overrides; the first match wins, before the
             roles inferred from shapes and module types.
         infer_roles: if False, every parameter must be matched by a user rule.
-        readout_init: ``constant`` (default: constant variance, non-zero), ``zero``, or
-            ``fan_in`` (SP's fan-in law for the effective readout: std ∝ m_in^-1/2 after the
-            1/m_in multiplier; :data:`mutransfer.rules.READOUT_INIT`).
+        readout_init: ``fan_in`` (default: SP's fan-in law for the effective readout, std ∝
+            m_in^-1/2 after the 1/m_in multiplier), ``constant`` (mup's MuReadout: constant
+            variance, effective std ∝ m_in^-1) or ``zero`` (:data:`mutransfer.rules.READOUT_INIT`,
+            :data:`~mutransfer.rules.DEFAULT_READOUT_INIT`).
         init: ``model`` keeps the model's own init (assumed fan-in scaled, as torch's
             defaults are), ``normal`` re-initializes with ``init_std`` at base width.
         init_std: the base-width std for ``init="normal"``.
@@ -118,7 +120,7 @@ class Parametrization(ForwardMultipliers):
         multipliers: Multipliers | None = None,
         rules: Iterable[tuple[str, str] | Rule] = (),
         infer_roles: bool = True,
-        readout_init: str = "constant",
+        readout_init: str = DEFAULT_READOUT_INIT,
         init: str = "model",
         init_std: float = 0.02,
         residual_branches: Sequence[str] | None = None,
@@ -323,7 +325,7 @@ class Parametrization(ForwardMultipliers):
                 init = f"normal:{std:.4g}"
             elif target_std is not None and m_in != 1.0:
                 # torch's fan-in law shrinks the readout as 1/sqrt(fan_in); rescale it to
-                # the table's law (constant variance), exactly as mup's MuReadout does.
+                # the readout_init's law (constant: mup's MuReadout; fan_in: torch's own).
                 scale = target_std(m_in, m_out) / MODEL_INIT_LAW(m_in, m_out)
                 init = f"scale:{scale:.6g}"
         elif role == "vector":

@@ -37,10 +37,17 @@ Modifiers, applied on top of the μP row of a parameter:
 - :data:`READOUT_INIT`: the readout's init law under the mup kinds (``readout_init``).
   ``constant`` is the table's row (constant std, so with the 1/m_in forward multiplier the
   effective std falls as m_in^-1: TP-V Table 3's 1/fan_in^2 variance, initial logits
-  shrinking as m_in^-1/2); ``zero`` starts it at 0 (TP-V suggests it); ``fan_in``
-  stores std ∝ m_in^1/2, so the effective std is m_in^-1/2, SP's (torch's) fan-in law:
-  the initial logits keep one width-independent O(1) scale, as in SP. The readout's
-  effective LR stays μP's. At base width all three but ``zero`` are the same init.
+  shrinking as m_in^-1/2; ``mup``'s MuReadout); ``zero`` starts it at 0 (TP-V suggests
+  it); ``fan_in`` stores std ∝ m_in^1/2, so the effective std is m_in^-1/2, SP's (torch's)
+  fan-in law: the initial logits keep one width-independent O(1) scale, as in SP. The
+  readout's effective LR stays μP's. At base width all three but ``zero`` are the same init.
+  :data:`DEFAULT_READOUT_INIT` is ``fan_in`` (Everett et al. 2024's SP init with μP's
+  per-layer LR exponents for Adam): on the demo's proxy it matched SP's best loss at width
+  512 (0.9995×) where ``constant`` was 1.05× (benchmarks/results/readout_ladder.json).
+  Every effective readout std from m_in^-1 (``constant``) to m_in^-1/2 (``fan_in``) keeps
+  the logits O(1) at init and lets the Θ(1) updates move them, so both are μP's
+  (:data:`READOUT_INIT_RANGE`, which ``mutransfer audit`` accepts); more, and the
+  initial logits grow with width.
 """
 
 from __future__ import annotations
@@ -175,6 +182,16 @@ READOUT_INIT: dict[str, Power | None] = {"constant": ONE, "fan_in": Power(fan_in
 """``readout_init`` -> the stored readout weight's init std law under the mup kinds (× the
 output row's m_in^-1 forward multiplier for the effective law); None: zeros."""
 
+DEFAULT_READOUT_INIT = "fan_in"
+"""The ``readout_init`` every path uses unless told otherwise (Parametrization, TrainConfig,
+the coordinate check, ``transfer`` and so the card). ``constant`` (mup's) stays available
+by name."""
+
+READOUT_INIT_RANGE: tuple[float, float] = (0.0, 0.5)
+"""The stored readout init std's m_in exponents μP allows, from ``constant`` (0) to
+``fan_in`` (1/2): with the output row's m_in^-1 multiplier, an effective std from m_in^-1
+to m_in^-1/2 (a zero readout has no exponent and is allowed too)."""
+
 COMPLETEP = CompletePModifier()
 MUON = MuonModifier()
 
@@ -224,19 +241,24 @@ def rules_table(kinds: tuple[str, ...] = ("sp", "mup")) -> str:
                  f"blocks x m_L^({c.eps})" + "".join(f", {r} also x {p}" for r, p in c.eps_width.items()))
     lines.append(f"# muon: {'/'.join(MUON.roles)} 2-D matrices on torch.optim.Muon "
                  f"(adjust_lr_fn={MUON.adjust_lr_fn!r}), LR x {MUON.lr}; the rest: mup Adam rules")
-    lines.append("# readout_init (mup kinds): " + ", ".join(
-        f"{k}: init std 0" if v is None else f"{k}: init std {v} (effective {Power(v.fan_in - 1)})"
-        for k, v in READOUT_INIT.items()))
+    lo, hi = (Power(fan_in=e) for e in READOUT_INIT_RANGE)
+    lines.append(f"# readout_init (mup kinds; default {DEFAULT_READOUT_INIT}, the output row above is "
+                 "constant's): " + ", ".join(
+                     f"{k}: init std 0" if v is None else f"{k}: init std {v} (effective {Power(v.fan_in - 1)})"
+                     for k, v in READOUT_INIT.items())
+                 + f"; the audit accepts an output init std from {lo} to {hi}")
     return "\n".join(lines)
 
 
 __all__ = [
     "ATTENTION_EXPONENT",
     "COMPLETEP",
+    "DEFAULT_READOUT_INIT",
     "MODEL_INIT_LAW",
     "MUON",
     "QUANTITIES",
     "READOUT_INIT",
+    "READOUT_INIT_RANGE",
     "RULE_SETS",
     "WIDTH_RULES",
     "CompletePModifier",

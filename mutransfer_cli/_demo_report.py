@@ -21,12 +21,15 @@ def _rows(s: dict[str, Any]) -> list[list[str]]:
         for p in ("sp", "mup"):
             o = r[p]
             edge = " (edge)" if o["at_edge"] else ""
-            cells += [f"2^{o['log2_lr_opt']:.2f}{edge}", f"{o['loss_opt']:.3f}"]
+            cells += [f"2^{o['log2_lr_opt']:.2f}{edge}", f"{o['best_loss']:.4f}"
+                      + (" (edge)" if o["best_at_edge"] else "")]
+        lo, hi = r["mup_over_sp_ci"]
+        cells.append(f"{r['mup_over_sp']:.4f} [{lo:.4f}, {hi:.4f}]")
         rows.append(cells)
     return rows
 
 
-HEAD = ["width", "SP optimal LR", "SP best loss", "muP optimal LR", "muP best loss"]
+HEAD = ["width", "SP optimal LR", "SP best loss", "muP optimal LR", "muP best loss", "muP / SP [95%, paired]"]
 
 
 def _g(x: Any, fmt: str = ".4g") -> str:
@@ -142,9 +145,9 @@ def report_md(s: dict[str, Any]) -> str:
     lines = [
         "# mutransfer demo", "",
         f"{s['n_trials']} proxy runs of the `{s['preset']}` model on the embedded stdlib corpus "
-        f"({s['steps']} steps of {s['batch_size']}x{s['seq_len']} bytes, μP seeds {s['seeds']}, SP seeds "
-        f"{s['sp_seeds']}, {s['device']}), widths {s['widths']} ({s['ladder_ratio']:.0f}x). Loss is held-out "
-        "nats per byte.", "",
+        f"({s['steps']} steps of {s['batch_size']}x{s['seq_len']} bytes, SP and μP on seeds {s['seeds']}, "
+        f"{s['device']}), widths {s['widths']} ({s['ladder_ratio']:.0f}x). Loss is held-out "
+        "nats per byte.", "", f"**{s['headline'][0].upper()}{s['headline'][1:]}.**", "",
         *(["## How far to trust the card", "", *(f"- {line}" for line in s.get("trust", [])),
            *(f"- warning: {w}" for w in s["card"].get("warnings", [])), ""] if s.get("trust") else []),
         "## Does the optimal learning rate transfer?", "",
@@ -159,8 +162,11 @@ def report_md(s: dict[str, Any]) -> str:
     lines += ["", "| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
     lines += ["| " + " | ".join(r) + " |" for r in _rows(s)]
     lines += [
-        "", f"muP wider-is-better (best loss falls with width): **{s['mup_wider_is_better']}**; "
-        f"muP best / SP best at the widest proxy: {s['mup_over_sp_best_loss_at_widest']:.4f}.", "",
+        "", f"Each arm's LRs: {len(s['log2_lr_offsets'])} points at {s['log2_lr_offsets']} octaves around its "
+        "expected optimum at that width (the same grid shape for both; the base width's runs are one set, "
+        "μP being SP there). Optimal LR: the quadratic fit's; best loss: the lowest measured seed-mean loss "
+        "(never below the data), its ratio's interval from resampling the shared seeds, paired.", "",
+        f"muP wider-is-better (best loss falls with width): **{s['mup_wider_is_better']}**.", "",
         "## Coordinate check", "",
         *(f"- {k}: {'passed' if v['passed'] else 'FAILED'} (largest slope {v['max_slope']:.2f})"
           for k, v in s["coord_check"].items()), "",
@@ -197,6 +203,7 @@ def report_html(s: dict[str, Any]) -> str:
         "<style>body{font-family:sans-serif;max-width:60em;margin:2em auto}td,th{padding:.2em .8em;"
         "border-bottom:1px solid #ccc}</style></head><body><h1>mutransfer demo</h1>"
         f"<p>{s['n_trials']} runs, widths {s['widths']}, {s['steps']} steps, {html.escape(s['device'])}.</p>"
+        f"<p><b>{html.escape(s['headline'][0].upper() + s['headline'][1:])}.</b></p>"
         "<h2>Drift of the optimal learning rate</h2>"
         + table(["parametrization", "octaves", "95% interval"], drift_rows)
         + "<h2>Optimum per width</h2>" + table(HEAD, _rows(s))

@@ -3,6 +3,7 @@ scaling stage with the target its card is for."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 
@@ -43,26 +44,38 @@ class DemoSize:
 
     preset: str
     widths: tuple[int, ...]
-    sp_log2_lrs: tuple[float, ...]
-    """SP's LR grid: wide, since SP's optimum drifts with width."""
-    mup_log2_lrs: tuple[float, ...]
-    """μP's LR grid: around its width-independent optimum."""
-    sp_seeds: tuple[int, ...]
-    """SP's drift is ~10x its interval with one seed: a second buys little evidence."""
+    log2_lr_center: float
+    """The expected optimal log2 LR at the base width, where SP and μP are one model."""
+    log2_lr_offsets: tuple[float, ...]
+    """The LR grid in octaves around each arm's expected optimum at each width: the same
+    points and spacing for SP and μP, so neither gets a finer or better-centred grid."""
+    sp_lr_width_exponent: float
+    """SP's expected optimum moves as (width / base)^this (Adam: about -1, the hidden
+    LR's 1/m); μP's stays at the centre. 0: one grid for both at every width."""
     seeds: tuple[int, ...]
-    """μP's seeds: its drift of a fraction of an octave needs them."""
+    """The seeds of both arms: every ratio of their best losses is seed-paired."""
     steps: int
     batch_size: int
     seq_len: int
     coord_widths: tuple[int, ...]
     scaling: ScalingStage
 
+    def log2_lrs(self, parametrization: str, width: int) -> tuple[float, ...]:
+        """The arm's LR grid (log2) at ``width``: the offsets around its expected optimum."""
+        m = width / self.widths[0]
+        move = self.sp_lr_width_exponent * math.log2(m) if parametrization == "sp" else 0.0
+        return tuple(self.log2_lr_center + move + o for o in self.log2_lr_offsets)
+
 
 SIZES: dict[str, DemoSize] = {
     # 2 CPU cores, <= 10 minutes: 2-block Llamas (SwiGLU, RMSNorm, RoPE) of width 32..256
-    # (8x), 125 steps of 16x64 bytes; SP's grid 2^-9..2^-4 brackets its optimum at every
-    # width (2^-5 at 32 down to 2^-8 at 256), μP's is centred on its own (~2^-5.5 at every
-    # width). The scaling stage: width 32 (check at 64, batch 16), B = 1..16 sequences
+    # (8x), 125 steps of 16x64 bytes. SP and μP on the same 2 seeds and the same grid, 4
+    # LRs half an octave apart around each arm's expected optimum (2^-5.25 at the base
+    # width; SP's moving as 1/m): measured with equal seeds (readout_ladder_demo_equal_seeds)
+    # SP's optima sit at 2^-5.46, -6.41, -7.46, -8.52 and μP's (fan_in) at 2^-5.46..-5.59,
+    # each within 0.1 octave of a grid point and 0.75 from an edge. The base width is one
+    # set of runs for both arms (μP is SP there, bit for bit). 56 runs; today's 64 (SP 6 LRs
+    # x 1 seed, μP 5 x 2) cost about as much, by width. The scaling stage: width 32 (check at 64, batch 16), B = 1..16 sequences
     # (64..1024 tokens), D = 2^15..2^18 tokens, 6 LRs half an octave apart from -1.5 to +1
     # around sqrt(B) scaling (the optima sat at -1..+0.5; +1.5 was never best). B* sat at
     # one sequence at every budget on earlier runs (B = 4..32 extended down to 1), so the
@@ -71,9 +84,8 @@ SIZES: dict[str, DemoSize] = {
     # accumulates 1 micro-batch (no GNS there). The audit's fresh seeds: 4, since at batch 1
     # two runs 3% apart in LR differ by 0.1-0.6% (2 seeds gave a gap of +0.37% +- 0.24%,
     # all noise). Measured at 150 steps, μP 2^-8..2^-3 and the check at batch 8: 1125 s.
-    "small": DemoSize(preset="llama-small", widths=(32, 64, 128, 256),
-                      sp_log2_lrs=tuple(float(x) for x in range(-9, -3)),
-                      mup_log2_lrs=tuple(float(x) for x in range(-7, -2)), sp_seeds=(0,), seeds=(0, 1),
+    "small": DemoSize(preset="llama-small", widths=(32, 64, 128, 256), log2_lr_center=-5.25,
+                      log2_lr_offsets=(-0.75, -0.25, 0.25, 0.75), sp_lr_width_exponent=-1.0, seeds=(0, 1),
                       steps=125, batch_size=16, seq_len=64, coord_widths=(32, 64, 128, 256),
                       scaling=ScalingStage(batch_sizes=(1, 2, 4, 8, 16), tokens=(2**15, 2**16, 2**17, 2**18),
                                            log2_lr_offsets=(-1.5, -1.0, -0.5, 0.0, 0.5, 1.0),
@@ -82,9 +94,9 @@ SIZES: dict[str, DemoSize] = {
                                            check_batch_sizes=(16,), max_extend=2, batch_range=(1, 64),
                                            audit_seeds=4)),
     # A single GPU: Llamas of width 128..2048 (16x), 1000 steps of 64x256 bytes.
-    "gpu": DemoSize(preset="llama-small", widths=(128, 256, 512, 1024, 2048),
-                    sp_log2_lrs=tuple(float(x) for x in range(-14, -3)),
-                    mup_log2_lrs=tuple(float(x) for x in range(-14, -3)), sp_seeds=(0, 1, 2),
+    # One wide grid (2^-14..2^-4) for both arms at every width: no measured optima to centre on.
+    "gpu": DemoSize(preset="llama-small", widths=(128, 256, 512, 1024, 2048), log2_lr_center=-9.0,
+                    log2_lr_offsets=tuple(float(x) for x in range(-5, 6)), sp_lr_width_exponent=0.0,
                     seeds=(0, 1, 2), steps=1000, batch_size=64, seq_len=256,
                     coord_widths=(128, 256, 512, 1024),
                     scaling=ScalingStage(batch_sizes=(16, 32, 64, 128), tokens=(2**21, 2**22, 2**23, 2**24),
@@ -92,8 +104,8 @@ SIZES: dict[str, DemoSize] = {
                                          check_width=256, eval_sequences=512, target_width=8192,
                                          target_depth=48, target_seq_len=4096)),
     # For tests: seconds, not minutes. Numbers are not meaningful at this size.
-    "tiny": DemoSize(preset="llama-small", widths=(32, 64, 128, 256), sp_log2_lrs=(-9.0, -7.0, -5.0, -3.0),
-                     mup_log2_lrs=(-9.0, -7.0, -5.0, -3.0), sp_seeds=(0,), seeds=(0,), steps=6,
+    "tiny": DemoSize(preset="llama-small", widths=(32, 64, 128, 256), log2_lr_center=-6.0,
+                     log2_lr_offsets=(-3.0, -1.0, 1.0, 3.0), sp_lr_width_exponent=-1.0, seeds=(0,), steps=6,
                      batch_size=4, seq_len=32, coord_widths=(32, 64, 128),
                      scaling=ScalingStage(batch_sizes=(2, 4, 8, 16), tokens=(512, 1024, 2048, 4096),
                                           log2_lr_offsets=(-1.0, 0.0, 1.0), check_width=64,

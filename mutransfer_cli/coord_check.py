@@ -38,6 +38,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="comma-separated depths: also check depth transfer (for completep)")
     p.add_argument("--base-width", type=positive_int, default=None, help="default: smallest width")
     p.add_argument("--depth-alpha", type=float, default=1.0, help="CompleteP alpha, 0.5 or 1")
+    p.add_argument("--readout-init", choices=("fan_in", "constant", "zero"), default="fan_in",
+                   help="μP readout init: fan_in (default: SP's effective law), constant (mup's) or zero")
     p.add_argument("--steps", type=positive_int, default=5, help="training steps (default 5)")
     seeds = p.add_mutually_exclusive_group()
     seeds.add_argument("--seeds", type=seed_list, default=None, help="comma-separated seeds, e.g. 0,1,2")
@@ -131,7 +133,8 @@ def run(args: argparse.Namespace) -> int:
         result = coord_check(
             builder, batch, kind=args.parametrization, widths=args.widths, base_width=args.base_width,
             depths=args.depths, depth_alpha=args.depth_alpha, steps=args.steps, seeds=seeds,
-            optimizer=optimizer, lr=lr, tol=args.tol, rules=rules, progress=tick, **kwargs)
+            optimizer=optimizer, lr=lr, tol=args.tol, rules=rules, progress=tick,
+            readout_init=args.readout_init, **kwargs)
     finally:
         close()
     result.settings["lr_rule"] = lr_rule

@@ -1,8 +1,11 @@
 """``mutransfer demo``: the whole workflow, end to end, on the embedded stdlib corpus.
 
 1. coordinate check, SP against μP;
-2. LR × width sweep (SP and μP side by side, >= 4 widths spanning >= 8x; μP with 2 seeds);
-3. optimum per width and the drift of the optimum in octaves, with intervals;
+2. LR × width sweep (SP and μP side by side, >= 4 widths spanning >= 8x, the same seeds and
+   the same grid shape around each arm's expected optimum; the base width, where μP is SP,
+   trained once for both);
+3. optimum per width and the drift of the optimum in octaves, with intervals; μP's best
+   loss ÷ SP's at every width (lowest measured seed mean, seed-paired interval);
 4. the scaling sweep at the base width (token budget D as WSD branches × batch B × an
    LR grid around the optimum, plus a check at one wider width), every run logging its
    gradient noise scale;
@@ -32,7 +35,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from analysis import OptimumFit, plot_lr_curves, plot_optimum_vs_width
+from analysis import OptimumFit, paired_best_ratio, plot_lr_curves, plot_optimum_vs_width
 from analysis.table import num
 from mutransfer._io import atomic_write_text, check_output
 from mutransfer.card import load_card
@@ -114,7 +117,7 @@ def run_demo(out: Path, *, device: str = "auto", size: str | None = None, worker
         drifts = {p: fit.drift("width", where={"parametrization": p}) for p in ("sp", "mup")}
     scaling = scaling_stage(out, sz, size, fit, device=device, workers=workers, n_workers=n_workers,
                             quiet=quiet, clock=clock)
-    card, card_warnings = _card(out, sz, specs[1].study_name(), scaling, quiet, clock)
+    card, card_warnings = _card(out, sz, specs[-1].study_name(), scaling, quiet, clock)
     log(quiet, "[7/7] plots and report")
     with clock.stage("plots_report"):
         images = _figures(out, fit)
@@ -130,7 +133,7 @@ def run_demo(out: Path, *, device: str = "auto", size: str | None = None, worker
     log(quiet, f"done in {summary['wall_s']:.0f} s ({summary['cpu_s']:.0f} CPU s, "
                f"~{summary['idle_estimate_s']:.0f} s on idle cores): drift SP "
                f"{summary['drift_octaves']['sp']:.2f} octaves, muP "
-               f"{summary['drift_octaves']['mup']:.2f}; card: {summary['card']['steps']} steps of "
+               f"{summary['drift_octaves']['mup']:.2f}; {summary['headline']}; card: {summary['card']['steps']} steps of "
                f"{summary['card']['batch_tokens']} tokens; see {out / 'report.md'}")
     return summary
 
@@ -169,25 +172,39 @@ def _coord_check(out: Path, sz: DemoSize, quiet: bool, clock: Clock) -> dict[str
 
 def _lr_sweep(out: Path, sz: DemoSize, size: str, *, device: str, workers: int | None, n_workers: int,
               quiet: bool, clock: Clock) -> tuple[pd.DataFrame, list[LRSweep]]:
-    """Stage 2: the LR x width sweep, SP and μP side by side; its table is ``out/results.csv``."""
+    """Stage 2: the LR x width sweep, SP and μP side by side; its table is ``out/results.csv``.
+
+    Both arms get the same seeds and the same grid shape (:meth:`DemoSize.log2_lrs`). At the
+    base width μP is SP to the last bit, so those runs are trained once (study ``-base``) and
+    filed under both arms (``shared_base`` true): the ratio there is exactly 1. Above it SP
+    has one study per width (its grid moves with its optimum), μP one for all widths."""
     base = {"steps": sz.steps, "batch_size": sz.batch_size, "seq_len": sz.seq_len,
             "base_width": sz.widths[0], "eval_every": sz.steps, "eval_sequences": 8 * sz.batch_size,
             "warmup_steps": max(1, sz.steps // 10), "schedule": "cosine", "lr_floor": 0.1,
             "threads": 1 if device == "cpu" else None}
-    specs = [LRSweep(**model_kw(sz.preset), widths=sz.widths, parametrizations=(p,), seeds=seeds,
-                     lrs=tuple(2.0**x for x in grid), base=base, name=f"demo-{size}-{p}")
-             for p, grid, seeds in (("sp", sz.sp_log2_lrs, sz.sp_seeds), ("mup", sz.mup_log2_lrs, sz.seeds))]
+    w0, wider = sz.widths[0], sz.widths[1:]
+
+    def spec(p: str, widths: tuple[int, ...], name: str) -> LRSweep:
+        return LRSweep(**model_kw(sz.preset), widths=widths, parametrizations=(p,), seeds=sz.seeds,
+                       lrs=tuple(2.0**x for x in sz.log2_lrs(p, widths[0])), base=base,
+                       name=f"demo-{size}-{name}")
+
+    specs = [spec("sp", (w0,), "base"), *(spec("sp", (w,), f"sp-w{w}") for w in wider)]
+    if wider:
+        specs.append(spec("mup", wider, "mup"))
     n_trials = sum(len(sp.points()) for sp in specs)
-    log(quiet, f"[2/7] LR sweep: {n_trials} trials ({len(sz.widths)} widths; SP {len(sz.sp_log2_lrs)} LRs x "
-               f"{len(sz.sp_seeds)} seed(s), muP {len(sz.mup_log2_lrs)} LRs x {len(sz.seeds)} seeds; "
-               f"{sz.steps} steps each) on {device}")
+    log(quiet, f"[2/7] LR sweep: {n_trials} trials ({len(sz.widths)} widths; SP and muP each "
+               f"{len(sz.log2_lr_offsets)} LRs around their expected optimum x {len(sz.seeds)} seed(s), the "
+               f"base width {w0} shared; {sz.steps} steps each) on {device}")
     tables = []
     with clock.stage("lr_sweep", parallel=n_workers):
-        for spec in specs:
-            sweep = run_sweep(spec, out=out / "sweep", workers=workers, device=device, quiet=quiet)
+        for sp in specs:
+            sweep = run_sweep(sp, out=out / "sweep", workers=workers, device=device, quiet=quiet)
             study, _ = open_study(sweep.plan.storage, sweep.plan.study_name)
             tables.append(results_table(study))
-    table = pd.concat(tables, ignore_index=True)
+    shared = tables[0].assign(shared_base=True)
+    table = pd.concat([shared, shared.assign(parametrization="mup"), *tables[1:]], ignore_index=True)
+    table["shared_base"] = table["shared_base"].fillna(False).astype(bool)
     write_table(table, out / "results.csv")
     return table, specs
 
@@ -242,24 +259,46 @@ def _figures(out: Path, fit: OptimumFit) -> dict[str, str]:
     }
 
 
+def headline(width: int, ratio: float, ci: list[float], n_seeds: int) -> str:
+    """Which arm is better at the widest proxy, in one line: decided only when the
+    seed-paired interval excludes 1."""
+    pct = f"{100 * abs(ratio - 1):.2f}%"
+    where = f"at width {width}, muP's best loss is {ratio:.4f}x SP's [{ci[0]:.4f}, {ci[1]:.4f}] ({n_seeds} seed(s), paired)"
+    if ci[1] < 1.0:
+        return f"{where}: muP is better by {pct}"
+    if ci[0] > 1.0:
+        return f"{where}: SP is better by {pct}"
+    if ratio == 1.0:
+        return f"{where}: the same"
+    better = "muP" if ratio < 1.0 else "SP"
+    return f"{where}: {better} is ahead by {pct}, within the seeds' interval (no winner resolved)"
+
+
 def _summary(size: str, device: str, sz: DemoSize, table: pd.DataFrame, fit: OptimumFit, drifts: dict,
              coord: dict[str, Any], card: dict[str, Any], card_warnings: list[str], scaling: dict[str, Any],
              images: dict[str, str]) -> dict[str, Any]:
     """summary.json without the stages' times: the transfer check, the card, the scaling stage."""
     res = fit.results_
-    best = {p: {int(r["width"]): float(r["loss_opt"]) for _, r in res[res["parametrization"] == p].iterrows()}
-            for p in ("sp", "mup")}
-    widths = sorted(best["mup"])
-    mup_best = [best["mup"][w] for w in widths]
+    widths = sorted(int(w) for w in res.loc[res["parametrization"] == "mup", "width"])
     widest = widths[-1]
     per_width = []
     for w in widths:
         row: dict[str, Any] = {"width": w}
-        for p in ("sp", "mup"):
+        at_w = table[table["width"] == w]
+        # The best loss as measured (lowest seed mean, never below the data), the same
+        # estimator for both arms; the quadratic's vertex can undershoot every point.
+        ratio = paired_best_ratio(at_w[at_w["parametrization"] == "mup"], at_w[at_w["parametrization"] == "sp"])
+        for p, key in (("sp", "den"), ("mup", "num")):
             o = fit.group((p, w))
             row[p] = {"lr_opt": o.x_opt, "log2_lr_opt": o.log2_x_opt, "ci": [num(c) for c in o.ci],
-                      "loss_opt": o.loss_opt, "at_edge": o.at_edge}
+                      "loss_opt": o.loss_opt, "at_edge": o.at_edge,
+                      "best_loss": ratio[key]["best"], "best_lr": ratio[key]["lr"],
+                      "best_at_edge": ratio[key]["at_edge"]}
+        row["mup_over_sp"] = ratio["ratio"]
+        row["mup_over_sp_ci"] = ratio["ci"]
         per_width.append(row)
+    mup_best = [r["mup"]["best_loss"] for r in per_width]
+    top = per_width[-1]
     proj_lr = (card.get("projected") or {}).get("lr") or {}
     lr_interval = proj_lr.get("interval")
     if lr_interval is None and "lo" in proj_lr:
@@ -267,8 +306,8 @@ def _summary(size: str, device: str, sz: DemoSize, table: pd.DataFrame, fit: Opt
     return {
         "size": size, "device": device, "preset": sz.preset, "widths": list(widths),
         "ladder_ratio": widest / widths[0], "steps": sz.steps, "batch_size": sz.batch_size,
-        "seq_len": sz.seq_len, "seeds": list(sz.seeds), "sp_seeds": list(sz.sp_seeds),
-        "n_trials": int(len(table)),
+        "seq_len": sz.seq_len, "seeds": list(sz.seeds), "log2_lr_offsets": list(sz.log2_lr_offsets),
+        "n_trials": int(len(table) - table["shared_base"].sum() / 2),
         "n_diverged": int(table["diverged"].sum()) if "diverged" in table else 0,
         "coord_check": {k: {"passed": v["passed"], "max_slope": v["worst"]["slope"]}
                         for k, v in coord.items()},
@@ -278,7 +317,9 @@ def _summary(size: str, device: str, sz: DemoSize, table: pd.DataFrame, fit: Opt
         "optimum_at_edge": {p: d.any_at_edge for p, d in drifts.items()},
         "per_width": per_width,
         "mup_wider_is_better": all(b < a for a, b in zip(mup_best, mup_best[1:])),
-        "mup_over_sp_best_loss_at_widest": best["mup"][widest] / best["sp"][widest],
+        "mup_over_sp_measured_best_at_widest": top["mup_over_sp"],
+        "mup_over_sp_measured_best_at_widest_ci": top["mup_over_sp_ci"],
+        "headline": headline(widest, top["mup_over_sp"], top["mup_over_sp_ci"], len(sz.seeds)),
         "target": card["target"], "card_lr": card["optimizer"]["lr"], "card_lr_interval": lr_interval,
         "trust": (card.get("trust") or {}).get("summary", []),
         "card": {"batch_tokens": card["batch"]["tokens"], "batch_sequences": card["batch"]["sequences"],

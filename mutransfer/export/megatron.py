@@ -337,10 +337,16 @@ def export_megatron(card: Mapping[str, Any], *, dp_size: int | None = None, micr
     # TransformerConfig.__post_init__ and GPTModel (0.19.2), σ = init_method_std: embedding
     # and untied head N(0, σ); hidden matrices σ/sqrt(m); the residual branches' output
     # projections (attention proj, MLP fc2) σ/sqrt(2·L·m).
+    # Its head, N(0, σ) under the 1/m output multiplier, is readout_init "constant" (mup's);
+    # a card with the default "fan_in" stores the untied head sqrt(m) larger than that.
+    readout = pz.get("readout_init", "constant")
+    head = ("" if readout == "constant" or m == 1.0 or model.get("tie_embeddings") else
+            f" (Megatron's untied head is readout_init constant, the card's is {readout}: its head "
+            f"init std is {m ** 0.5:.4g}x Megatron's)")
     problems.insert(0, ("init", "Megatron's μP init is N(0, σ) for the embedding and the untied head, "
                         "σ/sqrt(m) for hidden matrices and σ/sqrt(2 L m) for the residual branches' "
                         "output projections (σ = init_method_std); the card's per-parameter init has no "
-                        "Megatron field"))
+                        f"Megatron field{head}"))
     notes: list[str] = []
     # Megatron replaces a mup_output_mult of exactly 1.0 by 1/m (TransformerConfig.__post_init__:
     # `if self.mup_output_mult == 1.0 and self.mup_width_mult != 1.0`). The next float

@@ -209,7 +209,25 @@ def test_readout_ladder_reads_drift_wider_is_better_and_the_default_rule_off_kno
         assert got["best_loss_over_sp"] == pytest.approx(want, rel=1e-6)
         assert got["best_loss_over_sp_ci"][0] <= got["best_loss_over_sp"] <= got["best_loss_over_sp_ci"][1]
         assert got["log2_lr_opt"] == pytest.approx(-5.0, abs=1e-6) and not got["at_edge"]
+        # the demo's estimator: lowest measured seed mean (the floor sits on the grid), paired
+        assert got["measured_best_loss_over_sp"] == pytest.approx(want, rel=1e-6)
+        lo, hi = got["measured_best_loss_over_sp_ci"]
+        assert lo <= got["measured_best_loss_over_sp"] <= hi
     assert s["eligible"] == ["mup_fan_in"]  # constant: 1.05x SP; zero: worse still
+
+
+def test_readout_ladder_work_list_equal_seeds_and_base_width_twins() -> None:
+    """--equal-seeds drops every seed cut; at the base width each μP arm reuses the run of
+    an arm scanned before it (SP: μP is SP there), never one scanned after."""
+    from benchmarks.readout_ladder import ARMS, work_list
+
+    cut = {(a, w): sd for a, _, w, sd, _ in work_list((32, 64), (0, 1))}
+    assert cut[("sp", 32)] == (0,) and cut[("sp", 64)] == (0, 1) and cut[("mup_zero", 64)] == (0,)
+    eq = work_list((32, 64), (0, 1), arms=("sp", "mup_fan_in"), equal_seeds=True)
+    assert {a for a, *_ in eq} == {"sp", "mup_fan_in"} and all(sd == (0, 1) for *_, sd, _ in eq)
+    twins = {(a, w): same for a, _, w, _, same in work_list((32, 64), (0, 1))}
+    assert twins[("mup_fan_in", 32)] == ARMS["sp"](1.0) and twins[("mup_constant", 32)] == ARMS["sp"](1.0)
+    assert twins[("mup_fan_in", 64)] is None and twins[("sp", 32)] is None
 
 
 def test_readout_ladder_files_demo_rows_under_named_readouts(tmp_path: Path) -> None:

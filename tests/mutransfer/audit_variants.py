@@ -25,8 +25,10 @@ def _gpt(width: int, **changes: Any) -> GPT:
     return GPT(CFG.replace(width=width, **changes))
 
 
-def _ours(width: int, **changes: Any) -> tuple[nn.Module, Parametrization]:
-    pz = Parametrization(lambda w: _gpt(w, **changes), width=width, base_width=BASE)
+def _ours(width: int, readout_init: str | None = None, **changes: Any) -> tuple[nn.Module, Parametrization]:
+    """Our μP; ``readout_init`` None: the default (fan_in)."""
+    kw = {} if readout_init is None else {"readout_init": readout_init}
+    pz = Parametrization(lambda w: _gpt(w, **changes), width=width, base_width=BASE, **kw)
     return pz.build(), pz
 
 
@@ -36,6 +38,12 @@ def _ours(width: int, **changes: Any) -> tuple[nn.Module, Parametrization]:
 def ours(width: int) -> tuple[nn.Module, Any]:
     """Our Parametrization + build_optimizer (AdamW): μP by construction."""
     model, pz = _ours(width)
+    return model, build_optimizer(pz.param_groups(model, LR))
+
+
+def ours_constant_readout(width: int) -> tuple[nn.Module, Any]:
+    """Our μP with mup's readout by name (``readout_init="constant"``): μP too."""
+    model, pz = _ours(width, readout_init="constant")
     return model, build_optimizer(pz.param_groups(model, LR))
 
 
@@ -71,8 +79,9 @@ def ours_muon(width: int) -> tuple[nn.Module, Any]:
 
 def table3_form(width: int) -> tuple[nn.Module, Any]:
     """TP-V Table 3's own readout: no forward multiplier, init std ∝ 1/m and Adam LR ∝ 1/m.
-    The same μP as the MuReadout form (abc-symmetry), so it must pass."""
-    model, pz = _ours(width)
+    The same μP as the MuReadout form (abc-symmetry), so it must pass. Built from mup's
+    constant readout (named: the default readout is fan_in)."""
+    model, pz = _ours(width, readout_init="constant")
     model.lm_head._forward_pre_hooks.clear()
     m = width / BASE
     with torch.no_grad():
@@ -124,6 +133,15 @@ def readout_multiplier_missing(width: int) -> tuple[nn.Module, Any]:
     """μP init and LRs, but the readout's 1/m forward multiplier was never applied."""
     model, pz = _ours(width)
     model.lm_head._forward_pre_hooks.clear()
+    return model, build_optimizer(pz.param_groups(model, LR))
+
+
+def readout_init_too_large(width: int) -> tuple[nn.Module, Any]:
+    """The readout's stored init ∝ m (sqrt(m) past fan_in's): with the 1/m multiplier its
+    effective std is constant, so the initial logits grow as sqrt(m)."""
+    model, pz = _ours(width)
+    with torch.no_grad():
+        model.lm_head.weight.mul_((width / BASE) ** 0.5)
     return model, build_optimizer(pz.param_groups(model, LR))
 
 
@@ -213,12 +231,13 @@ def returns_wrong_optimizer(width: int) -> tuple[nn.Module, Any]:
     return _gpt(width), {"lr": LR}
 
 
-CORRECT = ("ours", "ours_fixed_heads", "ours_wd_coupled", "ours_wd_independent", "ours_sgd", "ours_muon",
+CORRECT = ("ours", "ours_constant_readout", "ours_fixed_heads", "ours_wd_coupled", "ours_wd_independent", "ours_sgd", "ours_muon",
            "mup_mureadout", "table3_form")
 BROKEN = {
     # variant: (first failing parameter or module, broken rule, wd claim)
     "hidden_lr_not_scaled": ("blocks.0.attn.c_q.weight", "lr", None),
     "readout_multiplier_missing": ("lm_head.weight", "mult", None),
+    "readout_init_too_large": ("lm_head.weight", "init", None),
     "attention_sqrt_d": ("blocks.0.attn", "attention", None),
     "hf_constant_init": ("blocks.0.attn.c_q.weight", "init", None),
     "embedding_lr_like_hidden": ("wte.weight", "lr", None),

@@ -46,6 +46,13 @@ def test_correct_mup_setups_pass(name: str) -> None:
         # Known answers: hidden Adam LR ∝ 1/width, readout multiplier ∝ 1/width, exactly.
         assert rows[("blocks.0.attn.c_q.weight", "blocks.0.attn.c_q")].found["lr"] == pytest.approx(-1.0)
         assert rows[("lm_head.weight", "lm_head")].found["mult"] == pytest.approx(-1.0, abs=1e-6)
+    if name in ("ours", "ours_constant_readout", "mup_mureadout"):
+        # The readout's stored init: fan_in's m^1/2 (the default) or mup's constant; both
+        # are μP, the expected exponent shown is the default's, the range both.
+        head = rows[("lm_head.weight", "lm_head")]
+        assert head.found["init"] == pytest.approx(0.5 if name == "ours" else 0.0, abs=0.1)
+        assert head.expected["init"] == pytest.approx(0.5) and head.allowed["init"] == pytest.approx([0.0, 0.5])
+        assert head.verdict == "ok"
     if name == "table3_form":
         head = rows[("lm_head.weight", "lm_head")]
         assert head.verdict == "ok (equivalent)"
@@ -81,6 +88,15 @@ def test_broken_exponents_are_the_measured_ones() -> None:
     assert found["hf_constant_init"] == pytest.approx(0.0, abs=0.1)  # 0.02 at every width
     assert found["embedding_lr_like_hidden"] == pytest.approx(-1.0)
     assert found["tied_scaled_twice"] == pytest.approx(-1.0, abs=1e-6)
+
+
+def test_readout_init_beyond_fan_in_fails_naming_the_range() -> None:
+    """A readout init larger than fan_in's (logits growing with width) fails on its init,
+    and the message gives the allowed range from constant to fan_in."""
+    fail = audit(variant("readout_init_too_large"), widths=WIDTHS, coord_check=False).first_failure
+    assert fail is not None and (fail.name, fail.broken) == ("lm_head.weight", "init")
+    assert fail.found["init"] == pytest.approx(1.0, abs=0.1)
+    assert "should be ∝ width^0 (readout_init constant) to ∝ width^0.5 (fan_in, the default)" in fail.message
 
 
 def test_weight_decay_is_judged_by_its_timescale() -> None:

@@ -45,24 +45,29 @@ def batch() -> tuple[torch.Tensor, torch.Tensor]:
 @pytest.fixture(scope="module")
 def width_results(batch):
     out = {}
-    for kind in ("sp", "mup"):
-        out[kind] = coord_check(lambda w: GPT(CFG.replace(width=w)), batch, kind=kind,
-                                widths=(32, 64, 128, 256), steps=3, seeds=2, lr=1e-2)
+    for name, kind, kw in (("sp", "sp", {}), ("mup", "mup", {}),
+                           ("mup_constant", "mup", {"readout_init": "constant"})):
+        out[name] = coord_check(lambda w: GPT(CFG.replace(width=w)), batch, kind=kind,
+                                widths=(32, 64, 128, 256), steps=3, seeds=2, lr=1e-2, **kw)
     return out
 
 
 def test_mup_passes_and_sp_fails_on_the_same_gpt(width_results) -> None:
-    sp, mu = width_results["sp"], width_results["mup"]
-    assert mu.passed and not sp.passed
+    sp, mu, const = width_results["sp"], width_results["mup"], width_results["mup_constant"]
+    assert mu.passed and const.passed and not sp.passed
     # SP's hidden activations grow roughly linearly in width after a few Adam steps.
     assert sp.slopes["slope"].max() > 0.8
     assert mu.slopes["slope"].max() < 0.15
     # At init (step 0) both are the same model law except the readout: no blow-up yet.
     init = sp.slopes[(sp.slopes["step"] == 0) & (sp.slopes["module"] != "lm_head")]
     assert init["slope"].abs().max() < 0.15
-    # μP's logits shrink like width^-1/2 at init (readout × 1/width_mult), as TP-V says.
-    mu0 = mu.slopes[(mu.slopes["step"] == 0) & (mu.slopes["module"] == "lm_head")]["slope"].item()
-    assert mu0 == pytest.approx(-0.5, abs=0.1)
+    # mup's constant readout: the logits shrink like width^-1/2 at init (readout ×
+    # 1/width_mult), as TP-V says; the default fan_in readout keeps SP's logit scale.
+    def logits0(res: CoordCheckResult) -> float:
+        return res.slopes[(res.slopes["step"] == 0) & (res.slopes["module"] == "lm_head")]["slope"].item()
+
+    assert logits0(const) == pytest.approx(-0.5, abs=0.1)
+    assert logits0(mu) == pytest.approx(0.0, abs=0.1)
 
 
 def test_result_table_is_tidy(width_results) -> None:
@@ -105,6 +110,11 @@ def test_cli_writes_csv_png_json_and_exits_by_verdict(tmp_path, capsys) -> None:
     assert verdict["parametrization"] == "mup" and verdict["passed"] is True
     assert set(verdict["slopes"]) >= {"lm_head", "blocks.0.mlp", "wte"}
     assert (tmp_path / "mup" / "coord_check.png").read_bytes()[:4] == b"\x89PNG"
+    assert verdict["settings"]["readout_init"] == "fan_in"
+    # mup's readout by name: recorded, and its logits get the constant readout's allowance
+    assert main(["coord-check", *common, "--readout-init", "constant", "--no-plot",
+                 "--out", str(tmp_path / "const")]) == 0
+    assert json.loads((tmp_path / "const" / "coord_check.json").read_text())["settings"]["readout_init"] == "constant"
     assert main(["coord-check", *common, "-p", "sp", "--strict", "--out", str(tmp_path / "sp")]) == 1
     assert json.loads((tmp_path / "sp" / "coord_check.json").read_text())["passed"] is False
 
@@ -125,15 +135,20 @@ def test_cli_bad_input_exits_2_and_writes_nothing(tmp_path, capsys, argv, messag
     assert not out.exists()
 
 
-def test_fan_in_readout_passes_without_the_readouts_vanishing_allowance(batch, width_results) -> None:
-    """Under readout_init="fan_in" the logits keep one init scale at every width (slope ~0
-    at step 0, where μP's constant-variance readout has its -1/2), and the check passes
-    with the readout held to the same ±tol as every other module."""
-    fan_in = coord_check(lambda w: GPT(CFG.replace(width=w)), batch, kind="mup", widths=(32, 64, 128, 256),
-                         steps=3, seeds=2, lr=1e-2, readout_init="fan_in")
-    assert fan_in.settings["readout_init"] == "fan_in" and fan_in.readout_modules == ("lm_head",)
+def test_fan_in_readout_passes_without_the_readouts_vanishing_allowance(width_results) -> None:
+    """Under the default readout_init="fan_in" the logits keep one init scale at every
+    width (slope ~0 at step 0, where mup's constant-variance readout has its -1/2), and
+    the check passes with the readout held to the same ±tol as every other module; the
+    constant readout, named, keeps its allowance of -(1/2 + tol)."""
+    fan_in, const = width_results["mup"], width_results["mup_constant"]
+    assert fan_in.settings["readout_init"] == "fan_in" and fan_in.readout_modules == ()
+    assert const.readout_modules == ("lm_head",)
     assert (fan_in.lower_bounds() == -fan_in.tol).all()
     assert fan_in.passed, fan_in.violations()
+    s = const.slopes
+    low = const.lower_bounds()
+    assert (low[(s["axis"] == "width") & (s["module"] == "lm_head")] == -(0.5 + const.tol)).all()
+    assert (low[s["module"] != "lm_head"] == -const.tol).all()
 
     def init_slope(res):
         s = res.slopes
@@ -141,7 +156,7 @@ def test_fan_in_readout_passes_without_the_readouts_vanishing_allowance(batch, w
         return float(s[row]["slope"].iloc[0])
 
     assert abs(init_slope(fan_in)) < 0.1
-    assert init_slope(width_results["mup"]) == pytest.approx(-0.5, abs=0.1)
+    assert init_slope(const) == pytest.approx(-0.5, abs=0.1)
 
 
 # ---- the tolerance as a function of the ladder ------------------------------------------------

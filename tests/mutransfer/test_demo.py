@@ -16,7 +16,31 @@ def test_demo_tiny_writes_report_summary_card_and_reuses_trials(tmp_path, capsys
     assert main(["demo", "--size", "tiny", "--out", str(out), "--workers", "1", "--quiet"]) == 0
     s = json.loads((out / "summary.json").read_text())
     assert set(s["drift_octaves"]) == {"sp", "mup"}
-    assert s["n_trials"] == 4 * 4 * 2 and s["ladder_ratio"] == 8
+    # the base width's 4 LRs once for both arms, then 4 LRs per arm at each wider width
+    assert s["n_trials"] == 4 + 3 * 4 * 2 and s["ladder_ratio"] == 8
+    # SP and μP compare fairly: one seed set, the same grid shape around each arm's expected
+    # optimum, and at the base width (one model) the ratio is exactly 1 with no spread
+    table = pd.read_csv(out / "results.csv")
+    from mutransfer_cli._demo_sizes import SIZES
+
+    tiny = SIZES["tiny"]
+    for (p, w), rows in table.groupby(["parametrization", "width"]):
+        assert sorted(rows["seed"].unique()) == list(tiny.seeds)
+        got = sorted({round(math.log2(x), 9) for x in rows["lr"]})
+        assert got == sorted(round(x, 9) for x in tiny.log2_lrs(p, w)), (p, w)
+        offsets = [round(x - (got[0] - tiny.log2_lr_offsets[0]), 9) for x in got]
+        assert offsets == list(tiny.log2_lr_offsets)
+    base_rows = table[table["width"] == 32]
+    assert base_rows["shared_base"].all() and (table[table["width"] > 32]["shared_base"] == False).all()  # noqa: E712
+    first = s["per_width"][0]
+    assert first["width"] == 32 and first["mup_over_sp"] == 1.0 and first["mup_over_sp_ci"] == [1.0, 1.0]
+    for r in s["per_width"]:  # the measured best is never below a measured seed mean
+        for p in ("sp", "mup"):
+            means = table[(table["parametrization"] == p) & (table["width"] == r["width"])].groupby("lr")["loss"]
+            assert r[p]["best_loss"] == pytest.approx(means.mean().min())
+        assert r["mup_over_sp_ci"][0] <= r["mup_over_sp"] <= r["mup_over_sp_ci"][1]
+    assert s["mup_over_sp_measured_best_at_widest"] == s["per_width"][-1]["mup_over_sp"]
+    assert s["headline"].startswith("at width 256, muP's best loss is ")
     assert all(v is not None and v >= 0 for v in s["drift_octaves"].values())
     assert s["coord_check"]["sp"]["passed"] is False
     for kind in ("sp", "mup"):  # the coordinate check ran the two seeds it means (0 and 1), not seed 2
@@ -56,6 +80,8 @@ def test_demo_tiny_writes_report_summary_card_and_reuses_trials(tmp_path, capsys
     assert any("B*(D)" in k for k in s["images"]) and any("critical batch" in k for k in s["images"])
     md = (out / "report.md").read_text()
     assert "| SP |" in md and "| muP |" in md and "card.yaml" in md
+    assert f"**{s['headline'][0].upper()}{s['headline'][1:]}.**" in md and "| 32 | 2^" in md
+    assert "muP / SP [95%, paired]" in md
     # the report leads with how far to trust the card: each value's interval, what narrows it most
     assert md.index("## How far to trust the card") < md.index("## Does the optimal learning rate transfer?")
     assert "- base LR " in md and "narrows most: " in md

@@ -69,6 +69,9 @@ def test_the_whole_architecture_is_exported() -> None:
     o = e["optimizer_config"]
     assert (o["lr"], o["decoupled_lr"], o["min_lr"]) == (3e-3, 3e-3, pytest.approx(3e-4, rel=1e-12))
     assert {d["field"] for d in e["dropped"]} == {"init", "eps", "weight_decay"}
+    # Megatron's head init is mup's constant readout; the card's default fan_in head is sqrt(m) larger
+    init = next(d["why"] for d in e["dropped"] if d["field"] == "init")
+    assert "Megatron's untied head is readout_init constant, the card's is fan_in: its head init std is 2x" in init
     for section, names in MEGATRON_FIELDS.items():
         assert set(e[section]) <= names, section
     with pytest.warns(UserWarning):

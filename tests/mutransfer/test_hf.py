@@ -34,12 +34,15 @@ def test_llama_roles_init_and_attention(tie: bool) -> None:
     # The readout multiplier sits on lm_head whether or not it shares the embedding.
     assert pz.forward_multipliers()["hooks"] == [{"module": "lm_head", "kind": "pre", "scale": 0.25}]
     # HF's init is one std for every matrix (fan-in exponent 0): μP's hidden init is
-    # rescaled by 1/sqrt(m_in), the readout kept.
+    # rescaled by 1/sqrt(m_in), the readout by sqrt(m_in) (the default fan_in readout; mup's
+    # constant readout, named, is kept).
     assert pz.init_exponents["model.layers.0.mlp.up_proj.weight"] == 0.0
     assert pz.specs["model.layers.0.mlp.up_proj.weight"].init == "scale:0.5"
     assert pz.specs["model.layers.0.mlp.down_proj.weight"].init == "scale:0.5"  # fan_in 256 over 64
     if not tie:
-        assert pz.specs["lm_head.weight"].init == "keep"
+        assert pz.specs["lm_head.weight"].init == "scale:2"
+        const = Parametrization(tiny_builder("llama", tie=tie), width=128, base_width=32, readout_init="constant")
+        assert const.specs["lm_head.weight"].init == "keep"
     model = pz.build(seed=0)
     std = float(model.model.layers[0].mlp.up_proj.weight.std())
     assert std == pytest.approx(0.02 * 0.5, rel=0.05)

@@ -196,7 +196,8 @@ def test_init_std_matches_mup(case: str) -> None:
     mup_make = mup_mlp if case == "mlp" else mup_gpt
     ours_make = mlp_builder if case == "mlp" else gpt_builder()
     ref = dict(with_mup_shapes(mup_make, width, base, seed=1).named_parameters())
-    model = Parametrization(ours_make, width=width, base_width=base).build(seed=2)
+    # mup's MuReadout is the constant readout: named, since the default is fan_in
+    model = Parametrization(ours_make, width=width, base_width=base, readout_init="constant").build(seed=2)
     for name, p in model.named_parameters():
         if p.numel() < 64 or float(ref[name].detach().std()) == 0.0:
             continue
@@ -205,13 +206,18 @@ def test_init_std_matches_mup(case: str) -> None:
         assert ratio == pytest.approx(1.0, abs=4.0 / math.sqrt(p.numel()) + 0.02), name
 
 
-def test_readout_init_is_constant_in_width_and_zero_is_an_option() -> None:
+def test_readout_init_default_is_fan_in_constant_is_mups_and_zero_is_an_option() -> None:
+    """The default readout's effective std (stored std × the 1/m forward multiplier) is
+    SP's, width^-1/2; mup's constant readout, named, keeps the stored std constant."""
     stds = []
     for width in (32, 128, 512):
+        m = width / 32
         model = Parametrization(gpt_builder(), width=width, base_width=32).build(seed=0)
-        stds.append(float(model.lm_head.weight.std()))
+        const = Parametrization(gpt_builder(), width=width, base_width=32, readout_init="constant").build(seed=0)
+        stds.append(float(const.lm_head.weight.std()))
         sp = Parametrization(gpt_builder(), width=width, base_width=32, kind="sp").build(seed=0)
         assert float(sp.lm_head.weight.std()) == pytest.approx(width**-0.5, rel=0.1)
+        assert float(model.lm_head.weight.std()) / m == pytest.approx(width**-0.5, rel=0.1)
     assert max(stds) / min(stds) == pytest.approx(1.0, abs=0.05)
     assert stds[0] == pytest.approx(32**-0.5, rel=0.05)
     zero = Parametrization(gpt_builder(), width=128, base_width=32, readout_init="zero").build(seed=0)
@@ -309,7 +315,10 @@ def test_mup_adam_hidden_lr_times_fan_in_is_width_free(base_exp: int, up: int) -
     s = pz.specs["hidden.0.weight"]
     assert s.lr_mult * s.shape[1] == pytest.approx(base)
     assert pz.specs["fc_in.weight"].lr_mult == 1.0 and pz.specs["fc_out.weight"].lr_mult == 1.0
-    assert pz.specs["fc_out.weight"].init == ("keep" if up == 0 else f"scale:{math.sqrt(2**up):.6g}")
+    # the readout's stored std: the default (fan_in) m^1/2 on torch's m^-1/2, mup's constant m^0
+    assert pz.specs["fc_out.weight"].init == ("keep" if up == 0 else f"scale:{2**up:.6g}")
+    const = Parametrization(mlp_builder, width=base * 2**up, base_width=base, readout_init="constant")
+    assert const.specs["fc_out.weight"].init == ("keep" if up == 0 else f"scale:{math.sqrt(2**up):.6g}")
 
 
 # ---- depth (CompleteP) and Muon ------------------------------------------------------

@@ -162,7 +162,10 @@ def test_coord_check_takes_rules_and_figure_names_every_line() -> None:
     kw = dict(widths=(32, 64, 128), steps=2, seeds=1, lr=1e-2, loss_fn=lambda m, b: m(*b)[1])
     mu = coord_check(RawPos, ids, kind="mup", rules=[("^pos$", "vector")], **kw)
     assert mu.settings["rules"] == [["^pos$", "vector"]]
-    assert mu.readout_modules == ("head",) and mu.passed, mu.violations()
+    # the default fan_in readout keeps its logits' scale: no readout gets the shrink allowance
+    assert mu.readout_modules == () and mu.passed, mu.violations()
+    const = coord_check(RawPos, ids, kind="mup", rules=[("^pos$", "vector")], readout_init="constant", **kw)
+    assert const.readout_modules == ("head",) and const.passed, const.violations()
     # The rules reach the parametrization: a readout rule for a raw tensor is refused.
     with pytest.raises(ValueError, match="parameter pos has role 'output'"):
         coord_check(RawPos, ids, kind="mup", rules=[("^pos$", "output")], **kw)

@@ -135,3 +135,22 @@ def test_readout_init_table_row_and_one_clear_error() -> None:
     with pytest.raises(ValueError, match="readout_init must be one of constant, zero, fan_in, got 'fanin'"):
         TrainConfig.from_flat({"readout_init": "fanin"})
     assert TrainConfig.from_flat({"readout_init": "fan_in"}).parametrization.readout_init == "fan_in"
+
+
+def test_one_readout_default_everywhere() -> None:
+    """fan_in is the readout every path takes unless told: the rules' constant, the
+    Parametrization, the TrainConfig (so the trainer, sweeps and transfer's card), the
+    coordinate check; the rules table says so."""
+    import inspect
+
+    from mutransfer.coord_check import coord_check
+    from mutransfer.rules import DEFAULT_READOUT_INIT, READOUT_INIT_RANGE
+    from mutransfer.train import TrainConfig
+
+    assert DEFAULT_READOUT_INIT == "fan_in" and READOUT_INIT_RANGE == (0.0, 0.5)
+    builder = lambda w: MLP(MLP_CFG.replace(width=w))  # noqa: E731
+    assert Parametrization(builder, width=64, base_width=32).readout_init == "fan_in"
+    assert TrainConfig.from_flat({}).parametrization.readout_init == "fan_in"
+    assert inspect.signature(coord_check).parameters["readout_init"].default == "fan_in"
+    line = next(ln for ln in rules_table().splitlines() if ln.startswith("# readout_init"))
+    assert "default fan_in" in line and "the audit accepts an output init std from 1 to m_in^1/2" in line

@@ -176,32 +176,35 @@ def _sweep_table(path: Path, **extra: Any) -> Path:
 
 
 def test_the_results_tables_proxy_settings_reach_the_card(tmp_path: Path) -> None:
-    """A sweep run with --set readout_init=fan_in, output_mult=2, lr_mult_input=4 and
-    independent decay: the card describes that model, not the defaults."""
-    table = _sweep_table(tmp_path / "results.csv", readout_init="fan_in", output_mult=2.0,
+    """A sweep run with --set readout_init=constant (mup's, not the default fan_in),
+    output_mult=2, lr_mult_input=4 and independent decay: the card describes that model,
+    not the defaults."""
+    table = _sweep_table(tmp_path / "results.csv", readout_init="constant", output_mult=2.0,
                          lr_mult_input=4.0, wd_mode="independent", weight_decay=0.01, beta2=0.99)
     out = tmp_path / "card.yaml"
     assert main(["transfer", "--results", str(table), "--preset", "gpt-tiny", "--base-width", "32",
                  "--target-width", "256", "--tokens", str(4 * 100 * 16 * 64), "--batch-size", "32",
                  "--out", str(out)]) == 0
     card = load_card(out)
-    assert card["parametrization"]["readout_init"] == "fan_in"
+    assert card["parametrization"]["readout_init"] == "constant"
     assert card["parametrization"]["multipliers"]["output"] == 2.0
     assert card["parametrization"]["lr_mults"]["input"] == 4.0
     assert card["optimizer"]["wd_mode"] == "independent" and card["optimizer"]["betas"] == [0.9, 0.99]
     # tau = B / (lambda D) of the proxy (16 x 64 tokens, 100 steps) kept at 2x the batch, 4x the tokens
     assert card["projected"]["tau"]["value"] == pytest.approx(1 / (0.01 * 100), rel=1e-9)
     assert card["optimizer"]["weight_decay"] == pytest.approx(0.01 * 2 / 4, rel=1e-9)
-    assert card["source"]["proxy_settings"]["readout_init"] == "fan_in"
+    assert card["source"]["proxy_settings"]["readout_init"] == "constant"
     embed = next(g for g in card["param_groups"] if g["role"] == "input")
     assert embed["lr_mult"] == pytest.approx(4.0)
-    # fan_in: the readout is stored with std ~ sqrt(m) where constant keeps it at 1 (m = 256/32)
+    # fan_in (the default, a table without the setting): the readout is stored with std ~
+    # sqrt(m) where constant keeps it at 1 (m = 256/32)
     plain = tmp_path / "plain.yaml"
     assert main(["transfer", "--results", str(_sweep_table(tmp_path / "plain.csv")), "--preset", "gpt-tiny",
                  "--base-width", "32", "--target-width", "256", "--tokens", "1e6", "--batch-size", "32",
                  "--out", str(plain)]) == 0
+    assert load_card(plain)["parametrization"]["readout_init"] == "fan_in"
     readout = {c: next(g for g in load_card(p)["param_groups"] if g["role"] == "output")
-               for c, p in (("fan_in", out), ("constant", plain))}
+               for c, p in (("constant", out), ("fan_in", plain))}
     assert readout["fan_in"]["init"] != readout["constant"]["init"]
 
 
