@@ -335,11 +335,11 @@ def test_a_real_hf_family_goes_from_sweep_to_every_engine(family: str, tmp_path:
     (target / "config.json").write_text(json.dumps(config))
     card_path = tmp_path / "card.yaml"
     # 6 steps of 4 sequences (2 x 2 accumulation) x 16 tokens.
-    # TODO(lead): drop --allow-vocab-change once the card records the proxy's own vocabulary
-    # (the byte corpus' 256 against the target's 512 stays a real change; issue 30 #2).
+    # The proxy trained on the byte corpus (vocab 256, recorded in its rows) and the target has 512:
+    # a real vocabulary change, so --allow-vocab-change.
     assert mutransfer_cli.main([
         "transfer", "--results", str(csv), "--model", f"hf:{target}", "--tokens", "384", "--batch-size", "4",
-        "--micro-batch", "2", "--seq-len", "16", "--warmup-tokens", "64", "--base-width", str(widths[0]),
+        "--micro-batch", "2", "--target-seq-len", "16", "--warmup-tokens", "64", "--base-width", str(widths[0]),
         "--base-depth", "2", "--weight-decay", "0.1", "--allow-vocab-change", "--out", str(card_path)]) == 0
     assert "torch_dtype is bfloat16; the card builds float32 weights" in capsys.readouterr().err
     card = load_card(card_path)

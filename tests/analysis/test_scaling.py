@@ -29,6 +29,7 @@ from analysis import (
     weight_decay_for,
 )
 from analysis.scaling import AUDIT_KEYS
+from analysis.tau import PUBLISHED_ETA_LAMBDA
 
 TRUE = {"a": 0.5, "b": -0.25, "g": 0.5, "c_B": 2.0**4, "c_eta": 2.0**-12}
 SEQ = 128
@@ -258,9 +259,13 @@ def test_projection_rounds_the_batch_and_flags_extrapolation(fit: ScalingLawFit)
     assert p.batch_tokens.value > b_law and fit.lr_batch(p.batch_tokens.value, d) == b_law
     assert p.lr.value == pytest.approx(fit.predict_lr(b_law, d)[0])
     assert p.lr.lo < p.lr.value < p.lr.hi
-    assert p.weight_decay.value == pytest.approx(
-        weight_decay_for(fit.params_["tau"], p.batch_tokens.value, p.lr.value, d))
-    assert p.weight_decay.lo < p.weight_decay.value < p.weight_decay.hi
+    if fit.tau_source == "default λ":  # one weight decay, tau never optimised: the published eta·lambda
+        assert p.weight_decay.value == pytest.approx(PUBLISHED_ETA_LAMBDA / p.lr.value)
+        assert any("weight decay not optimised" in w for w in p.warnings)
+    else:
+        assert p.weight_decay.value == pytest.approx(
+            weight_decay_for(fit.params_["tau"], p.batch_tokens.value, p.lr.value, d))
+        assert p.weight_decay.lo < p.weight_decay.value < p.weight_decay.hi
     assert p.extrapolation["tokens"] == pytest.approx(d / 2**23)
     assert p.extrapolated and any("tokens is 128×" in w for w in p.warnings)
     near = fit.project(tokens=2.0**25)

@@ -94,9 +94,9 @@ def _tiny_card(tmp_path: Path, config: dict, *extra: str, base_width: int = 64) 
 
     (tmp_path / "config.json").write_text(json.dumps(config))
     out = tmp_path / "card.yaml"
-    # TODO(lead): drop --allow-vocab-change once the card records the proxy's own vocab (issue 30 #2)
+    # a bare --lr names no proxy rows: the preset's byte vocabulary against the config's
     code = main(["transfer", "--model", f"hf:{tmp_path / 'config.json'}", "--lr", "0.01", "--tokens", "1280",
-                 "--batch-size", "8", "--seq-len", "16", "--base-width", str(base_width), "--base-depth", "1",
+                 "--batch-size", "8", "--seq-len", "16", "--target-seq-len", "16", "--base-width", str(base_width), "--base-depth", "1",
                  "--allow-vocab-change", "--weight-decay", "0.1", "--out", str(out), *extra])
     assert code == 0
     return load_card(out)
