@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -133,3 +134,24 @@ def progress_bar(total: int, desc: str, quiet: bool) -> tuple[Callable[[], None]
 
 def print_json(obj: Any) -> None:
     print(json.dumps(obj, indent=2, default=float))
+
+
+def add_track_flag(p: argparse.ArgumentParser) -> None:
+    """``--track tensorboard[:DIR] | wandb[:PROJECT]`` (:mod:`mutransfer.tracking`)."""
+    p.add_argument("--track", default=None, metavar="tensorboard[:DIR]|wandb[:PROJECT]",
+                   help="log every run's curves (train and held-out loss, LR per group, grad norm, GNS, "
+                        "spikes): TensorBoard event files in DIR (default OUT/tensorboard), or a W&B run "
+                        "in PROJECT (default mutransfer; offline unless $WANDB_MODE says otherwise). "
+                        "Needs pip install 'mutransfer[track]'")
+
+
+def apply_track(text: str | None, out: str | os.PathLike[str] | None) -> Any:
+    """Parse ``--track`` (bad text or a missing package: ValueError, one line) and set
+    ``$MUTRANSFER_TRACK`` for this process and the workers it starts; None without it."""
+    if text is None:
+        return None
+    from mutransfer.tracking import TRACK_ENV, parse_track
+
+    spec = parse_track(text, out)
+    os.environ[TRACK_ENV] = spec.to_env()
+    return spec

@@ -24,7 +24,15 @@ from typing import Any
 import yaml
 
 from mutransfer._io import atomic_write_text, check_output
-from mutransfer_cli._common import MAX_SEED, bounded_int, key_value, print_json, seed_list
+from mutransfer_cli._common import (
+    MAX_SEED,
+    add_track_flag,
+    apply_track,
+    bounded_int,
+    key_value,
+    print_json,
+    seed_list,
+)
 from sweeps.export import best_config, format_status, results_table, status, write_table
 from sweeps.extend import DEFAULT_MAX_EXTEND, Bounds, run_bracketed
 from sweeps.fusion import check_fuse
@@ -228,7 +236,9 @@ def _add_run_flags(p: argparse.ArgumentParser, kind: str) -> None:
                    help="create the study and enqueue the grid, run nothing (workers join later)")
     p.add_argument("--runner", default=None, help=argparse.SUPPRESS)
     p.add_argument("--json", action="store_true", help="print the status as JSON")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress (a bar on a terminal; piped, a line every 20 s)")
+    add_track_flag(p)
 
 
 def _add_storage_flags(p: argparse.ArgumentParser, default: str) -> None:
@@ -269,6 +279,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="offsets the sampler seed")
     w.add_argument("--fuse", type=_fuse, default=None, metavar="K|auto",
                    help=_FUSE_HELP + " (default: the study's --fuse)")
+    add_track_flag(w)
     s = sub.add_parser("status", help="counts by state and the best trial per group",
                        description="counts by state and the best trial per group")
     _add_storage_flags(s, "journal file, output directory or URL (default: $MUTRANSFER_STORAGE, else .)")
@@ -361,6 +372,7 @@ def run(args: argparse.Namespace) -> int:
         return _run_sweep(args, cmd)
     storage = _storage(args, None if cmd == "worker" else ".")
     if cmd == "worker":  # a worker spawned by `sweep lr --workers K` ends with its parent
+        apply_track(args.track, None)
         return serve(storage, args.study, worker_index=args.worker_index, max_trials=args.max_trials,
                      fuse=args.fuse)
 
@@ -422,6 +434,7 @@ def _run_sweep(args: argparse.Namespace, kind: str) -> int:
         check_holdout(spec)  # before the first trial, not after the whole sweep
         audit_path = Path(args.audit_out) if args.audit_out else Path(args.out) / "AUDIT.json"
     storage = _storage(args, None)
+    apply_track(args.track, args.out)  # the workers this process starts inherit it
 
     check_output(args.out, directory=True)  # a re-run into the same --out resumes its study
     if audit_path is not None:  # never onto the study, the spec or the audit's own cache

@@ -223,7 +223,7 @@ def run_sweep(
         workers = 1  # SQLite serializes writers: one worker (prepare checked a given number)
     n = workers or default_workers(device or "cpu", max(1, counts.pending))
     bar = StudyBar(plan.total, desc=f"sweep {plan.study_name}", quiet=quiet,
-                   initial=min(counts.done, plan.total))
+                   initial=min(counts.done, plan.total), poll=lambda: study_counts(study))
     codes: list[int] = []
     try:
         if n == 1:
