@@ -107,7 +107,7 @@ def scaling_stage(out: Path, sz: DemoSize, size: str, fit: Any, *, device: str, 
         info["critical_batch"] = {"error": str(exc)}
     info["width_check"] = width_check(table, spec)
     try:
-        with clock.stage("holdout_audit", reports=True):
+        with clock.stage("holdout_audit"):  # its fits say nothing of their own
             audit = run_holdout(spec, table, out=out / "AUDIT.json", device=device, quiet=quiet,
                                 n_seeds=sc.audit_seeds, workers=n_workers)
         info["audit"] = audit
