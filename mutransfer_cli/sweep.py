@@ -280,6 +280,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="offsets the sampler seed")
     w.add_argument("--fuse", type=_fuse, default=None, metavar="K|auto",
                    help=_FUSE_HELP + " (default: the study's --fuse)")
+    w.add_argument("--quiet", action="store_true", help="no progress of the study")
     add_track_flag(w)
     la = sub.add_parser("launch", help="submit a SLURM job array of workers for a prepared study",
                         description="submit a SLURM job array of N workers (one per GPU) that join a "
@@ -402,7 +403,7 @@ def run(args: argparse.Namespace) -> int:
     if cmd == "worker":  # a worker spawned by `sweep lr --workers K` ends with its parent
         apply_track(args.track, None)
         return serve(storage, args.study, worker_index=args.worker_index, max_trials=args.max_trials,
-                     fuse=args.fuse)
+                     fuse=args.fuse, progress=not args.quiet)
 
     if cmd == "launch":
         return _launch(args, storage)

@@ -10,6 +10,7 @@ MUTRANSFER_TEST_POSTGRES_URL (CI does this); without it the test is skipped.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -109,12 +110,17 @@ def test_slurm_script_workers_against_postgres_train_every_point_once_after_a_ki
         env = {k: v for k, v in os.environ.items()
                if k not in ("MUTRANSFER_STORAGE", "MUTRANSFER_PARENT_PID")}
         env["MUTRANSFER_SYNTHETIC_SLEEP"] = "1.2"  # per trial, so the kill lands mid-trial
+        env["MUTRANSFER_PROGRESS_INTERVAL"] = "0.5"
+        logs = [tmp_path / f"task-{k}.log" for k in range(workers)]
+        handles = [log.open("w") for log in logs]
         # each array task as SLURM runs it: the script under bash, its own task id (the
         # script execs the worker, so the task's pid is the worker's)
         procs = [subprocess.Popen(["bash", str(script)], env={**env, "SLURM_ARRAY_TASK_ID": str(k),
                                                               "SLURM_CPUS_PER_TASK": "1"},
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                  stdout=subprocess.DEVNULL, stderr=handles[k])
                  for k in range(workers)]
+        for h in handles:  # the children hold their own copies
+            h.close()
         victim = procs[0]
         study, _ = open_study(url, name)
         try:
@@ -148,6 +154,9 @@ def test_slurm_script_workers_against_postgres_train_every_point_once_after_a_ki
         assert killed.state == TrialState.FAIL
         retry = [t for t in trials if t.user_attrs.get("retry_of") == victim_trial]
         assert len(retry) == 1 and retry[0].state == TrialState.COMPLETE
+        # each task's log (SLURM's --output) shows the study's progress while it runs
+        for k in range(1, workers):
+            assert re.search(rf"^worker {k}: study {name}: \d/9 trials, .*ETA", logs[k].read_text(), re.M)
         # the array's tasks, and only they, trained the grid
         pids = {t.user_attrs.get("pid") for t in trials if t.state == TrialState.COMPLETE}
         assert pids <= {proc.pid for proc in procs} and retry[0].user_attrs["pid"] != victim.pid
