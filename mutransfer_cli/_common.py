@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 
@@ -145,13 +146,24 @@ def add_track_flag(p: argparse.ArgumentParser) -> None:
                         "Needs pip install 'mutransfer[track]'")
 
 
-def apply_track(text: str | None, out: str | os.PathLike[str] | None) -> Any:
+@contextlib.contextmanager
+def tracking(text: str | None, out: str | os.PathLike[str] | None) -> Iterator[Any]:
     """Parse ``--track`` (bad text or a missing package: ValueError, one line) and set
-    ``$MUTRANSFER_TRACK`` for this process and the workers it starts; None without it."""
+    ``$MUTRANSFER_TRACK`` for this process and the workers it starts, until the block
+    ends (a later command in the same process is not tracked); yields the TrackSpec, or
+    None without ``--track``."""
     if text is None:
-        return None
+        yield None
+        return
     from mutransfer.tracking import TRACK_ENV, parse_track
 
     spec = parse_track(text, out)
+    old = os.environ.get(TRACK_ENV)
     os.environ[TRACK_ENV] = spec.to_env()
-    return spec
+    try:
+        yield spec
+    finally:
+        if old is None:
+            os.environ.pop(TRACK_ENV, None)
+        else:
+            os.environ[TRACK_ENV] = old

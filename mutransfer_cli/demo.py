@@ -38,7 +38,7 @@ from mutransfer._io import atomic_write_text, check_output
 from mutransfer.card import load_card
 from mutransfer.models import hf_proxy_config, load_hf_config, parse_model
 from mutransfer_cli import main as cli_main
-from mutransfer_cli._common import add_track_flag, apply_track, positive_int, print_json
+from mutransfer_cli._common import add_track_flag, positive_int, print_json, tracking
 from mutransfer_cli._demo_report import report_html, report_md
 from mutransfer_cli._demo_scaling import holdout_summary, scaling_stage
 from mutransfer_cli._demo_sizes import SIZES, DemoSize, ScalingStage, model_kw
@@ -73,9 +73,9 @@ def run(args: argparse.Namespace) -> int:
     # re-running into the same folder resumes its sweep (finished trials are kept) and
     # rebuilds the figures, table, card and report from it; a different size is refused
     check_output(args.out, directory=True)
-    apply_track(args.track, args.out)  # every sweep trial and audit run is tracked
-    summary = run_demo(Path(args.out), device=args.device, size=args.size, workers=args.workers,
-                       quiet=args.quiet or args.json, model=args.model)
+    with tracking(args.track, args.out):  # every sweep trial and audit run is tracked
+        summary = run_demo(Path(args.out), device=args.device, size=args.size, workers=args.workers,
+                           quiet=args.quiet or args.json, model=args.model)
     if args.json:
         print_json(summary)
     return 0

@@ -28,11 +28,11 @@ from mutransfer._io import atomic_write_text, check_output
 from mutransfer_cli._common import (
     MAX_SEED,
     add_track_flag,
-    apply_track,
     bounded_int,
     key_value,
     print_json,
     seed_list,
+    tracking,
 )
 from sweeps.export import best_config, format_status, results_table, status, write_table
 from sweeps.extend import DEFAULT_MAX_EXTEND, Bounds, run_bracketed
@@ -398,12 +398,13 @@ def run(args: argparse.Namespace) -> int:
         print("mutransfer sweep export: deprecated, now `mutransfer sweep results` (same flags)",
               file=sys.stderr)
     if cmd in RUN_KINDS:
-        return _run_sweep(args, cmd)
+        with tracking(args.track, args.out):  # the workers this process starts inherit it
+            return _run_sweep(args, cmd)
     storage = _storage(args, None if cmd in ("worker", "launch") else ".")
     if cmd == "worker":  # a worker spawned by `sweep lr --workers K` ends with its parent
-        apply_track(args.track, None)
-        return serve(storage, args.study, worker_index=args.worker_index, max_trials=args.max_trials,
-                     fuse=args.fuse, progress=not args.quiet)
+        with tracking(args.track, None):
+            return serve(storage, args.study, worker_index=args.worker_index, max_trials=args.max_trials,
+                         fuse=args.fuse, progress=not args.quiet)
 
     if cmd == "launch":
         return _launch(args, storage)
@@ -466,7 +467,6 @@ def _run_sweep(args: argparse.Namespace, kind: str) -> int:
         check_holdout(spec)  # before the first trial, not after the whole sweep
         audit_path = Path(args.audit_out) if args.audit_out else Path(args.out) / "AUDIT.json"
     storage = _storage(args, None)
-    apply_track(args.track, args.out)  # the workers this process starts inherit it
 
     check_output(args.out, directory=True)  # a re-run into the same --out resumes its study
     if audit_path is not None:  # never onto the study, the spec or the audit's own cache

@@ -11,7 +11,7 @@ from typing import Any
 
 from mutransfer._io import atomic_write_text, check_fresh_dir, check_output
 from mutransfer.train import TrainConfig, load_config, train, train_wsd_branches
-from mutransfer_cli._common import add_output_flags, add_track_flag, apply_track, float_list, key_value
+from mutransfer_cli._common import add_output_flags, add_track_flag, float_list, key_value
 
 HELP = "train a proxy model (muP/SP/CompleteP/Muon) on the embedded corpus or your data"
 
@@ -92,11 +92,11 @@ def run(args: argparse.Namespace) -> int:
     check_fresh_dir(cfg.output.out_dir, _RUN_FILES, overwrite=args.overwrite or bool(cfg.output.resume))
     if args.wsd_branches and cfg.output.resume:
         raise ValueError("--wsd-branches cannot be combined with --resume")
-    track = apply_track(args.track, cfg.output.out_dir)
     callback, tracker = None, None
-    if track is not None:
-        from mutransfer.tracking import tracked
+    if args.track is not None:
+        from mutransfer.tracking import parse_track, tracked
 
+        track = parse_track(args.track, cfg.output.out_dir)
         name = Path(cfg.output.out_dir).resolve().name if cfg.output.out_dir else (
             f"{cfg.parametrization.kind},lr={cfg.optim.lr:.4g},seed={cfg.run.seed}")
         callback, tracker = tracked(None, track, name, cfg.to_flat())

@@ -34,6 +34,7 @@ def _sweep(out: Path, track: str, monkeypatch) -> None:
             "--set", "base_width=64", "--device", "cpu", "--workers", "1", "--max-extend", "0",
             "--out", str(out), "--quiet", "--json", "--track", track]
     assert mutransfer_cli.main(argv) == 0
+    assert TRACK_ENV not in os.environ  # the next command in this process is not tracked
 
 
 def _trials(out: Path) -> list:
@@ -86,7 +87,8 @@ def _expected(trainer) -> dict[str, dict[int, float]]:
 def test_sweep_lr_track_tensorboard_one_run_per_trial_equal_to_the_history(tmp_path, monkeypatch) -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    monkeypatch.delenv(TRACK_ENV, raising=False)
+    monkeypatch.setenv(TRACK_ENV, "")
+    monkeypatch.delenv(TRACK_ENV)
     out = tmp_path / "tb"
     _sweep(out, "tensorboard", monkeypatch)
     trials = _trials(out)
@@ -144,9 +146,9 @@ def _wandb_records(path: Path):
 
 
 def test_sweep_lr_track_wandb_offline_runs_equal_to_the_history(tmp_path, monkeypatch) -> None:
-    monkeypatch.delenv(TRACK_ENV, raising=False)
-    monkeypatch.delenv("WANDB_MODE", raising=False)
-    monkeypatch.delenv("WANDB_DIR", raising=False)
+    for var in (TRACK_ENV, "WANDB_MODE", "WANDB_DIR"):  # unset here, restored after the test
+        monkeypatch.setenv(var, "")
+        monkeypatch.delenv(var)
     # anything that tried the network would meet a closed local port
     monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")
     monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
@@ -210,3 +212,21 @@ def test_run_names_are_the_grid_point() -> None:
     assert run_name({"width": 64, "lr": 2.0**-8, "parametrization": "mup"}) == \
         "lr=0.003906,parametrization=mup,width=64"
     assert "/" not in run_name({"model": "hf:/a/b"})
+
+
+def test_train_track_tensorboard_logs_the_run_as_its_result_json(tmp_path, monkeypatch) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out = tmp_path / "run1"
+    argv = ["train", "--preset", "gpt-tiny", "--set", "steps=8", "--set", "batch_size=4",
+            "--set", "eval_every=4", "--set", "eval_sequences=8", "--set", "threads=1",
+            "--out", str(out), "--quiet", "--track", f"tensorboard:{tmp_path / 'tb'}"]
+    assert mutransfer_cli.main(argv) == 0
+    result = json.loads((out / "result.json").read_text())
+    history = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    ea = EventAccumulator(str(tmp_path / "tb" / "run1"), size_guidance={"scalars": 0})
+    ea.Reload()
+    assert [(e.step, e.value) for e in ea.Scalars("loss/val")] == \
+        [(s, pytest.approx(float(np.float32(v)), rel=1e-6)) for s, v in result["evals"]]
+    assert [(e.step, e.value) for e in ea.Scalars("loss/train")] == \
+        [(h["step"], pytest.approx(float(np.float32(h["loss"])), rel=1e-6)) for h in history]
