@@ -35,7 +35,9 @@ then
     "${pip[@]}" install "${TORCH_SPEC:-torch==2.13.0}"
   fi
 fi
-"${pip[@]}" install -e ".[test]"
+# [track]: tensorboard, wandb and optuna-dashboard, which the tracking and dashboard tests read
+# back (none of them asks for torch, so the one above stays)
+"${pip[@]}" install -e ".[test,track]"
 # The real engines the HF-model and exporter tests run against (the pins of pyproject's
 # [engines] extra). torchtitan's metadata pulls datasets, wandb, tensorboard and more; its
 # config and optimizer code import only the few packages named here, so --no-deps.

@@ -61,7 +61,8 @@ def train(cfg: TrainConfig, callback: Callback | None = None, progress: bool = F
     """Train one proxy run; see docs/trainer_contract.md.
 
     ``callback(step, metrics)`` is called after every evaluation with ``step``,
-    ``val_loss``, ``train_loss``, ``tokens``, ``lr`` and ``wall_s``; returning True stops
+    ``val_loss``, ``train_loss``, ``tokens``, ``lr``, ``wall_s`` and ``trainer`` (the
+    :class:`Trainer`, to read its history, not to change); returning True stops
     the run (``pruned=True``). Divergence ends the run with ``diverged=True`` and never
     raises. ``data`` replaces ``cfg.run.data`` with an already-open dataset.
     """

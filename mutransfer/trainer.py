@@ -403,9 +403,11 @@ class Trainer:
         stop = False
         if self.callback is not None and self.rank == 0:
             lr = self.history[-1]["lr"] if self.history else self.cfg.optim.lr
+            # "trainer": this trainer, read-only, for callbacks that log its history
+            # (:class:`mutransfer.tracking.TrackingCallback`)
             metrics = {"step": self.step, "val_loss": val, "train_loss": self.recent_train_loss(),
                        "tokens": self.tokens, "lr": lr,
-                       "wall_s": time.perf_counter() - self.t_start}
+                       "wall_s": time.perf_counter() - self.t_start, "trainer": self}
             stop = bool(self.callback(self.step, metrics))
         if self.world > 1:
             flag = torch.tensor([1.0 if stop else 0.0], device=self.device)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 
@@ -134,3 +136,35 @@ def progress_bar(total: int, desc: str, quiet: bool) -> tuple[Callable[[], None]
 
 def print_json(obj: Any) -> None:
     print(json.dumps(obj, indent=2, default=float))
+
+
+def add_track_flag(p: argparse.ArgumentParser) -> None:
+    """``--track tensorboard[:DIR] | wandb[:PROJECT]`` (:mod:`mutransfer.tracking`)."""
+    p.add_argument("--track", default=None, metavar="tensorboard[:DIR]|wandb[:PROJECT]",
+                   help="log every run's curves (train and held-out loss, LR per group, grad norm, GNS, "
+                        "spikes): TensorBoard event files in DIR (default OUT/tensorboard), or a W&B run "
+                        "in PROJECT (default mutransfer; offline unless $WANDB_MODE says otherwise). "
+                        "Needs pip install 'mutransfer[track]'")
+
+
+@contextlib.contextmanager
+def tracking(text: str | None, out: str | os.PathLike[str] | None) -> Iterator[Any]:
+    """Parse ``--track`` (bad text or a missing package: ValueError, one line) and set
+    ``$MUTRANSFER_TRACK`` for this process and the workers it starts, until the block
+    ends (a later command in the same process is not tracked); yields the TrackSpec, or
+    None without ``--track``."""
+    if text is None:
+        yield None
+        return
+    from mutransfer.tracking import TRACK_ENV, parse_track
+
+    spec = parse_track(text, out)
+    old = os.environ.get(TRACK_ENV)
+    os.environ[TRACK_ENV] = spec.to_env()
+    try:
+        yield spec
+    finally:
+        if old is None:
+            os.environ.pop(TRACK_ENV, None)
+        else:
+            os.environ[TRACK_ENV] = old

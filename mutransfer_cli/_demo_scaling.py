@@ -47,7 +47,7 @@ def scaling_stage(out: Path, sz: DemoSize, size: str, fit: Any, *, device: str, 
                 f"x {sz.seq_len} tokens, {len(sc.log2_lr_offsets)} LRs around 2^{math.log2(lr_center):.2f} "
                 f"(x sqrt(B/{sz.batch_size}))")
     bounds = Bounds(max_extend=sc.max_extend, batch_range=sc.batch_range)
-    with clock.stage("scaling_sweep", parallel=n_workers):
+    with clock.stage("scaling_sweep", parallel=n_workers, reports=True):
         # an optimum at its grid's edge gets more grid (batch and LR), within the bounds
         sweep, bracket = run_bracketed(spec, bounds, out=out / "scaling", workers=workers, device=device,
                                        quiet=quiet,
@@ -107,7 +107,7 @@ def scaling_stage(out: Path, sz: DemoSize, size: str, fit: Any, *, device: str, 
         info["critical_batch"] = {"error": str(exc)}
     info["width_check"] = width_check(table, spec)
     try:
-        with clock.stage("holdout_audit"):
+        with clock.stage("holdout_audit"):  # its fits say nothing of their own
             audit = run_holdout(spec, table, out=out / "AUDIT.json", device=device, quiet=quiet,
                                 n_seeds=sc.audit_seeds, workers=n_workers)
         info["audit"] = audit

@@ -41,12 +41,13 @@ from mutransfer._io import atomic_write_text, check_output
 from mutransfer.card import load_card
 from mutransfer.models import hf_proxy_config, load_hf_config, parse_model
 from mutransfer_cli import main as cli_main
-from mutransfer_cli._common import positive_int, print_json
+from mutransfer_cli._common import add_track_flag, positive_int, print_json, tracking
 from mutransfer_cli._demo_report import report_html, report_md
 from mutransfer_cli._demo_scaling import holdout_summary, scaling_stage
 from mutransfer_cli._demo_sizes import SIZES, DemoSize, ScalingStage, model_kw
 from mutransfer_cli._demo_stage import Clock, log
 from sweeps import LRSweep, results_table, run_sweep, write_table
+from sweeps.progress import Progress
 from sweeps.study import default_workers
 from sweeps.worker import open_study
 
@@ -68,14 +69,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "the size's Llama-shaped preset")
     p.add_argument("--json", action="store_true", help="print summary.json")
     p.add_argument("--quiet", action="store_true", help="no progress output")
+    add_track_flag(p)
 
 
 def run(args: argparse.Namespace) -> int:
     # re-running into the same folder resumes its sweep (finished trials are kept) and
     # rebuilds the figures, table, card and report from it; a different size is refused
     check_output(args.out, directory=True)
-    summary = run_demo(Path(args.out), device=args.device, size=args.size, workers=args.workers,
-                       quiet=args.quiet or args.json, model=args.model)
+    with tracking(args.track, args.out):  # every sweep trial and audit run is tracked
+        summary = run_demo(Path(args.out), device=args.device, size=args.size, workers=args.workers,
+                           quiet=args.quiet or args.json, model=args.model)
     if args.json:
         print_json(summary)
     return 0
@@ -100,7 +103,7 @@ def run_demo(out: Path, *, device: str = "auto", size: str | None = None, worker
     """Run the demo into ``out``; returns the summary (also written as summary.json).
     ``model``: the proxy instead of the size's preset, a preset name or ``hf:PATH``."""
     t0 = time.perf_counter()
-    clock = Clock()
+    clock = Clock(quiet=quiet)
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     size = size or ("gpu" if device.startswith("cuda") else "small")
@@ -157,7 +160,8 @@ def _coord_check(out: Path, sz: DemoSize, quiet: bool, clock: Clock) -> dict[str
     """Stage 1: the coordinate check of SP and of μP (seeds 0 and 1), as ``coord-check`` runs it."""
     log(quiet, f"[1/7] coordinate check, SP vs muP, widths {list(sz.coord_widths)}")
     coord: dict[str, Any] = {}
-    with clock.stage("coord_check", parallel=min(2, torch.get_num_threads())):
+    with clock.stage("coord_check", parallel=min(2, torch.get_num_threads()), reports=True), \
+            Progress(2, "coord check", unit="parametrization", quiet=quiet) as bar:
         for kind in ("sp", "mup"):
             cdir = out / "coord_check" / kind
             widths = ",".join(map(str, sz.coord_widths))
@@ -167,6 +171,7 @@ def _coord_check(out: Path, sz: DemoSize, quiet: bool, clock: Clock) -> dict[str
             if code != 0:
                 raise RuntimeError(f"coord-check {kind} failed with exit code {code}")
             coord[kind] = json.loads((cdir / "coord_check.json").read_text())
+            bar.advance()
     return coord
 
 
@@ -197,7 +202,7 @@ def _lr_sweep(out: Path, sz: DemoSize, size: str, *, device: str, workers: int |
                f"{len(sz.log2_lr_offsets)} LRs around their expected optimum x {len(sz.seeds)} seed(s), the "
                f"base width {w0} shared; {sz.steps} steps each) on {device}")
     tables = []
-    with clock.stage("lr_sweep", parallel=n_workers):
+    with clock.stage("lr_sweep", parallel=n_workers, reports=True):
         for sp in specs:
             sweep = run_sweep(sp, out=out / "sweep", workers=workers, device=device, quiet=quiet)
             study, _ = open_study(sweep.plan.storage, sweep.plan.study_name)

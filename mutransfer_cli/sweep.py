@@ -6,6 +6,7 @@
         --tokens 32768,65536,131072,262144 --lr-center 0.016 --out d --holdout
     mutransfer sweep run SPEC.yaml --out d            # any TrainConfig field as a dimension
     mutransfer sweep worker --storage postgresql://... --study lr    # join from any machine
+    mutransfer sweep launch --slurm --storage-file F --study lr --workers 32 [--dry-run]  # a SLURM array
     mutransfer sweep lr ... --fuse 16     # 16 same-shape trials as one batched model per worker
     mutransfer sweep status --storage d
     mutransfer sweep results --storage d --out results.csv   # the results table (was `sweep export`)
@@ -24,7 +25,15 @@ from typing import Any
 import yaml
 
 from mutransfer._io import atomic_write_text, check_output
-from mutransfer_cli._common import MAX_SEED, bounded_int, key_value, print_json, seed_list
+from mutransfer_cli._common import (
+    MAX_SEED,
+    add_track_flag,
+    bounded_int,
+    key_value,
+    print_json,
+    seed_list,
+    tracking,
+)
 from sweeps.export import best_config, format_status, results_table, status, write_table
 from sweeps.extend import DEFAULT_MAX_EXTEND, Bounds, run_bracketed
 from sweeps.fusion import check_fuse
@@ -39,7 +48,7 @@ from sweeps.worker import open_study, serve
 #: point per curve, so far more than any grid needs.
 MAX_EXTEND = 100
 
-HELP = "Optuna sweeps over proxies: lr | batch | scaling | run | worker | status | results"
+HELP = "Optuna sweeps over proxies: lr | batch | scaling | run | worker | launch | status | results"
 
 _EPILOG = ("Storage: default OUT/optuna.journal (many workers on one machine; --out with "
            "$MUTRANSFER_STORAGE set is an error, pass --storage); "
@@ -233,7 +242,9 @@ def _add_run_flags(p: argparse.ArgumentParser, kind: str) -> None:
                    help="create the study and enqueue the grid, run nothing (workers join later)")
     p.add_argument("--runner", default=None, help=argparse.SUPPRESS)
     p.add_argument("--json", action="store_true", help="print the status as JSON")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress (a bar on a terminal; piped, a line every 20 s)")
+    add_track_flag(p)
 
 
 def _add_storage_flags(p: argparse.ArgumentParser, default: str) -> None:
@@ -274,6 +285,35 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="offsets the sampler seed")
     w.add_argument("--fuse", type=_fuse, default=None, metavar="K|auto",
                    help=_FUSE_HELP + " (default: the study's --fuse)")
+    w.add_argument("--quiet", action="store_true", help="no progress of the study")
+    add_track_flag(w)
+    la = sub.add_parser("launch", help="submit a SLURM job array of workers for a prepared study",
+                        description="submit a SLURM job array of N workers (one per GPU) that join a "
+                                    "study made with --prepare-only; --dry-run prints the job script")
+    la.add_argument("--slurm", dest="launcher", action="store_const", const="slurm", default=None,
+                    help="launch on SLURM (the same as --launcher slurm)")
+    la.add_argument("--launcher", choices=("slurm",), default=None, help="where the workers run")
+    _add_storage_flags(la, "journal file or URL; default $MUTRANSFER_STORAGE (a URL with a password: "
+                           "--storage-file, so it never enters the job script)")
+    la.add_argument("--study", default=None, help="study name (default: the only one)")
+    la.add_argument("--workers", type=bounded_int(1, 100000, "--workers"), required=True,
+                    help="array tasks, one worker each")
+    la.add_argument("--gpus-per-worker", type=bounded_int(0, 64, "--gpus-per-worker"), default=1,
+                    help="GPUs per task (default 1; 0: CPU workers)")
+    la.add_argument("--cpus-per-worker", type=bounded_int(1, 1024, "--cpus-per-worker"), default=4,
+                    help="CPU cores per task (default 4)")
+    la.add_argument("--time", default=None, help="wall-clock limit per task, e.g. 04:00:00")
+    la.add_argument("--partition", default=None)
+    la.add_argument("--account", default=None)
+    la.add_argument("--max-parallel", type=bounded_int(1, 100000, "--max-parallel"), default=None,
+                    help="at most this many tasks at once")
+    la.add_argument("--sbatch-arg", action="append", default=[], metavar="--OPT=VALUE",
+                    help="one more #SBATCH option (repeatable)")
+    la.add_argument("--fuse", type=_fuse, default=None, metavar="K|auto",
+                    help=_FUSE_HELP + " (default: the study's --fuse)")
+    add_track_flag(la)
+    la.add_argument("--out", default=".", help="where the script and the workers' logs go (default .)")
+    la.add_argument("--dry-run", action="store_true", help="print the job script; submit nothing")
     s = sub.add_parser("status", help="counts by state and the best trial per group",
                        description="counts by state and the best trial per group")
     _add_storage_flags(s, "journal file, output directory or URL (default: $MUTRANSFER_STORAGE, else .)")
@@ -363,11 +403,16 @@ def run(args: argparse.Namespace) -> int:
         print("mutransfer sweep export: deprecated, now `mutransfer sweep results` (same flags)",
               file=sys.stderr)
     if cmd in RUN_KINDS:
-        return _run_sweep(args, cmd)
-    storage = _storage(args, None if cmd == "worker" else ".")
+        with tracking(args.track, args.out):  # the workers this process starts inherit it
+            return _run_sweep(args, cmd)
+    storage = _storage(args, None if cmd in ("worker", "launch") else ".")
     if cmd == "worker":  # a worker spawned by `sweep lr --workers K` ends with its parent
-        return serve(storage, args.study, worker_index=args.worker_index, max_trials=args.max_trials,
-                     fuse=args.fuse)
+        with tracking(args.track, None):
+            return serve(storage, args.study, worker_index=args.worker_index, max_trials=args.max_trials,
+                         fuse=args.fuse, progress=not args.quiet)
+
+    if cmd == "launch":
+        return _launch(args, storage)
 
     study, _ = open_study(storage, args.study)
     if cmd == "status":
@@ -485,4 +530,40 @@ def _run_sweep(args: argparse.Namespace, kind: str) -> int:
         print(f"mutransfer sweep {kind}: {res.counts.failed} failed, {res.counts.pending} unfinished; "
               "re-run the same command to resume", file=sys.stderr)
         return 1
+    return 0
+
+
+def _launch(args: argparse.Namespace, storage: Any) -> int:
+    """``sweep launch --slurm``: the job script of ``--workers`` workers joining the study,
+    printed (``--dry-run``) or written to OUT/slurm/ and submitted with ``sbatch``."""
+    from mutransfer_cli._slurm import SlurmJob, job_script, sbatch_path, storage_args, submit
+
+    if (args.launcher or "") != "slurm":
+        raise ValueError("choose where the workers run: --slurm (or --launcher slurm)")
+    track = None
+    if args.track is not None:
+        from mutransfer.tracking import parse_track
+
+        spec = parse_track(args.track, args.out)
+        track = f"{spec.kind}:{spec.target}"
+    where = storage_args(storage, args.storage_file)  # a secret never goes into the script
+    study, _ = open_study(storage, args.study)  # the study must exist: fail here, not in 32 jobs
+    out = Path(args.out).resolve()
+    job = SlurmJob(study=study.study_name, workers=args.workers, storage_args=where,
+                   gpus_per_worker=args.gpus_per_worker, cpus_per_worker=args.cpus_per_worker,
+                   time=args.time, partition=args.partition, account=args.account,
+                   max_parallel=args.max_parallel, log_dir=str(out / "slurm" / "logs"),
+                   fuse=None if args.fuse is None else str(args.fuse), track=track,
+                   extra=tuple(args.sbatch_arg))
+    script = job_script(job)
+    if args.dry_run:
+        print(script, end="")
+        return 0
+    sbatch_path()  # before anything is written
+    path = out / "slurm" / f"{job.study}.sbatch"
+    (out / "slurm" / "logs").mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, script)
+    job_id = submit(path)
+    print(f"submitted job {job_id}: {job.workers} workers of study {job.study} ({path}); logs in "
+          f"{job.log_dir}; follow with `mutransfer sweep status` on the same storage", file=sys.stderr)
     return 0

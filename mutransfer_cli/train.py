@@ -11,7 +11,7 @@ from typing import Any
 
 from mutransfer._io import atomic_write_text, check_fresh_dir, check_output
 from mutransfer.train import TrainConfig, load_config, train, train_wsd_branches
-from mutransfer_cli._common import add_output_flags, float_list, key_value
+from mutransfer_cli._common import add_output_flags, add_track_flag, float_list, key_value
 
 HELP = "train a proxy model (muP/SP/CompleteP/Muon) on the embedded corpus or your data"
 
@@ -46,6 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    metavar="F,F,...",
                    help="WSD branching: one stable run, a cooldown at each fraction of the steps "
                         "(e.g. 0.25,0.5,1.0); each branch equals a separate run of that length")
+    add_track_flag(p)
     add_output_flags(p)
 
 
@@ -89,12 +90,25 @@ def run(args: argparse.Namespace) -> int:
     cfg = build_config(args)  # every bad value fails here or before the first write
     check_output(cfg.output.out_dir, inputs=[cfg.output.resume, args.config], directory=True)
     check_fresh_dir(cfg.output.out_dir, _RUN_FILES, overwrite=args.overwrite or bool(cfg.output.resume))
-    if args.wsd_branches:
-        if cfg.output.resume:
-            raise ValueError("--wsd-branches cannot be combined with --resume")
-        results = train_wsd_branches(cfg, args.wsd_branches, progress=not args.quiet)
-    else:
-        results = [train(cfg, progress=not args.quiet)]
+    if args.wsd_branches and cfg.output.resume:
+        raise ValueError("--wsd-branches cannot be combined with --resume")
+    callback, tracker = None, None
+    if args.track is not None:
+        from mutransfer.tracking import parse_track, tracked
+
+        track = parse_track(args.track, cfg.output.out_dir)
+        name = Path(cfg.output.out_dir).resolve().name if cfg.output.out_dir else (
+            f"{cfg.parametrization.kind},lr={cfg.optim.lr:.4g},seed={cfg.run.seed}")
+        callback, tracker = tracked(None, track, name, cfg.to_flat())
+    results: list[Any] = []
+    try:
+        if args.wsd_branches:
+            results = train_wsd_branches(cfg, args.wsd_branches, callback=callback, progress=not args.quiet)
+        else:
+            results = [train(cfg, callback=callback, progress=not args.quiet)]
+    finally:
+        if tracker is not None:
+            tracker.finish(results)
     docs = [_clean({"row": r.to_row(), "evals": [list(e) for e in r.evals], "spikes": r.spikes,
                     "rollbacks": [list(x) for x in r.rollbacks]}) for r in results]
     doc: Any = docs[0] if len(docs) == 1 else {"branches": docs}

@@ -42,11 +42,12 @@ import pickle
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mutransfer._io import atomic_write_text, plain
+from sweeps.progress import Progress
 from sweeps.runners import DEFAULT_RUNNER, fused_runner_for, load_runner
 from sweeps.spec_base import PSEUDO_FIELDS, model_source, point_key
 from sweeps.spec_scaling import ScalingSweep
@@ -280,13 +281,24 @@ def _train_missing(by_axis: Mapping[str, Sequence[dict[str, Any]]], fn: Callable
         n = min(len(keys), workers) if parallel else 1
         jobs += [keys[i::n] for i in range(n) if keys[i::n]]
     jobs.sort(key=lambda ks: -sum(int(todo[k][1].get("steps") or 0) for k in ks))
-    if parallel and len(jobs) > 1:
-        ctx = mp.get_context("spawn")  # a fresh interpreter: no forked torch threads
-        with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=ctx) as pool:
-            futs = [pool.submit(_train_job, fn, [todo[k][1] for k in ks]) for ks in jobs]
-            done = [f.result() for f in futs]
-    else:
-        done = [_train_job(fn, [todo[k][1] for k in ks]) for ks in jobs]
+    with Progress(len(todo), "held-out audit", unit="run", quiet=quiet) as bar:
+        def finished(got: list[Any]) -> None:
+            losses = [float(r["loss"]) for r in got if isinstance(r, dict) and not r.get("diverged")
+                      and isinstance(r.get("loss"), (int, float))]
+            bar.set(done=bar.done + len(got), best=min(losses) if losses else None)
+
+        if parallel and len(jobs) > 1:
+            ctx = mp.get_context("spawn")  # a fresh interpreter: no forked torch threads
+            with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=ctx) as pool:
+                futs = [pool.submit(_train_job, fn, [todo[k][1] for k in ks]) for ks in jobs]
+                for f in as_completed(futs):
+                    finished(f.result()[0])
+                done = [f.result() for f in futs]
+        else:
+            done = []
+            for ks in jobs:
+                done.append(_train_job(fn, [todo[k][1] for k in ks]))
+                finished(done[-1][0])
     for ks, (got, cpu) in zip(jobs, done):
         for key, row in zip(ks, got):
             axis, c = todo[key]

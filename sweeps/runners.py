@@ -91,26 +91,63 @@ def load_runner(path: str) -> Runner:
 
 
 def train_runner(config: dict[str, Any], report: Report, *, progress: bool = False) -> dict[str, Any]:
-    """Train ``config`` (TrainConfig fields) with ``mutransfer.train`` and return its row."""
+    """Train ``config`` (TrainConfig fields) with ``mutransfer.train`` and return its row.
+    With ``$MUTRANSFER_TRACK`` set (``--track``), the run is tracked (:func:`_tracking`)."""
     from mutransfer.train import train
 
     config = dict(config)
     branches = config.pop("wsd_branches", None)
     cfg = to_train_config(config)
     if branches is not None:
-        return _train_wsd_row(cfg, branches, report, progress=progress)
-    result = train(cfg, callback=_train_callback(report), progress=progress)
+        return _train_wsd_row(cfg, branches, report, progress=progress, config=config)
+    callback, tracker = _tracking(_train_callback(report), config, report)
+    result = None
+    try:
+        result = train(cfg, callback=callback, progress=progress)
+    finally:
+        if tracker is not None:
+            tracker.finish(result)
     return _train_row(result)
 
 
-def _train_wsd_row(cfg: Any, fractions: Any, report: Report, *, progress: bool = False) -> dict[str, Any]:
+def _tracking(callback: Any, config: dict[str, Any], report: Report) -> tuple[Any, Any]:
+    """``callback`` wrapped to log this trial to ``$MUTRANSFER_TRACK``'s tracker
+    (:mod:`mutransfer.tracking`), and the tracker to finish; unchanged and None when unset.
+    The run is named by the trial's grid point (``report.point``, set by the worker; with
+    the LR added when an adaptive sampler chose it), and carries its config, point and
+    trial number."""
+    from mutransfer.tracking import env_spec, run_name, tracked
+
+    spec = env_spec()
+    if spec is None:
+        return callback, None
+    point = dict(getattr(report, "point", None) or {})
+    if not point:  # not from a study (the held-out audit's runs): the usual swept fields
+        point = {k: config[k] for k in ("parametrization", "width", "depth", "batch_size", "steps",
+                                        "seed") if config.get(k) is not None}
+    if "lr" not in point and config.get("lr") is not None:
+        point["lr"] = config["lr"]
+    trial = getattr(report, "trial", None)
+    return tracked(callback, spec, run_name(point), {**config, "point": point, "trial": trial}, trial=trial)
+
+
+def _train_wsd_row(cfg: Any, fractions: Any, report: Report, *, progress: bool = False,
+                   config: dict[str, Any] | None = None) -> dict[str, Any]:
     """One trial, several token budgets: WSD branches at ``fractions`` of ``cfg.steps``
-    (:func:`mutransfer.train.train_wsd_branches`); the row is :func:`_wsd_row`'s."""
+    (:func:`mutransfer.train.train_wsd_branches`); the row is :func:`_wsd_row`'s. With
+    ``config`` (the trial's), tracked as :func:`train_runner` tracks."""
     from mutransfer.train import train_wsd_branches
 
     fracs = _wsd_fractions(fractions)
     c0 = time.process_time()
-    results = train_wsd_branches(cfg, fracs, callback=_wsd_callback(report), progress=progress)
+    callback, tracker = (_tracking(_wsd_callback(report), {**config, "wsd_branches": fracs}, report)
+                         if config is not None else (_wsd_callback(report), None))
+    results = None
+    try:
+        results = train_wsd_branches(cfg, fracs, callback=callback, progress=progress)
+    finally:
+        if tracker is not None:
+            tracker.finish(results or ())
     return _wsd_row(fracs, results, time.process_time() - c0)
 
 
@@ -193,6 +230,19 @@ def train_fused_runner(configs: list[dict[str, Any]], reports: list[Report]
     if len(configs) != len(reports):
         raise ValueError(f"got {len(reports)} report functions for {len(configs)} configs")
     out: list[dict[str, Any] | Exception | None] = [None] * len(configs)
+    trackers: dict[int, Any] = {}
+
+    def cb(i: int, wsd: bool = False) -> Any:
+        """Member i's callback, tracked as :func:`train_runner` tracks it."""
+        inner = _wsd_callback(reports[i]) if wsd else _train_callback(reports[i])
+        wrapped, trackers[i] = _tracking(inner, dict(configs[i]), reports[i])
+        return wrapped
+
+    def finish(i: int, result: Any) -> None:
+        tracker = trackers.pop(i, None)
+        if tracker is not None:
+            tracker.finish(result)
+
     # by branch list (None: no branches): (index, TrainConfig) of each member
     by_branches: dict[tuple[float, ...] | None, list[tuple[int, Any]]] = {}
     for i, c in enumerate(configs):
@@ -210,23 +260,30 @@ def train_fused_runner(configs: list[dict[str, Any]], reports: list[Report]
             group_cfgs = [cfgs[j] for j in group]
             try:
                 if fracs is None and len(group) == 1 and unsupported_reason(group_cfgs[0]) is not None:
-                    out[idx[0]] = _train_row(train(group_cfgs[0], callback=_train_callback(reports[idx[0]])))
+                    r = train(group_cfgs[0], callback=cb(idx[0]))
+                    finish(idx[0], r)
+                    out[idx[0]] = _train_row(r)
                 elif fracs is None:
-                    results = train_fused(group_cfgs, callback=[_train_callback(reports[i]) for i in idx])
+                    results = train_fused(group_cfgs, callback=[cb(i) for i in idx])
                     for i, r in zip(idx, results):
+                        finish(i, r)
                         out[i] = _train_row(r)
                 elif len(group) == 1:
-                    out[idx[0]] = _train_wsd_row(group_cfgs[0], list(fracs), reports[idx[0]])
+                    member = {k: v for k, v in configs[idx[0]].items() if k != "wsd_branches"}
+                    out[idx[0]] = _train_wsd_row(group_cfgs[0], list(fracs), reports[idx[0]], config=member)
                 else:
                     c0 = time.process_time()
-                    callbacks = [_wsd_callback(reports[i]) for i in idx]
+                    callbacks = [cb(i, wsd=True) for i in idx]
                     branch_results = train_fused_wsd_branches(group_cfgs, list(fracs), callback=callbacks)
                     cpu = (time.process_time() - c0) / len(group)
                     for i, res in zip(idx, branch_results):
+                        finish(i, res)
                         out[i] = _wsd_row(list(fracs), res, cpu)
             except Exception as exc:
                 for i in idx:
                     out[i] = exc
+    for i in list(trackers):  # members that failed: close their runs
+        finish(i, None)
     return [r if r is not None else RuntimeError("no result") for r in out]
 
 

@@ -230,8 +230,10 @@ def run_sweep(
     if workers is None and where.kind == "sqlite":
         workers = 1  # SQLite serializes writers: one worker (prepare checked a given number)
     n = workers or default_workers(device or "cpu", max(1, counts.pending))
-    bar = StudyBar(plan.total, desc=f"sweep {plan.study_name}", quiet=quiet,
-                   initial=min(counts.done, plan.total))
+    # the study's trials, done or to do (a grown grid's earlier points count as done)
+    total = max(plan.total, counts.done + counts.pending)
+    bar = StudyBar(total, desc=f"sweep {plan.study_name}", quiet=quiet,
+                   initial=min(counts.done, total), poll=lambda: study_counts(study))
     codes: list[int] = []
     try:
         if n == 1:

@@ -248,11 +248,26 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def serve(storage: Storage | str, study_name: str | None, *, worker_index: int = 0,
-          max_trials: int | None = None, fuse: Fuse = None) -> int:
+          max_trials: int | None = None, fuse: Fuse = None, progress: bool = False) -> int:
     """One worker process's life, spawned or started by hand (``mutransfer sweep worker``):
-    die with a spawning parent, :func:`work` until no trial is left, print the outcomes."""
+    die with a spawning parent, :func:`work` until no trial is left, print the outcomes.
+    ``progress``: the whole study's progress on stderr (:class:`sweeps.progress.StudyBar`;
+    in a SLURM task's log, a line every progress interval)."""
+    from sweeps.progress import StudyBar, study_counts
+
     die_with_parent()
-    rep = work(storage, study_name, worker_index=worker_index, max_trials=max_trials, fuse=fuse)
+    bar = None
+    if progress:
+        study, _ = open_study(storage, study_name, worker_index=worker_index)
+        counts = study_counts(study)
+        bar = StudyBar(counts.done + counts.pending, f"worker {worker_index}: study {study.study_name}",
+                       initial=counts.done, poll=lambda: study_counts(study))
+        bar.update(counts)
+    try:
+        rep = work(storage, study_name, worker_index=worker_index, max_trials=max_trials, fuse=fuse)
+    finally:
+        if bar is not None:
+            bar.close()
     print(", ".join(f"{k} {v}" for k, v in sorted(rep.outcomes.items())) or "no trial to run",
           file=sys.stderr)
     return 0
