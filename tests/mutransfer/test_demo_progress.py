@@ -42,7 +42,9 @@ def test_demo_piped_prints_progress_with_an_eta_through_every_stage(tmp_path) ->
     eta = re.compile(r"^(sweep demo-tiny-(sp|mup|scaling)|held-out audit): \d+/\d+ (trial|run)s, .*best \S+, "
                      r"elapsed \S+, ETA \S+$")
     kinds = {m.group(1) for m in map(eta.match, text) if m}
-    assert kinds >= {"sweep demo-tiny-sp", "sweep demo-tiny-mup", "sweep demo-tiny-scaling"}, kinds
+    # since SP and μP share the base width the tiny SP sweep can end inside one interval (a stage
+    # shorter than the interval owes no line; the gap check above holds every stage to it)
+    assert kinds >= {"sweep demo-tiny-mup", "sweep demo-tiny-scaling"}, kinds
     assert any(re.search(r"ETA \d", x) for x in text)  # an ETA with a figure, not only '?'
     import json
 
