@@ -107,7 +107,8 @@ SIZES: dict[str, Size] = {
                 tokens=(2**11, 2**12, 2**13, 2**14), batch_sizes=(1, 2, 4, 8, 16, 32), lr_center=2.0**-6.5,
                 eval_sequences=256, device="cpu", threads=1, check_width=64, proxy_seeds=(0, 1, 2),
                 target_batches=(4, 8, 16, 32), decision_seeds=tuple(range(100, 112))),
-    # The first CPU size (width 16, depth 1; its record is the previous card_regret.json).
+    # The first CPU size (width 16, depth 1; its record is results/card_regret_cpu_small.json, measured
+    # with the per-batch held-out sets).
     "cpu_small": Size(preset="llama-small", width=16, depth=1, head_dim=16, seq_len=16,
                       tokens=(2**11, 2**12, 2**13, 2**14), batch_sizes=(1, 2, 4, 8), lr_center=2.0**-6.5,
                       eval_sequences=256, device="cpu", threads=1),
