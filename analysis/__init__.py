@@ -20,6 +20,7 @@ from .baselines import (
     sqrt_rule,
     step_law,
 )
+from .best_loss import measured_best, paired_best_ratio
 from .critical_batch import (
     CriticalBatchFit,
     CriticalBatchResults,
@@ -58,7 +59,6 @@ from .scaling import (
     tau_from,
     weight_decay_for,
 )
-from .best_loss import measured_best, paired_best_ratio
 from .scaling_plots import (
     CriticalBatchComparison,
     critical_batch_comparison,

@@ -55,9 +55,9 @@ from mutransfer.layers import (
 from mutransfer.rules import (
     ATTENTION_EXPONENT,
     COMPLETEP,
+    DEFAULT_READOUT_INIT,
     MODEL_INIT_LAW,
     MUON,
-    DEFAULT_READOUT_INIT,
     READOUT_INIT,
     Power,
     role_rule,

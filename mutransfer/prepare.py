@@ -17,6 +17,7 @@ import numpy as np
 
 from mutransfer._io import atomic_write_text, check_output
 from mutransfer.corpus import _SPLITS, _check_fraction, _split_by_file, _text_files
+from mutransfer.provenance import pid_alive
 
 #: Version of the sidecar :func:`prepare_tokens` writes (``X.bin.json``); bump on a change.
 _PREPARED_FORMAT = 1
@@ -181,7 +182,7 @@ def clean_stale_temps(dst: Path) -> list[Path]:
     removed = []
     for p in dst.parent.glob(f".{dst.name}.*.tmp"):
         parts = p.name[len(dst.name) + 2:-len(".tmp")].split(".")
-        if parts and parts[0].isdigit() and len(parts) == 2 and _alive(int(parts[0])):
+        if parts and parts[0].isdigit() and len(parts) == 2 and pid_alive(int(parts[0])):
             continue
         try:
             p.unlink()
@@ -191,13 +192,6 @@ def clean_stale_temps(dst: Path) -> list[Path]:
     return removed
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
     return True
 
 

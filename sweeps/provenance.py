@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import os
 import platform
 import socket
 import sys
@@ -44,32 +43,6 @@ def process_start_ticks(pid: int) -> int | None:
         return int(fields[19])  # field 22 of stat; fields[0] is field 3 (state)
     except (IndexError, ValueError):
         return None
-
-
-def pid_alive(pid: int, start_ticks: int | None = None) -> bool:
-    """Is process ``pid`` (started at ``start_ticks``) alive on this host? Zombies are dead."""
-    stat_path = Path(f"/proc/{pid}/stat")
-    if stat_path.parent.parent.is_dir() and Path("/proc/self/stat").exists():
-        try:
-            stat = stat_path.read_text()
-        except OSError:
-            return False
-        fields = stat.rsplit(")", 1)[-1].split()
-        if not fields or fields[0] in ("Z", "X", "x"):
-            return False
-        if start_ticks is not None:
-            try:
-                return int(fields[19]) == int(start_ticks)
-            except (IndexError, ValueError):
-                return True
-        return True
-    try:  # no /proc (macOS): signal 0 probes existence
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def command_line() -> str:

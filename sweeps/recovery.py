@@ -24,8 +24,9 @@ import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from mutransfer.provenance import pid_alive
 from sweeps import attrs
-from sweeps.provenance import hostname, pid_alive
+from sweeps.provenance import hostname
 
 if TYPE_CHECKING:
     import optuna

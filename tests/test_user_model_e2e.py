@@ -281,7 +281,7 @@ def test_audit_takes_the_same_model_names(llama: str, capsys) -> None:
     assert "'hf:no/such-hub-id'" in capsys.readouterr().err
 
 
-# ---- issue 30: real 1B-class HF families, sweep -> transfer -> every engine --------------------
+# ---- real 1B-class HF families (GQA, tying, biases, rope scaling), sweep -> transfer -> every engine
 
 # The real models' shapes, scaled down in width only (vocab aside): the same depth, GQA ratio,
 # tying, biases, RoPE base and scaling, MLP ratio; head_dim is a width dimension here, kept

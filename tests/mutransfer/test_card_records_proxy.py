@@ -1,6 +1,7 @@
 """The card records what was measured: the proxy's vocabulary, tokenizer, context, dtype and
 architecture go with every results row and every fit, and ``transfer`` reads them from there,
-never from a preset (issue 30, findings 2, 3, 4 and 9).
+never from a preset (a 1B-shaped card once recorded the byte vocabulary 256, the proxy's 64-token
+context, an unoptimised weight decay and another architecture's fit without a word).
 
 Real parts end to end: a byte-level BPE of 8,192 tokens trained here with ``tokenizers`` (no
 download), ``data prepare``'s own function, an ``hf:`` Llama proxy swept by ``sweep lr`` on

@@ -1,5 +1,6 @@
 """Widths a user can pick and a coordinate check that passes a correct μP at its defaults on
-HF models (issue 30, findings 5 and 6): the valid widths of a config under each head rule,
+HF models (real GQA shapes allow few widths, and the check once failed a correct μP at its
+default LR): the valid widths of a config under each head rule,
 said in the error with the other rule suggested; the check's default LR scaled to the
 model's init; its verdict line names the band it judged by."""
 

@@ -87,7 +87,7 @@ time.sleep(600)
 
 
 def _alive(pid: int) -> bool:
-    from sweeps.provenance import pid_alive
+    from mutransfer.provenance import pid_alive
 
     return pid_alive(pid)
 
