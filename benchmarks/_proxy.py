@@ -119,5 +119,42 @@ def bracket_scan(run_at: Callable[[float], Sequence[float]], start: Sequence[flo
             return losses
 
 
+def bracket_scans(run_at: Callable[[object, float], Sequence[float]], starts: dict[object, Sequence[float]],
+                  lo: dict[object, float], hi: dict[object, float], step: float = 1.0,
+                  fetch: Callable[[list[tuple[object, float]]], None] | None = None) -> dict[object, dict[float, float]]:
+    """:func:`bracket_scan` for several keys in lock step: each round asks every unfinished
+    key for the one LR its scan needs next and hands the whole round to ``fetch`` (which
+    may train them in parallel) before reading them through ``run_at(key, log2_lr)``.
+    The grids are exactly those of one :func:`bracket_scan` per key."""
+
+    class _Need(Exception):
+        pass
+
+    done: dict[object, set[float]] = {k: set() for k in starts}
+
+    def cached(k: object) -> Callable[[float], Sequence[float]]:
+        def at(t: float) -> Sequence[float]:
+            if t not in done[k]:
+                raise _Need(t)
+            return run_at(k, t)
+        return at
+
+    while True:
+        need: list[tuple[object, float]] = []
+        out: dict[object, dict[float, float]] = {}
+        for k, start in starts.items():
+            try:
+                out[k] = bracket_scan(cached(k), start, lo[k], hi[k], step)
+            except _Need as e:
+                need += [(k, float(t)) for t in start if float(t) not in done[k]] or [(k, float(e.args[0]))]
+        if not need:
+            return out
+        if fetch is not None:
+            fetch(need)
+        for k, t in need:
+            run_at(k, t)
+            done[k].add(t)
+
+
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)

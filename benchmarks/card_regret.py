@@ -409,7 +409,7 @@ def run(size: str = "cpu", out: str | os.PathLike[str] | None = None, max_minute
 
     from analysis import OptimumFit
     from analysis.baselines import deepseek_llm, step_law
-    from benchmarks._proxy import bracket_scan, finite_or_none, log, record_header
+    from benchmarks._proxy import bracket_scan, bracket_scans, finite_or_none, log, record_header
     from mutransfer._io import atomic_write_text
 
     if size not in SIZES:
@@ -454,19 +454,19 @@ def run(size: str = "cpu", out: str | os.PathLike[str] | None = None, max_minute
     def start_at(b: int) -> float:
         return round(2 * (math.log2(opt["lr"]) + 0.5 * math.log2(b * seq / opt["batch_tokens"]))) / 2
 
-    runner.prefetch([{"where": "target", "parametrization": "completep", "lr": float(f"{2.0**t:.6g}"),
-                      "batch": b, "seed": s, **common}
-                     for b in batches for t in (start_at(b) + o for o in (-1, -0.5, 0, 0.5, 1))
-                     for s in SEEDS])
-    scans: dict[int, dict[float, float]] = {}
-    for b in batches:
-        c = start_at(b)
+    def scan_at(b: int, t: float) -> list[float]:
+        v = [target("completep", float(f"{2.0**t:.6g}"), b, s) for s in SEEDS]
+        return [x if x is not None else math.inf for x in v]
 
-        def at(t: float, b: int = b) -> list[float]:
-            v = [target("completep", float(f"{2.0**t:.6g}"), b, s) for s in SEEDS]
-            return [x if x is not None else math.inf for x in v]
+    def fetch(need: list[tuple[int, float]]) -> None:  # one round of every batch's scan, in parallel
+        runner.prefetch([{"where": "target", "parametrization": "completep", "lr": float(f"{2.0**t:.6g}"),
+                          "batch": b, "seed": s, **common} for b, t in need for s in SEEDS])
 
-        scans[b] = bracket_scan(at, [c - 1, c - 0.5, c, c + 0.5, c + 1], lo=c - 5, hi=c + 5, step=0.5)
+    centre = {b: start_at(b) for b in batches}
+    scans: dict[int, dict[float, float]] = bracket_scans(  # type: ignore[assignment]
+        scan_at, {b: [c - 1, c - 0.5, c, c + 0.5, c + 1] for b, c in centre.items()},
+        lo={b: c - 5 for b, c in centre.items()}, hi={b: c + 5 for b, c in centre.items()}, step=0.5,
+        fetch=fetch)
     scan_pts = [(b, float(f"{2.0**t:.6g}")) for b in batches for t in sorted(scans[b])]
     if until == "scan":
         return {"proxy": px, "optimum": opt, "scans": scans, "wall_s": time.perf_counter() - t0}

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks._proxy import TrialLog, bracket_scan
+from benchmarks._proxy import TrialLog, bracket_scan, bracket_scans
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,6 +38,37 @@ def test_bracket_scan_widens_until_the_minimum_is_interior(true_opt: float, star
 def test_bracket_scan_stops_at_the_search_bounds() -> None:
     losses = bracket_scan(lambda t: [t], [-3.0, -2.0, -1.0], lo=-5.0, hi=0.0)
     assert sorted(losses) == [-5.0, -4.0, -3.0, -2.0, -1.0]
+
+
+def test_lock_step_scans_run_exactly_the_grids_of_one_scan_per_key_in_rounds() -> None:
+    opts = {"a": -9.3, "b": -1.6, "c": -5.2}
+    starts = {"a": [-5.0, -4.0, -3.0], "b": [-8.0, -7.0, -6.0], "c": [-6.0, -5.0, -4.0]}
+
+    def loss(k: str, t: float) -> list[float]:
+        return [(t - opts[k]) ** 2 + 1.0]
+
+    alone = {k: bracket_scan(lambda t, k=k: loss(k, t), starts[k], lo=-14.0, hi=0.0) for k in starts}
+    rounds: list[list[tuple[str, float]]] = []
+    fetched: set[tuple[str, float]] = set()
+    read: list[tuple[str, float]] = []
+
+    def fetch(need: list[tuple[object, float]]) -> None:
+        assert not fetched & set(need)  # nothing is asked for twice
+        rounds.append(need)  # type: ignore[arg-type]
+        fetched.update(need)  # type: ignore[arg-type]
+
+    def run_at(k: object, t: float) -> list[float]:
+        assert (k, t) in fetched  # every run was handed to fetch before it is read
+        read.append((k, t))  # type: ignore[arg-type]
+        return loss(k, t)  # type: ignore[arg-type]
+
+    together = bracket_scans(run_at, starts, lo=dict.fromkeys(starts, -14.0), hi=dict.fromkeys(starts, 0.0),
+                             fetch=fetch)
+    assert together == alone
+    assert fetched == {(k, t) for k, g in alone.items() for t in g}
+    assert len(rounds[0]) == 9  # the starting grids of every key in one round
+    assert len(rounds) == 1 + max(len(g) - 3 for g in alone.values())  # then one LR per key per round
+    assert all(len({k for k, _ in r}) == len(r) for r in rounds[1:])
 
 
 def test_trial_log_resumes_and_ignores_nothing(tmp_path: Path) -> None:
