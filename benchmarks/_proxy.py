@@ -119,9 +119,10 @@ def bracket_scan(run_at: Callable[[float], Sequence[float]], start: Sequence[flo
             return losses
 
 
-def bracket_scans(run_at: Callable[[object, float], Sequence[float]], starts: dict[object, Sequence[float]],
-                  lo: dict[object, float], hi: dict[object, float], step: float = 1.0,
-                  fetch: Callable[[list[tuple[object, float]]], None] | None = None) -> dict[object, dict[float, float]]:
+def bracket_scans(run_at: Callable[[object, float], Sequence[float]],
+                  starts: dict[object, Sequence[float]], lo: dict[object, float], hi: dict[object, float],
+                  step: float = 1.0, fetch: Callable[[list[tuple[object, float]]], None] | None = None
+                  ) -> dict[object, dict[float, float]]:
     """:func:`bracket_scan` for several keys in lock step: each round asks every unfinished
     key for the one LR its scan needs next and hands the whole round to ``fetch`` (which
     may train them in parallel) before reading them through ``run_at(key, log2_lr)``.
