@@ -7,11 +7,10 @@ bracketed, :func:`sweeps.extend.run_bracketed`), the laws eta*(B, D) and B*(D)
 (:func:`mutransfer.target.plan_run` and :func:`mutransfer.card.build_card`) for a target
 8x wider, 4x deeper (CompleteP's depth rules, the proxy tuned under them at its own depth)
 and trained on 8x the proxy's largest token budget. Then, at the target, direct
-measurement: LR +-1.5 octaves in 7 points x 2 seeds at 3 batches (the proxy's largest
-batch, 2x and 4x it; each batch's LR grid centred on the fitted law's eta*(B, D) there,
-moved from the proxy's optimum; 4x the proxy's largest batch is the design's "4x larger
-batch"). The card's own batch is whatever the card says (our B*(D), or DeepSeek's law when
-ours is in doubt), trained as it is.
+measurement independent of the card: at each of the size's target batches, an LR scan in
+half octaves on 2 seeds, started at the proxy optimum moved by the square-root rule and
+widened until its best LR is interior (:func:`benchmarks._proxy.bracket_scans`). The
+card's own batch and LR are trained as the card gives them.
 
 Regret, seed by seed = a config's loss ÷ the best loss measured with the same seed over
 the scan and every rule's config; reported as the mean over seeds with the per-seed range.
@@ -28,17 +27,21 @@ card's in every run, so the runs differ only in the two values the card projects
 published laws give an absolute LR; it is taken as the base LR of the μP/CompleteP target,
 the role it plays in the card's ``projected.baselines``.
 
+The decision: the card and the scan's 3 best configs trained again on 12 fresh seeds,
+paired; R = card ÷ the best of them with a 90% paired-bootstrap interval
+(:func:`paired_ratio`); the card is proven when R's upper bound is at most 1.005.
+:func:`card_parts` splits the card's regret into its LR part and its batch part, and costs
+the LR error's width/depth and batch/budget pieces (:func:`lr_error_split`).
+
 Sizes (``--size``): ``cpu`` keeps every ratio of the design (8x width, 4x depth, 8x
-tokens) but is tiny, to fit ~45 minutes of one core: proxy llama-small of width 16 (one
-head of 16), depth 1, context 16, budgets 2^11..2^14 tokens, batches 1..8 sequences;
-target width 128, depth 4, 2^17 tokens. At these budgets the proxy's best batch is its
-smallest possible one (1 sequence of 16 tokens) at every budget, so B*(D) is a bound and
-the card's batch is DeepSeek's, flagged: the cpu size measures the card as it comes out,
-the LR law at each scanned batch (``law_lr_by_batch``), but not our batch law. A proxy of
-width 256 and depth 8 over millions of tokens (the design's CPU example) would take ~18 h
-on this CPU. ``gpu`` is the design's size (proxy width 256, depth 2, context 256; target
-width 2048, depth 8, 2^26 tokens): hours of one GPU (``python -m benchmarks.gpu
---card-regret-minutes M`` runs it there, resumable).
+tokens) at tiny shapes: proxy llama-small of width 32 and depth 2 (head 16), context 16,
+budgets 2^11..2^14 tokens, batches 1..32 sequences, 3 seeds, checked at width 64; target
+width 128, depth 4, 2^17 tokens, scanned at batches 4..32 (a target run takes 90-170
+CPU-s; the whole size 3-4 CPU-hours, ``--workers`` trains target runs in parallel).
+``cpu_small`` is the first CPU size (width 16, depth 1; its record measured with per-batch
+held-out sets), ``tiny`` runs every stage in minutes for tests, and ``gpu`` is the
+design's size (proxy width 256, depth 2, context 256): hours of one GPU (``python -m
+benchmarks.gpu --card-regret-minutes M`` runs it there, resumable).
 
     python -m benchmarks.card_regret [--size cpu] [--out runs/card_regret_cpu] [--max-minutes 60]
 
@@ -378,6 +381,58 @@ def lr_error_split(runner: Runner, sz: Size, best_b: dict[str, Any], law_lr: dic
             "total_octaves": octaves(law, t_opt)}
 
 
+def card_parts(record: dict[str, Any]) -> dict[str, Any] | None:
+    """What each part of the card costs, on the scan's seeds.
+
+    R_card = (card ÷ the best scanned LR at the card's batch) × (that ÷ the best measured):
+    the LR part and the batch part, each a per-seed ratio averaged over the seeds. The LR
+    part's error in octaves at the card's batch is split as :func:`lr_error_split` splits
+    it at the best batch (width/depth move, batch/budget move), and each piece is costed
+    on the quadratic fitted to the card batch's LR scan: loss(eta_opt · 2^octaves) ÷ loss_opt.
+    None when the card's batch was not scanned."""
+    import pandas as pd
+
+    from analysis import OptimumFit
+
+    card = record["regret"]["card"]
+    b = int(card["batch_sequences"])
+    rows = [r for r in record["scan"] if r["batch_size"] == b]
+    seeds = [int(s) for s in record["setup"]["seeds"]]
+    best = record["best_by_seed"]
+    if not rows or any(str(s) not in best and s not in best for s in seeds):
+        return None
+
+    def best_of(s: int) -> float:
+        return float((best.get(str(s)) or best[s])["loss"])  # type: ignore[index]
+
+    at_b = {s: min(r["losses"][i] for r in rows if r["losses"][i] is not None) for i, s in enumerate(seeds)}
+    lr_part = [card["losses"][i] / at_b[s] for i, s in enumerate(seeds) if card["losses"][i] is not None]
+    batch_part = [at_b[s] / best_of(s) for s in seeds]
+    df = pd.DataFrame([{"lr": r["lr"], "seed": s, "loss": r["losses"][i]} for r in rows
+                       for i, s in enumerate(seeds) if r["losses"][i] is not None])
+    fit = OptimumFit(x="lr", y="loss", group_by=(), n_boot=0).fit(df)
+    o = fit.optima_[0]
+    split = record.get("lr_error_split") or {}
+
+    def cost(octaves: float | None) -> float | None:
+        if octaves is None or o.coef is None:
+            return None
+        return float(fit.predict(o.x_opt * 2.0 ** octaves, o.key)[0] / o.loss_opt)
+
+    total = math.log2(card["lr"] / o.x_opt)
+    return {
+        "card_batch": b, "lr_opt_at_card_batch": o.x_opt, "loss_opt_at_card_batch": o.loss_opt,
+        "lr_part": sum(lr_part) / len(lr_part), "batch_part": sum(batch_part) / len(batch_part),
+        "lr_error_octaves_at_card_batch": total, "lr_error_cost": cost(total),
+        "width_depth_octaves": (split.get("width_depth") or {}).get("octaves"),
+        "width_depth_cost": cost((split.get("width_depth") or {}).get("octaves")),
+        "batch_budget_octaves": (split.get("batch_budget") or {}).get("octaves"),
+        "batch_budget_cost": cost((split.get("batch_budget") or {}).get("octaves")),
+        "note": "lr_part × batch_part = the card's regret on the scan's seeds; the octave costs read "
+                "the fitted LR curve at the card's batch",
+    }
+
+
 def paired_ratio(card: list[float], others: list[list[float]], level: float = 0.9, n_boot: int = 4000,
                  seed: int = 0) -> dict[str, Any]:
     """R = mean(card) ÷ min over ``others`` of their means, on seeds shared by all (paired:
@@ -679,6 +734,7 @@ def run(size: str = "cpu", out: str | os.PathLike[str] | None = None, max_minute
                  "sp_proxy_cpu_s": sum(r["cpu_s"] for r in trials if r["where"] == "proxy")},
         "figures": figures,
     }
+    record["card_parts"] = card_parts(record)
     if write:
         atomic_write_text(RESULTS if size == "cpu" else RESULTS.with_name(f"card_regret_{size}.json"),
                           json.dumps(record, indent=2, default=float) + "\n")

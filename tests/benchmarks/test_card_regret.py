@@ -97,3 +97,38 @@ def test_runs_trained_in_worker_processes_equal_runs_trained_in_turn(tmp_path: P
     assert got == [seq.loss(**kw) for kw in runs] and len(set(got)) == 3
     again = Runner(sz, tmp_path / "par", time.time() - 1, workers=2)  # past its deadline: cache only
     assert [again.loss(**kw) for kw in runs] == got and again.skipped == 0
+
+
+def test_card_parts_split_the_regret_into_lr_and_batch_and_cost_octaves_on_the_fitted_curve() -> None:
+    from benchmarks.card_regret import card_parts
+
+    # loss(b, lr) = base_b + (log2 lr - log2 opt_b)^2 / 100, two seeds offset by 0.01
+    opt = {8: 2.0**-7, 16: 2.0**-6.5}
+    base = {8: 1.80, 16: 1.83}
+    seeds = [0, 1]
+
+    def loss(b: int, lr: float, s: int) -> float:
+        return base[b] + (math.log2(lr) - math.log2(opt[b])) ** 2 / 100 + 0.01 * s
+
+    scan = [{"batch_size": b, "lr": 2.0**t, "losses": [loss(b, 2.0**t, s) for s in seeds]}
+            for b in (8, 16) for t in [math.log2(opt[b]) + o for o in (-1, -0.5, 0, 0.5, 1)]]
+    card_lr = 2.0**-5.5  # one octave above the batch-16 optimum
+    record = {"setup": {"seeds": seeds},
+              "regret": {"card": {"batch_sequences": 16, "lr": card_lr,
+                                  "losses": [loss(16, card_lr, s) for s in seeds]}},
+              "scan": scan, "best_by_seed": {str(s): {"loss": loss(8, opt[8], s)} for s in seeds},
+              "lr_error_split": {"width_depth": {"octaves": 0.25}, "batch_budget": {"octaves": 0.75}}}
+    parts = card_parts(record)
+    assert parts is not None
+    lr_part = sum(loss(16, card_lr, s) / loss(16, opt[16], s) for s in seeds) / 2
+    batch_part = sum(loss(16, opt[16], s) / loss(8, opt[8], s) for s in seeds) / 2
+    assert parts["lr_part"] == pytest.approx(lr_part, rel=1e-12)
+    assert parts["batch_part"] == pytest.approx(batch_part, rel=1e-12)
+    assert parts["lr_opt_at_card_batch"] == pytest.approx(opt[16], rel=1e-6)
+    assert parts["lr_error_octaves_at_card_batch"] == pytest.approx(1.0, abs=1e-6)
+    # the exact quadratic: one octave off costs 0.01 over the seed-mean optimum 1.835
+    assert parts["lr_error_cost"] == pytest.approx(1 + 0.01 / 1.835, rel=1e-9)
+    assert parts["width_depth_cost"] == pytest.approx(1 + 0.0625 / 100 / 1.835, rel=1e-9)
+    assert parts["batch_budget_cost"] == pytest.approx(1 + 0.5625 / 100 / 1.835, rel=1e-9)
+    record["regret"]["card"]["batch_sequences"] = 32  # a batch the scan never ran
+    assert card_parts(record) is None
