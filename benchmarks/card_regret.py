@@ -22,8 +22,9 @@ Each rule's config (LR, batch) is trained at the target with 2 seeds beside the 
 * ``deepseek``: DeepSeek LLM's eta(C) and B(C), C = 6·N·D (Bi et al. 2024);
 * ``step_law``: Step Law's eta(N, D) and B(D) (Li et al. 2025).
 
-Everything else (weight decay, warmup tokens, WSD decay fraction, the held-out set) is the
-card's in every run, so the runs differ only in the two values the card projects. The
+Everything else is one fixed recipe in every target run (weight decay 0.1, warmup 1% of
+the tokens, WSD decay over the last 20%, the one held-out set), so the runs differ only in
+the two values the card projects; the card's own weight decay and schedule are recorded. The
 published laws give an absolute LR; it is taken as the base LR of the μP/CompleteP target,
 the role it plays in the card's ``projected.baselines``.
 
