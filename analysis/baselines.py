@@ -21,6 +21,7 @@ __all__ = [
     "POWER_LINES_BATCH_EXPONENT",
     "STEP_LAW",
     "DEEPSEEK_DATA",
+    "anchored_published_batch",
     "deepseek_batch_in_tokens",
     "deepseek_llm",
     "published_batch",
@@ -129,6 +130,38 @@ def published_batch(tokens: float) -> dict[str, Any]:
             "source": f"published B(D) at D = {float(tokens):.4g} tokens: DeepSeek LLM in D, 0.0869·D^0.6876 "
                       f"= {ds:.4g} (Bi et al. 2024, eqs. 1, 4); interval to Step Law's 0.58·D^0.571 = "
                       f"{sl:.4g} (Li et al. 2025)"}
+
+
+def anchored_published_batch(tokens: float, anchor_tokens: float, anchor_batch: float,
+                             anchor_lo: float | None = None, anchor_hi: float | None = None
+                             ) -> dict[str, Any]:
+    """The published laws' growth in the token budget, anchored at the proxy's own
+    bracketed optimal batch: ``B = B_a · (D / D_a)^g`` tokens, ``(D_a, B_a)`` the largest
+    budget where the proxy's best batch was bracketed.
+
+    The value takes DeepSeek LLM's exponent in D, ``g = 0.3271 / 0.4757 = 0.6876``
+    (:func:`deepseek_batch_in_tokens`, Bi et al. 2024, eqs. 1, 4), and the interval spans
+    Step Law's ``g = 0.571`` (Li et al. 2025) over the anchor's own interval
+    ``[anchor_lo, anchor_hi]``. A published law's exponent is what the papers measured
+    across scales; its coefficient also carries their data, tokenizer and context, which
+    the proxy's measured B* replaces (the Power Lines practice of anchoring at the proxy,
+    Bergsma et al. 2025). Returns ``{"batch_tokens", "lo", "hi", "laws", "source"}``."""
+    d, d_a = _pos("tokens", tokens), _pos("anchor_tokens", anchor_tokens)
+    b_a = _pos("anchor_batch", anchor_batch)
+    lo_a = _pos("anchor_lo", anchor_lo) if anchor_lo is not None else b_a
+    hi_a = _pos("anchor_hi", anchor_hi) if anchor_hi is not None else b_a
+    g_ds = DEEPSEEK_LLM["batch_exp"] / DEEPSEEK_DATA["exp"]
+    g_sl = STEP_LAW["batch_exp_d"]
+    r = d / d_a
+    ds, sl = b_a * r**g_ds, b_a * r**g_sl
+    ends = [b * r**g for b in (lo_a, hi_a) for g in (g_ds, g_sl)]
+    return {"batch_tokens": ds, "lo": min(ends), "hi": max(ends),
+            "laws": {"deepseek_in_tokens": ds, "step_law": sl},
+            "anchor": {"tokens": d_a, "batch_tokens": b_a, "lo": lo_a, "hi": hi_a},
+            "source": f"the proxy's bracketed B* {b_a:.4g} tokens at D {d_a:.4g} grown as the published "
+                      f"laws grow in D: DeepSeek LLM's D^{g_ds:.4g} (Bi et al. 2024, eqs. 1, 4) = {ds:.4g}; "
+                      f"interval to Step Law's D^{g_sl:.4g} (Li et al. 2025) over B*'s interval "
+                      f"[{lo_a:.4g}, {hi_a:.4g}]"}
 
 
 def step_law(n_params: float | None, tokens: float) -> dict[str, Any]:

@@ -311,6 +311,7 @@ class ScalingDocument:
         self._read_tau(d, where)
         self.noise_ = _read_noise(d, where)
         self.flags_ = edge_flags(d)
+        self.budget_optima_ = [dict(b) for b in d.get("budgets") or [] if isinstance(b, Mapping)]
         return self
 
     def _read_params(self, d: Mapping[str, Any]) -> None:

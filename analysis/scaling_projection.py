@@ -167,6 +167,25 @@ class ScalingPredictions:
         X = np.column_stack([np.ones(d.size), np.log(d)])
         return self._band(X, self.batch_coef_log_, self.cov_batch_, lv)
 
+    def batch_anchor(self) -> dict[str, float] | None:
+        """The largest budget whose best batch was bracketed (not at the grid's edge):
+        ``{"tokens", "batch_tokens", "lo", "hi"}`` from the fitted ``budgets_`` or FIT.json's
+        ``budgets``; None when every budget's best batch is a bound (or none is recorded)."""
+        rows = getattr(self, "budget_optima_", None)
+        if rows is None and getattr(self, "budgets_", None) is not None:
+            rows = self.budgets_.to_dict("records")  # type: ignore[attr-defined]
+        ok = []
+        for r in rows or []:
+            t, b = r.get("tokens"), r.get("batch_opt")
+            if r.get("edge") or not all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0
+                                        for v in (t, b)):
+                continue
+            lo, hi = r.get("lo"), r.get("hi")
+            fine = [isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in (lo, hi)]
+            ok.append({"tokens": float(t), "batch_tokens": float(b),
+                       "lo": float(lo) if fine[0] else float(b), "hi": float(hi) if fine[1] else float(b)})
+        return max(ok, key=lambda r: r["tokens"]) if ok else None
+
     def batch_at(self, tokens: float) -> tuple[float, float, float]:
         """``B*(D)`` at one budget with its interval: the band of :meth:`batch_interval`
         when the fit has a bootstrap covariance, else the exponent's interval pivoted at

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis import ScalingLawFit
-from analysis.baselines import published_batch, scaling_baselines
+from analysis.baselines import anchored_published_batch, published_batch, scaling_baselines
 from analysis.scaling_projection import extrapolation_factor
 from analysis.tau import PUBLISHED_ETA_LAMBDA, PUBLISHED_ETA_LAMBDA_SOURCE, weight_decay_for
 from mutransfer._io import read_text
@@ -117,11 +117,13 @@ class RunPlan:
 #: Values of the fit that ``--accept-edge`` may take although they are only bounds.
 EDGE_VALUES = ("batch", "lr")
 
-#: How the target's batch is chosen when none is given: ``fit`` = our B*(D); ``published``
-#: = the published laws in the token budget (:func:`analysis.baselines.published_batch`);
-#: ``auto`` = ours unless it is in doubt (:meth:`~analysis.ScalingLawFit.batch_law_doubts`),
-#: then the published one, flagged.
-BATCH_RULES = ("auto", "fit", "published")
+#: How the target's batch is chosen when none is given: ``fit`` = our B*(D); ``anchored`` =
+#: the published laws' growth in D from the proxy's largest bracketed B*
+#: (:func:`analysis.baselines.anchored_published_batch`); ``published`` = the published
+#: laws in the token budget (:func:`analysis.baselines.published_batch`); ``auto`` = ours
+#: unless it is in doubt (:meth:`~analysis.ScalingLawFit.batch_law_doubts`), then the
+#: anchored one when a budget's B* was bracketed, else the published one, flagged.
+BATCH_RULES = ("auto", "fit", "anchored", "published")
 
 #: Tokens per parameter inside which the published batch laws were fitted and agree (their
 #: forms in C = 6·N·D and in D part outside it; at 0.2 tokens per parameter by 4.5x).
@@ -207,9 +209,13 @@ def fitted_or_published_batch(laws: ScalingLawFit | None, *, tokens: float, n_pa
     shown beside it or None). ``fit`` takes our B*(D); ``published`` takes the published
     laws in the token budget (:func:`analysis.baselines.published_batch`: DeepSeek LLM's
     B_opt written in D, 0.0869·D^0.6876 tokens, with Step Law's 0.58·D^0.571 as the other
-    end of its interval); ``auto`` takes ours unless
-    :meth:`~analysis.ScalingLawFit.batch_law_doubts` finds a reason to doubt it, then the
-    published one, with a warning. Either way, tokens per parameter (``n_params``) outside
+    end of its interval); ``anchored`` grows the proxy's largest bracketed B* as those laws
+    grow in D, B_a·(D/D_a)^0.6876 (Step Law's 0.571 and B*'s interval give the interval;
+    :func:`analysis.baselines.anchored_published_batch`): the papers' exponent with the
+    proxy's own level, which carries its data, tokenizer and context; ``auto`` takes ours
+    unless :meth:`~analysis.ScalingLawFit.batch_law_doubts` finds a reason to doubt it,
+    then the anchored one when some budget's B* was bracketed, else the published one,
+    with a warning. Either way, tokens per parameter (``n_params``) outside
     :data:`TOKENS_PER_PARAM_RANGE` are warned about. The one place that decides between
     the fitted and the published batch law."""
     doubts: list[str] = []
@@ -228,16 +234,26 @@ def fitted_or_published_batch(laws: ScalingLawFit | None, *, tokens: float, n_pa
         doubts = laws.batch_law_doubts(tokens, extrapolation_limit)
     if laws is not None and batch_rule == "fit":
         bound("batch", laws.batch_bounds, "fitted B*(D)")
-    if not (batch_rule == "published" or (batch_rule == "auto" and doubts)):
+    if batch_rule not in ("published", "anchored") and not (batch_rule == "auto" and doubts):
         if laws is not None:
             warnings.extend(laws.batch_law_cautions())
         return fit_est, None  # type: ignore[return-value]
-    pub = published_batch(tokens)
-    why = "; ".join(doubts) if doubts else "asked for (--batch-rule published)"
+    anchor = laws.batch_anchor() if laws is not None and batch_rule != "published" else None
+    if batch_rule == "anchored" and anchor is None:
+        raise ValueError("--batch-rule anchored needs a budget whose best batch was bracketed; the scaling "
+                         "fit has none (every budget's best batch sat at the grid's edge): extend the batch "
+                         "grid, or use --batch-rule published")
+    why = "; ".join(doubts) if doubts else f"asked for (--batch-rule {batch_rule})"
+    if anchor is not None:
+        pub = anchored_published_batch(tokens, anchor["tokens"], anchor["batch_tokens"], anchor["lo"],
+                                       anchor["hi"])
+        what = "the published laws' growth from the proxy's bracketed B*"
+    else:
+        pub = published_batch(tokens)
+        what = "the published laws in tokens"
     b_est = _estimate(pub["batch_tokens"], pub["lo"], pub["hi"], level, f"{pub['source']}, because {why}")
     if fit_est is not None:
-        warnings.append(f"batch from the published laws in tokens ({pub['batch_tokens']:.4g} tokens), not "
-                        "from "
+        warnings.append(f"batch from {what} ({pub['batch_tokens']:.4g} tokens), not from "
                         f"the fitted B*(D) ({fit_est['value']:.4g} tokens): {why}")
     return b_est, fit_est
 

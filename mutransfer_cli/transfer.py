@@ -137,11 +137,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     j = p.add_argument_group("projection")
     j.add_argument("--scaling-fit", metavar="FIT.json", default=None,
                    help="laws of `mutransfer fit scaling`: batch, LR vs batch and tokens, tau, warmup, decay")
-    j.add_argument("--batch-rule", choices=("auto", "fit", "published"), default="auto",
+    j.add_argument("--batch-rule", choices=("auto", "fit", "anchored", "published"), default="auto",
                    help="where the batch comes from without --batch-size/--batch-tokens: fit = the "
-                   "fitted B*(D); published = the published laws in the token budget (DeepSeek LLM's "
-                   "in D, interval to Step Law's B(D)); auto (default) = fit unless it is at the grid's "
-                   "edge, unresolved or beyond --extrapolation-limit, then published")
+                   "fitted B*(D); anchored = the proxy's largest bracketed B* grown as the published laws "
+                   "grow in D (DeepSeek LLM's D^0.688, interval to Step Law's D^0.571); published = the "
+                   "published laws in the token budget (DeepSeek LLM's in D, interval to Step Law's "
+                   "B(D)); auto (default) = fit unless it is at the grid's edge, unresolved or beyond "
+                   "--extrapolation-limit, then anchored when some budget's B* was bracketed, else published")
     j.add_argument("--accept-edge", action="append", default=[], choices=("batch", "lr"),
                    help="with --batch-rule fit: take the fit's batch (or LR law) although `fit scaling` "
                    "flagged it as at its grid's edge, a bound rather than an optimum (repeatable; "

@@ -112,3 +112,42 @@ def test_card_warns_when_the_hidden_lr_leaves_the_published_range() -> None:
     assert any("10x below" in w for w in card_warnings(card))
     card["param_groups"][0]["optimizer"] = "muon"  # Muon's LRs are on another scale: not judged
     assert not any("published LRs" in w for w in card_warnings(card))
+
+
+def test_batch_in_doubt_grows_the_proxys_bracketed_best_batch_as_the_published_laws_grow() -> None:
+    from analysis.baselines import anchored_published_batch
+
+    # known answer: the anchor 34 tokens at 16,384 grown 8x in D by D^(0.3271/0.4757) and D^0.571
+    a = anchored_published_batch(2**17, 2**14, 34.0, 16.0, 46.0)
+    g = 0.3271 / 0.4757
+    assert a["batch_tokens"] == pytest.approx(34.0 * 8**g, rel=1e-12)
+    assert a["laws"]["step_law"] == pytest.approx(34.0 * 8**0.571, rel=1e-12)
+    assert (a["lo"], a["hi"]) == (pytest.approx(16.0 * 8**0.571), pytest.approx(46.0 * 8**g))
+    # at the anchor's own budget the anchor comes back, whatever the exponent
+    assert anchored_published_batch(2**14, 2**14, 34.0)["batch_tokens"] == pytest.approx(34.0)
+    with pytest.raises(ValueError, match="anchor_batch"):
+        anchored_published_batch(2**17, 2**14, -1.0)
+
+    # three budgets at the grid's edge and the largest bracketed: auto takes the anchored law
+    budgets = [{"tokens": 1e6, "batch_opt": 512.0, "lo": 512.0, "hi": 600.0, "edge": "low"},
+               {"tokens": 2e6, "batch_opt": 512.0, "lo": 512.0, "hi": 700.0, "edge": "low"},
+               {"tokens": 4e6, "batch_opt": 512.0, "lo": 512.0, "hi": 800.0, "edge": "low"},
+               {"tokens": 8e6, "batch_opt": 900.0, "lo": 700.0, "hi": 1200.0, "edge": ""}]
+    fit = laws(budgets=budgets)
+    assert fit.batch_anchor() == {"tokens": 8e6, "batch_tokens": 900.0, "lo": 700.0, "hi": 1200.0}
+    d = 6.4e7
+    plan = plan_run(tokens=d, laws=fit, **KW)
+    want = anchored_published_batch(d, 8e6, 900.0, 700.0, 1200.0)
+    est = plan.projected["batch_tokens"]
+    assert est["value"] == pytest.approx(want["batch_tokens"])
+    assert (est["lo"], est["hi"]) == (pytest.approx(want["lo"]), pytest.approx(want["hi"]))
+    assert "bracketed B*" in est["source"] and any("bracketed B*" in w for w in plan.warnings)
+    # --batch-rule published still takes the published laws; with no bracketed budget, auto does too
+    pub = plan_run(tokens=d, laws=fit, batch_rule="published", **KW)
+    assert pub.projected["batch_tokens"]["value"] == pytest.approx(published_batch(d)["batch_tokens"])
+    none = laws(budgets=[{**b, "edge": "low"} for b in budgets])
+    assert none.batch_anchor() is None
+    assert plan_run(tokens=d, laws=none, **KW).projected["batch_tokens"]["value"] == pytest.approx(
+        published_batch(d)["batch_tokens"])
+    with pytest.raises(ValueError, match="anchored needs a budget"):
+        plan_run(tokens=d, laws=none, batch_rule="anchored", **KW)
