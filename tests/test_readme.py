@@ -57,8 +57,8 @@ def shell_commands(text: str) -> list[list[str]]:
                     argv = []
                 elif tok in (">", ">>", "<"):
                     i += 1  # the redirection's target is not an argument
-                else:
-                    argv.append(tok)
+                elif argv or not re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", tok):
+                    argv.append(tok)  # (a leading VAR=value sets the environment)
                 i += 1
             if argv:
                 commands.append(argv)
@@ -107,9 +107,10 @@ def test_readme_opens_with_the_two_commands() -> None:
 
 
 def test_the_extractor_finds_what_it_should() -> None:
-    """The extractor itself: continuation lines, comments, && and redirections."""
+    """The extractor itself: continuation lines, comments, &&, redirections, environment."""
     text = ("```bash\necho 'x' > ~/f && chmod 600 ~/f   # note\n"
-            "mutransfer sweep lr --widths 1,2 \\\n    --out runs/lr  # a comment\n```\n"
+            "CUDA_VISIBLE_DEVICES=0 mutransfer sweep lr --widths 1,2 \\\n"
+            "    --out runs/lr  # a comment\n```\n"
             "```python\nmutransfer = 1\n```\n")
     assert shell_commands(text) == [["echo", "x"], ["chmod", "600", "~/f"],
                                     ["mutransfer", "sweep", "lr", "--widths", "1,2", "--out", "runs/lr"]]
