@@ -1,11 +1,12 @@
 """The proxy trainer: one sweep trial is one call of :func:`train`.
 
 ``train(cfg)`` (a :class:`mutransfer.config.TrainConfig`, re-exported here; e.g.
-``TrainConfig.from_flat({"lr": 1e-2})``) builds a GPT proxy from a preset, parametrizes
-it (SP, μP, CompleteP or Muon; :mod:`mutransfer.parametrization`), trains it on step-indexed
-batches (:mod:`mutransfer.data`) with the parametrization's param groups, a pure-function
-LR schedule (:mod:`mutransfer.schedules`) and the stabilizers of
-:mod:`mutransfer.stabilizers`, and returns a :class:`TrainResult` whose ``to_row()`` is
+``TrainConfig.from_flat({"lr": 1e-2})``) builds the proxy its ``model`` section names (a
+preset with overrides, or its ``source``: a local ``hf:`` config or a ``module:function``
+builder), parametrizes it (SP, μP, CompleteP or Muon; :mod:`mutransfer.parametrization`),
+trains it on step-indexed batches (:mod:`mutransfer.data`) with the parametrization's
+param groups, a pure-function LR schedule (:mod:`mutransfer.schedules`) and the stabilizers
+of :mod:`mutransfer.stabilizers`, and returns a :class:`TrainResult` whose ``to_row()`` is
 one row of the results table (docs/architecture.md). See docs/trainer_contract.md.
 
 The effective LR of every parameter at step t is ``lr × schedule(t) × lr_mult``
