@@ -167,6 +167,15 @@ class SweepResult:
         return self.counts.pending == 0 and self.counts.done >= self.plan.total
 
 
+def trainer_device(name: str = "auto") -> str | None:
+    """The device the trainers pick for ``name`` when the sweep names none: ``cuda`` when
+    ``auto`` finds a GPU (so the sweep starts one worker per GPU, each pinned to its own,
+    instead of one per CPU core all landing on GPU 0), else None (CPU workers)."""
+    from mutransfer.device import resolve_device
+
+    return "cuda" if name == "auto" and resolve_device("auto").type == "cuda" else None
+
+
 def default_workers(device: str, pending: int) -> int:
     """CPU: one single-threaded worker per core; CUDA: one per GPU. Never more than the work."""
     if device.startswith("cuda"):
@@ -216,6 +225,8 @@ def run_sweep(
         raise ValueError("a runner given as a function needs --workers 1; pass an import path "
                          "('module:function') for several workers")
     runner_path = runner if isinstance(runner, str) else DEFAULT_RUNNER
+    if device is None and not callable(runner):
+        device = trainer_device(str(spec.base.get("device", "auto")))
     if device is not None:
         base = dict(spec.base)
         base["device"] = device
