@@ -362,7 +362,7 @@ def lr_error_split(runner: Runner, sz: Size, best_b: dict[str, Any], law_lr: dic
         where="proxy_shape", parametrization="completep", lr=float(f"{2.0**t:.6g}"), batch=b, seed=s, **kw)}
         for t in scan for s in SEEDS]
     df = pd.DataFrame([r for r in rows if r["loss"] is not None and math.isfinite(r["loss"])])
-    if df["lr"].nunique() < 3:
+    if df.empty or df["lr"].nunique() < 3:  # runs skipped past the deadline: no split
         return None
     o = OptimumFit(x="lr", y="loss", group_by=(), n_boot=500).fit(df).optima_[0]
     p_lo, p_hi = o.ci
