@@ -409,6 +409,8 @@ def card_parts(record: dict[str, Any]) -> dict[str, Any] | None:
     at_b = {s: min(r["losses"][i] for r in rows if r["losses"][i] is not None) for i, s in enumerate(seeds)}
     lr_part = [card["losses"][i] / at_b[s] for i, s in enumerate(seeds) if card["losses"][i] is not None]
     batch_part = [at_b[s] / best_of(s) for s in seeds]
+    if not lr_part:  # the card's own runs were skipped past the deadline
+        return None
     df = pd.DataFrame([{"lr": r["lr"], "seed": s, "loss": r["losses"][i]} for r in rows
                        for i, s in enumerate(seeds) if r["losses"][i] is not None])
     fit = OptimumFit(x="lr", y="loss", group_by=(), n_boot=0).fit(df)
