@@ -39,7 +39,7 @@ from analysis import OptimumFit, paired_best_ratio, plot_lr_curves, plot_optimum
 from analysis.table import num
 from mutransfer._io import atomic_write_text, check_output
 from mutransfer.card import load_card
-from mutransfer.models import hf_proxy_config, load_hf_config, parse_model
+from mutransfer.models import hf_proxy_config, parse_model
 from mutransfer_cli import main as cli_main
 from mutransfer_cli._common import add_track_flag, positive_int, print_json, tracking
 from mutransfer_cli._demo_report import report_html, report_md
@@ -89,7 +89,7 @@ def _hf_target_config(out: Path, model: str, sc: ScalingStage) -> Path:
     rules), byte vocabulary as the demo's proxy trained on, context at least the target's:
     ``out/target_config.json``, the config the card is written for."""
     source = parse_model(model)
-    cfg = hf_proxy_config(load_hf_config(source.ref), sc.target_width, sc.target_depth, source.head_rule)
+    cfg = hf_proxy_config(source.hf_config(), sc.target_width, sc.target_depth, source.head_rule)
     cfg.vocab_size = 256
     if getattr(cfg, "max_position_embeddings", None) is not None:
         cfg.max_position_embeddings = max(int(cfg.max_position_embeddings), sc.target_seq_len)
