@@ -30,9 +30,10 @@ import dataclasses
 import datetime as _dt
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mutransfer import __version__
 from mutransfer._io import atomic_write_text, check_size, plain, read_text, read_yaml_mapping
@@ -49,7 +50,14 @@ from mutransfer.card_schema import (
     validate_card,
 )
 from mutransfer.parametrization import ROLES, WD_MODES, Parametrization
+from mutransfer.plan import RunPlan, lr_sensitivity, plan_run
 from mutransfer.provenance import git_revision
+from mutransfer.target import PRECISION
+from mutransfer.trust import card_warnings, trust_block
+
+if TYPE_CHECKING:
+    from analysis import ScalingLawFit
+    from mutransfer.target import HFTarget, TargetModel
 
 
 def build_card(
@@ -134,6 +142,150 @@ def build_card(
     return validate_card(plain(card))
 
 
+# ---- the card, made ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MadeCard:
+    """What :func:`make_card` made: the card and what it was made from."""
+
+    card: dict[str, Any]
+    """The validated v2 card, ``trust`` first, ``projected.warnings`` complete."""
+    plan: RunPlan
+    """The target's run as projected (:func:`mutransfer.plan.plan_run`)."""
+    laws: ScalingLawFit | None
+    """The scaling laws the plan used (None: the proxy's LR moved by μP alone)."""
+    n_params: int
+    """The target's parameters."""
+    n_params_nonembed: int
+    """The target's non-embedding parameters (the N of the laws)."""
+    tokens: float
+    """The target's token budget."""
+    width: int
+    """The target's width."""
+    depth: int
+    """The target's depth."""
+    warnings: list[str]
+    """Every warning the card carries (``card["projected"]["warnings"]``)."""
+
+
+def make_card(
+    pz: Parametrization,
+    target: TargetModel | HFTarget,
+    *,
+    proxy_lr: float,
+    proxy_lr_interval: Sequence[float | None] | None = None,
+    proxy_batch_tokens: float | None = None,
+    proxy_tokens: float | None = None,
+    seq_len: int,
+    tokens: float | None = None,
+    tokens_per_param: float | None = None,
+    laws: ScalingLawFit | None = None,
+    betas: Sequence[float] | None = None,
+    eps: float | None = None,
+    proxy_tau: float | None = None,
+    beta2_halflife_tokens: float | None = None,
+    role_lr_mults: Mapping[str, float] | None = None,
+    schedule: str = "wsd",
+    decay_shape: str = "1-sqrt",
+    lr_floor: float = 0.0,
+    batch_tokens: float | None = None,
+    batch_sequences: int | None = None,
+    dp_size: int | None = None,
+    micro_batch: int | None = None,
+    weight_decay: float | None = None,
+    wd_mode: str = "coupled",
+    warmup_tokens: float | None = None,
+    warmup_fraction: float | None = None,
+    decay_fraction: float | None = None,
+    extrapolation_limit: float = 100.0,
+    batch_rule: str = "auto",
+    accept_edge: Sequence[str] = (),
+    weights_dtype: str = "float32",
+    seq_len_from: str | None = None,
+    tokenizer: str | None = None,
+    vocab_change: Mapping[str, Any] | None = None,
+    arch_change: Mapping[str, Any] | None = None,
+    source: Mapping[str, Any] | None = None,
+    projected: Mapping[str, Any] | None = None,
+    audit: Mapping[str, Any] | None = None,
+    provenance: Mapping[str, Any] | None = None,
+    warnings: Sequence[str] = (),
+) -> MadeCard:
+    """The card ``mutransfer transfer`` writes, made from values already resolved: plan
+    (:func:`~mutransfer.plan.plan_run`) → build (:func:`build_card`) → validate → the
+    card's own warnings (:func:`~mutransfer.trust.card_warnings`) → trust block
+    (:func:`~mutransfer.trust.trust_block`), ``trust`` placed right after ``schema``.
+
+    ``pz`` is the target's parametrization, ``target`` its model; the proxy's optimum is
+    ``proxy_lr`` (with its interval) at ``proxy_batch_tokens`` and ``proxy_tokens``.
+    The budget is ``tokens``, else ``tokens_per_param`` × the target's parameters. The
+    tuned proxy's Adam ``betas`` (beta2 then follows the target's batch), ``eps``,
+    weight-decay timescale ``proxy_tau`` and per-role LR multipliers carry over. The
+    run's choices (schedule … batch_rule) are ``plan_run``'s and ``transfer``'s flags.
+    ``projected`` holds what the proxy side measured (optionally ``at_edge`` and the
+    seeds' ``sensitivity``); ``warnings`` what was found before the plan. Nothing is
+    written: :func:`save_card` writes ``result.card``."""
+    if (tokens is None) == (tokens_per_param is None):
+        raise ValueError("give the target's token budget as tokens or tokens_per_param (one of them)")
+    n_params, n_nonembed = target.n_params()
+    budget = float(tokens) if tokens is not None else float(tokens_per_param) * n_params  # type: ignore[arg-type]
+    width, depth = ((target.width, target.depth) if target.kind == "hf"  # type: ignore[union-attr]
+                    else (target.config.width, target.config.depth))  # type: ignore[union-attr]
+    plan = plan_run(
+        proxy_lr=proxy_lr, proxy_lr_interval=proxy_lr_interval, tokens=budget, seq_len=seq_len, laws=laws,
+        proxy_batch_tokens=proxy_batch_tokens, proxy_tokens=proxy_tokens, batch_tokens=batch_tokens,
+        batch_sequences=batch_sequences, dp_size=dp_size, micro_batch=micro_batch, weight_decay=weight_decay,
+        wd_mode=wd_mode, warmup_tokens=warmup_tokens, warmup_fraction=warmup_fraction,
+        decay_fraction=decay_fraction, extrapolation_limit=extrapolation_limit, n_params=n_nonembed,
+        batch_rule=batch_rule, proxy_tau=proxy_tau, accept_edge=tuple(dict.fromkeys(accept_edge)),
+        beta2=betas[1] if betas else 0.95, beta2_halflife_tokens=beta2_halflife_tokens)
+    said = list(warnings) + list(plan.warnings)
+    proj = dict(projected or {})
+    at_edge = proj.pop("at_edge", None)
+    sensitivity = proj.pop("sensitivity", None)
+    proj.update(plan.projected)
+    if at_edge is not None:
+        proj["lr"]["at_edge"] = at_edge
+    proj["lr"].update(lr_sensitivity(  # how far one seed moves the base LR
+        sensitivity, laws, proxy_batch_tokens=plan.projected["proxy"]["batch_tokens"],
+        proxy_tokens=plan.projected["proxy"]["tokens"], batch_tokens=plan.batch_tokens, tokens=budget))
+    proj["warnings"] = said
+    wsd = schedule == "wsd"
+    card = build_card(
+        pz, lr=plan.lr,
+        optimizer={"name": "muon" if pz.kind == "muon" else "adamw", "weight_decay": plan.weight_decay,
+                   "wd_mode": wd_mode, "tau": plan.tau, "betas": [betas[0] if betas else 0.9, plan.beta2],
+                   **({"eps": eps} if eps is not None else {})},
+        schedule={"kind": schedule, "warmup_steps": plan.warmup_steps, "warmup_tokens": plan.warmup_tokens,
+                  "decay_fraction": plan.decay_fraction if wsd else None,
+                  "decay_shape": decay_shape if wsd else None, "total_steps": plan.steps,
+                  "lr_floor": lr_floor},
+        batch={"sequences": plan.batch_sequences, "tokens": plan.batch_tokens, "seq_len": seq_len,
+               "dp_size": dp_size, "micro_batch": plan.micro_batch,
+               "grad_accum": plan.batch_sequences // ((dp_size or 1) * plan.micro_batch),
+               "rounding": plan.projected["batch_split"]["rule"]},
+        target={"model": target.to_dict(), "width": width, "depth": depth,
+                **({"vocab_change": dict(vocab_change)} if vocab_change else {}),
+                **({"arch_change": dict(arch_change)} if arch_change else {}),
+                **({"tokenizer": tokenizer} if tokenizer else {}),
+                "n_params": n_params, "n_params_nonembed": n_nonembed, "tokens": budget,
+                "tokens_per_param": budget / n_params, "seq_len": seq_len, "seq_len_from": seq_len_from,
+                "dp_size": dp_size, "dtype": weights_dtype, "precision": PRECISION[weights_dtype]},
+        source=source, projected=proj, audit=audit, provenance=provenance, role_lr_mults=role_lr_mults)
+    # What the assembled card says against itself, then how far to trust its values.
+    said += [w for w in card_warnings(card) if w not in said]
+    card["projected"]["warnings"] = said
+    card["trust"] = trust_block(
+        projected=card["projected"], laws=laws, proxy_lr_interval=proxy_lr_interval, proxy_lr=proxy_lr,
+        proxy_batch_tokens=proxy_batch_tokens, proxy_tokens=proxy_tokens, batch_tokens=plan.batch_tokens,
+        tokens=budget, steps=plan.steps, n_warnings=len(said))
+    head = {"schema": card["schema"], "trust": card["trust"]}  # the first thing a reader sees
+    card = validate_card({**head, **{k: v for k, v in card.items() if k not in head}})
+    return MadeCard(card=card, plan=plan, laws=laws, n_params=n_params, n_params_nonembed=n_nonembed,
+                    tokens=budget, width=int(width), depth=int(depth), warnings=said)
+
+
 # ---- files ------------------------------------------------------------------------------
 
 
@@ -190,5 +342,5 @@ def _read_json(path: str | Path) -> Any:
 
 
 __all__ = ["SCHEMA", "SCHEMAS", "SCHEMA_V1", "SCHEMA_V2", "Applied", "LambdaLRList", "apply", "apply_init",
-           "apply_card", "build_card", "check_init", "git_revision", "load_card", "save_card",
-           "schedule_config", "validate_card"]
+           "apply_card", "build_card", "MadeCard", "make_card", "check_init", "git_revision", "load_card",
+           "save_card", "schedule_config", "validate_card"]
