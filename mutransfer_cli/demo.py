@@ -216,8 +216,9 @@ def _lr_sweep(out: Path, sz: DemoSize, size: str, *, device: str, workers: int |
 
 def _card(out: Path, sz: DemoSize, study: str, scaling: dict[str, Any], quiet: bool,
           clock: Clock) -> tuple[dict[str, Any], list[str]]:
-    """Stage 6: the card for the target, as ``transfer`` writes it (from the scaling laws
-    when they were fitted); returns the card and the warnings ``transfer`` printed."""
+    """Stage 6: the card for the target, written by the ``transfer`` command as a user runs
+    it (its card is :func:`mutransfer.card.make_card`'s), from the scaling laws when they
+    were fitted; returns the card and its warnings (the lines ``transfer`` printed)."""
     sc = sz.scaling
     log(quiet, f"[6/7] card for the target: {sc.target_depth} blocks of width {sc.target_width}, "
                f"context {sc.target_seq_len}, {sc.tokens_per_param:g} tokens per parameter")
@@ -244,9 +245,8 @@ def _card(out: Path, sz: DemoSize, study: str, scaling: dict[str, Any], quiet: b
         code = cli_main(argv)
     if code != 0:
         raise RuntimeError(f"transfer failed with exit code {code}: {err.getvalue().strip()}")
-    card_warnings = [line.split("warning: ", 1)[1] for line in err.getvalue().splitlines()
-                     if "warning: " in line]
-    return load_card(out / "card.yaml"), card_warnings
+    card = load_card(out / "card.yaml")
+    return card, list(card["projected"]["warnings"])
 
 
 def _figures(out: Path, fit: OptimumFit) -> dict[str, str]:
