@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mutransfer import __version__
-from mutransfer._io import atomic_write_text, check_size, plain, read_text, read_yaml_mapping
+from mutransfer._io import atomic_write_text, plain, read_json, read_yaml_mapping
 from mutransfer.card_apply import Applied, LambdaLRList, apply, apply_card, apply_init
 from mutransfer.card_schema import (
     _C,
@@ -316,7 +316,7 @@ def load_card(path: str | Path) -> dict[str, Any]:
     its body contradicts is refused before
     the document is walked."""
     if Path(path).suffix == ".json":
-        card = _read_json(path)
+        card = read_json(path, "transfer card", max_bytes=MAX_CARD_BYTES)
     else:
         card = read_yaml_mapping(path, "transfer card", max_bytes=MAX_CARD_BYTES, bound_aliases=True)
     try:
@@ -325,20 +325,6 @@ def load_card(path: str | Path) -> dict[str, Any]:
         raise ValueError(f"{path}: {exc}") from None
     except RecursionError:
         raise ValueError(f"transfer card {str(path)!r} is nested too deeply to read") from None
-
-
-def _read_json(path: str | Path) -> Any:
-    # JSON, not YAML: YAML 1.1 would read JSON's 1e-08 as a string.
-    p = Path(path)
-    if not p.is_file():
-        raise ValueError(f"transfer card {str(p)!r} does not exist")
-    check_size(p, "transfer card", MAX_CARD_BYTES)
-    try:
-        return json.loads(read_text(p, "transfer card"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"transfer card {str(p)!r} is not valid JSON: {exc}") from None
-    except RecursionError:
-        raise ValueError(f"transfer card {str(p)!r} is nested too deeply to read") from None
 
 
 __all__ = ["SCHEMA", "SCHEMAS", "SCHEMA_V1", "SCHEMA_V2", "Applied", "LambdaLRList", "apply", "apply_init",

@@ -14,13 +14,12 @@ side in :mod:`mutransfer_cli._transfer_proxy` and the target side in
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from typing import Any
 
 from analysis.scaling import AUDIT_KEYS
-from mutransfer._io import check_output, read_text
+from mutransfer._io import check_output, read_json
 from mutransfer.card import make_card, save_card
 from mutransfer.models import get_preset
 from mutransfer.models.presets import DEFAULT_PRESET, PRESETS
@@ -340,12 +339,7 @@ def read_audit(path: str) -> dict[str, Any]:
     verdict is computed on the rows of method ``ours`` (the baselines are shown, not
     judged) by :data:`sweeps.holdout.CRITERIA`: LR within 1.3× of the measured optimum and,
     where measured, a loss gap (loss / best − 1) of at most 0.25%."""
-    try:
-        doc = json.loads(read_text(path, "audit file"))
-    except FileNotFoundError:
-        raise ValueError(f"audit file {path!r} does not exist") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"audit file {path!r} is not valid JSON: {exc}") from None
+    doc = read_json(path, "audit file")
     rows = doc.get("holdout", doc.get("rows")) if isinstance(doc, dict) else doc
     if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
         raise ValueError(f"audit file {path!r} holds no audit rows (a list, or {{\"holdout\": [...]}})")
