@@ -44,6 +44,7 @@ from mutransfer.card_schema import (
     SCHEMA_V1,
     SCHEMA_V2,
     SCHEMAS,
+    _filled,
     _is_number,
     check_init,
     schedule_config,
@@ -88,14 +89,13 @@ def build_card(
     """
     if not (_is_number(lr) and 0 < lr < math.inf):
         raise ValueError(f"card field optimizer.lr: must be a positive finite number, got {lr!r}")
-    wd = optimizer.get("weight_decay", 0.0)
-    eps = optimizer.get("eps", 1e-8)
+    opt = _filled("optimizer", optimizer)
+    wd, eps, wd_mode = opt["weight_decay"], opt["eps"], opt["wd_mode"]
     for key, value, low in (("weight_decay", wd, 0.0), ("eps", eps, None)):
         if not (_is_number(value) and math.isfinite(value) and (value > 0 if low is None else value >= low)):
             raise ValueError(f"card field optimizer.{key}: must be a "
                              f"{'positive' if low is None else 'non-negative'} finite number, got {value!r}")
     wd, eps = float(wd), float(eps)
-    wd_mode = optimizer.get("wd_mode", "coupled")
     _C.choice("optimizer.wd_mode", wd_mode, WD_MODES)
     role_mults = {str(k): v for k, v in (role_lr_mults or {}).items()}
     for k, v in role_mults.items():
@@ -128,9 +128,8 @@ def build_card(
             "multipliers": dataclasses.asdict(pz.multipliers),
             "lr_mults": {k: float(v) for k, v in role_mults.items()},
         },
-        "optimizer": {"name": optimizer.get("name", "adamw"), "lr": float(lr),
-                      "betas": list(optimizer.get("betas", (0.9, 0.95))), "eps": eps,
-                      "weight_decay": wd, "wd_mode": wd_mode, "tau": optimizer.get("tau")},
+        "optimizer": {"name": opt["name"], "lr": float(lr), "betas": list(opt["betas"]), "eps": eps,
+                      "weight_decay": wd, "wd_mode": wd_mode, "tau": opt.get("tau")},
         "schedule": dict(schedule),
         "batch": dict(batch),
         "param_groups": groups,

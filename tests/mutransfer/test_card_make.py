@@ -76,3 +76,35 @@ def test_make_card_takes_one_budget() -> None:
             make_card(pz, target, proxy_lr=0.01, seq_len=64, batch_sequences=8, **kw)
     made = make_card(pz, target, proxy_lr=0.01, seq_len=64, batch_sequences=8, tokens_per_param=20.0)
     assert made.tokens == 20.0 * made.n_params == made.card["target"]["tokens"]
+
+
+def test_validation_fills_the_card_defaults_once(tmp_path: Path) -> None:
+    """A card may leave out the optimizer's name, betas, eps, weight decay and wd_mode, the
+    schedule's warmup and LR floor, and each group's optimizer and eps: validate_card fills
+    them (mutransfer.card_schema.DEFAULTS), a group's eps from the optimizer's, so apply and
+    every export read the same values (apply once took 1e-8 for a group's missing eps where
+    the hf export took the optimizer's)."""
+    import yaml
+
+    from mutransfer.card import apply, schedule_config, validate_card
+    from mutransfer.card_schema import DEFAULTS
+    from mutransfer.export import export_card
+    from mutransfer.models import GPT
+
+    full = load_card(Path(__file__).resolve().parents[1] / "data" / "cards" / "card_v1.yaml")
+    sparse = yaml.safe_load(yaml.safe_dump(full))
+    sparse["optimizer"] = {"lr": full["optimizer"]["lr"], "eps": 3e-8}
+    sparse["schedule"] = {k: v for k, v in full["schedule"].items() if k != "warmup_steps"}
+    for g in sparse["param_groups"]:
+        del g["eps"], g["optimizer"]
+    card = validate_card(sparse)
+    assert card["optimizer"] == {**DEFAULTS["optimizer"], "lr": full["optimizer"]["lr"], "eps": 3e-8}
+    assert {(g["eps"], g["optimizer"]) for g in card["param_groups"]} == {(3e-8, "adamw")}
+    assert (card["schedule"]["warmup_steps"], card["schedule"]["lr_floor"]) == (0, 0.0)
+    assert schedule_config(sparse["schedule"]) == schedule_config(card["schedule"])
+    assert validate_card(card) == card  # filled once: a second pass changes nothing
+    applied = apply(GPT(get_preset("gpt-tiny").replace(width=128)), sparse)
+    assert {g["eps"] for g in applied.optimizer.param_groups} == {3e-8}
+    hf = export_card(sparse, "hf")
+    assert hf["training_arguments"]["adam_epsilon"] == 3e-8
+    assert {g["eps"] for g in hf["param_groups"]} == {3e-8}
