@@ -32,7 +32,7 @@ import torch.nn as nn
 
 from mutransfer._io import read_yaml_mapping
 from mutransfer.models import GPT, MLP, GPTConfig, MLPConfig, get_preset
-from mutransfer.models.source import check_model_sizes, hf_proxy_config, hf_shape, parse_model
+from mutransfer.models.source import ModelSource, check_model_sizes, hf_proxy_config, hf_shape, parse_model
 from mutransfer.plan import (
     BATCH_RULES,
     EDGE_VALUES,
@@ -123,8 +123,8 @@ class HFTarget:
     """A target given as a local Hugging Face config (``--model hf:PATH``): the user's
     own ``transformers`` model, built from that config, with its own parameter names."""
 
-    source: Any
-    """The :class:`mutransfer.models.source.ModelSource` (kind ``hf``)."""
+    source: ModelSource
+    """The model's source (kind ``hf``), parsed once: its config.json is not read again."""
     config: Any
     """The full-size ``transformers`` config."""
     kind: str = "hf"
