@@ -18,21 +18,13 @@ from typing import Any, TypeVar
 import numpy as np
 import pandas as pd
 
+from ._io import plain
 from .results import check_single_valued, read_results
 
 __all__ = ["dumps", "group_dict", "group_label", "groups", "in_group", "load_table", "num", "pair",
            "parse_where", "plain"]
 
 T = TypeVar("T")
-
-
-def plain(v: Any) -> Any:
-    """numpy scalars to Python; non-finite floats to None."""
-    if hasattr(v, "item") and not isinstance(v, (str, bytes)):
-        v = v.item()
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v
 
 
 def num(v: Any) -> float | None:
@@ -56,7 +48,7 @@ def group_dict(cols: Sequence[str], key: Hashable) -> dict[str, Any] | None:
     if not cols:
         return None
     vals = key if isinstance(key, tuple) else (key,)
-    return {c: plain(v) for c, v in zip(cols, vals, strict=True)}
+    return {c: plain(v, nonfinite_to_none=True) for c, v in zip(cols, vals, strict=True)}
 
 
 def group_label(cols: Sequence[str], key: Hashable) -> str:

@@ -179,14 +179,13 @@ def proxy_optimum(doc: dict[str, Any]) -> dict[str, float]:
 
 # ------------------------------------------------------------------ the card, as `transfer` writes it
 def write_card(sz: Size, doc: dict[str, Any], opt: dict[str, float], out: Path) -> dict[str, Any]:
-    """The card for the target (``mutransfer transfer``'s assembly: plan_run, then build_card)."""
+    """The card for the target, made as ``mutransfer transfer`` makes it
+    (:func:`mutransfer.card.make_card`: plan, build, warnings, trust block)."""
     from analysis import ScalingLawFit
-    from mutransfer.card import build_card, save_card
+    from mutransfer.card import make_card, save_card
     from mutransfer.models import get_preset
     from mutransfer.parametrization import Parametrization
-    from mutransfer.plan import plan_run
     from mutransfer.target import resolve_target, transfer_builder
-    from mutransfer.trust import card_warnings, trust_block
 
     proxy = get_preset(sz.preset).replace(width=sz.width, depth=sz.depth, head_dim=sz.head_dim,
                                           seq_len=sz.seq_len)
@@ -194,39 +193,16 @@ def write_card(sz: Size, doc: dict[str, Any], opt: dict[str, float], out: Path) 
     target = resolve_target(proxy, overrides={"width": width, "depth": depth}, proxy_preset=sz.preset)
     pz = Parametrization(transfer_builder(target, proxy), width=width, base_width=sz.width, kind="completep",
                          depth=depth, base_depth=sz.depth)
-    n_params, n_nonembed = target.n_params()
-    tokens = float(RATIOS["tokens"] * max(sz.tokens))
-    laws = ScalingLawFit.from_dict(doc, "the proxy's scaling fit")
-    plan = plan_run(proxy_lr=opt["lr"], proxy_lr_interval=[opt["lr_lo"], opt["lr_hi"]], tokens=tokens,
-                    seq_len=sz.seq_len, laws=laws, proxy_batch_tokens=opt["batch_tokens"],
-                    proxy_tokens=opt["tokens"], n_params=n_nonembed)
-    schedule = {"kind": "wsd", "warmup_steps": plan.warmup_steps, "warmup_tokens": plan.warmup_tokens,
-                "decay_fraction": plan.decay_fraction, "decay_shape": "linear", "total_steps": plan.steps,
-                "lr_floor": 0.0}
-    card = build_card(
-        pz, lr=plan.lr,
-        optimizer={"name": "adamw", "weight_decay": plan.weight_decay, "wd_mode": "coupled", "tau": plan.tau},
-        schedule=schedule,
-        batch={"sequences": plan.batch_sequences, "tokens": plan.batch_tokens, "seq_len": sz.seq_len,
-               "dp_size": None, "micro_batch": plan.micro_batch,
-               "grad_accum": plan.batch_sequences // plan.micro_batch,
-               "rounding": plan.projected["batch_split"]["rule"]},
-        target={"model": target.to_dict(), "width": width, "depth": depth, "n_params": n_params,
-                "n_params_nonembed": n_nonembed, "tokens": tokens, "tokens_per_param": tokens / n_params,
-                "seq_len": sz.seq_len, "dp_size": None},
+    made = make_card(
+        pz, target, proxy_lr=opt["lr"], proxy_lr_interval=[opt["lr_lo"], opt["lr_hi"]],
+        proxy_batch_tokens=opt["batch_tokens"], proxy_tokens=opt["tokens"], seq_len=sz.seq_len,
+        seq_len_from="the target model's seq_len", tokens=float(RATIOS["tokens"] * max(sz.tokens)),
+        laws=ScalingLawFit.from_dict(doc, "the proxy's scaling fit"), decay_shape="linear",
         source={"preset": sz.preset, "width": sz.width, "depth": sz.depth, "base_width": sz.width,
-                "base_depth": sz.depth, "seq_len": sz.seq_len, "parametrization": "completep"},
-        projected=plan.projected)
-    # what `transfer` adds after the assembly: the card's own warnings and its trust block
-    warnings = list(plan.warnings) + [w for w in card_warnings(card) if w not in plan.warnings]
-    card["projected"]["warnings"] = warnings
-    card["trust"] = trust_block(
-        projected=card["projected"], laws=laws, proxy_lr_interval=[opt["lr_lo"], opt["lr_hi"]],
-        proxy_lr=opt["lr"], proxy_batch_tokens=opt["batch_tokens"], proxy_tokens=opt["tokens"],
-        batch_tokens=plan.batch_tokens, tokens=tokens, steps=plan.steps, n_warnings=len(warnings))
-    save_card(card, out / "card.yaml")
-    return {"card": card, "plan": plan, "laws": laws, "n_params": n_params, "n_nonembed": n_nonembed,
-            "tokens": tokens, "width": width, "depth": depth}
+                "base_depth": sz.depth, "seq_len": sz.seq_len, "parametrization": "completep"})
+    save_card(made.card, out / "card.yaml")
+    return {"card": made.card, "plan": made.plan, "laws": made.laws, "n_params": made.n_params,
+            "n_nonembed": made.n_params_nonembed, "tokens": made.tokens, "width": width, "depth": depth}
 
 
 # ------------------------------------------------------------------ runs

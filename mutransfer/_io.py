@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import math
 import os
 import tempfile
@@ -59,6 +60,24 @@ def read_text(path: str | os.PathLike[str], what: str = "file") -> str:
     except UnicodeDecodeError as exc:
         raise ValueError(f"cannot decode {what} {str(p)!r} as UTF-8 text (a binary file?): byte "
                          f"{exc.start}") from None
+
+
+def read_json(path: str | os.PathLike[str], what: str = "file", *, max_bytes: int | None = None) -> Any:
+    """A JSON file's document (JSON, not YAML: YAML 1.1 would read JSON's 1e-08 as a string).
+
+    One ValueError naming ``what`` and the path for a missing file, one over ``max_bytes``
+    (refused before it is parsed), one that is not UTF-8 or not valid JSON, or one nested
+    too deeply to read."""
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"{what} {str(p)!r} does not exist")
+    check_size(p, what, max_bytes)
+    try:
+        return json.loads(read_text(p, what))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{what} {str(p)!r} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ValueError(f"{what} {str(p)!r} is nested too deeply to read") from None
 
 
 def read_yaml_mapping(path: str | os.PathLike[str], what: str = "file", *, max_bytes: int | None = None,

@@ -30,12 +30,13 @@ import dataclasses
 import datetime as _dt
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mutransfer import __version__
-from mutransfer._io import atomic_write_text, check_size, plain, read_text, read_yaml_mapping
+from mutransfer._io import atomic_write_text, plain, read_json, read_yaml_mapping
 from mutransfer.card_apply import Applied, LambdaLRList, apply, apply_card, apply_init
 from mutransfer.card_schema import (
     _C,
@@ -43,13 +44,21 @@ from mutransfer.card_schema import (
     SCHEMA_V1,
     SCHEMA_V2,
     SCHEMAS,
+    _filled,
     _is_number,
     check_init,
     schedule_config,
     validate_card,
 )
 from mutransfer.parametrization import ROLES, WD_MODES, Parametrization
+from mutransfer.plan import RunPlan, lr_sensitivity, plan_run
 from mutransfer.provenance import git_revision
+from mutransfer.target import PRECISION
+from mutransfer.trust import card_warnings, trust_block
+
+if TYPE_CHECKING:
+    from analysis import ScalingLawFit
+    from mutransfer.target import HFTarget, TargetModel
 
 
 def build_card(
@@ -80,14 +89,13 @@ def build_card(
     """
     if not (_is_number(lr) and 0 < lr < math.inf):
         raise ValueError(f"card field optimizer.lr: must be a positive finite number, got {lr!r}")
-    wd = optimizer.get("weight_decay", 0.0)
-    eps = optimizer.get("eps", 1e-8)
+    opt = _filled("optimizer", optimizer)
+    wd, eps, wd_mode = opt["weight_decay"], opt["eps"], opt["wd_mode"]
     for key, value, low in (("weight_decay", wd, 0.0), ("eps", eps, None)):
         if not (_is_number(value) and math.isfinite(value) and (value > 0 if low is None else value >= low)):
             raise ValueError(f"card field optimizer.{key}: must be a "
                              f"{'positive' if low is None else 'non-negative'} finite number, got {value!r}")
     wd, eps = float(wd), float(eps)
-    wd_mode = optimizer.get("wd_mode", "coupled")
     _C.choice("optimizer.wd_mode", wd_mode, WD_MODES)
     role_mults = {str(k): v for k, v in (role_lr_mults or {}).items()}
     for k, v in role_mults.items():
@@ -120,9 +128,8 @@ def build_card(
             "multipliers": dataclasses.asdict(pz.multipliers),
             "lr_mults": {k: float(v) for k, v in role_mults.items()},
         },
-        "optimizer": {"name": optimizer.get("name", "adamw"), "lr": float(lr),
-                      "betas": list(optimizer.get("betas", (0.9, 0.95))), "eps": eps,
-                      "weight_decay": wd, "wd_mode": wd_mode, "tau": optimizer.get("tau")},
+        "optimizer": {"name": opt["name"], "lr": float(lr), "betas": list(opt["betas"]), "eps": eps,
+                      "weight_decay": wd, "wd_mode": wd_mode, "tau": opt.get("tau")},
         "schedule": dict(schedule),
         "batch": dict(batch),
         "param_groups": groups,
@@ -132,6 +139,150 @@ def build_card(
         "provenance": prov,
     }
     return validate_card(plain(card))
+
+
+# ---- the card, made ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MadeCard:
+    """What :func:`make_card` made: the card and what it was made from."""
+
+    card: dict[str, Any]
+    """The validated v2 card, ``trust`` first, ``projected.warnings`` complete."""
+    plan: RunPlan
+    """The target's run as projected (:func:`mutransfer.plan.plan_run`)."""
+    laws: ScalingLawFit | None
+    """The scaling laws the plan used (None: the proxy's LR moved by μP alone)."""
+    n_params: int
+    """The target's parameters."""
+    n_params_nonembed: int
+    """The target's non-embedding parameters (the N of the laws)."""
+    tokens: float
+    """The target's token budget."""
+    width: int
+    """The target's width."""
+    depth: int
+    """The target's depth."""
+    warnings: list[str]
+    """Every warning the card carries (``card["projected"]["warnings"]``)."""
+
+
+def make_card(
+    pz: Parametrization,
+    target: TargetModel | HFTarget,
+    *,
+    proxy_lr: float,
+    proxy_lr_interval: Sequence[float | None] | None = None,
+    proxy_batch_tokens: float | None = None,
+    proxy_tokens: float | None = None,
+    seq_len: int,
+    tokens: float | None = None,
+    tokens_per_param: float | None = None,
+    laws: ScalingLawFit | None = None,
+    betas: Sequence[float] | None = None,
+    eps: float | None = None,
+    proxy_tau: float | None = None,
+    beta2_halflife_tokens: float | None = None,
+    role_lr_mults: Mapping[str, float] | None = None,
+    schedule: str = "wsd",
+    decay_shape: str = "1-sqrt",
+    lr_floor: float = 0.0,
+    batch_tokens: float | None = None,
+    batch_sequences: int | None = None,
+    dp_size: int | None = None,
+    micro_batch: int | None = None,
+    weight_decay: float | None = None,
+    wd_mode: str = "coupled",
+    warmup_tokens: float | None = None,
+    warmup_fraction: float | None = None,
+    decay_fraction: float | None = None,
+    extrapolation_limit: float = 100.0,
+    batch_rule: str = "auto",
+    accept_edge: Sequence[str] = (),
+    weights_dtype: str = "float32",
+    seq_len_from: str | None = None,
+    tokenizer: str | None = None,
+    vocab_change: Mapping[str, Any] | None = None,
+    arch_change: Mapping[str, Any] | None = None,
+    source: Mapping[str, Any] | None = None,
+    projected: Mapping[str, Any] | None = None,
+    audit: Mapping[str, Any] | None = None,
+    provenance: Mapping[str, Any] | None = None,
+    warnings: Sequence[str] = (),
+) -> MadeCard:
+    """The card ``mutransfer transfer`` writes, made from values already resolved: plan
+    (:func:`~mutransfer.plan.plan_run`) → build (:func:`build_card`) → validate → the
+    card's own warnings (:func:`~mutransfer.trust.card_warnings`) → trust block
+    (:func:`~mutransfer.trust.trust_block`), ``trust`` placed right after ``schema``.
+
+    ``pz`` is the target's parametrization, ``target`` its model; the proxy's optimum is
+    ``proxy_lr`` (with its interval) at ``proxy_batch_tokens`` and ``proxy_tokens``.
+    The budget is ``tokens``, else ``tokens_per_param`` × the target's parameters. The
+    tuned proxy's Adam ``betas`` (beta2 then follows the target's batch), ``eps``,
+    weight-decay timescale ``proxy_tau`` and per-role LR multipliers carry over. The
+    run's choices (schedule … batch_rule) are ``plan_run``'s and ``transfer``'s flags.
+    ``projected`` holds what the proxy side measured (optionally ``at_edge`` and the
+    seeds' ``sensitivity``); ``warnings`` what was found before the plan. Nothing is
+    written: :func:`save_card` writes ``result.card``."""
+    if (tokens is None) == (tokens_per_param is None):
+        raise ValueError("give the target's token budget as tokens or tokens_per_param (one of them)")
+    n_params, n_nonembed = target.n_params()
+    budget = float(tokens) if tokens is not None else float(tokens_per_param) * n_params  # type: ignore[arg-type]
+    width, depth = ((target.width, target.depth) if target.kind == "hf"  # type: ignore[union-attr]
+                    else (target.config.width, target.config.depth))  # type: ignore[union-attr]
+    plan = plan_run(
+        proxy_lr=proxy_lr, proxy_lr_interval=proxy_lr_interval, tokens=budget, seq_len=seq_len, laws=laws,
+        proxy_batch_tokens=proxy_batch_tokens, proxy_tokens=proxy_tokens, batch_tokens=batch_tokens,
+        batch_sequences=batch_sequences, dp_size=dp_size, micro_batch=micro_batch, weight_decay=weight_decay,
+        wd_mode=wd_mode, warmup_tokens=warmup_tokens, warmup_fraction=warmup_fraction,
+        decay_fraction=decay_fraction, extrapolation_limit=extrapolation_limit, n_params=n_nonembed,
+        batch_rule=batch_rule, proxy_tau=proxy_tau, accept_edge=tuple(dict.fromkeys(accept_edge)),
+        beta2=betas[1] if betas else 0.95, beta2_halflife_tokens=beta2_halflife_tokens)
+    said = list(warnings) + list(plan.warnings)
+    proj = dict(projected or {})
+    at_edge = proj.pop("at_edge", None)
+    sensitivity = proj.pop("sensitivity", None)
+    proj.update(plan.projected)
+    if at_edge is not None:
+        proj["lr"]["at_edge"] = at_edge
+    proj["lr"].update(lr_sensitivity(  # how far one seed moves the base LR
+        sensitivity, laws, proxy_batch_tokens=plan.projected["proxy"]["batch_tokens"],
+        proxy_tokens=plan.projected["proxy"]["tokens"], batch_tokens=plan.batch_tokens, tokens=budget))
+    proj["warnings"] = said
+    wsd = schedule == "wsd"
+    card = build_card(
+        pz, lr=plan.lr,
+        optimizer={"name": "muon" if pz.kind == "muon" else "adamw", "weight_decay": plan.weight_decay,
+                   "wd_mode": wd_mode, "tau": plan.tau, "betas": [betas[0] if betas else 0.9, plan.beta2],
+                   **({"eps": eps} if eps is not None else {})},
+        schedule={"kind": schedule, "warmup_steps": plan.warmup_steps, "warmup_tokens": plan.warmup_tokens,
+                  "decay_fraction": plan.decay_fraction if wsd else None,
+                  "decay_shape": decay_shape if wsd else None, "total_steps": plan.steps,
+                  "lr_floor": lr_floor},
+        batch={"sequences": plan.batch_sequences, "tokens": plan.batch_tokens, "seq_len": seq_len,
+               "dp_size": dp_size, "micro_batch": plan.micro_batch,
+               "grad_accum": plan.batch_sequences // ((dp_size or 1) * plan.micro_batch),
+               "rounding": plan.projected["batch_split"]["rule"]},
+        target={"model": target.to_dict(), "width": width, "depth": depth,
+                **({"vocab_change": dict(vocab_change)} if vocab_change else {}),
+                **({"arch_change": dict(arch_change)} if arch_change else {}),
+                **({"tokenizer": tokenizer} if tokenizer else {}),
+                "n_params": n_params, "n_params_nonembed": n_nonembed, "tokens": budget,
+                "tokens_per_param": budget / n_params, "seq_len": seq_len, "seq_len_from": seq_len_from,
+                "dp_size": dp_size, "dtype": weights_dtype, "precision": PRECISION[weights_dtype]},
+        source=source, projected=proj, audit=audit, provenance=provenance, role_lr_mults=role_lr_mults)
+    # What the assembled card says against itself, then how far to trust its values.
+    said += [w for w in card_warnings(card) if w not in said]
+    card["projected"]["warnings"] = said
+    card["trust"] = trust_block(
+        projected=card["projected"], laws=laws, proxy_lr_interval=proxy_lr_interval, proxy_lr=proxy_lr,
+        proxy_batch_tokens=proxy_batch_tokens, proxy_tokens=proxy_tokens, batch_tokens=plan.batch_tokens,
+        tokens=budget, steps=plan.steps, n_warnings=len(said))
+    head = {"schema": card["schema"], "trust": card["trust"]}  # the first thing a reader sees
+    card = validate_card({**head, **{k: v for k, v in card.items() if k not in head}})
+    return MadeCard(card=card, plan=plan, laws=laws, n_params=n_params, n_params_nonembed=n_nonembed,
+                    tokens=budget, width=int(width), depth=int(depth), warnings=said)
 
 
 # ---- files ------------------------------------------------------------------------------
@@ -164,7 +315,7 @@ def load_card(path: str | Path) -> dict[str, Any]:
     its body contradicts is refused before
     the document is walked."""
     if Path(path).suffix == ".json":
-        card = _read_json(path)
+        card = read_json(path, "transfer card", max_bytes=MAX_CARD_BYTES)
     else:
         card = read_yaml_mapping(path, "transfer card", max_bytes=MAX_CARD_BYTES, bound_aliases=True)
     try:
@@ -175,20 +326,6 @@ def load_card(path: str | Path) -> dict[str, Any]:
         raise ValueError(f"transfer card {str(path)!r} is nested too deeply to read") from None
 
 
-def _read_json(path: str | Path) -> Any:
-    # JSON, not YAML: YAML 1.1 would read JSON's 1e-08 as a string.
-    p = Path(path)
-    if not p.is_file():
-        raise ValueError(f"transfer card {str(p)!r} does not exist")
-    check_size(p, "transfer card", MAX_CARD_BYTES)
-    try:
-        return json.loads(read_text(p, "transfer card"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"transfer card {str(p)!r} is not valid JSON: {exc}") from None
-    except RecursionError:
-        raise ValueError(f"transfer card {str(p)!r} is nested too deeply to read") from None
-
-
 __all__ = ["SCHEMA", "SCHEMAS", "SCHEMA_V1", "SCHEMA_V2", "Applied", "LambdaLRList", "apply", "apply_init",
-           "apply_card", "build_card", "check_init", "git_revision", "load_card", "save_card",
-           "schedule_config", "validate_card"]
+           "apply_card", "build_card", "MadeCard", "make_card", "check_init", "git_revision", "load_card",
+           "save_card", "schedule_config", "validate_card"]

@@ -106,7 +106,7 @@ def apply(model: nn.Module, card: Mapping[str, Any]) -> Applied:
         g = groups_by_name[name]
         groups.append({"params": [p], "names": [name], "lr": g["lr"], "base_lr": opt_card["lr"],
                        "lr_mult": g.get("lr_mult", 1.0), "weight_decay": g["weight_decay"],
-                       "eps": g.get("eps", 1e-8), "optimizer": g.get("optimizer", "adamw"),
+                       "eps": g["eps"], "optimizer": g["optimizer"],
                        "role": g.get("role")})
     tags = {g["optimizer"] for g in groups}
     name = "muon" if "muon" in tags else "sgd" if tags == {"sgd"} else opt_card["name"]

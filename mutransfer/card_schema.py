@@ -56,6 +56,39 @@ V2_ONLY = {"audit": "section audit", "trust": "section trust", "target.model": "
 _INIT = re.compile(r"keep|model|zeros|scale:(?P<scale>.+)|normal:(?P<std>.+)")
 
 
+#: What a card may leave out, and the value it then means: filled once, by
+#: :func:`validate_card`, so every reader of a validated card (apply, the exporters,
+#: :func:`schedule_config`) indexes the field instead of repeating the default. A
+#: parameter group without ``eps`` takes the optimizer's.
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "optimizer": {"name": "adamw", "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.0,
+                  "wd_mode": "coupled"},
+    "schedule": {"warmup_steps": 0, "lr_floor": 0.0},
+    "param_groups": {"optimizer": "adamw"},
+}
+
+
+def _filled(section: str, values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` with :data:`DEFAULTS` ``[section]`` where a field is absent or null
+    (in its place, or after the given fields: a card's field order is kept)."""
+    default = DEFAULTS[section]
+    out = {k: default[k] if v is None and k in default else v for k, v in values.items()}
+    return {**out, **{k: v for k, v in default.items() if k not in out}}
+
+
+def _with_defaults(card: Mapping[str, Any]) -> dict[str, Any]:
+    """``card`` (its sections already mappings) with :data:`DEFAULTS` filled in (a new
+    dict; ``card`` is not touched)."""
+    out = {**card, "optimizer": _filled("optimizer", card["optimizer"]),
+           "schedule": _filled("schedule", card["schedule"])}
+    if isinstance(card["param_groups"], list):
+        eps = out["optimizer"]["eps"]
+        out["param_groups"] = [
+            _filled("param_groups", {**g, "eps": eps if g.get("eps") is None else g["eps"]})
+            if isinstance(g, Mapping) else g for g in card["param_groups"]]
+    return out
+
+
 def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
@@ -227,7 +260,7 @@ def _check_optimizer(o: Mapping[str, Any]) -> None:
 
 def _check_schedule(s: Mapping[str, Any], v2: bool) -> None:
     _C.choice("schedule.kind", s.get("kind"), SCHEDULE_KINDS)
-    _C.integer("schedule.warmup_steps", s.get("warmup_steps", 0), low=0, high=CARD_LIMITS["steps"])
+    _C.integer("schedule.warmup_steps", s["warmup_steps"], low=0, high=CARD_LIMITS["steps"])
     decays = s["kind"] not in ("constant", "inverse_sqrt")
     if v2 and decays and s.get("total_steps") is None:
         _C.fail("schedule.total_steps", f"is required by the {s['kind']!r} schedule", None)
@@ -285,13 +318,13 @@ def _check_param_groups(groups: Any) -> None:
         if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
             _C.fail(f"{where}.shape", "must be a list of non-negative integers", shape)
         _C.choice(f"{where}.role", g.get("role"), ROLES, none=True)
-        _C.choice(f"{where}.optimizer", g.get("optimizer", "adamw"), OPTIMIZER_NAMES)
+        _C.choice(f"{where}.optimizer", g["optimizer"], OPTIMIZER_NAMES)
         _C.positive(f"{where}.lr", g["lr"])
         _C.positive(f"{where}.lr_mult", g.get("lr_mult", 1.0))
         check_init(f"{where}.init", g["init"])
         _C.number(f"{where}.init_std", g.get("init_std"), low=0.0, none=True)
         _C.number(f"{where}.weight_decay", g["weight_decay"], low=0.0)
-        _C.positive(f"{where}.eps", g.get("eps", 1e-8))
+        _C.positive(f"{where}.eps", g["eps"])
 
 
 def _check_forward(fm: Mapping[str, Any]) -> None:
@@ -465,7 +498,8 @@ def validate_card(card: Any) -> dict[str, Any]:
     decay, ``schedule.total_steps``. Every failure is one ValueError naming the field
     path and the value (``card field param_groups[3] (wte.weight).init: ...``), never a
     TypeError or AttributeError. Returns the card as a plain dict, with the schedule's
-    legacy field names (:data:`LEGACY_SCHEDULE_FIELDS`) under today's.
+    legacy field names (:data:`LEGACY_SCHEDULE_FIELDS`) under today's and the fields a
+    card may leave out filled in (:data:`DEFAULTS`).
     """
     if not isinstance(card, Mapping):
         raise ValueError(f"a transfer card must be a mapping, got {type(card).__name__}")
@@ -490,7 +524,7 @@ def validate_card(card: Any) -> dict[str, Any]:
     for key in ("source", "target", "parametrization", "optimizer", "schedule", "batch",
                 "forward_multipliers", "projected", "provenance", *(("audit",) if v2 else ())):
         _C.mapping(key, card[key])
-    card = {**card, "schedule": _renamed_schedule(card["schedule"])}
+    card = _with_defaults({**card, "schedule": _renamed_schedule(card["schedule"])})
     _check_target(card["target"])
     _check_parametrization(card["parametrization"])
     _check_optimizer(card["optimizer"])
@@ -513,9 +547,9 @@ def schedule_config(schedule: Mapping[str, Any]) -> ScheduleConfig:
     """The :class:`ScheduleConfig` a card's ``schedule`` section describes
     (``lr_floor``: the LR at the end of the decay, a fraction of the peak; an older card's
     ``min_lr_ratio`` is read as it)."""
-    kw: dict[str, Any] = {"kind": schedule["kind"], "warmup_steps": schedule.get("warmup_steps", 0),
-                          "total_steps": schedule.get("total_steps"),
-                          "lr_floor": schedule.get("lr_floor", schedule.get("min_lr_ratio")) or 0.0}
+    schedule = _filled("schedule", _renamed_schedule(schedule))
+    kw: dict[str, Any] = {"kind": schedule["kind"], "warmup_steps": schedule["warmup_steps"],
+                          "total_steps": schedule.get("total_steps"), "lr_floor": schedule["lr_floor"]}
     if schedule.get("decay_fraction") is not None:
         kw["decay_fraction"] = schedule["decay_fraction"]
     if schedule.get("decay_shape") is not None:

@@ -38,7 +38,7 @@ from mutransfer.config_fields import (
 )
 from mutransfer.models.gpt import GPTConfig
 from mutransfer.models.presets import PRESETS, get_preset
-from mutransfer.models.source import hf_proxy_config, hf_shape, load_hf_config, parse_model, widths_hint
+from mutransfer.models.source import ModelSource, hf_proxy_config, hf_shape, parse_model, widths_hint
 from mutransfer.parametrization import Kind
 from mutransfer.schedules import DecayShape, ScheduleConfig, ScheduleKind
 from mutransfer.stabilizers import SpikePolicy
@@ -136,12 +136,14 @@ class ModelSection(_Section):
         if self.logit_softcap is not None and not (self.logit_softcap >= 0):
             raise self._bad("logit_softcap", ">= 0 or None")
         if self.source is not None:
-            src = self.model_source()
+            src = parse_model(self.source, head_rule=self.head_rule or "keep_head_dim")
             if src.builtin:  # source=gpt-small is preset=gpt-small
                 object.__setattr__(self, "preset", src.ref)
                 object.__setattr__(self, "source", None)
             else:  # hf: the absolute config.json, so rows, checkpoints and workers agree
                 object.__setattr__(self, "source", src.spec())
+                # parsed once here, handed to everything that asks (model_source)
+                object.__setattr__(self, "_source", src)
         if self.source is None:
             self.gpt_config()  # width/head divisibility etc., with GPTConfig's own messages
             return
@@ -150,9 +152,13 @@ class ModelSection(_Section):
                 raise ValueError(f"{name} does not apply to model {self.source!r}: {why}")
         self.shape()  # an hf: config checked at this width and depth
 
-    def model_source(self) -> Any:
-        """The :class:`~mutransfer.models.source.ModelSource` of this section."""
-        return parse_model(self.source or self.preset, head_rule=self.head_rule or "keep_head_dim")
+    def model_source(self) -> ModelSource:
+        """The :class:`~mutransfer.models.source.ModelSource` of this section, parsed once
+        (in validation) for a ``source`` model."""
+        src = self.__dict__.get("_source")
+        if src is None:  # a preset: nothing to read
+            src = parse_model(self.source or self.preset, head_rule=self.head_rule or "keep_head_dim")
+        return typing.cast(ModelSource, src)
 
     @property
     def builtin(self) -> bool:
@@ -164,7 +170,7 @@ class ModelSection(_Section):
         config's own, or (for a builder) the preset's."""
         src = self.model_source()
         if src.kind == "hf":
-            w, d, _ = hf_shape(load_hf_config(src.ref))
+            w, d, _ = hf_shape(src.hf_config())
             return w, d
         base = get_preset(self.preset)
         return base.width, base.depth
@@ -181,7 +187,7 @@ class ModelSection(_Section):
         if src.kind != "hf":
             return ModelShape(self.width or base.width, self.depth or base.depth,
                               self.seq_len or base.seq_len)
-        config = load_hf_config(src.ref)
+        config = src.hf_config()
         w, d, ctx = hf_shape(config)
         width, depth = self.width or w, self.depth or d
         try:

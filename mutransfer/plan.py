@@ -13,7 +13,6 @@ split of the batch over devices, and the published batch law as a fallback.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ from analysis import ScalingLawFit
 from analysis.baselines import anchored_published_batch, published_batch, scaling_baselines
 from analysis.scaling_projection import extrapolation_factor
 from analysis.tau import PUBLISHED_ETA_LAMBDA, PUBLISHED_ETA_LAMBDA_SOURCE, weight_decay_for
-from mutransfer._io import read_text
+from mutransfer._io import read_json
 
 __all__ = ["BATCH_RULES", "EDGE_VALUES", "TOKENS_PER_PARAM_RANGE", "RunPlan", "ScalingLaws", "beta2_for",
            "cap_at_critical_batch", "default_micro_batch", "lr_sensitivity", "plan_run", "read_scaling_fit"]
@@ -37,12 +36,7 @@ ScalingLaws = ScalingLawFit
 def read_scaling_fit(path: str | Path) -> ScalingLawFit:
     """The fit in the FIT.json of ``mutransfer fit scaling``, through its own reader."""
     p = Path(path)
-    if not p.is_file():
-        raise ValueError(f"scaling fit {str(p)!r} does not exist")
-    try:
-        doc = json.loads(read_text(p, "scaling fit"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"scaling fit {str(p)!r} is not valid JSON: {exc}") from None
+    doc = read_json(p, "scaling fit")
     fit = ScalingLawFit.from_dict(doc, f"scaling fit {p.name!r}")
     # what the fitted rows say the proxy was (architecture, tokenizer, vocab, context, dtype)
     fit.proxy_ = dict(doc["proxy"]) if isinstance(doc, dict) and isinstance(doc.get("proxy"), dict) else {}

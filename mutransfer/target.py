@@ -32,7 +32,7 @@ import torch.nn as nn
 
 from mutransfer._io import read_yaml_mapping
 from mutransfer.models import GPT, MLP, GPTConfig, MLPConfig, get_preset
-from mutransfer.models.source import check_model_sizes, hf_proxy_config, hf_shape, load_hf_config, parse_model
+from mutransfer.models.source import ModelSource, check_model_sizes, hf_proxy_config, hf_shape, parse_model
 from mutransfer.plan import (
     BATCH_RULES,
     EDGE_VALUES,
@@ -123,8 +123,8 @@ class HFTarget:
     """A target given as a local Hugging Face config (``--model hf:PATH``): the user's
     own ``transformers`` model, built from that config, with its own parameter names."""
 
-    source: Any
-    """The :class:`mutransfer.models.source.ModelSource` (kind ``hf``)."""
+    source: ModelSource
+    """The model's source (kind ``hf``), parsed once: its config.json is not read again."""
     config: Any
     """The full-size ``transformers`` config."""
     kind: str = "hf"
@@ -225,7 +225,7 @@ def resolve_hf_target(spec: str, head_rule: str = "keep_head_dim") -> HFTarget:
     source = parse_model(spec, head_rule=head_rule)
     if source.kind != "hf":
         raise ValueError(f"--model {spec!r} is not hf:PATH (a local transformers config.json)")
-    return HFTarget(source, load_hf_config(source.ref))
+    return HFTarget(source, source.hf_config())
 
 
 def hf_transfer_builder(target: HFTarget) -> Callable[..., nn.Module]:

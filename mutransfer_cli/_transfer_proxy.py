@@ -5,7 +5,6 @@ sweep's table, a ``fit optimum`` document, ``--lr``), and the settings of a tune
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from collections.abc import Mapping
 from pathlib import Path
@@ -14,7 +13,7 @@ from typing import Any, NamedTuple
 from analysis import OptimumFit, proxy_record
 from analysis.scaling import tau_from
 from analysis.table import load_table
-from mutransfer._io import read_text
+from mutransfer._io import read_json
 from mutransfer.parametrization import Multipliers
 from mutransfer.train import TrainConfig, base_sizes, load_config
 from mutransfer_cli._table import optimum_sensitivity
@@ -195,12 +194,7 @@ def optimum_from_fit(path: str, group: str | None, parametrization: str
     parametrization (when the fit is grouped by ``parametrization``), and among them the
     largest ``width``. Returns ``(lr, projected, source, widths of the candidates)``.
     """
-    try:
-        doc = json.loads(read_text(path, "fit file"))
-    except FileNotFoundError:
-        raise ValueError(f"fit file {path!r} does not exist") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"fit file {path!r} is not valid JSON: {exc}") from None
+    doc = read_json(path, "fit file")
     fits = doc.get("fits") if isinstance(doc, dict) else None
     if not isinstance(fits, list) or not fits or not all(
             isinstance(f, dict) and "x_opt" in f for f in fits):

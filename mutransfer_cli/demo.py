@@ -39,7 +39,7 @@ from analysis import OptimumFit, paired_best_ratio, plot_lr_curves, plot_optimum
 from analysis.table import num
 from mutransfer._io import atomic_write_text, check_output
 from mutransfer.card import load_card
-from mutransfer.models import hf_proxy_config, load_hf_config, parse_model
+from mutransfer.models import hf_proxy_config, parse_model
 from mutransfer_cli import main as cli_main
 from mutransfer_cli._common import add_track_flag, positive_int, print_json, tracking
 from mutransfer_cli._demo_report import report_html, report_md
@@ -89,7 +89,7 @@ def _hf_target_config(out: Path, model: str, sc: ScalingStage) -> Path:
     rules), byte vocabulary as the demo's proxy trained on, context at least the target's:
     ``out/target_config.json``, the config the card is written for."""
     source = parse_model(model)
-    cfg = hf_proxy_config(load_hf_config(source.ref), sc.target_width, sc.target_depth, source.head_rule)
+    cfg = hf_proxy_config(source.hf_config(), sc.target_width, sc.target_depth, source.head_rule)
     cfg.vocab_size = 256
     if getattr(cfg, "max_position_embeddings", None) is not None:
         cfg.max_position_embeddings = max(int(cfg.max_position_embeddings), sc.target_seq_len)
@@ -216,8 +216,9 @@ def _lr_sweep(out: Path, sz: DemoSize, size: str, *, device: str, workers: int |
 
 def _card(out: Path, sz: DemoSize, study: str, scaling: dict[str, Any], quiet: bool,
           clock: Clock) -> tuple[dict[str, Any], list[str]]:
-    """Stage 6: the card for the target, as ``transfer`` writes it (from the scaling laws
-    when they were fitted); returns the card and the warnings ``transfer`` printed."""
+    """Stage 6: the card for the target, written by the ``transfer`` command as a user runs
+    it (its card is :func:`mutransfer.card.make_card`'s), from the scaling laws when they
+    were fitted; returns the card and its warnings (the lines ``transfer`` printed)."""
     sc = sz.scaling
     log(quiet, f"[6/7] card for the target: {sc.target_depth} blocks of width {sc.target_width}, "
                f"context {sc.target_seq_len}, {sc.tokens_per_param:g} tokens per parameter")
@@ -244,9 +245,8 @@ def _card(out: Path, sz: DemoSize, study: str, scaling: dict[str, Any], quiet: b
         code = cli_main(argv)
     if code != 0:
         raise RuntimeError(f"transfer failed with exit code {code}: {err.getvalue().strip()}")
-    card_warnings = [line.split("warning: ", 1)[1] for line in err.getvalue().splitlines()
-                     if "warning: " in line]
-    return load_card(out / "card.yaml"), card_warnings
+    card = load_card(out / "card.yaml")
+    return card, list(card["projected"]["warnings"])
 
 
 def _figures(out: Path, fit: OptimumFit) -> dict[str, str]:

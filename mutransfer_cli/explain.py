@@ -73,7 +73,7 @@ def _explain_user_model(args: argparse.Namespace, source: object, rule_set: str)
     delta for real, so an hf: base defaults to the smallest width the head rule allows."""
     import torch
 
-    from mutransfer.models.source import load_hf_config, valid_widths, widths_hint
+    from mutransfer.models.source import valid_widths, widths_hint
 
     if args.tie_embeddings:
         raise ValueError("--tie-embeddings is for the built-in GPT; an hf: config says it itself")
@@ -83,7 +83,7 @@ def _explain_user_model(args: argparse.Namespace, source: object, rule_set: str)
     hint = None
     base_width = args.base_width
     if source.kind == "hf":  # type: ignore[attr-defined]
-        config = load_hf_config(source.ref)  # type: ignore[attr-defined]
+        config = source.hf_config()
         hint = widths_hint(config, source.head_rule, width)  # type: ignore[attr-defined]
         if base_width is None:
             ok = [w for w in valid_widths(config, source.head_rule, width) if w >= 64]  # type: ignore[attr-defined]

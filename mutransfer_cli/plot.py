@@ -25,8 +25,8 @@ from analysis.plots import (
     plot_optimum_series,
 )
 from analysis.scaling_plots import plot_scaling
-from analysis.table import group_dict, num, pair, plain
-from mutransfer._io import check_output
+from analysis.table import group_dict, num, pair
+from mutransfer._io import check_output, plain
 from mutransfer_cli._common import bounded_int, float_list, positive_float, print_json
 from mutransfer_cli._table import (
     add_scaling_columns,
@@ -143,8 +143,8 @@ def plot_lr(args: argparse.Namespace) -> dict[str, Any]:
     curves = lr_curve_data(fit, df, panel=panel)
     plot_lr_panels(curves, args.out, x_name=args.x, y_name=args.y)
     return {"panel": panel, "group": args.group, **counts, "curves": [{
-        "panel": plain(c.panel) if panel else None,
-        "group": plain(c.group), "x": _lists(c.x),
+        "panel": plain(c.panel, nonfinite_to_none=True) if panel else None,
+        "group": plain(c.group, nonfinite_to_none=True), "x": _lists(c.x),
         "mean": _lists(c.mean), "lo": _lists(c.lo), "hi": _lists(c.hi),
         "n_seeds": [int(v) for v in c.n_seeds], "x_opt": num(c.x_opt),
         "loss_opt": num(c.loss_opt), "ci": [num(c.ci[0]) if c.ci[0] > 0 else None, num(c.ci[1])],
@@ -165,7 +165,7 @@ def plot_optimum(args: argparse.Namespace) -> dict[str, Any]:
                             level=args.interval)
     plot_optimum_series(series, args.out, x_name=args.x)
     return {"across": args.across, "by": by, "interval": args.interval, **counts, "series": [{
-        "name": plain(s.name) if by else None, "across": _lists(s.across),
+        "name": plain(s.name, nonfinite_to_none=True) if by else None, "across": _lists(s.across),
         "x_opt": _lists(s.x_opt), "ci_lo": [num(v) if v > 0 else None for v in s.ci_lo],
         "ci_hi": _lists(s.ci_hi), "at_edge": [bool(v) for v in s.at_edge],
         "drift_octaves": num(s.octaves), "slope": None if s.slope is None else num(s.slope),

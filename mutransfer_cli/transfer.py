@@ -14,14 +14,13 @@ side in :mod:`mutransfer_cli._transfer_proxy` and the target side in
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from typing import Any
 
 from analysis.scaling import AUDIT_KEYS
-from mutransfer._io import check_output, read_text
-from mutransfer.card import build_card, save_card
+from mutransfer._io import check_output, read_json
+from mutransfer.card import make_card, save_card
 from mutransfer.models import get_preset
 from mutransfer.models.presets import DEFAULT_PRESET, PRESETS
 from mutransfer.parametrization import KINDS
@@ -29,12 +28,9 @@ from mutransfer.schedules import DECAY_SHAPES, SCHEDULE_KINDS
 from mutransfer.target import (
     PRECISION,
     config_dtype,
-    lr_sensitivity,
     parse_overrides,
-    plan_run,
     read_scaling_fit,
 )
-from mutransfer.trust import card_warnings, trust_block
 from mutransfer_cli._common import (
     MAX_DEPTH,
     MAX_SEQ_LEN,
@@ -270,41 +266,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"mutransfer transfer: note: the target config's torch_dtype is {said}; the card builds "
               f"{args.weights_dtype} weights ({PRECISION[args.weights_dtype]}); pass --weights-dtype {said} "
               f"for {said} weights", file=sys.stderr)
-    cfg, kind = target.config, pz.kind
-    width, depth = (target.width, target.depth) if target.kind == "hf" else (cfg.width, cfg.depth)
+    cfg = target.config
     arch_warnings, arch_change = check_arch(args, source, target)
     warnings += arch_warnings
     vocab_change = check_vocab(args, proxy, target, source)
-    n_params, n_nonembed = target.n_params()
-    tokens = args.tokens if args.tokens is not None else args.tokens_per_param * n_params
     if target.kind == "hf":
         set_seq = parse_overrides(args.overrides).get("seq_len")
         seq_len, seq_from = target_context(args, target, int(proxy_seq), set_seq)
     else:
         seq_len = getattr(cfg, "seq_len", 1)
         seq_from = "--target-seq-len" if args.target_seq_len else "the target model's seq_len"
-    plan = plan_run(
-        proxy_lr=lr, proxy_lr_interval=lr_ci, tokens=float(tokens), seq_len=seq_len, laws=laws,
-        proxy_batch_tokens=args.proxy_batch_tokens or proxy_b,
-        proxy_tokens=args.proxy_tokens or proxy_d, batch_tokens=args.batch_tokens,
-        batch_sequences=args.batch_size, dp_size=args.dp_size, micro_batch=args.micro_batch,
-        weight_decay=args.weight_decay,
-        wd_mode=args.wd_mode, warmup_tokens=args.warmup_tokens, warmup_fraction=args.warmup_fraction,
-        decay_fraction=args.decay_fraction, extrapolation_limit=args.extrapolation_limit,
-        n_params=n_nonembed, batch_rule=args.batch_rule, proxy_tau=tuned.tau if tuned else None,
-        accept_edge=tuple(dict.fromkeys(args.accept_edge)),
-        beta2=tuned.betas[1] if tuned else 0.95,
-        beta2_halflife_tokens=getattr(tuned, "beta2_halflife_tokens", None) if tuned else None)
-    warnings += plan.warnings
-    at_edge = projected.pop("at_edge", None)
-    sensitivity = projected.pop("sensitivity", None)
-    projected.update(plan.projected)
-    if at_edge is not None:
-        projected["lr"]["at_edge"] = at_edge
-    projected["lr"].update(lr_sensitivity(  # how far one seed moves the base LR
-        sensitivity, laws, proxy_batch_tokens=plan.projected["proxy"]["batch_tokens"],
-        proxy_tokens=plan.projected["proxy"]["tokens"], batch_tokens=plan.batch_tokens, tokens=float(tokens)))
-    projected["warnings"] = warnings
     audit = read_audit(args.audit) if args.audit else None
     study, storage = provenance(args, source)
     is_preset = not source.get("arch") or source["arch"] in PRESETS
@@ -317,41 +288,25 @@ def run(args: argparse.Namespace) -> int:
     for flag in ("scaling_fit", "audit", "proxy_config"):
         if getattr(args, flag):
             source[flag] = str(getattr(args, flag))
-    schedule: dict[str, Any] = {
-        "kind": args.schedule, "warmup_steps": plan.warmup_steps, "warmup_tokens": plan.warmup_tokens,
-        "decay_fraction": plan.decay_fraction if args.schedule == "wsd" else None,
-        "decay_shape": args.decay_shape if args.schedule == "wsd" else None,
-        "total_steps": plan.steps, "lr_floor": args.lr_floor}
-    card = build_card(
-        pz, lr=plan.lr,
-        optimizer={"name": "muon" if kind == "muon" else "adamw", "weight_decay": plan.weight_decay,
-                   "wd_mode": args.wd_mode, "tau": plan.tau,
-                   "betas": [tuned.betas[0] if tuned else 0.9, plan.beta2],
-                   **({"eps": tuned.eps} if tuned else {})},
-        schedule=schedule,
-        batch={"sequences": plan.batch_sequences, "tokens": plan.batch_tokens, "seq_len": seq_len,
-               "dp_size": args.dp_size, "micro_batch": plan.micro_batch,
-               "grad_accum": plan.batch_sequences // ((args.dp_size or 1) * plan.micro_batch),
-               "rounding": plan.projected["batch_split"]["rule"]},
-        target={"model": target.to_dict(), "width": width, "depth": depth,
-                **({"vocab_change": vocab_change} if vocab_change else {}),
-                **({"arch_change": arch_change} if arch_change else {}),
-                **({"tokenizer": args.tokenizer} if args.tokenizer else {}),
-                "n_params": n_params, "n_params_nonembed": n_nonembed, "tokens": float(tokens),
-                 "tokens_per_param": float(tokens) / n_params, "seq_len": seq_len, "seq_len_from": seq_from,
-                 "dp_size": args.dp_size, "dtype": args.weights_dtype,
-                 "precision": PRECISION[args.weights_dtype]},
-        source=source, projected=projected, audit=audit,
-        provenance={"study": study, "storage": storage},
-        role_lr_mults=tuned.lr_mults if tuned else None)
-    # What the assembled card says against itself, then how far to trust its values.
-    warnings += [w for w in card_warnings(card) if w not in warnings]
-    card["projected"]["warnings"] = warnings
-    card["trust"] = trust_block(
-        projected=card["projected"], laws=laws, proxy_lr_interval=lr_ci, proxy_lr=lr,
+    made = make_card(
+        pz, target, proxy_lr=lr, proxy_lr_interval=lr_ci,
         proxy_batch_tokens=args.proxy_batch_tokens or proxy_b, proxy_tokens=args.proxy_tokens or proxy_d,
-        batch_tokens=plan.batch_tokens, tokens=float(tokens), steps=plan.steps, n_warnings=len(warnings))
-    card = _trust_first(card)
+        seq_len=seq_len, seq_len_from=seq_from,
+        tokens=args.tokens, tokens_per_param=args.tokens_per_param,
+        laws=laws, betas=tuned.betas if tuned else None, eps=tuned.eps if tuned else None,
+        proxy_tau=tuned.tau if tuned else None,
+        beta2_halflife_tokens=getattr(tuned, "beta2_halflife_tokens", None) if tuned else None,
+        role_lr_mults=tuned.lr_mults if tuned else None,
+        schedule=args.schedule, decay_shape=args.decay_shape, lr_floor=args.lr_floor,
+        batch_tokens=args.batch_tokens, batch_sequences=args.batch_size, dp_size=args.dp_size,
+        micro_batch=args.micro_batch, weight_decay=args.weight_decay, wd_mode=args.wd_mode,
+        warmup_tokens=args.warmup_tokens, warmup_fraction=args.warmup_fraction,
+        decay_fraction=args.decay_fraction, extrapolation_limit=args.extrapolation_limit,
+        batch_rule=args.batch_rule, accept_edge=args.accept_edge, weights_dtype=args.weights_dtype,
+        tokenizer=args.tokenizer, vocab_change=vocab_change, arch_change=arch_change,
+        source=source, projected=projected, audit=audit, provenance={"study": study, "storage": storage},
+        warnings=warnings)
+    card, plan, warnings = made.card, made.plan, made.warnings
     path = save_card(card, args.out)
     for line in card["trust"]["summary"]:
         print(f"mutransfer transfer: trust: {line}", file=sys.stderr)
@@ -360,8 +315,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(card)
     else:
-        print(f"wrote {path}: base lr {plan.lr:.4g} for {target.kind} width {width} depth "
-              f"{depth} ({n_params / 1e6:.1f}M params), {plan.steps} steps of "
+        print(f"wrote {path}: base lr {plan.lr:.4g} for {target.kind} width {made.width} depth "
+              f"{made.depth} ({made.n_params / 1e6:.1f}M params), {plan.steps} steps of "
               f"{plan.batch_sequences} x {seq_len} = {plan.batch_tokens} tokens, "
               f"{plan.warmup_steps} warmup steps, weight decay {plan.weight_decay:.4g}")
     if args.strict and warnings:
@@ -369,12 +324,6 @@ def run(args: argparse.Namespace) -> int:
               "inspection, but it is not to be trusted as is", file=sys.stderr)
         return 1
     return 0
-
-
-def _trust_first(card: dict[str, Any]) -> dict[str, Any]:
-    """The card with ``trust`` right after ``schema``: the first thing a reader sees."""
-    head = {"schema": card["schema"], "trust": card["trust"]}
-    return {**head, **{k: v for k, v in card.items() if k not in head}}
 
 
 def provenance(args: argparse.Namespace, source: dict[str, Any]) -> tuple[str | None, str | None]:
@@ -392,12 +341,7 @@ def read_audit(path: str) -> dict[str, Any]:
     verdict is computed on the rows of method ``ours`` (the baselines are shown, not
     judged) by :data:`sweeps.holdout.CRITERIA`: LR within 1.3× of the measured optimum and,
     where measured, a loss gap (loss / best − 1) of at most 0.25%."""
-    try:
-        doc = json.loads(read_text(path, "audit file"))
-    except FileNotFoundError:
-        raise ValueError(f"audit file {path!r} does not exist") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"audit file {path!r} is not valid JSON: {exc}") from None
+    doc = read_json(path, "audit file")
     rows = doc.get("holdout", doc.get("rows")) if isinstance(doc, dict) else doc
     if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
         raise ValueError(f"audit file {path!r} holds no audit rows (a list, or {{\"holdout\": [...]}})")

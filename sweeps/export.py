@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mutransfer._io import atomic_path
+from mutransfer.train_result import ROW_KEYS
 from sweeps import attrs
 from sweeps.attrs import STUDY_ATTR
 from sweeps.progress import study_counts
@@ -26,11 +27,11 @@ if TYPE_CHECKING:
     import optuna
     import pandas as pd
 
-RESULT_COLUMNS: tuple[str, ...] = (
-    "study", "trial", "state", "diverged", "parametrization", "width", "depth", "n_params",
-    "n_params_nonembed", "tokens", "steps", "batch_size", "seq_len", "batch_tokens", "lr", "seed",
-    "loss", "train_loss", "gns", "wall_s",
-)
+#: The table's leading columns, in docs/architecture.md's order: the trial's own, then the
+#: trainer's row keys (:data:`mutransfer.train_result.ROW_KEYS`, ``arch`` first) as it
+#: writes them; every other column follows, sorted.
+RESULT_COLUMNS: tuple[str, ...] = ("study", "trial", "state", "diverged",
+                                   *(k for k in ROW_KEYS if k != "diverged"))
 _INTERNAL = {"pruned", "branches"}
 
 

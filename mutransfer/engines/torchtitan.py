@@ -32,7 +32,6 @@ Import this module only where torchtitan is installed (``[engines]``).
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +40,7 @@ from typing import Any
 import torch.nn as nn
 from torchtitan.protocols.model import ModelConfigConverter
 
-from mutransfer._io import read_yaml_mapping
+from mutransfer._io import read_json, read_yaml_mapping
 from mutransfer.card import apply_init
 from mutransfer.parametrization import Parametrization
 
@@ -50,7 +49,7 @@ def load_mup(export: str | Path | Mapping[str, Any]) -> dict[str, Any]:
     """The ``mup`` section of a torchtitan export (a JSON/YAML file or the export dict)."""
     if not isinstance(export, Mapping):
         p = Path(export)
-        doc = json.loads(p.read_text(encoding="utf-8")) if p.suffix == ".json" else read_yaml_mapping(
+        doc = read_json(p, "torchtitan export") if p.suffix == ".json" else read_yaml_mapping(
             p, "torchtitan export")
     else:
         doc = export
@@ -129,7 +128,7 @@ def _load_export(export: str | Path | Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(export, Mapping):
         return dict(export)
     p = Path(export)
-    return dict(json.loads(p.read_text(encoding="utf-8")) if p.suffix == ".json"
+    return dict(read_json(p, "torchtitan export") if p.suffix == ".json"
                 else read_yaml_mapping(p, "torchtitan export"))
 
 

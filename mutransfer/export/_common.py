@@ -11,8 +11,8 @@ import torch.nn as nn
 
 
 def _lr_floor(schedule: Mapping[str, Any]) -> float:
-    """The card's LR floor (a fraction of the peak; 0 when absent)."""
-    return float(schedule.get("lr_floor", schedule.get("min_lr_ratio")) or 0.0)
+    """The LR floor of a validated card's schedule (a fraction of the peak)."""
+    return float(schedule["lr_floor"])
 
 
 def _steps(card: Mapping[str, Any]) -> tuple[int, int, int]:
@@ -30,7 +30,7 @@ def _steps(card: Mapping[str, Any]) -> tuple[int, int, int]:
 
 def _groups(card: Mapping[str, Any]) -> list[dict[str, Any]]:
     groups = list(card["param_groups"])
-    bad = [g["name"] for g in groups if g.get("optimizer", "adamw") not in ("adamw", "adam")]
+    bad = [g["name"] for g in groups if g["optimizer"] not in ("adamw", "adam")]
     if bad:
         raise ValueError(f"parameter {bad[0]} uses optimizer {groups[0].get('optimizer')!r}; the "
                          f"engine exports cover AdamW cards only")

@@ -81,10 +81,10 @@ def export_hf(card: Mapping[str, Any], *, dp_size: int | None = None, micro_batc
     groups = _groups(card)
     opt = card["optimizer"]
     split = split_batch(card, dp_size, micro_batch)
-    betas = list(opt.get("betas", (0.9, 0.95)))
-    args = {"learning_rate": float(opt["lr"]), "weight_decay": float(opt.get("weight_decay", 0.0)),
+    betas = list(opt["betas"])
+    args = {"learning_rate": float(opt["lr"]), "weight_decay": float(opt["weight_decay"]),
             "adam_beta1": float(betas[0]), "adam_beta2": float(betas[1]),
-            "adam_epsilon": float(opt.get("eps", 1e-8)), "optim": "adamw_torch",
+            "adam_epsilon": float(opt["eps"]), "optim": "adamw_torch",
             "per_device_train_batch_size": split.micro_batch,
             "gradient_accumulation_steps": split.grad_accum, **_hf_schedule(card, drops)}
     fields = {f.name for f in dataclasses.fields(transformers.TrainingArguments)}
@@ -149,7 +149,7 @@ def hf_param_groups(model: nn.Module, card: Mapping[str, Any]) -> list[dict[str,
     out: dict[tuple[float, float, float], dict[str, Any]] = {}
     for name, p in model.named_parameters():
         g = by_name[name]
-        eps = g.get("eps", card["optimizer"].get("eps", 1e-8))
+        eps = g["eps"]
         key = (float(g["lr"]), float(g["weight_decay"]), float(eps))
         grp = out.setdefault(key, {"params": [], "names": [], "lr": key[0], "initial_lr": key[0],
                                    "weight_decay": key[1], "eps": key[2]})

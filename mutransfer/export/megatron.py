@@ -48,6 +48,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from mutransfer.card import validate_card
 from mutransfer.export._common import Drops, _groups, _lr_floor, _steps, check_fields, split_batch
 
 # Field names read from megatron-core 0.19.2's source (transformer/transformer_config.py,
@@ -286,7 +287,7 @@ def _fit(groups: list[dict[str, Any]], m: float, lr_floor: float,
     edge = by["embedding"] + by["output"]
     decoupled = float(edge[0]["lr"]) if edge else lr
     eps_ref = (by["embedding"] or by["vector"] or by["hidden"] or by["output"])[0]
-    eps = float(eps_ref.get("eps", 1e-8)) * (m if kind(eps_ref) == "hidden" else 1.0)
+    eps = float(eps_ref["eps"]) * (m if kind(eps_ref) == "hidden" else 1.0)
     matrices = by["hidden"] + by["embedding"] + by["output"]
     wd = float((matrices or groups)[0]["weight_decay"])
     want = {"embedding": (decoupled, eps, wd), "output": (decoupled, eps, wd),
@@ -316,6 +317,7 @@ def export_megatron(card: Mapping[str, Any], *, dp_size: int | None = None, micr
     A card field Megatron cannot express raises ValueError naming it (and every other such
     field), unless ``drop`` names it: then it is listed in the export's ``dropped`` and a
     warning is issued; a ``drop`` that names nothing the export met is an error too."""
+    card = validate_card(card)  # as the hf and torchtitan exports: the defaults filled in
     drops = Drops("megatron", drop)
     pz, opt, s = card["parametrization"], card["optimizer"], card["schedule"]
     if pz.get("kind") not in ("mup", "completep") or pz.get("rules", "adam") != "adam":
@@ -378,7 +380,7 @@ def export_megatron(card: Mapping[str, Any], *, dp_size: int | None = None, micr
             raise ValueError(f"card field schedule.decay_shape: Megatron has no WSD decay style for "
                              f"{s.get('decay_shape')!r}")
         sched.update(lr_wsd_decay_style=shape, lr_wsd_decay_iters=decay)
-    betas = list(opt.get("betas", (0.9, 0.95)))
+    betas = list(opt["betas"])
     ocfg = {"optimizer": "adam", "lr": lr, "min_lr": lr * lr_floor, "decoupled_lr": decoupled,
             "decoupled_min_lr": decoupled * lr_floor, "weight_decay": wd,
             "adam_beta1": float(betas[0]), "adam_beta2": float(betas[1]), "adam_eps": eps}

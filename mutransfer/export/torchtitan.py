@@ -188,10 +188,10 @@ def export_torchtitan(card: Mapping[str, Any], *, dp_size: int | None = None, mi
     arch = llama3_architecture(card)  # refuses what the llama3 cannot build, before anything else
     rename, names_from = _renamer(card)
     opt, batch = card["optimizer"], card["batch"]
-    betas = [float(b) for b in opt.get("betas", (0.9, 0.95))]
+    betas = [float(b) for b in opt["betas"]]
     by_key: dict[tuple[float, float, float], list[str]] = {}
     for g in groups:
-        key = (float(g["lr"]), float(g["weight_decay"]), float(g.get("eps", opt.get("eps", 1e-8))))
+        key = (float(g["lr"]), float(g["weight_decay"]), float(g["eps"]))
         by_key.setdefault(key, []).append(rename(g["name"]))
     param_groups = [{"pattern": _pattern(names), "optimizer_name": "AdamW",
                      "optimizer_kwargs": {"lr": lr, "betas": betas, "eps": eps, "weight_decay": wd}}

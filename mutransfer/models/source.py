@@ -29,7 +29,7 @@ import os
 import re
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -58,6 +58,9 @@ class ModelSource:
     head_rule: HeadRule = "keep_head_dim"
     """How an ``hf`` proxy's attention follows its width: ``keep_head_dim`` (heads and KV
     heads scale with width, the GQA ratio kept) or ``keep_heads`` (head_dim scales)."""
+    _cache: dict[str, Any] = field(default_factory=dict, compare=False, repr=False, hash=False)
+    """What an ``hf`` source read from its config.json (the bytes, the fields, the built
+    config): read once per source, so a run reads the file once however often it asks."""
 
     def __post_init__(self) -> None:
         if self.kind not in ("preset", "hf", "builder"):
@@ -79,8 +82,8 @@ class ModelSource:
             return self.ref
         if self.kind == "builder":
             return f"builder:{self.ref}"
-        raw = Path(self.ref).read_bytes()
-        model_type = json.loads(raw).get("model_type", "?")
+        raw = self.config_bytes()
+        model_type = self.config_fields()[0]
         tail = "" if self.head_rule == "keep_head_dim" else f"/{self.head_rule}"
         return f"hf:{model_type}@{hashlib.sha256(raw).hexdigest()[:8]}{tail}"
 
@@ -91,6 +94,44 @@ class ModelSource:
     def spec(self) -> str:
         """The text :func:`parse_model` reads back into this source."""
         return {"preset": self.ref, "hf": f"hf:{self.ref}", "builder": self.ref}[self.kind]
+
+    def config_bytes(self) -> bytes:
+        """An ``hf`` source's config.json as read (once; later calls return the same bytes)."""
+        if self.kind != "hf":
+            raise ValueError(f"model {self.spec()!r} is a {self.kind}, not hf:PATH: it has no config.json")
+        if "bytes" not in self._cache:
+            try:
+                self._cache["bytes"] = Path(self.ref).read_bytes()
+            except OSError as exc:
+                raise ValueError(f"config {self.ref!r} is not readable: {exc}") from None
+        return typing.cast(bytes, self._cache["bytes"])
+
+    def config_fields(self) -> tuple[str, dict[str, Any]]:
+        """(model_type, the other fields) of an ``hf`` source's config.json, the model_type
+        checked against ``transformers.CONFIG_MAPPING``; a copy the caller may change."""
+        if "fields" not in self._cache:
+            self._cache["fields"] = _parse_config_json(Path(self.ref), self.config_bytes())
+        model_type, fields = self._cache["fields"]
+        return model_type, copy.deepcopy(fields)
+
+    def hf_config(self) -> Any:
+        """The ``transformers`` config of an ``hf`` source (``AutoConfig.for_model``; no hub,
+        no network), built once; each call returns its own copy, free to change."""
+        if "config" not in self._cache:
+            model_type, fields = self.config_fields()
+            from transformers import AutoConfig
+
+            try:
+                self._cache["config"] = AutoConfig.for_model(model_type, **fields)
+            except Exception as exc:  # noqa: BLE001 - a config class rejecting the user's fields
+                raise ValueError(f"config {self.ref!r} ({model_type}) cannot be built: {exc}") from None
+        return copy.deepcopy(self._cache["config"])
+
+
+#: parse_model's sources by (config path, head rule, the file's mtime and size): one
+#: ``hf:`` model is read and checked once per process, however many configs name it; a
+#: changed file is a new key, so an edit is seen.
+_PARSED: dict[tuple[str, str, int, int], ModelSource] = {}
 
 
 def parse_model(text: str, head_rule: str = "keep_head_dim") -> ModelSource:
@@ -110,8 +151,15 @@ def parse_model(text: str, head_rule: str = "keep_head_dim") -> ModelSource:
                          "config.json), a preset name or module:function")
     if text.startswith("hf:"):
         path = _local_config_path(text)
-        _check_hf_sizes(path, *_read_config_json(path))  # checked now, not at the first build
-        return ModelSource("hf", str(path), rule)
+        stat = path.stat()
+        key = (str(path), rule, stat.st_mtime_ns, stat.st_size)
+        if key not in _PARSED:
+            src = ModelSource("hf", str(path), rule)
+            _check_hf_sizes(path, *src.config_fields())  # checked now, not at the first build
+            if len(_PARSED) >= 64:
+                _PARSED.clear()
+            _PARSED[key] = src
+        return _PARSED[key]
     name = text[len("preset:"):] if text.startswith("preset:") else text
     if ":" not in name:
         if name not in PRESETS:
@@ -140,11 +188,11 @@ def _local_config_path(text: str) -> Path:
     return path.resolve()
 
 
-def _read_config_json(path: Path) -> tuple[str, dict[str, Any]]:
-    """(model_type, the other fields) of a config.json, the model_type checked against
-    ``transformers.CONFIG_MAPPING``."""
+def _parse_config_json(path: Path, raw: bytes) -> tuple[str, dict[str, Any]]:
+    """(model_type, the other fields) of the config.json ``path`` whose bytes are ``raw``,
+    the model_type checked against ``transformers.CONFIG_MAPPING``."""
     try:
-        doc = json.loads(path.read_text())
+        doc = json.loads(raw.decode())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"config {str(path)!r} is not readable JSON: {exc}") from None
     if not isinstance(doc, dict):
@@ -242,15 +290,7 @@ def load_hf_config(path: str | Path) -> Any:
     """A ``transformers`` config from a local config.json (or a folder holding one),
     built with ``AutoConfig.for_model(model_type, **fields)``: no hub, no network. Its
     sizes are checked first (:func:`_check_hf_sizes`)."""
-    path = _local_config_path(f"hf:{path}")
-    model_type, fields = _read_config_json(path)
-    _check_hf_sizes(path, model_type, fields)
-    from transformers import AutoConfig
-
-    try:
-        return AutoConfig.for_model(model_type, **fields)
-    except Exception as exc:  # noqa: BLE001 - a config class rejecting the user's fields
-        raise ValueError(f"config {str(path)!r} ({model_type}) cannot be built: {exc}") from None
+    return parse_model(f"hf:{path}").hf_config()
 
 
 @dataclass(frozen=True)
@@ -451,7 +491,7 @@ def build_model(source: ModelSource, width: int, depth: int, *, vocab_size: int 
     elif source.kind == "hf":
         import transformers as tf
 
-        full = load_hf_config(source.ref)
+        full = source.hf_config()
         try:
             cfg = hf_proxy_config(full, width, depth, source.head_rule)
         except ValueError as exc:

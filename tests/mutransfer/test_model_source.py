@@ -298,3 +298,53 @@ def test_config_source_and_base_sizes(tmp_path: Path, builders: str) -> None:
     assert _cfg("gpt-small", width=None).model.source is None  # a preset name is the preset
     with pytest.raises(ValueError, match="num_key_value_heads"):
         _cfg(f"hf:{d}", width=48)
+
+
+def test_a_train_run_reads_its_hf_config_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 2-step ``train --model hf:DIR`` run, in process: config.json is opened once and
+    parsed once (before the model was kept as text: 19 reads, 6 parse_model and 9
+    load_hf_config calls), and the parsed source is what the config hands out."""
+    import builtins
+    import io
+
+    import mutransfer.models.source as source_mod
+    import mutransfer_cli
+
+    d = write_config(tmp_path, **LLAMA)
+    reads: list[str] = []
+    real = {"open": builtins.open, "io_open": io.open}
+
+    def counted(name: str, fn):  # type: ignore[no-untyped-def]
+        def wrapper(first, *a, **k):  # type: ignore[no-untyped-def]
+            if str(first).endswith("config.json") and str(tmp_path) in str(Path(str(first)).resolve()):
+                reads.append(name)
+            return fn(first, *a, **k)
+        return wrapper
+
+    monkeypatch.setattr(builtins, "open", counted("open", real["open"]))
+    monkeypatch.setattr(io, "open", counted("io.open", real["io_open"]))  # Path.read_* open through it
+    parses: list[Path] = []
+    real_parse = source_mod._parse_config_json
+    monkeypatch.setattr(source_mod, "_parse_config_json",
+                        lambda path, raw: parses.append(path) or real_parse(path, raw))
+    out = tmp_path / "run"
+    assert mutransfer_cli.main(["train", "--model", f"hf:{d}", "--set", "width=32", "--set", "steps=2",
+                                "--set", "batch_size=2", "--set", "seq_len=16", "--out", str(out),
+                                "--quiet"]) == 0
+    assert len(reads) == 1, reads
+    assert parses == [(d / "config.json").resolve()]
+    row = json.loads((out / "result.json").read_text())["row"]
+    assert row["steps_done"] == 2 and row["arch"].startswith("hf:llama@")
+
+
+def test_an_edited_hf_config_is_read_again(tmp_path: Path) -> None:
+    """parse_model keeps one source per file, keyed on its mtime and size: an edit is seen."""
+    d = write_config(tmp_path, **LLAMA)
+    a = parse_model(f"hf:{d}")
+    assert parse_model(f"hf:{d / 'config.json'}") is a  # the same file: the same parsed source
+    assert a.hf_config().hidden_size == 64
+    a.hf_config().hidden_size = 1  # each call hands out its own copy
+    assert a.hf_config().hidden_size == 64
+    write_config(tmp_path, **{**LLAMA, "hidden_size": 128, "intermediate_size": 320, "head_dim": 32})
+    b = parse_model(f"hf:{d}")
+    assert b is not a and b.hf_config().hidden_size == 128 and b.model_id != a.model_id

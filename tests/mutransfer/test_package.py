@@ -43,3 +43,28 @@ def test_atomic_writes_leave_no_temp_file_and_normal_permissions(tmp_path) -> No
         fh.write("half")
         raise RuntimeError("boom")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt"]
+
+
+def test_read_json_names_the_file_for_each_failure(tmp_path) -> None:
+    """mutransfer._io.read_json: the layer's one JSON reader (cards, fits, audits, exports)."""
+    import json
+
+    import pytest
+
+    from mutransfer._io import read_json
+
+    good = tmp_path / "a.json"
+    good.write_text(json.dumps({"eps": 1e-08, "x": [1, 2]}))
+    assert read_json(good, "fit file") == {"eps": 1e-08, "x": [1, 2]}  # 1e-08 a float, not YAML's str
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    binary = tmp_path / "bin.json"
+    binary.write_bytes(b"\xff\xfe\x00")
+    for path, kw, why in ((tmp_path / "missing.json", {}, "does not exist"),
+                          (bad, {}, "is not valid JSON"), (deep, {}, "nested too deeply"),
+                          (binary, {}, "cannot decode"), (good, {"max_bytes": 4}, "above the limit of 4")):
+        with pytest.raises(ValueError, match=why) as exc:
+            read_json(path, "audit file", **kw)
+        assert f"audit file {str(path)!r}" in str(exc.value) and "\n" not in str(exc.value)

@@ -157,6 +157,29 @@ def test_unreachable_storage_is_one_clear_error(tmp_path) -> None:
         run_sweep(_spec(), storage="postgresql://u:secret@127.0.0.1:1/x", runner=SYN)
 
 
+def documented_columns() -> list[str]:
+    """The column list of docs/architecture.md's "Results table" section, in its order."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = text.split("### Results table", 1)[1]
+    listed = re.search(r"`(study, trial,[^`]*)`", section)
+    assert listed, "docs/architecture.md: the Results table section lists its columns in backticks"
+    return [c.strip() for c in " ".join(listed.group(1).split()).split(",")]
+
+
+def test_the_documented_columns_are_the_produced_ones() -> None:
+    """RESULT_COLUMNS is derived from the trainer's row keys, and the docs state that order
+    (arch is column 5, not the 21st it once came out)."""
+    from mutransfer.train_result import ROW_KEYS
+    from sweeps.export import RESULT_COLUMNS
+
+    assert list(RESULT_COLUMNS) == documented_columns()
+    assert RESULT_COLUMNS.index("arch") == 4
+    assert set(ROW_KEYS) <= set(RESULT_COLUMNS)
+
+
 def test_export_csv_is_atomic_and_tidy(tmp_path) -> None:
     res = run_sweep(_spec(widths=(32,)), out=tmp_path, runner=SYN)
     study, _ = open_study(res.plan.storage, None)
@@ -165,10 +188,11 @@ def test_export_csv_is_atomic_and_tidy(tmp_path) -> None:
     import pandas as pd
 
     back = pd.read_csv(out)
-    assert list(back.columns[:20]) == ["study", "trial", "state", "diverged", "parametrization", "width",
-                                       "depth", "n_params", "n_params_nonembed", "tokens", "steps",
+    assert list(back.columns[:21]) == ["study", "trial", "state", "diverged", "arch", "parametrization",
+                                       "width", "depth", "n_params", "n_params_nonembed", "tokens", "steps",
                                        "batch_size", "seq_len", "batch_tokens", "lr", "seed", "loss",
                                        "train_loss", "gns", "wall_s"]
+    assert list(back.columns[:21]) == documented_columns()  # the order docs/architecture.md states
     assert len(back) == 6 and back["trial"].is_unique
     with pytest.raises(ValueError, match="must end in"):
         write_table(df, tmp_path / "r.txt")
