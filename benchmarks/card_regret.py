@@ -37,7 +37,7 @@ the LR error's width/depth and batch/budget pieces (:func:`lr_error_split`).
 Sizes (``--size``): ``cpu`` keeps every ratio of the design (8x width, 4x depth, 8x
 tokens) at tiny shapes: proxy llama-small of width 32 and depth 2 (head 16), context 16,
 budgets 2^11..2^14 tokens, batches 1..32 sequences, 3 seeds, checked at width 64; target
-width 128, depth 4, 2^17 tokens, scanned at batches 4..32 (a target run takes 90-170
+width 256, depth 8, 2^17 tokens, scanned at batches 4..32 (a target run takes 90-170
 CPU-s; the whole size 3-4 CPU-hours, ``--workers`` trains target runs in parallel).
 ``cpu_small`` is the first CPU size (width 16, depth 1; its record measured with per-batch
 held-out sets), ``tiny`` runs every stage in minutes for tests, and ``gpu`` is the
@@ -104,7 +104,7 @@ class Size:
 
 SIZES: dict[str, Size] = {
     # The decisive CPU size (about 40 CPU-minutes): proxy w32 d2 at context 16 over budgets
-    # 2^11..2^14 and batches 1..32, 3 seeds, checked at width 64; target w128 d4 on 2^17
+    # 2^11..2^14 and batches 1..32, 3 seeds, checked at width 64; target w256 d8 on 2^17
     # tokens, scanned at batches 4..32 (2 seeds, LR grids bracketed), then the card and the
     # scan's top 3 trained again on 12 fresh seeds.
     "cpu": Size(preset="llama-small", width=32, depth=2, head_dim=16, seq_len=16,
