@@ -103,7 +103,7 @@ class Size:
 
 
 SIZES: dict[str, Size] = {
-    # The decisive CPU size (about 40 CPU-minutes): proxy w32 d2 at context 16 over budgets
+    # The decisive CPU size (3-4 CPU-hours): proxy w32 d2 at context 16 over budgets
     # 2^11..2^14 and batches 1..32, 3 seeds, checked at width 64; target w256 d8 on 2^17
     # tokens, scanned at batches 4..32 (2 seeds, LR grids bracketed), then the card and the
     # scan's top 3 trained again on 12 fresh seeds.
