@@ -7,9 +7,9 @@ that need them, so ``import analysis`` stays light.
 
 from __future__ import annotations
 
-from ._fitted import NotFittedError, check_is_fitted
-from ._io import plain
-from .baselines import (
+from analysis._fitted import NotFittedError, check_is_fitted
+from analysis._io import plain
+from analysis.baselines import (
     DEEPSEEK_LLM,
     POWER_LINES_BATCH_EXPONENT,
     STEP_LAW,
@@ -20,8 +20,8 @@ from .baselines import (
     sqrt_rule,
     step_law,
 )
-from .best_loss import measured_best, paired_best_ratio
-from .critical_batch import (
+from analysis.best_loss import measured_best, paired_best_ratio
+from analysis.critical_batch import (
     CriticalBatchFit,
     CriticalBatchResults,
     first_crossing,
@@ -29,7 +29,8 @@ from .critical_batch import (
     fit_noise_scale,
     steps_to_target,
 )
-from .loss_law import (
+from analysis.holdout import AUDIT_KEYS, fill_loss_gap, holdout_audit
+from analysis.loss_law import (
     HOFFMANN_DELTA,
     HOFFMANN_GRID,
     ChinchillaFit,
@@ -37,34 +38,27 @@ from .loss_law import (
     LossPrediction,
     SaturatingPowerLawFit,
 )
-from .optimum import Drift, GroupOptimum, OptimumFit
-from .plots import (
+from analysis.optimum import Drift, GroupOptimum, OptimumFit
+from analysis.plots import (
     plot_critical_batch,
     plot_loss_law,
     plot_lr_curves,
     plot_optimum_vs_width,
     plot_power_law,
 )
-from .powerlaw import PowerLawFit, PowerLawPrediction
-from .project import Estimate, Projection, project
-from .results import PROXY_COLUMNS, RESULTS_COLUMNS, check_single_valued, proxy_record, read_results
-from .scaling import (
-    AUDIT_KEYS,
-    ScalingCurves,
-    ScalingLawFit,
-    ScalingProjection,
-    ScheduleRules,
-    fill_loss_gap,
-    holdout_audit,
-    tau_from,
-    weight_decay_for,
-)
-from .scaling_plots import (
+from analysis.powerlaw import PowerLawFit, PowerLawPrediction
+from analysis.project import Estimate, Projection, project
+from analysis.results import PROXY_COLUMNS, RESULTS_COLUMNS, check_single_valued, proxy_record, read_results
+from analysis.scaling_fit import ScalingCurves, ScalingLawFit
+from analysis.scaling_plots import (
     CriticalBatchComparison,
     critical_batch_comparison,
     plot_critical_batch_comparison,
     plot_scaling,
 )
+from analysis.scaling_projection import ScalingProjection
+from analysis.schedule import ScheduleRules
+from analysis.tau import tau_from, weight_decay_for
 
 __all__ = [
     "AUDIT_KEYS",

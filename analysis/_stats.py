@@ -112,22 +112,3 @@ def seed_spread(name: str, refits: Mapping[Any, float | None], *, log_scale: boo
     keys = sorted(ok, key=lambda s: (str(type(s)), s))
     return SeedSpread(name, tuple(keys), tuple(ok[k] for k in keys), log_scale,
                       n_failed=len(refits) - len(ok))
-
-
-def level_or_ci(level: float, ci: float | None) -> float:
-    """The interval level of a fit, checked. ``ci`` is the old spelling of ``level``, still
-    taken so callers not yet moved keep working; given both, they must agree."""
-    if ci is not None and ci != level and level != 0.95:
-        raise ValueError(f"give the interval level once: level={level!r} and its old spelling ci={ci!r}.")
-    return check_level(level if ci is None else ci, "level")
-
-
-def renamed_level(level: float | None, interval: float | None) -> float | None:
-    """A call's interval level: ``level``, or ``interval``, its old spelling, still taken
-    so callers not yet moved keep working; given both, they must agree."""
-    if interval is None:
-        return level
-    if level is not None and level != interval:
-        raise ValueError(f"give the interval level once: level={level!r} and its old spelling "
-                         f"interval={interval!r}.")
-    return interval

@@ -11,7 +11,7 @@ import pandas as pd
 
 from ._fitted import check_is_fitted
 from ._io import as_tuple, finite_positive, group_label, require_columns, usable_rows
-from ._stats import check_n_boot, level_or_ci, make_rng, percentile_interval
+from ._stats import check_level, check_n_boot, make_rng, percentile_interval
 from .powerlaw import PowerLawFit
 
 __all__ = [
@@ -164,7 +164,6 @@ class CriticalBatchFit:
         n_boot: int = 1000,
         level: float = 0.95,
         random_state: int | np.random.Generator | None = 0,
-        ci: float | None = None,
     ) -> None:
         if not b0 > 0:
             raise ValueError(f"b0 must be > 0, got {b0!r}.")
@@ -173,7 +172,7 @@ class CriticalBatchFit:
         self.batch, self.steps, self.diverged = batch, steps, diverged
         self.b0, self.overshoot = float(b0), float(overshoot)
         self.n_boot = check_n_boot(n_boot)
-        self.level = level_or_ci(level, ci)
+        self.level = check_level(level, "level")
         self.random_state = random_state
 
     def fit(self, data: pd.DataFrame | Any, steps: Any = None) -> CriticalBatchFit:

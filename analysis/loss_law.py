@@ -38,7 +38,7 @@ import pandas as pd
 from ._fitted import check_is_fitted
 from ._io import finite_positive, require_columns, usable_rows
 from ._lbfgs import batched_lbfgs_threads
-from ._stats import check_level, check_n_boot, level_or_ci, make_rng, percentile_interval, renamed_level
+from ._stats import check_level, check_n_boot, make_rng, percentile_interval
 
 __all__ = [
     "HOFFMANN_DELTA",
@@ -358,7 +358,7 @@ class ChinchillaFit(_LSEHuberFit):
 
     Parameters: column names ``n`` (default ``n_params``), ``d`` (``tokens``), ``y``
     (``loss``); ``delta`` (1e-3); ``n_boot`` (1000 pairs-bootstrap refits over runs);
-    ``level`` (0.95; ``ci`` is its old spelling, still taken); ``bootstrap_starts`` (starts
+    ``level`` (0.95); ``bootstrap_starts`` (starts
     per bootstrap refit, default 4);
     ``max_iter`` per start (default 1000).
 
@@ -374,8 +374,8 @@ class ChinchillaFit(_LSEHuberFit):
                  delta: float = HOFFMANN_DELTA, n_boot: int = 1000, level: float = 0.95,
                  random_state: int | np.random.Generator | None = 0,
                  diverged: str | None = "diverged", bootstrap_starts: int = 4,
-                 max_iter: int = 200, n_jobs: int = 1, ci: float | None = None) -> None:
-        super().__init__((n, d), y, delta=delta, n_boot=n_boot, level=level_or_ci(level, ci),
+                 max_iter: int = 200, n_jobs: int = 1) -> None:
+        super().__init__((n, d), y, delta=delta, n_boot=n_boot, level=check_level(level, "level"),
                          random_state=random_state, diverged=diverged,
                          bootstrap_starts=bootstrap_starts, max_iter=max_iter,
                          n_jobs=n_jobs)
@@ -385,16 +385,14 @@ class ChinchillaFit(_LSEHuberFit):
         super().fit(data, *more)
         return self
 
-    def predict(self, n: Any, d: Any, level: float | None = None, *, interval: float | None = None) -> Any:
-        """``E + A/N^α + B/D^β``; with ``level``, a :class:`LossPrediction` band at that level
-        (``interval`` is its old spelling, still taken)."""
-        return self._predict([n, d], renamed_level(level, interval))
+    def predict(self, n: Any, d: Any, level: float | None = None) -> Any:
+        """``E + A/N^α + B/D^β``; with ``level``, a :class:`LossPrediction` band at that level."""
+        return self._predict([n, d], level)
 
     def _law_text(self) -> str:
         return f"{self.y} = E + A/{self.xs[0]}^alpha + B/{self.xs[1]}^beta"
 
-    def compute_optimal(self, compute: Any, level: float = 0.9, *,
-                        interval: float | None = None) -> ComputeOptimal:
+    def compute_optimal(self, compute: Any, level: float = 0.9) -> ComputeOptimal:
         """Compute-optimal ``N`` and ``D`` at FLOP budgets ``C`` (with ``C ≈ 6·N·D``).
 
         Hoffmann et al. 2022, eq. 4: ``N_opt(C) = G·(C/6)^(β/(α+β))``,
@@ -405,7 +403,7 @@ class ChinchillaFit(_LSEHuberFit):
         c = finite_positive(np.atleast_1d(compute), "compute")
         p = self.params_
         n_opt, d_opt = _allocation(p["A"], p["B"], p["alpha"], p["beta"], c)
-        level = check_level(renamed_level(level, interval), "level")  # type: ignore[arg-type]
+        level = check_level(level, "level")
         if self.boot_.shape[0]:
             bA, bB, bal, bbe = (self.boot_[:, self.param_names.index(k)][:, None]
                                 for k in ("A", "B", "alpha", "beta"))
@@ -452,8 +450,8 @@ class SaturatingPowerLawFit(_LSEHuberFit):
                  delta: float = HOFFMANN_DELTA, n_boot: int = 1000, level: float = 0.95,
                  random_state: int | np.random.Generator | None = 0,
                  diverged: str | None = "diverged", bootstrap_starts: int = 4,
-                 max_iter: int = 200, n_jobs: int = 1, ci: float | None = None) -> None:
-        super().__init__((x,), y, delta=delta, n_boot=n_boot, level=level_or_ci(level, ci),
+                 max_iter: int = 200, n_jobs: int = 1) -> None:
+        super().__init__((x,), y, delta=delta, n_boot=n_boot, level=check_level(level, "level"),
                          random_state=random_state, diverged=diverged,
                          bootstrap_starts=bootstrap_starts, max_iter=max_iter,
                          n_jobs=n_jobs)
@@ -463,10 +461,9 @@ class SaturatingPowerLawFit(_LSEHuberFit):
         super().fit(data, *more)
         return self
 
-    def predict(self, x: Any, level: float | None = None, *, interval: float | None = None) -> Any:
-        """``E + A/x^α``; with ``level``, a :class:`LossPrediction` band at that level
-        (``interval`` is its old spelling, still taken)."""
-        return self._predict([x], renamed_level(level, interval))
+    def predict(self, x: Any, level: float | None = None) -> Any:
+        """``E + A/x^α``; with ``level``, a :class:`LossPrediction` band at that level."""
+        return self._predict([x], level)
 
     def _law_text(self) -> str:
         return f"{self.y} = E + A/{self.xs[0]}^alpha"

@@ -13,8 +13,8 @@ from ._fitted import check_is_fitted
 from ._io import as_tuple, finite_positive, group_label, require_columns, usable_rows
 from ._stats import (
     SeedSpread,
+    check_level,
     check_n_boot,
-    level_or_ci,
     make_rng,
     percentile_interval,
     seed_spread,
@@ -258,7 +258,6 @@ class OptimumFit:
         n_boot: int = 1000,
         level: float = 0.95,
         random_state: int | np.random.Generator | None = 0,
-        ci: float | None = None,
     ) -> None:
         if int(window) != window or window < 1:
             raise ValueError(f"window must be a positive integer, got {window!r}.")
@@ -270,7 +269,7 @@ class OptimumFit:
         self.window = int(window)
         self.band = float(band)
         self.n_boot = check_n_boot(n_boot)
-        self.level = level_or_ci(level, ci)
+        self.level = check_level(level, "level")
         self.random_state = random_state
 
     # ------------------------------------------------------------------ fitting

@@ -20,7 +20,6 @@ import pandas as pd
 
 from ._fitted import check_is_fitted
 from ._io import atomic_path, savefig_atomic, usable_rows
-from ._stats import renamed_level
 from .critical_batch import CriticalBatchFit, CriticalBatchResults
 from .loss_law import ChinchillaFit, SaturatingPowerLawFit
 from .optimum import OptimumFit
@@ -145,12 +144,10 @@ def plot_optimum_vs_width(fit: OptimumFit, path: PathLike, across: str = "width"
     return _save(fig, path)
 
 
-def plot_power_law(fit: PowerLawFit, path: PathLike, level: float = 0.9, *,
-                   interval: float | None = None) -> Path:
+def plot_power_law(fit: PowerLawFit, path: PathLike, level: float = 0.9) -> Path:
     """Data, fitted power law, its confidence band and prediction band (one x variable)."""
     plt = _pyplot()
     check_is_fitted(fit, "params_")
-    level = renamed_level(level, interval)  # interval: the old spelling of level
     if len(fit.x_names_) != 1:
         raise ValueError("plot_power_law draws one-variable laws; this fit has "
                          f"{len(fit.x_names_)} variables.")
@@ -205,12 +202,11 @@ def plot_critical_batch(fit: CriticalBatchFit | CriticalBatchResults, path: Path
 
 
 def plot_loss_law(fit: ChinchillaFit | SaturatingPowerLawFit, path: PathLike,
-                  level: float = 0.9, *, interval: float | None = None) -> Path:
+                  level: float = 0.9) -> Path:
     """Loss against the first variable with the fitted law and its bootstrap band (for
     Chinchilla, at three token counts spanning the data), and observed vs predicted."""
     plt = _pyplot()
     check_is_fitted(fit, "params_")
-    level = renamed_level(level, interval)  # interval: the old spelling of level
     X, L = fit.x_data_, fit.y_data_
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.5))
     grid = np.geomspace(X[:, 0].min(), X[:, 0].max(), 100)
@@ -373,11 +369,9 @@ class OptimumSeries:
 
 
 def optimum_series(fit: OptimumFit, across: str = "width", by: str | None = None,
-                   target: float | None = None, level: float = 0.9, *,
-                   interval: float | None = None) -> list[OptimumSeries]:
+                   target: float | None = None, level: float = 0.9) -> list[OptimumSeries]:
     """The series of :func:`plot_optimum_series`: one per value of ``by`` (or one)."""
     check_is_fitted(fit, "optima_")
-    level = renamed_level(level, interval)  # interval: the old spelling of level
     res = fit.results_
     if across not in res.columns:
         raise ValueError(f"{across!r} is not a group column of the fit ({list(fit.group_by)}).")
@@ -470,11 +464,10 @@ class IsoFlopCurves:
 
 
 def isoflop_curves(fit: ChinchillaFit, compute: Sequence[float] | None = None, n_grid: int = 80,
-                   level: float = 0.9, *, interval: float | None = None) -> IsoFlopCurves:
+                   level: float = 0.9) -> IsoFlopCurves:
     """Iso-FLOP curves of a fitted law; ``compute`` defaults to 5 budgets spanning the
     data's ``6·N·D``."""
     check_is_fitted(fit, "params_")
-    level = renamed_level(level, interval)  # interval: the old spelling of level
     X, L = fit.x_data_, fit.y_data_
     if compute is None:
         c_data = 6.0 * X[:, 0] * X[:, 1]

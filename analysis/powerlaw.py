@@ -12,7 +12,7 @@ import pandas as pd
 
 from ._fitted import check_is_fitted
 from ._io import as_tuple, finite_positive, require_columns
-from ._stats import check_level, check_n_boot, level_or_ci, make_rng, percentile_interval, renamed_level
+from ._stats import check_level, check_n_boot, make_rng, percentile_interval
 
 __all__ = ["PowerLawFit", "PowerLawPrediction"]
 
@@ -53,7 +53,7 @@ class PowerLawFit:
         Resamples whose design is singular (e.g. all draws at one x) are dropped; the
         number kept is ``n_boot_used_``.
     level:
-        Two-sided level of ``ci_`` (default 0.95; ``ci=`` is its old spelling, still taken).
+        Two-sided level of ``ci_`` (default 0.95).
     random_state:
         Seed or Generator for the bootstrap.
 
@@ -75,13 +75,12 @@ class PowerLawFit:
         n_boot: int = 1000,
         level: float = 0.95,
         random_state: int | np.random.Generator | None = 0,
-        ci: float | None = None,
     ) -> None:
         self.x = as_tuple(x)
         self.y = y
         self.weight = weight
         self.n_boot = check_n_boot(n_boot)
-        self.level = level_or_ci(level, ci)
+        self.level = check_level(level, "level")
         self.random_state = random_state
 
     # ------------------------------------------------------------------ fitting
@@ -229,13 +228,11 @@ class PowerLawFit:
         return np.column_stack([np.ones(xs.shape[0]), np.log(xs)])
 
     @overload
-    def predict(self, x: Any, level: None = None, kind: str = ..., *,
-                interval: None = None) -> np.ndarray: ...
+    def predict(self, x: Any, level: None = None, kind: str = ...,) -> np.ndarray: ...
 
     @overload
     def predict(
-        self, x: Any, level: float | None = ..., kind: Literal["prediction", "confidence"] = ..., *,
-        interval: float | None = ...,
+        self, x: Any, level: float | None = ..., kind: Literal["prediction", "confidence"] = ...,
     ) -> PowerLawPrediction: ...
 
     def predict(
@@ -243,11 +240,8 @@ class PowerLawFit:
         x: Any,
         level: float | None = None,
         kind: Literal["prediction", "confidence"] = "prediction",
-        *,
-        interval: float | None = None,
     ) -> np.ndarray | PowerLawPrediction:
-        """``a·x^b...`` at ``x``; with ``level`` also a two-sided band at that level
-        (``interval`` is its old spelling, still taken).
+        """``a·x^b...`` at ``x``; with ``level`` also a two-sided band at that level.
 
         ``kind="prediction"`` (default) bands a new observation (weight 1):
         ``ŷ ± t_{dof,(1+q)/2} · σ · sqrt(1 + x0ᵀ(XᵀWX)⁻¹x0)`` in log space, then
@@ -259,7 +253,6 @@ class PowerLawFit:
         X0 = self._design(x)
         mean = X0 @ self.coef_
         point = np.exp(mean)
-        level = renamed_level(level, interval)
         if level is None:
             return point
         level = check_level(level, "level")

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._io import plain
-from ._stats import check_level, renamed_level
+from ._stats import check_level
 from .loss_law import ChinchillaFit
 from .powerlaw import PowerLawFit
 
@@ -144,7 +144,6 @@ def project(
     reference: Mapping[str, float] | None = None,
     warmup_fraction: float = 0.01,
     level: float = 0.9,
-    interval: float | None = None,
     k: float = 10.0,
 ) -> Projection:
     """Recommend LR, batch size, B_crit, steps and warmup at ``target``, with intervals.
@@ -153,7 +152,7 @@ def project(
     ``n_params``, ``tokens``, ``compute`` (FLOPs), ``seq_len``, ``batch_size``. Each
     power-law fit reads the target values of the columns it was fitted on (e.g. an LR
     law fitted on ``width``, or the Step Law form on ``("n_params", "tokens")``), and
-    gives a ``level`` (default 90 %; ``interval`` is its old spelling) prediction interval
+    gives a ``level`` (default 90 %) prediction interval
     (:meth:`PowerLawFit.predict`).
 
     * ``compute`` without ``n_params``/``tokens``: with a Chinchilla ``loss`` fit, the
@@ -174,7 +173,7 @@ def project(
     A value whose inputs lie more than ``k``× (default 10) outside its law's fitted
     range sets ``extrapolated`` and adds a sentence to ``warnings``.
     """
-    level = check_level(renamed_level(level, interval), "level")  # type: ignore[arg-type]
+    level = check_level(level, "level")
     if not k >= 1:
         raise ValueError(f"k (the extrapolation limit) must be >= 1, got {k!r}.")
     if not 0 <= warmup_fraction < 1:

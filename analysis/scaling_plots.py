@@ -18,7 +18,7 @@ from ._io import require_columns, usable_rows
 from ._stats import check_level, percentile_interval
 from .critical_batch import CriticalBatchFit
 from .plots import PathLike, _pyplot, _save
-from .scaling import ScalingCurves
+from .scaling_fit import ScalingCurves
 
 __all__ = [
     "CriticalBatchComparison",

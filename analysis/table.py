@@ -21,8 +21,17 @@ import pandas as pd
 from ._io import plain
 from .results import check_single_valued, read_results
 
-__all__ = ["dumps", "group_dict", "group_label", "groups", "in_group", "load_table", "num", "pair",
-           "parse_where", "plain"]
+__all__ = [
+    "dumps",
+    "group_dict",
+    "group_label",
+    "groups",
+    "in_group",
+    "load_table",
+    "num",
+    "pair",
+    "parse_where",
+]
 
 T = TypeVar("T")
 

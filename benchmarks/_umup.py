@@ -12,7 +12,7 @@ RMSNorm blocks, RoPE, a 4x GELU MLP, untied readout, no biases; depth 2, head di
 context 64, byte vocab), with u-μP's own choices where the package makes one (norms without
 gains, fused QKV as in ``uu.MHSA``).
 
-The loop mirrors ``mutransfer.train.Trainer`` for the demo's setup: the same training and
+The loop mirrors ``mutransfer.trainer.Trainer`` for the demo's setup: the same training and
 held-out batches (``TokenDataset.get_batch``), the same schedule (``TrainConfig
 .schedule_config``), Adam's betas and eps, the same held-out loss (mean cross-entropy over
 ``eval_sequences`` sequences of the fixed held-out set) and the same divergence rule (``divergence_bound``).
@@ -134,11 +134,11 @@ def train_umup(demo: dict[str, Any], width: int, lr: float, seed: int,
     diverge_factor optional; ``embedding_lr_constant``: see :func:`umup_optimizer`).
     Returns ``loss`` (final held-out loss; a diverged run gets max(ln V, initial loss), as
     the trainer reports it), ``diverged``, ``initial_loss`` and ``wall_s``."""
+    from mutransfer.config import TrainConfig
     from mutransfer.device import denormals_flushed
     from mutransfer.optim import set_lr
     from mutransfer.schedules import make_schedule
     from mutransfer.stabilizers import divergence_bound, is_diverged
-    from mutransfer.train import TrainConfig
     from mutransfer.trainer import eval_rows, sequence_losses
 
     t0 = time.perf_counter()

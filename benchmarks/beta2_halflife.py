@@ -56,10 +56,11 @@ def _flat(arm: str, batch: int, lr: float, seed: int) -> dict[str, Any]:
 def run(out: str | Path | None = None, write: bool = True) -> dict[str, Any]:
     import pandas as pd
 
-    from analysis import OptimumFit
+    from analysis.optimum import OptimumFit
     from benchmarks._proxy import TrialLog, bracket_scans, log, record_header
     from mutransfer._io import atomic_write_text
-    from mutransfer.train import TrainConfig, train
+    from mutransfer.config import TrainConfig
+    from mutransfer.train import train
 
     t0 = time.perf_counter()
     trials = TrialLog(Path(out or "runs/beta2_halflife") / "trials.jsonl")

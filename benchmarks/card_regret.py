@@ -4,7 +4,7 @@ A user's workflow, end to end, through the library's public API: the scaling swe
 proxy's width (:class:`sweeps.ScalingSweep`, its grid extended until the optima are
 bracketed, :func:`sweeps.extend.run_bracketed`), the laws eta*(B, D) and B*(D)
 (:class:`analysis.ScalingLawFit`), and the card that ``mutransfer transfer`` writes
-(:func:`mutransfer.target.plan_run` and :func:`mutransfer.card.build_card`) for a target
+(:func:`mutransfer.plan.plan_run` and :func:`mutransfer.card.build_card`) for a target
 8x wider, 4x deeper (CompleteP's depth rules, the proxy tuned under them at its own depth)
 and trained on 8x the proxy's largest token budget. Then, at the target, direct
 measurement independent of the card: at each of the size's target batches, an LR scan in
@@ -140,10 +140,11 @@ def _model(sz: Size, width: int, depth: int) -> dict[str, Any]:
 # ------------------------------------------------------------------ the proxy, as a user sweeps it
 def proxy_stage(sz: Size, out: Path) -> dict[str, Any]:
     """The scaling sweep at the proxy width, bracketed, and its fitted laws."""
-    from analysis import ScalingLawFit
-    from sweeps import ScalingSweep, results_table
+    from analysis.scaling_fit import ScalingLawFit
+    from sweeps.export import results_table
     from sweeps.extend import Bounds, run_bracketed
     from sweeps.holdout import fit_rows
+    from sweeps.spec_scaling import ScalingSweep
     from sweeps.worker import open_study
 
     spec = ScalingSweep(preset=sz.preset, width=sz.width, batch_sizes=sz.batch_sizes, tokens=sz.tokens,
@@ -181,9 +182,9 @@ def proxy_optimum(doc: dict[str, Any]) -> dict[str, float]:
 def write_card(sz: Size, doc: dict[str, Any], opt: dict[str, float], out: Path) -> dict[str, Any]:
     """The card for the target, made as ``mutransfer transfer`` makes it
     (:func:`mutransfer.card.make_card`: plan, build, warnings, trust block)."""
-    from analysis import ScalingLawFit
+    from analysis.scaling_fit import ScalingLawFit
     from mutransfer.card import make_card, save_card
-    from mutransfer.models import get_preset
+    from mutransfer.models.presets import get_preset
     from mutransfer.parametrization import Parametrization
     from mutransfer.target import resolve_target, transfer_builder
 
@@ -208,7 +209,8 @@ def write_card(sz: Size, doc: dict[str, Any], opt: dict[str, float], out: Path) 
 # ------------------------------------------------------------------ runs
 def _train_point(flat: dict[str, Any]) -> dict[str, Any]:
     """One run in a worker process: the loss row of :meth:`Runner.loss`."""
-    from mutransfer.train import TrainConfig, train
+    from mutransfer.config import TrainConfig
+    from mutransfer.train import train
 
     t0, c0 = time.perf_counter(), time.process_time()
     res = train(TrainConfig.from_flat(flat))
@@ -317,7 +319,7 @@ def lr_error_split(runner: Runner, sz: Size, best_b: dict[str, Any], law_lr: dic
     bootstrap intervals (the law's own band is in ``law_lr_by_batch``)."""
     import pandas as pd
 
-    from analysis import OptimumFit
+    from analysis.optimum import OptimumFit
     from benchmarks._proxy import bracket_scan
 
     b = int(best_b["batch_size"])
@@ -369,7 +371,7 @@ def card_parts(record: dict[str, Any]) -> dict[str, Any] | None:
     None when the card's batch was not scanned."""
     import pandas as pd
 
-    from analysis import OptimumFit
+    from analysis.optimum import OptimumFit
 
     card = record["regret"]["card"]
     b = int(card["batch_sequences"])
@@ -441,8 +443,8 @@ def run(size: str = "cpu", out: str | os.PathLike[str] | None = None, max_minute
     ``workers`` processes train the target's runs (each single-threaded)."""
     import torch
 
-    from analysis import OptimumFit
     from analysis.baselines import deepseek_llm, step_law
+    from analysis.optimum import OptimumFit
     from benchmarks._proxy import bracket_scan, bracket_scans, finite_or_none, log, record_header
     from mutransfer._io import atomic_write_text
 

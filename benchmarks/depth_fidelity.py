@@ -36,9 +36,11 @@ def run(depths: tuple[int, ...] = (2, 4, 8, 16), width: int = 32, steps: int = 1
         out: str | os.PathLike[str] | None = None, threads: int = 1) -> dict[str, Any]:
     import pandas as pd
 
-    from analysis import OptimumFit, plot_lr_curves, plot_optimum_vs_width
+    from analysis.optimum import OptimumFit
+    from analysis.plots import plot_lr_curves, plot_optimum_vs_width
     from mutransfer._io import atomic_write_text
-    from mutransfer.train import TrainConfig, train
+    from mutransfer.config import TrainConfig
+    from mutransfer.train import train
 
     t0 = time.perf_counter()
     out = Path(out or Path("runs") / "depth_fidelity")

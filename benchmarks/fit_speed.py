@@ -132,7 +132,7 @@ def fit_scaling_file(csv: Path, out: Path) -> None:
     """What `mutransfer fit scaling CSV --out FIT.json` runs, through the library's public API:
     read and check the table (:func:`analysis.table.load_table`), fit with 1000 bootstrap
     resamples, write strict JSON atomically."""
-    from analysis import ScalingLawFit
+    from analysis.scaling_fit import ScalingLawFit
     from analysis.table import dumps, load_table
     from mutransfer._io import atomic_write_text
 
@@ -148,7 +148,7 @@ def fit_scaling_file(csv: Path, out: Path) -> None:
 def scaling_timing() -> dict[str, Any]:
     """Seconds of ScalingLawFit (both methods) and of what `mutransfer fit scaling` runs
     (read, check, fit, write), 1000 resamples."""
-    from analysis import ScalingLawFit
+    from analysis.scaling_fit import ScalingLawFit
 
     df = scaling_sweep()
     t_fit, fit = _time(lambda: ScalingLawFit(n_boot=N_BOOT).fit(df))
@@ -169,7 +169,7 @@ def run() -> dict[str, Any]:
     import pandas
     import scipy
 
-    from analysis import ChinchillaFit
+    from analysis.loss_law import ChinchillaFit
 
     n, d, loss = _data()
     jobs = min(2, os.cpu_count() or 1)

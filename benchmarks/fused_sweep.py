@@ -59,7 +59,7 @@ CUDA_PROXY = dict(preset="gpt-small", width=256, depth=4, head_dim=32, seq_len=1
 
 
 def _configs(proxy: dict[str, Any], k: int, device: str) -> list[Any]:
-    from mutransfer.train import TrainConfig
+    from mutransfer.config import TrainConfig
 
     base = TrainConfig.from_flat(dict(parametrization="mup", base_width=64, device=device,
                                       data_max_bytes=2_000_000, **proxy))
@@ -147,10 +147,11 @@ CROSSOVER = dict(widths=(32, 64, 128), batches=((1, 1, 400), (16, 2, 60)), k=6)
 
 
 def _crossover() -> list[dict[str, Any]]:
+    from mutransfer.config import TrainConfig
     from mutransfer.data import DataConfig, load_dataset
     from mutransfer.fused import train_fused
     from mutransfer.fusion import member_step_flops
-    from mutransfer.train import TrainConfig, train
+    from mutransfer.train import train
 
     data = load_dataset(DataConfig(source="stdlib", max_bytes=2_000_000))
     rows = []
@@ -174,8 +175,8 @@ def _crossover() -> list[dict[str, Any]]:
 
 def run() -> dict[str, Any]:
     """Measure CPU (always) and CUDA (when available); write and return the record."""
-    from mutransfer import __version__ as mt_version
     from mutransfer._io import atomic_write_text
+    from mutransfer._version import __version__ as mt_version
 
     figures: dict[str, Any] = {"cpu": _measure("cpu", CPU_PROXY), "cpu_crossover": _crossover()}
     cuda = torch.cuda.is_available()

@@ -59,7 +59,7 @@ def check_family(name: str, lr: float | None, seeds: int, folder: Path) -> dict[
 
     from mutransfer.coord_check import coord_check, default_lr
     from mutransfer.data import DataConfig, load_dataset
-    from mutransfer.models import build_model, logits_of, parse_model
+    from mutransfer.models.source import build_model, logits_of, parse_model
 
     fields, rule, widths = FAMILIES[name]
     path = folder / name / "config.json"

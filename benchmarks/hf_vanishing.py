@@ -137,7 +137,7 @@ def run(seeds: int = 1) -> dict[str, Any]:
     from mutransfer._io import atomic_write_text
     from mutransfer.coord_check import FINITE_WIDTH_KAPPA, TOL_INF, coord_check, ladder_tol
     from mutransfer.engines.hf import hf_loss
-    from mutransfer.models import GPT, GPTConfig
+    from mutransfer.models.gpt import GPT, GPTConfig
 
     torch.set_num_threads(1)
     t0 = time.perf_counter()

@@ -123,9 +123,10 @@ def throughput() -> dict[str, Any]:
 
 
 def fused_llama_tiny() -> dict[str, Any]:
+    from mutransfer.config import TrainConfig
     from mutransfer.data import DataConfig, load_dataset
     from mutransfer.fused import train_fused
-    from mutransfer.train import TrainConfig, train
+    from mutransfer.train import train
 
     base = TrainConfig.from_flat(dict(parametrization="mup", base_width=32, device="cpu",
                                       data_max_bytes=2_000_000, **FUSED_PROXY))

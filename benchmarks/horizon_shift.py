@@ -37,10 +37,12 @@ def run(horizons: tuple[int, ...] = (150, 300, 600, 1200), width: int = 64, base
         out: str | os.PathLike[str] | None = None, threads: int = 1) -> dict[str, Any]:
     import pandas as pd
 
-    from analysis import OptimumFit, plot_lr_curves, plot_optimum_vs_width
     from analysis._stats import percentile_interval
+    from analysis.optimum import OptimumFit
+    from analysis.plots import plot_lr_curves, plot_optimum_vs_width
     from mutransfer._io import atomic_write_text
-    from mutransfer.train import TrainConfig, train_wsd_branches
+    from mutransfer.config import TrainConfig
+    from mutransfer.train import train_wsd_branches
 
     t0 = time.perf_counter()
     horizons = tuple(sorted(horizons))

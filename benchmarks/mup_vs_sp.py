@@ -91,7 +91,8 @@ def _scan_arm(arm: str, over: dict[str, Any], width: int, seeds: tuple[int, ...]
     ``train_missing=False`` replays the scan from the log, writing nothing, and raises
     :class:`MissingTrial` where it would train."""
     from benchmarks._proxy import TrialLog, bracket_scan, log
-    from mutransfer.train import TrainConfig, train
+    from mutransfer.config import TrainConfig
+    from mutransfer.train import train
 
     trials = TrialLog(Path(out) / "trials.jsonl")
     m = width / demo["base_width"]
@@ -179,8 +180,7 @@ def import_results(csv: str | os.PathLike[str], out: Path, demo: dict[str, Any] 
 
     from benchmarks._proxy import TrialLog, log
     from benchmarks.tuned_multipliers import DEMO
-    from mutransfer.config import ALIASES
-    from mutransfer.train import TrainConfig
+    from mutransfer.config import ALIASES, TrainConfig
 
     demo = dict(demo or DEMO)
     arms = arms or {p: (p, ABLATIONS[p](1.0)) for p in ("sp", "mup")}
@@ -223,7 +223,7 @@ def ablate(width: int = 256, seeds: tuple[int, ...] = (0, 1), arms: tuple[str, .
            out: str | os.PathLike[str] | None = None, jobs: int = 1, step: float = 1.0) -> dict[str, Any]:
     """The ablation at one width: per arm the best loss ÷ SP's [95% seed bootstrap] and the
     optimal log2 LR. Writes ``results/mup_vs_sp_ablation.json``."""
-    from analysis import OptimumFit
+    from analysis.optimum import OptimumFit
     from benchmarks._proxy import log, record_header
     from benchmarks.tuned_multipliers import DEMO, best_loss_ratio
     from mutransfer._io import atomic_write_text
@@ -281,7 +281,7 @@ def transfer(fix: str = "readout_fan_in", widths: tuple[int, ...] = (32, 64, 128
     SP's at the widest width [seed bootstrap]. SP's drift uses seed 0 below the widest
     width (it moves by whole octaves; the demo does the same). Writes
     ``results/mup_vs_sp.json``."""
-    from analysis import OptimumFit
+    from analysis.optimum import OptimumFit
     from benchmarks._proxy import finite_or_none, log, record_header
     from benchmarks.tuned_multipliers import DEMO, best_loss_ratio
     from mutransfer._io import atomic_write_text

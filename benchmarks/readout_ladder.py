@@ -107,7 +107,8 @@ def work_list(widths: tuple[int, ...], seeds: tuple[int, ...],
 def summarize(table: Any, widths: tuple[int, ...], n_boot: int = 500) -> dict[str, Any]:
     """Per arm: drift [interval], wider-is-better, and per width the optimum, best loss and
     best loss ÷ SP's [seed bootstrap]; plus the eligible arms by :data:`TARGETS`."""
-    from analysis import OptimumFit, paired_best_ratio
+    from analysis.best_loss import paired_best_ratio
+    from analysis.optimum import OptimumFit
     from benchmarks._proxy import finite_or_none
     from benchmarks.tuned_multipliers import best_loss_ratio
 

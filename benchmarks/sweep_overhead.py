@@ -36,7 +36,8 @@ TRAIN_BASE = {"steps": 20, "batch_size": 8, "eval_every": 10, "eval_sequences": 
 
 
 def _machinery(storage: str | None, out: Path, name: str) -> float:
-    from sweeps import LRSweep, run_sweep
+    from sweeps.spec_kinds import LRSweep
+    from sweeps.study import run_sweep
 
     spec = LRSweep(widths=(32, 64, 128), parametrizations=("sp", "mup"),
                    lrs=tuple(2.0**k for k in range(-14, -6)), name=name)
@@ -49,8 +50,11 @@ def _machinery(storage: str | None, out: Path, name: str) -> float:
 
 
 def _trainer(out: Path) -> tuple[float, float]:
-    from mutransfer.train import TrainConfig, train
-    from sweeps import LRSweep, resolve_config, run_sweep
+    from mutransfer.config import TrainConfig
+    from mutransfer.train import train
+    from sweeps.resolve import resolve_config
+    from sweeps.spec_kinds import LRSweep
+    from sweeps.study import run_sweep
 
     spec = LRSweep(widths=TRAIN_WIDTHS, parametrizations=("mup",), lrs=TRAIN_LRS, base=TRAIN_BASE)
     configs = [resolve_config(spec, p) for p in spec.points()]

@@ -11,7 +11,7 @@ backward, global grad-norm clip, AdamW step) on the same batches:
 - ``mup_lib``: microsoft ``mup``'s own recipe (``MuReadout``, ``set_base_shapes``,
   ``MuAdamW``), when ``mup`` is installed;
 
-plus ``trainer``: :class:`mutransfer.train.Trainer`'s full step on the μP model (data
+plus ``trainer``: :class:`mutransfer.trainer.Trainer`'s full step on the μP model (data
 fetch, schedule, metrics, GNS bookkeeping included). Repeats are interleaved (every
 round times each variant once) and the median round (one step each) is reported, so drifts in machine
 load hit every variant alike. On CUDA it also reports tokens/s and model FLOPs
@@ -101,7 +101,8 @@ def _variants(batches: list[tuple[torch.Tensor, torch.Tensor]]) -> dict[str, Cal
 
 
 def _trainer_step() -> tuple[Callable[[int], None], Any]:
-    from mutransfer.train import TrainConfig, Trainer
+    from mutransfer.config import TrainConfig
+    from mutransfer.trainer import Trainer
 
     cfg = TrainConfig.from_flat(dict(
         preset="gpt-small", width=WIDTH, depth=DEPTH, head_dim=HEAD_DIM, seq_len=SEQ, batch_size=BATCH,
@@ -147,7 +148,8 @@ def cpu_figures(threads: int = 1) -> dict[str, Any]:
 
 def cuda_figures(steps: int = 30, batch: int = 64) -> dict[str, Any]:
     """gpt-40m with bf16 autocast + torch.compile through the Trainer: tokens/s and MFU."""
-    from mutransfer.train import TrainConfig, Trainer
+    from mutransfer.config import TrainConfig
+    from mutransfer.trainer import Trainer
 
     cfg = TrainConfig.from_flat(dict(
         preset="gpt-40m", batch_size=batch, steps=10_000, lr=3e-3, device="cuda", dtype="bf16", compile=True,

@@ -36,7 +36,7 @@ import numpy as np
 
 HERE = Path(__file__).parent
 SPEC = HERE.parent / "docs" / "specs" / "multipliers.yaml"
-# The demo's small size (mutransfer_cli.demo.SIZES["small"]) at one width.
+# The demo's small size (mutransfer_cli._demo_sizes.SIZES["small"]) at one width.
 DEMO = {"preset": "gpt-small", "base_width": 32, "steps": 150, "batch_size": 16, "seq_len": 64,
         "eval_every": 150, "eval_sequences": 128, "warmup_steps": 15, "schedule": "cosine", "lr_floor": 0.1,
         "threads": 1, "device": "cpu"}
@@ -45,7 +45,9 @@ DEMO = {"preset": "gpt-small", "base_width": 32, "steps": 150, "batch_size": 16,
 def tune(trials: int, out: Path, steps: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """Run (or resume) the TPE sweep; return (best values, sweep summary). ``steps``
     shortens every trial (smoke tests only)."""
-    from sweeps import load_spec, open_study, run_sweep
+    from sweeps.spec import load_spec
+    from sweeps.study import run_sweep
+    from sweeps.worker import open_study
 
     spec = load_spec(SPEC)
     base = dict(spec.base) if steps is None else {**spec.base, **_short(steps)}
@@ -72,7 +74,7 @@ def best_loss_ratio(table: Any, num: str, den: str, n_boot: int = 400, seed: int
     seeds with replacement."""
     import pandas as pd
 
-    from analysis import OptimumFit
+    from analysis.optimum import OptimumFit
 
     def ratio(df: Any) -> float:
         fit = OptimumFit(x="lr", y="loss", group_by=(by,), n_boot=0).fit(df)
@@ -105,10 +107,11 @@ def run(trials: int = 32, width: int = 256, seeds: tuple[int, ...] = (0, 1),
     "before" ratio is left out."""
     import pandas as pd
 
-    from analysis import OptimumFit
+    from analysis.optimum import OptimumFit
     from benchmarks._proxy import TrialLog, bracket_scan, log, record_header
     from mutransfer._io import atomic_write_text
-    from mutransfer.train import TrainConfig, train
+    from mutransfer.config import TrainConfig
+    from mutransfer.train import train
 
     bad = sorted(set(arms_run) - {"sp", "mup_tuned", "mup"})
     if bad or not {"sp", "mup_tuned"} <= set(arms_run):

@@ -93,7 +93,8 @@ def scan(arm: str, width: int, seeds: tuple[int, ...], out: str, steps: int | No
                     r = train_umup(demo, width, 2.0**t, seed, embedding_lr_constant=arm == "umup_embconst")
                 else:
                     from benchmarks._umup import _dataset
-                    from mutransfer.train import TrainConfig, train
+                    from mutransfer.config import TrainConfig
+                    from mutransfer.train import train
 
                     res = train(TrainConfig.from_flat({**demo, "parametrization": arm, "width": width,
                                                          "lr": 2.0**t, "seed": seed}),
@@ -139,7 +140,7 @@ def run(widths: tuple[int, ...] = (32, 64, 128, 256), seeds: tuple[int, ...] = (
         raise ValueError(f"workers must be >= 1, got {workers}")
     import pandas as pd
 
-    from analysis import OptimumFit
+    from analysis.optimum import OptimumFit
     from benchmarks.tuned_multipliers import best_loss_ratio
     from mutransfer._io import atomic_write_text
 

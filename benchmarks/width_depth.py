@@ -73,7 +73,8 @@ def train_all(seeds: tuple[int, ...] = (0, 1), deep_seeds: tuple[int, ...] = (0,
     ``budget_s`` CPU seconds (core-seconds: the trainer runs on one thread) or ``wall_s``
     wall seconds in this call. Returns {phase: wall seconds}."""
     from benchmarks._proxy import TrialLog, bracket_scan, log
-    from mutransfer.train import TrainConfig, train
+    from mutransfer.config import TrainConfig
+    from mutransfer.train import train
 
     trials = TrialLog(Path(out or Path("runs") / "width_depth") / "trials.jsonl")
     t0, c0 = time.perf_counter(), time.process_time()
@@ -142,7 +143,7 @@ def _loss_at(fit: Any, key: tuple[Any, ...], log2_x: float, table: Any) -> tuple
 
 def _ratio_at_proxy(table: Any, label: str, target: tuple[int, int]) -> float:
     """Target's loss at the proxy's optimal LR ÷ the target's best loss, for one table."""
-    from analysis import OptimumFit
+    from analysis.optimum import OptimumFit
 
     wd = table[["width", "depth"]].apply(tuple, axis=1)
     sub = table[(table["param"] == label) & wd.isin([PROXY, target])]
@@ -196,8 +197,8 @@ def summarize(table: Any, n_boot: int = 1000, n_boot_ratio: int = 200) -> dict[s
     ``table``: one row per trial (param, width, depth, lr, log2_lr, seed, loss, diverged)."""
     import numpy as np
 
-    from analysis import OptimumFit
     from analysis._stats import percentile_interval
+    from analysis.optimum import OptimumFit
     from benchmarks._proxy import finite_or_none
 
     def log2_ci(ci: tuple[float, float]) -> list[float | None]:
@@ -241,7 +242,7 @@ def report(out: str | os.PathLike[str] | None = None, wall_s: float | None = Non
     """Fit whatever trials the log holds and write ``results/width_depth.json`` and ``.png``."""
     import pandas as pd
 
-    from analysis import plot_lr_curves
+    from analysis.plots import plot_lr_curves
     from benchmarks._proxy import TrialLog, record_header
     from mutransfer._io import atomic_write_text
 
@@ -324,8 +325,7 @@ def import_proxy(csv: str | os.PathLike[str], out: Path) -> int:
     import pandas as pd
 
     from benchmarks._proxy import TrialLog, log
-    from mutransfer.config import ALIASES
-    from mutransfer.train import TrainConfig
+    from mutransfer.config import ALIASES, TrainConfig
 
     table = pd.read_csv(csv)
     trials = TrialLog(out / "trials.jsonl")

@@ -6,102 +6,122 @@ quick: torch and friends load on first use of a name that needs them.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from typing import TYPE_CHECKING
 
-__version__ = "0.1.0"
+from mutransfer._lazy import lazy_exports
+from mutransfer._version import __version__
 
-# public name -> module that defines it
-_EXPORTS: dict[str, str] = {
-    # parametrization
-    "Parametrization": "mutransfer.parametrization",
-    "Multipliers": "mutransfer.parametrization",
-    "Rule": "mutransfer.parametrization",
-    "ParamSpec": "mutransfer.parametrization",
-    "parametrize": "mutransfer.parametrization",
-    "load_base_shapes": "mutransfer.parametrization",
-    # coordinate check
-    "coord_check": "mutransfer.coord_check",
-    "CoordCheckResult": "mutransfer.coord_check",
-    # audit of a user's muP
-    "audit": "mutransfer.audit",
-    "AuditResult": "mutransfer.audit",
-    # transfer card
-    "build_card": "mutransfer.card",
-    "save_card": "mutransfer.card",
-    "load_card": "mutransfer.card",
-    "validate_card": "mutransfer.card",
-    "apply_card": "mutransfer.card",
-    "Applied": "mutransfer.card",
-    "TargetModel": "mutransfer.target",
-    "resolve_target": "mutransfer.target",
-    "build_target_model": "mutransfer.target",
-    "ScalingLaws": "mutransfer.target",
-    "plan_run": "mutransfer.target",
-    # folding and engine exports
-    "fold": "mutransfer.fold",
-    "export_card": "mutransfer.export",
-    "hf_param_groups": "mutransfer.export",
-    "torchtitan_param_groups": "mutransfer.export",
+if TYPE_CHECKING:
+    from mutransfer.audit import audit
+    from mutransfer.audit_result import AuditResult
+    from mutransfer.base_shapes import load_base_shapes
+    from mutransfer.card import build_card, load_card, save_card
+    from mutransfer.card_apply import Applied, apply_card
+    from mutransfer.card_schema import validate_card
+    from mutransfer.checkpoint import load_checkpoint, save_checkpoint
+    from mutransfer.config import (
+        ModelSection,
+        OptimSection,
+        OutputSection,
+        ParametrizationSection,
+        RunSection,
+        ScheduleSection,
+        StabilizerSection,
+        TrainConfig,
+        load_config,
+    )
+    from mutransfer.coord_check import CoordCheckResult, coord_check
+    from mutransfer.corpus import build_stdlib_corpus
+    from mutransfer.data import DataConfig, TokenDataset, load_dataset
+    from mutransfer.export import export_card
+    from mutransfer.export.hf import hf_param_groups
+    from mutransfer.export.torchtitan import torchtitan_param_groups
+    from mutransfer.fold import fold
+    from mutransfer.fused import train_fused
+    from mutransfer.fused_wsd import train_fused_wsd_branches
+    from mutransfer.memory import MemoryEstimate, training_memory
+    from mutransfer.models.gpt import GPT, GPTConfig
+    from mutransfer.models.mlp import MLP, MLPConfig
+    from mutransfer.models.presets import get_preset, width_ladder
+    from mutransfer.noise_scale import NoiseScaleEstimator, grad_sq_norm
+    from mutransfer.optim import OptimizerList, build_optimizer, qk_clip, set_lr
+    from mutransfer.parametrization import Parametrization, parametrize
+    from mutransfer.plan import plan_run
+    from mutransfer.schedules import (
+        BatchRamp,
+        BatchRampConfig,
+        NoiseScaleRamp,
+        Schedule,
+        ScheduleConfig,
+        make_schedule,
+    )
+    from mutransfer.specs import Multipliers, ParamSpec, Rule
+    from mutransfer.stabilizers import SpikeDetector
+    from mutransfer.target import TargetModel, build_target_model, resolve_target
+    from mutransfer.train import train, train_wsd_branches
+    from mutransfer.train_result import TrainResult
+    from mutransfer.trainer import Trainer
+
+__all__ = [
+    "__version__",
     # models
-    "GPT": "mutransfer.models",
-    "GPTConfig": "mutransfer.models",
-    "MLP": "mutransfer.models",
-    "MLPConfig": "mutransfer.models",
-    "get_preset": "mutransfer.models",
-    "width_ladder": "mutransfer.models",
-    # trainer and its config tree
-    "TrainConfig": "mutransfer.config",
-    "ModelSection": "mutransfer.config",
-    "ParametrizationSection": "mutransfer.config",
-    "OptimSection": "mutransfer.config",
-    "ScheduleSection": "mutransfer.config",
-    "RunSection": "mutransfer.config",
-    "StabilizerSection": "mutransfer.config",
-    "OutputSection": "mutransfer.config",
-    "TrainResult": "mutransfer.train",
-    "Trainer": "mutransfer.train",
-    "train": "mutransfer.train",
-    "train_wsd_branches": "mutransfer.train",
-    "load_config": "mutransfer.config",
-    "train_fused": "mutransfer.fused",
-    "train_fused_wsd_branches": "mutransfer.fused_wsd",
-    "SpikeDetector": "mutransfer.stabilizers",
-    "save_checkpoint": "mutransfer.checkpoint",
-    "load_checkpoint": "mutransfer.checkpoint",
-    "qk_clip": "mutransfer.optim",
-    # optimizers
-    "build_optimizer": "mutransfer.optim",
-    "set_lr": "mutransfer.optim",
-    "OptimizerList": "mutransfer.optim",
-    # data, schedules, noise scale, memory
-    "DataConfig": "mutransfer.data",
-    "TokenDataset": "mutransfer.data",
-    "load_dataset": "mutransfer.data",
-    "build_stdlib_corpus": "mutransfer.data",
-    "ScheduleConfig": "mutransfer.schedules",
-    "Schedule": "mutransfer.schedules",
-    "make_schedule": "mutransfer.schedules",
-    "BatchRampConfig": "mutransfer.schedules",
-    "BatchRamp": "mutransfer.schedules",
-    "NoiseScaleRamp": "mutransfer.schedules",
-    "NoiseScaleEstimator": "mutransfer.noise_scale",
-    "grad_sq_norm": "mutransfer.noise_scale",
-    "training_memory": "mutransfer.memory",
-    "MemoryEstimate": "mutransfer.memory",
-}
+    "GPT", "GPTConfig", "MLP", "MLPConfig", "get_preset", "width_ladder",
+    # parametrization: the rule table, its multipliers and the folded export
+    "Parametrization", "Multipliers", "Rule", "ParamSpec", "parametrize", "load_base_shapes", "fold",
+    # training: the config tree, the trainer, its optimizers, schedules and data
+    "TrainConfig", "ModelSection", "ParametrizationSection", "OptimSection", "ScheduleSection",
+    "RunSection", "StabilizerSection", "OutputSection", "load_config", "Trainer", "TrainResult", "train",
+    "train_wsd_branches", "train_fused", "train_fused_wsd_branches", "SpikeDetector", "save_checkpoint",
+    "load_checkpoint", "build_optimizer", "set_lr", "OptimizerList", "qk_clip", "DataConfig",
+    "TokenDataset", "load_dataset", "build_stdlib_corpus", "ScheduleConfig", "Schedule", "make_schedule",
+    "BatchRampConfig", "BatchRamp", "NoiseScaleRamp", "NoiseScaleEstimator", "grad_sq_norm",
+    "training_memory", "MemoryEstimate",
+    # checks: coordinate check and audit
+    "coord_check", "CoordCheckResult", "audit", "AuditResult",
+    # the transfer card: target, plan, build, validate, apply, export
+    "TargetModel", "resolve_target", "build_target_model", "plan_run", "build_card", "save_card",
+    "load_card", "validate_card", "apply_card", "Applied", "export_card", "hf_param_groups",
+    "torchtitan_param_groups",
+]
 
-__all__ = ["__version__", *_EXPORTS]
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'mutransfer' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+# Loaded on first use, so `import mutransfer` stays quick; the names above are the ones
+# a type checker and a reader see (tests/test_layers.py holds the two lists equal).
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "mutransfer.audit": ("audit",),
+    "mutransfer.audit_result": ("AuditResult",),
+    "mutransfer.base_shapes": ("load_base_shapes",),
+    "mutransfer.card": ("build_card", "save_card", "load_card"),
+    "mutransfer.card_apply": ("apply_card", "Applied"),
+    "mutransfer.card_schema": ("validate_card",),
+    "mutransfer.checkpoint": ("save_checkpoint", "load_checkpoint"),
+    "mutransfer.config": (
+        "TrainConfig", "ModelSection", "ParametrizationSection", "OptimSection", "ScheduleSection",
+        "RunSection", "StabilizerSection", "OutputSection", "load_config",
+    ),
+    "mutransfer.coord_check": ("coord_check", "CoordCheckResult"),
+    "mutransfer.corpus": ("build_stdlib_corpus",),
+    "mutransfer.data": ("DataConfig", "TokenDataset", "load_dataset"),
+    "mutransfer.export": ("export_card",),
+    "mutransfer.export.hf": ("hf_param_groups",),
+    "mutransfer.export.torchtitan": ("torchtitan_param_groups",),
+    "mutransfer.fold": ("fold",),
+    "mutransfer.fused": ("train_fused",),
+    "mutransfer.fused_wsd": ("train_fused_wsd_branches",),
+    "mutransfer.memory": ("training_memory", "MemoryEstimate"),
+    "mutransfer.models.gpt": ("GPT", "GPTConfig"),
+    "mutransfer.models.mlp": ("MLP", "MLPConfig"),
+    "mutransfer.models.presets": ("get_preset", "width_ladder"),
+    "mutransfer.noise_scale": ("NoiseScaleEstimator", "grad_sq_norm"),
+    "mutransfer.optim": ("build_optimizer", "set_lr", "OptimizerList", "qk_clip"),
+    "mutransfer.parametrization": ("Parametrization", "parametrize"),
+    "mutransfer.plan": ("plan_run",),
+    "mutransfer.schedules": (
+        "ScheduleConfig", "Schedule", "make_schedule", "BatchRampConfig", "BatchRamp", "NoiseScaleRamp",
+    ),
+    "mutransfer.specs": ("Multipliers", "Rule", "ParamSpec"),
+    "mutransfer.stabilizers": ("SpikeDetector",),
+    "mutransfer.target": ("TargetModel", "resolve_target", "build_target_model"),
+    "mutransfer.train": ("train", "train_wsd_branches"),
+    "mutransfer.train_result": ("TrainResult",),
+    "mutransfer.trainer": ("Trainer",),
+})

@@ -50,7 +50,6 @@ import torch.nn.functional as F
 
 from mutransfer.audit_result import AuditResult, AuditRow, _fmt
 from mutransfer.coord_check import CoordCheckResult, default_modules, fit_slopes, record_activations
-from mutransfer.entry import load_entry
 from mutransfer.parametrization import Parametrization
 from mutransfer.probe import default_input, first_tensor, output_ratio, probe_forward
 from mutransfer.rules import (
@@ -586,5 +585,5 @@ def _coord_check(builder: Builder, optimizer_builder: Callable[..., Any] | None,
                             {"widths": widths, "steps": steps, "seeds": seeds}, tuple(readout_modules))
 
 
-__all__ = ["AuditResult", "AuditRow", "audit", "load_entry"]
+__all__ = ["audit"]
 

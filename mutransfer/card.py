@@ -20,7 +20,7 @@ holds:
 ``mutransfer.card/v1`` cards (no audit, no tau, target given as a width) still load and
 apply. One validator, :func:`validate_card`, checks every field's type and range; it
 runs on write (:func:`build_card`, :func:`save_card`) and on load (:func:`load_card`,
-:func:`apply`), and every failure is one ValueError naming the field path and value.
+:func:`apply_card`), and every failure is one ValueError naming the field path and value.
 Loading uses ``yaml.safe_load``, so nothing executes.
 """
 
@@ -35,29 +35,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mutransfer import __version__
 from mutransfer._io import atomic_write_text, plain, read_json, read_yaml_mapping
-from mutransfer.card_apply import Applied, LambdaLRList, apply, apply_card, apply_init
-from mutransfer.card_schema import (
-    _C,
-    SCHEMA,
-    SCHEMA_V1,
-    SCHEMA_V2,
-    SCHEMAS,
-    _filled,
-    _is_number,
-    check_init,
-    schedule_config,
-    validate_card,
-)
-from mutransfer.parametrization import ROLES, WD_MODES, Parametrization
+from mutransfer._version import __version__
+from mutransfer.card_schema import _C, SCHEMA_V2, _filled, _is_number, validate_card
+from mutransfer.parametrization import Parametrization
 from mutransfer.plan import RunPlan, lr_sensitivity, plan_run
 from mutransfer.provenance import git_revision
+from mutransfer.specs import ROLES, WD_MODES
 from mutransfer.target import PRECISION
 from mutransfer.trust import card_warnings, trust_block
 
 if TYPE_CHECKING:
-    from analysis import ScalingLawFit
+    from analysis.scaling_fit import ScalingLawFit
     from mutransfer.target import HFTarget, TargetModel
 
 
@@ -326,6 +315,4 @@ def load_card(path: str | Path) -> dict[str, Any]:
         raise ValueError(f"transfer card {str(path)!r} is nested too deeply to read") from None
 
 
-__all__ = ["SCHEMA", "SCHEMAS", "SCHEMA_V1", "SCHEMA_V2", "Applied", "LambdaLRList", "apply", "apply_init",
-           "apply_card", "build_card", "MadeCard", "make_card", "check_init", "git_revision", "load_card",
-           "save_card", "schedule_config", "validate_card"]
+__all__ = ["build_card", "MadeCard", "make_card", "load_card", "save_card"]

@@ -1,6 +1,6 @@
 """Applying a transfer card to a model: its init, its forward multipliers, and an
 optimizer with the card's per-parameter LR, weight decay and eps under the card's
-schedule (:func:`apply`)."""
+schedule (:func:`apply_card`)."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ class LambdaLRList:
 
 
 class Applied(NamedTuple):
-    """What :func:`apply` returns: the initialized model, its optimizer, the LR scheduler
+    """What :func:`apply_card` returns: the initialized model, its optimizer, the LR scheduler
     (step it once per optimizer step) and the per-parameter param groups at the card's
     peak LR (the optimizer holds copies whose lr the scheduler moves)."""
 
@@ -68,7 +68,7 @@ def apply_init(model: nn.Module, init: Mapping[str, str]) -> None:
             p.normal_(0.0, float(how.split(":", 1)[1]))
 
 
-def apply(model: nn.Module, card: Mapping[str, Any]) -> Applied:
+def apply_card(model: nn.Module, card: Mapping[str, Any]) -> Applied:
     """Initialize ``model`` (the target architecture) as the card says, register its
     forward multipliers and attention scales, and build the optimizer and scheduler.
 
@@ -120,5 +120,3 @@ def apply(model: nn.Module, card: Mapping[str, Any]) -> Applied:
     return Applied(model, opts, LambdaLRList(lambdas), groups)
 
 
-#: ``mutransfer.apply_card``: :func:`apply` under a name that says what it applies.
-apply_card = apply

@@ -15,11 +15,11 @@ from typing import Any
 import torch
 
 from mutransfer._io import plain
-from mutransfer.config import INT_LIMITS
+from mutransfer.config_fields import INT_LIMITS
 from mutransfer.models.source import hf_shape
 from mutransfer.optim import OPTIMIZER_NAMES
-from mutransfer.parametrization import KINDS, ROLES, WD_MODES
 from mutransfer.schedules import DECAY_SHAPES, SCHEDULE_KINDS, Schedule, ScheduleConfig
+from mutransfer.specs import KINDS, ROLES, WD_MODES
 from mutransfer.target import build_target_model, hf_config_of, model_fields
 
 SCHEMA_V1 = "mutransfer.card/v1"
@@ -191,7 +191,7 @@ def check_init(path: str, init: Any) -> None:
 
 
 #: Upper bounds of a card's sizes: far above any real run, below what would allocate or loop
-#: without end (``total_steps: 1e30``). The trainer's own limits (``mutransfer.config.INT_LIMITS``)
+#: without end (``total_steps: 1e30``). The trainer's own limits (``mutransfer.config_fields.INT_LIMITS``)
 #: where it has the field; vocab at 2**24 (the largest tokenizers have ~2**18).
 CARD_LIMITS: dict[str, int] = {
     "width": INT_LIMITS["width"], "depth": INT_LIMITS["depth"], "seq_len": INT_LIMITS["seq_len"],

@@ -12,7 +12,7 @@ results rows, trial attributes and checkpoints use, so those stay as they were:
 :meth:`TrainConfig.from_overrides` takes flat or dotted keys (``lr`` or ``optim.lr``),
 :meth:`TrainConfig.to_flat` gives the flat dict, :meth:`TrainConfig.replace` derives
 variants. Sections declare which of their fields may differ between the members of a
-fused group (``PER_MEMBER``; :func:`mutransfer.fused.fusion_key` is the rest).
+fused group (``PER_MEMBER``; :func:`mutransfer.fusion.fusion_key` is the rest).
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from typing import Any, ClassVar, Literal
 
 from mutransfer._io import read_yaml_mapping
 from mutransfer.config_fields import (
-    INT_LIMITS,
     _coerce,
     _hints,
     _Section,
@@ -39,13 +38,12 @@ from mutransfer.config_fields import (
 from mutransfer.models.gpt import GPTConfig
 from mutransfer.models.presets import PRESETS, get_preset
 from mutransfer.models.source import ModelSource, hf_proxy_config, hf_shape, parse_model, widths_hint
-from mutransfer.parametrization import Kind
 from mutransfer.schedules import DecayShape, ScheduleConfig, ScheduleKind
+from mutransfer.specs import Kind
 from mutransfer.stabilizers import SpikePolicy
 
 __all__ = [
     "ALIASES",
-    "INT_LIMITS",
     "SECTIONS",
     "ModelSection",
     "ModelShape",
@@ -410,7 +408,7 @@ class RunSection(_Section):
 
     # A fused group steps, evaluates and fetches data in lock step on one device; the
     # seed only picks a member's init and batches. ``compile`` is refused by fusion
-    # (mutransfer.fused.unsupported_reason) and ``threads`` is process-wide.
+    # (mutransfer.fusion.unsupported_reason) and ``threads`` is process-wide.
     PER_MEMBER: ClassVar[frozenset[str]] = frozenset({"seed", "compile", "threads", "gns_beta"})
 
     def __post_init__(self) -> None:
@@ -447,7 +445,7 @@ class StabilizerSection(_Section):
     """Diverged when the loss exceeds diverge_factor × max(ln V, initial loss)."""
 
     # Each member takes its own decision every step (Trainer.decide); ``rollback`` is
-    # refused by fusion (mutransfer.fused.unsupported_reason).
+    # refused by fusion (mutransfer.fusion.unsupported_reason).
     PER_MEMBER: ClassVar[frozenset[str]] = frozenset({
         "grad_clip", "spike_policy", "spike_threshold", "spike_window", "rollback_every",
         "max_rollbacks", "diverge_factor"})

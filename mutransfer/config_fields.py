@@ -45,7 +45,7 @@ class _Section:
     #: The section's attribute name on :class:`TrainConfig`.
     NAME: ClassVar[str] = ""
     #: Fields that may differ between the members of one fused group (every other
-    #: field is part of :func:`mutransfer.fused.fusion_key`).
+    #: field is part of :func:`mutransfer.fusion.fusion_key`).
     PER_MEMBER: ClassVar[frozenset[str]] = frozenset()
 
     def _bad(self, name: str, what: str) -> ValueError:

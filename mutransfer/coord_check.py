@@ -45,8 +45,9 @@ import torch.nn as nn
 
 from mutransfer._io import atomic_path, atomic_write_text
 from mutransfer.optim import build_optimizer
-from mutransfer.parametrization import Multipliers, Parametrization
+from mutransfer.parametrization import Parametrization
 from mutransfer.rules import DEFAULT_READOUT_INIT
+from mutransfer.specs import Multipliers
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 LossFn = Callable[[nn.Module, Batch], torch.Tensor]

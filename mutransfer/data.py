@@ -38,20 +38,10 @@ from mutransfer.corpus import (
     _split_by_file,
     _text_files,
     build_stdlib_corpus,
-    cache_dir,
-    stdlib_files,
 )
-from mutransfer.prepare import _PREPARED_FORMAT, prepare_tokens
+from mutransfer.prepare import _PREPARED_FORMAT
 
-__all__ = [
-    "DataConfig",
-    "TokenDataset",
-    "build_stdlib_corpus",
-    "cache_dir",
-    "load_dataset",
-    "prepare_tokens",
-    "stdlib_files",
-]
+__all__ = ["DataConfig", "TokenDataset", "load_dataset"]
 
 _DTYPES = {"uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32}
 

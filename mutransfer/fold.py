@@ -27,7 +27,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from mutransfer.parametrization import attention_scale_attr, layer_kind
+from mutransfer.layers import attention_scale_attr, layer_kind
 
 PLAIN_FORMAT = "mutransfer.plain/v1"
 """Tag of ``mutransfer fold``'s file: ``{"format", "model": state_dict, "model_config":

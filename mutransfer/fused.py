@@ -10,7 +10,7 @@ Learning Models", MLSys 2021), which reports up to 15x more trials per GPU-hour 
 models.
 
 Nothing of the training is re-implemented here; every member is a
-:class:`mutransfer.train.Trainer` of its own config, and the group only shares the
+:class:`mutransfer.trainer.Trainer` of its own config, and the group only shares the
 forward and backward:
 
 - init: each member's Trainer builds its model as the unfused run does (same seed, same
@@ -63,41 +63,17 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from mutransfer.config import TrainConfig
 from mutransfer.data import DataConfig, TokenDataset, load_dataset
 from mutransfer.device import flush_denormals
-from mutransfer.fusion import (
-    CPU_DEFAULT_K,
-    CPU_FUSE_MAX_FLOPS,
-    MAX_K,
-    NON_FUSIBLE_FIELDS,
-    check_fusible,
-    check_k,
-    choose_k,
-    fusion_key,
-    member_step_flops,
-    partition,
-    unsupported_reason,
-)
+from mutransfer.fusion import check_fusible, check_k, choose_k
 from mutransfer.models.gpt import GPT, member_scale
 from mutransfer.noise_scale import grad_sq_norm
 from mutransfer.optim import attention_modules, muon_step_batched, qk_clip, set_lr
-from mutransfer.train import Callback, TrainConfig, Trainer, TrainResult, Verdict
-from mutransfer.trainer import eval_rows, sequence_losses
+from mutransfer.train_result import TrainResult
+from mutransfer.trainer import Callback, Trainer, Verdict, eval_rows, sequence_losses
 
-__all__ = [
-    "CPU_DEFAULT_K",
-    "CPU_FUSE_MAX_FLOPS",
-    "MAX_K",
-    "NON_FUSIBLE_FIELDS",
-    "FusedCallback",
-    "check_fusible",
-    "choose_k",
-    "fusion_key",
-    "member_step_flops",
-    "partition",
-    "train_fused",
-    "unsupported_reason",
-]
+__all__ = ["FusedCallback", "train_fused"]
 
 
 #: ``callback(member, step, metrics) -> bool | None``: ``member`` is the index of the

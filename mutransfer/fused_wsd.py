@@ -29,21 +29,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mutransfer.checkpoint import save_checkpoint
+from mutransfer.config import TrainConfig
 from mutransfer.data import TokenDataset
 from mutransfer.fused import FusedCallback, FusedGroup, member_callbacks, open_data
 from mutransfer.fusion import check_fusible
 from mutransfer.schedules import make_schedule
-from mutransfer.train import (
-    Callback,
-    TrainConfig,
-    TrainResult,
-    WsdBranch,
-    write_metrics,
-    wsd_branch_config,
-    wsd_stable_schedule,
-    wsd_trunk_config,
-    wsd_trunks,
-)
+from mutransfer.train import WsdBranch, wsd_branch_config, wsd_stable_schedule, wsd_trunk_config, wsd_trunks
+from mutransfer.train_result import TrainResult, write_metrics
+from mutransfer.trainer import Callback
 
 __all__ = ["train_fused_wsd_branches"]
 
@@ -59,7 +52,7 @@ def train_fused_wsd_branches(
     TrainResult per fraction, in the order of ``fractions``, equal to its unfused run.
 
     Args:
-        configs: fusible trials (:func:`mutransfer.fused.check_fusible`: ValueError names
+        configs: fusible trials (:func:`mutransfer.fusion.check_fusible`: ValueError names
             the first field that differs); all of them in one group per plan (configs with
             other warmups or decay fractions form their own groups).
         fractions: the branches' fractions of ``steps``, each in (0, 1] (ValueError else).

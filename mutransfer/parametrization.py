@@ -37,7 +37,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from mutransfer.base_shapes import find_shapes, load_base_shapes
+from mutransfer.base_shapes import find_shapes
 from mutransfer.forward import ForwardMultipliers
 from mutransfer.groups import optimizer_settings as settings_of
 from mutransfer.init_law import corrected_for_init_law, measure_init_exponents
@@ -63,18 +63,7 @@ from mutransfer.rules import (
     role_rule,
     rule_set,
 )
-from mutransfer.specs import (
-    KINDS,
-    OPTIMIZERS,
-    ROLES,
-    WD_MODES,
-    Builder,
-    Kind,
-    Multipliers,
-    ParamSpec,
-    Role,
-    Rule,
-)
+from mutransfer.specs import KINDS, OPTIMIZERS, Builder, Multipliers, ParamSpec, Rule
 
 
 class Parametrization(ForwardMultipliers):
@@ -534,18 +523,4 @@ def parametrize(builder: Builder, **kwargs: Any) -> tuple[nn.Module, Parametriza
     return pz.build(device=device, seed=seed), pz
 
 
-__all__ = [
-    "KINDS",
-    "OPTIMIZERS",
-    "ROLES",
-    "WD_MODES",
-    "Builder",
-    "Kind",
-    "Multipliers",
-    "ParamSpec",
-    "Parametrization",
-    "Role",
-    "Rule",
-    "load_base_shapes",
-    "parametrize",
-]
+__all__ = ["Parametrization", "parametrize"]

@@ -19,18 +19,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from analysis import ScalingLawFit
 from analysis.baselines import anchored_published_batch, published_batch, scaling_baselines
+from analysis.scaling_fit import ScalingLawFit
 from analysis.scaling_projection import extrapolation_factor
 from analysis.tau import PUBLISHED_ETA_LAMBDA, PUBLISHED_ETA_LAMBDA_SOURCE, weight_decay_for
 from mutransfer._io import read_json
 
-__all__ = ["BATCH_RULES", "EDGE_VALUES", "TOKENS_PER_PARAM_RANGE", "RunPlan", "ScalingLaws", "beta2_for",
-           "cap_at_critical_batch", "default_micro_batch", "lr_sensitivity", "plan_run", "read_scaling_fit"]
+__all__ = [
+    "BATCH_RULES",
+    "EDGE_VALUES",
+    "TOKENS_PER_PARAM_RANGE",
+    "RunPlan",
+    "beta2_for",
+    "cap_at_critical_batch",
+    "default_micro_batch",
+    "lr_sensitivity",
+    "plan_run",
+    "read_scaling_fit",
+]
 
 #: The laws of ``mutransfer fit scaling`` as the run plan reads them: the one projection
 #: object (kept under this name for the code that imports it from mutransfer.target).
-ScalingLaws = ScalingLawFit
 
 
 def read_scaling_fit(path: str | Path) -> ScalingLawFit:

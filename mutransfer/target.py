@@ -31,28 +31,14 @@ import torch
 import torch.nn as nn
 
 from mutransfer._io import read_yaml_mapping
-from mutransfer.models import GPT, MLP, GPTConfig, MLPConfig, get_preset
+from mutransfer.models.gpt import GPT, GPTConfig
+from mutransfer.models.mlp import MLP, MLPConfig
+from mutransfer.models.presets import get_preset
 from mutransfer.models.source import ModelSource, check_model_sizes, hf_proxy_config, hf_shape, parse_model
-from mutransfer.plan import (
-    BATCH_RULES,
-    EDGE_VALUES,
-    RunPlan,
-    ScalingLaws,
-    default_micro_batch,
-    lr_sensitivity,
-    plan_run,
-    read_scaling_fit,
-)
 
 __all__ = [
     "ALIASES",
-    "BATCH_RULES",
-    "EDGE_VALUES",
-    "default_micro_batch",
-    "lr_sensitivity",
     "HFTarget",
-    "RunPlan",
-    "ScalingLaws",
     "TargetModel",
     "PRECISION",
     "WEIGHT_DTYPES",
@@ -62,8 +48,6 @@ __all__ = [
     "model_fields",
     "hf_transfer_builder",
     "parse_overrides",
-    "plan_run",
-    "read_scaling_fit",
     "resolve_hf_target",
     "resolve_target",
     "transfer_builder",

@@ -25,28 +25,16 @@ from pathlib import Path
 from mutransfer.checkpoint import (
     save_checkpoint,
 )
-from mutransfer.config import TrainConfig, load_config
+from mutransfer.config import TrainConfig
 from mutransfer.data import TokenDataset
-from mutransfer.device import resolve_device
 from mutransfer.schedules import Schedule, ScheduleConfig, make_schedule
-from mutransfer.train_result import ROW_KEYS, TrainResult, write_metrics
-from mutransfer.trainer import Callback, Trainer, Verdict, base_sizes, build_parametrization
+from mutransfer.train_result import TrainResult, write_metrics
+from mutransfer.trainer import Callback, Trainer
 
 __all__ = [
-    "ROW_KEYS",
-    "Callback",
-    "TrainConfig",
-    "TrainResult",
-    "Trainer",
-    "Verdict",
-    "base_sizes",
-    "build_parametrization",
-    "load_config",
-    "resolve_device",
     "train",
     "WsdBranch",
     "train_wsd_branches",
-    "write_metrics",
     "wsd_branch_config",
     "wsd_stable_schedule",
     "wsd_trunk_config",

@@ -34,8 +34,9 @@ from mutransfer.models.gpt import GPT, GPTConfig
 from mutransfer.models.source import build_model, logits_of
 from mutransfer.noise_scale import NoiseScaleEstimator, grad_sq_norm
 from mutransfer.optim import attention_modules, build_optimizer, qk_clip, set_lr
-from mutransfer.parametrization import Multipliers, Parametrization
+from mutransfer.parametrization import Parametrization
 from mutransfer.schedules import Schedule, make_schedule
+from mutransfer.specs import Multipliers
 from mutransfer.stabilizers import (
     SpikeDetector,
     clip_grad_norm,

@@ -149,7 +149,7 @@ def trust_block(
     steps follow from the batch's (ceil(D / B_hi), ceil(D / B_lo)); the token budget is
     chosen, so its interval is the value. ``factor`` = hi / lo.
 
-    Extra measurements (with a :class:`mutransfer.target.ScalingLaws`, ``extra`` = 4):
+    Extra measurements (with a :class:`analysis.scaling_fit.ScalingLawFit`, ``extra`` = 4):
 
     - *a budget at 4× the largest measured* D_max: the LR anchor moves from the proxy's
       budget D_p to D' = min(4·D_max, D_t), so the law extrapolates over ln(D_t / D') instead
@@ -160,7 +160,7 @@ def trust_block(
 
     Approximation: the new LR interval is the proxy's own interval factor (assumed the same
     at the new anchor) times the law's ratio interval over the shorter distance, from
-    :meth:`ScalingLaws.lr_ratio` (the bootstrap covariance of the exponents, ln r ± z·sd
+    :meth:`ScalingLawFit.lr_ratio` (the bootstrap covariance of the exponents, ln r ± z·sd
     with var = x'Cx, else the corners of the exponent intervals). The exponents' covariance
     is kept as fitted; in truth the new point also lengthens the lever arm and shrinks it,
     so the narrowed factor is an upper bound (conservative). Only measurements beyond the

@@ -22,7 +22,7 @@ import os
 import sys
 from pathlib import Path
 
-from mutransfer import __version__
+from mutransfer._version import __version__
 
 #: verb -> module, in the order of the user's day.
 MODULES: dict[str, str] = {

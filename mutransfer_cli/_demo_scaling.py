@@ -12,16 +12,18 @@ from typing import Any
 
 import pandas as pd
 
-from analysis import CriticalBatchFit, OptimumFit, ScalingLawFit, steps_to_target
+from analysis.critical_batch import CriticalBatchFit, steps_to_target
+from analysis.optimum import OptimumFit
+from analysis.scaling_fit import ScalingLawFit
 from analysis.scaling_plots import critical_batch_comparison, plot_critical_batch_comparison, plot_scaling
 from mutransfer._io import atomic_write_text
 from mutransfer_cli._demo_sizes import DemoSize, fuse_for, model_kw
 from mutransfer_cli._demo_stage import Clock, log
-from sweeps import results_table, write_table
+from sweeps.export import results_table, write_table
 from sweeps.extend import Bounds, run_bracketed
 from sweeps.holdout import fit_rows, run_holdout
 from sweeps.holdout import holdout_summary as per_axis
-from sweeps.spec import ScalingSweep
+from sweeps.spec_scaling import ScalingSweep
 from sweeps.worker import open_study
 
 

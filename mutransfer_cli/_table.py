@@ -11,7 +11,8 @@ from typing import Any
 
 import pandas as pd
 
-from analysis import ScalingLawFit, proxy_record
+from analysis.results import proxy_record
+from analysis.scaling_fit import ScalingLawFit
 from analysis.table import load_table
 from mutransfer_cli._common import MAX_N_BOOT, MAX_SEED, bounded_int
 

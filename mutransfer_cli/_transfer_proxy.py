@@ -10,12 +10,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from analysis import OptimumFit, proxy_record
-from analysis.scaling import tau_from
+from analysis.optimum import OptimumFit
+from analysis.results import proxy_record
 from analysis.table import load_table
+from analysis.tau import tau_from
 from mutransfer._io import read_json
-from mutransfer.parametrization import Multipliers
-from mutransfer.train import TrainConfig, base_sizes, load_config
+from mutransfer.config import TrainConfig, load_config
+from mutransfer.specs import Multipliers
+from mutransfer.trainer import base_sizes
 from mutransfer_cli._table import optimum_sensitivity
 
 

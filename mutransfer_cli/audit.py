@@ -138,7 +138,8 @@ def _child(options: dict[str, Any]) -> list[Any]:
 def _audit(options: dict[str, Any]) -> dict[str, Any]:
     # imported here, in the spawned child that runs the audit: the parent process only
     # waits for its answer and never loads torch
-    from mutransfer.audit import audit, load_entry
+    from mutransfer.audit import audit
+    from mutransfer.entry import load_entry
 
     if options["user_code"]:
         builder = load_entry(options["entry"])
@@ -159,7 +160,7 @@ def _ours(spec: str, base_width: int) -> Any:
     under mutransfer's own μP and AdamW (LR 1e-2), at its own depth and a 256-token vocab.
     Runs in the audit's child process (see :func:`_audit`)."""
     from mutransfer.config import ModelSection
-    from mutransfer.models import build_model, parse_model
+    from mutransfer.models.source import build_model, parse_model
     from mutransfer.optim import build_optimizer
     from mutransfer.parametrization import Parametrization
 

@@ -9,8 +9,11 @@ from mutransfer._io import check_fresh_dir, check_output
 from mutransfer.config import ModelSection
 from mutransfer.coord_check import LR_PER_INIT_STD, coord_check, default_lr, init_std
 from mutransfer.data import DataConfig, load_dataset
-from mutransfer.models import GPT, MLP, GPTConfig, build_model, get_preset, logits_of, parse_model
-from mutransfer.parametrization import KINDS, Rule
+from mutransfer.models.gpt import GPT, GPTConfig
+from mutransfer.models.mlp import MLP
+from mutransfer.models.presets import get_preset
+from mutransfer.models.source import build_model, logits_of, parse_model
+from mutransfer.specs import KINDS, Rule
 from mutransfer_cli._common import (
     add_output_flags,
     int_list,
@@ -166,7 +169,7 @@ def _allowed(result: Any, worst: dict[str, Any]) -> str:
 
 def _source_setup(source: Any, args: argparse.Namespace) -> tuple[Any, Any, Any]:
     """(builder, batch, loss_fn) of a model that is not ours (``hf:`` or ``module:function``):
-    built by :func:`mutransfer.models.build_model` at the data's vocab, at its own depth
+    built by :func:`mutransfer.models.source.build_model` at the data's vocab, at its own depth
     unless ``--depths``, trained on cross-entropy of its logits."""
     import torch
 
@@ -198,7 +201,7 @@ def _source_setup(source: Any, args: argparse.Namespace) -> tuple[Any, Any, Any]
 
 def _parse_rule(text: str) -> tuple[str, str]:
     """``REGEX=ROLE`` (split at the last ``=``: a regex may hold one) -> (regex, role),
-    checked as a :class:`~mutransfer.parametrization.Rule` (valid regex, known role)."""
+    checked as a :class:`~mutransfer.specs.Rule` (valid regex, known role)."""
 
     pattern, sep, role = text.rpartition("=")
     if not sep or not pattern:

@@ -35,23 +35,26 @@ from typing import Any
 import pandas as pd
 import torch
 
-from analysis import OptimumFit, paired_best_ratio, plot_lr_curves, plot_optimum_vs_width
+from analysis.best_loss import paired_best_ratio
+from analysis.optimum import OptimumFit
+from analysis.plots import plot_lr_curves, plot_optimum_vs_width
 from analysis.table import num
 from mutransfer._io import atomic_write_text, check_output
 from mutransfer.card import load_card
-from mutransfer.models import hf_proxy_config, parse_model
+from mutransfer.models.source import hf_proxy_config, parse_model
 from mutransfer_cli import main as cli_main
 from mutransfer_cli._common import add_track_flag, positive_int, print_json, tracking
 from mutransfer_cli._demo_report import report_html, report_md
 from mutransfer_cli._demo_scaling import holdout_summary, scaling_stage
 from mutransfer_cli._demo_sizes import SIZES, DemoSize, ScalingStage, model_kw
 from mutransfer_cli._demo_stage import Clock, log
-from sweeps import LRSweep, results_table, run_sweep, write_table
+from sweeps.export import results_table, write_table
 from sweeps.progress import Progress
-from sweeps.study import default_workers
+from sweeps.spec_kinds import LRSweep
+from sweeps.study import default_workers, run_sweep
 from sweeps.worker import open_study
 
-__all__ = ["SIZES", "DemoSize", "ScalingStage", "run_demo"]
+__all__ = ["run_demo"]
 
 HELP = "all of it, end to end, on the embedded corpus: coord check, LR sweep, fits, card, report"
 

@@ -27,7 +27,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from analysis import ChinchillaFit, CriticalBatchFit, OptimumFit, PowerLawFit, SaturatingPowerLawFit
+from analysis.critical_batch import CriticalBatchFit
+from analysis.loss_law import ChinchillaFit, SaturatingPowerLawFit
+from analysis.optimum import OptimumFit
+from analysis.powerlaw import PowerLawFit
 from analysis.table import dumps, group_dict, groups, in_group, num, pair
 from mutransfer._io import atomic_write_text, check_output
 from mutransfer_cli._common import bounded_int, positive_float, print_json

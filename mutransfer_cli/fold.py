@@ -8,8 +8,9 @@ from pathlib import Path
 
 from mutransfer._io import atomic_path, check_output
 from mutransfer.checkpoint import load_checkpoint, state_dict_error
+from mutransfer.config import TrainConfig
 from mutransfer.fold import PLAIN_FORMAT, fold
-from mutransfer.train import TrainConfig, build_parametrization
+from mutransfer.trainer import build_parametrization
 from mutransfer_cli._common import add_output_flags, print_json
 
 HELP = "fold the μP forward multipliers into the weights: a plain checkpoint for any tool"

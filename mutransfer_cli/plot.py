@@ -15,15 +15,19 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from analysis import ChinchillaFit, OptimumFit, fit_critical_batch, plot_critical_batch, read_results
+from analysis.critical_batch import fit_critical_batch
+from analysis.loss_law import ChinchillaFit
+from analysis.optimum import OptimumFit
 from analysis.plots import (
     isoflop_curves,
     lr_curve_data,
     optimum_series,
+    plot_critical_batch,
     plot_isoflop,
     plot_lr_panels,
     plot_optimum_series,
 )
+from analysis.results import read_results
 from analysis.scaling_plots import plot_scaling
 from analysis.table import group_dict, num, pair
 from mutransfer._io import check_output, plain

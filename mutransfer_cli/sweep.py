@@ -9,7 +9,7 @@
     mutransfer sweep launch --slurm --storage-file F --study lr --workers 32 [--dry-run]  # a SLURM array
     mutransfer sweep lr ... --fuse 16     # 16 same-shape trials as one batched model per worker
     mutransfer sweep status --storage d
-    mutransfer sweep results --storage d --out results.csv   # the results table (was `sweep export`)
+    mutransfer sweep results --storage d --out results.csv   # the results table
 
 Re-running the same command resumes the study: finished grid points are never repeated.
 The study opens in the dashboard: ``optuna-dashboard d/optuna.journal`` (or the RDB URL).
@@ -322,9 +322,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     what = "write the results table (one row per trial; CSV or Parquet)"
     _add_results_flags(sub.add_parser("results", help="write the results table (CSV or Parquet)",
                                       description=what))
-    # the old name of `results`, kept working but unlisted (a parser added without help= is not
-    # shown); `mutransfer export` is the engine export of a card, a different thing
-    _add_results_flags(sub.add_parser("export", description=f"{what}. Deprecated name of `sweep results`."))
 
 
 def _add_results_flags(e: argparse.ArgumentParser) -> None:
@@ -399,9 +396,6 @@ def _print_status(st: dict[str, Any], as_json: bool) -> None:
 
 def run(args: argparse.Namespace) -> int:
     cmd = args.sweep_cmd
-    if cmd == "export":
-        print("mutransfer sweep export: deprecated, now `mutransfer sweep results` (same flags)",
-              file=sys.stderr)
     if cmd in RUN_KINDS:
         with tracking(args.track, args.out):  # the workers this process starts inherit it
             return _run_sweep(args, cmd)

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from mutransfer._io import atomic_write_text, check_fresh_dir, check_output
-from mutransfer.train import TrainConfig, load_config, train, train_wsd_branches
+from mutransfer.config import TrainConfig, load_config
+from mutransfer.train import train, train_wsd_branches
 from mutransfer_cli._common import add_output_flags, add_track_flag, float_list, key_value
 
 HELP = "train a proxy model (muP/SP/CompleteP/Muon) on the embedded corpus or your data"

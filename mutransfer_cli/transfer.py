@@ -18,19 +18,14 @@ import math
 import sys
 from typing import Any
 
-from analysis.scaling import AUDIT_KEYS
+from analysis.holdout import AUDIT_KEYS
 from mutransfer._io import check_output, read_json
 from mutransfer.card import make_card, save_card
-from mutransfer.models import get_preset
-from mutransfer.models.presets import DEFAULT_PRESET, PRESETS
-from mutransfer.parametrization import KINDS
+from mutransfer.models.presets import DEFAULT_PRESET, PRESETS, get_preset
+from mutransfer.plan import read_scaling_fit
 from mutransfer.schedules import DECAY_SHAPES, SCHEDULE_KINDS
-from mutransfer.target import (
-    PRECISION,
-    config_dtype,
-    parse_overrides,
-    read_scaling_fit,
-)
+from mutransfer.specs import KINDS
+from mutransfer.target import PRECISION, config_dtype, parse_overrides
 from mutransfer_cli._common import (
     MAX_DEPTH,
     MAX_SEQ_LEN,
@@ -159,8 +154,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     j.add_argument("--decay-fraction", type=float, default=None,
                    help="WSD cooldown share of the steps (default: fitted, else 0.2)")
     j.add_argument("--decay-shape", default="1-sqrt", help="WSD cooldown shape (default 1-sqrt)")
-    j.add_argument("--lr-floor", "--min-lr-ratio", dest="lr_floor", type=float, default=0.0,
-                   help="final LR / peak LR (default 0; --min-lr-ratio is its old name)")
+    j.add_argument("--lr-floor", dest="lr_floor", type=float, default=0.0,
+                   help="final LR / peak LR (default 0)")
     j.add_argument("--warmup-tokens", type=positive_float, default=None,
                    help="warmup length in tokens (default: fitted, else 1%% of the budget)")
     j.add_argument("--warmup-fraction", type=float, default=None,

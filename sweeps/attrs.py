@@ -16,7 +16,7 @@ STUDY_ATTR = "mutransfer_sweep"
 POINT = "point"
 """The grid point: {TrainConfig field: value}."""
 POINT_KEY = "point_key"
-"""Canonical JSON of the point (:func:`sweeps.spec.point_key`): its identity across retries."""
+"""Canonical JSON of the point (:func:`sweeps.spec_base.point_key`): its identity across retries."""
 GROUP = "group"
 """The curve the point belongs to (the point without lr and seed)."""
 

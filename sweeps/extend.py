@@ -30,7 +30,9 @@ from sweeps import attrs
 from sweeps.export import results_table
 from sweeps.holdout import fit_rows
 from sweeps.resolve import train_config
-from sweeps.spec import LRSweep, ScalingSweep, SweepSpec, point_key
+from sweeps.spec_base import SweepSpec, point_key
+from sweeps.spec_kinds import LRSweep
+from sweeps.spec_scaling import ScalingSweep
 from sweeps.study import SweepResult, run_sweep
 from sweeps.worker import open_study
 
@@ -185,7 +187,7 @@ def _finished(table: pd.DataFrame) -> pd.DataFrame:
 
 def _scaling_plan(spec: ScalingSweep, table: pd.DataFrame, tried: _Tried, bounds: Bounds,
                   rep: Bracketing) -> list[tuple[str, dict[str, Any]]]:
-    from analysis import ScalingLawFit
+    from analysis.scaling_fit import ScalingLawFit
 
     try:
         fit = ScalingLawFit(n_boot=0).fit(fit_rows(_finished(table), spec))
@@ -291,7 +293,7 @@ def _next_lr(spec: SweepSpec, at: list[dict[str, Any]], e: float, side: str, whe
 # ------------------------------------------------------------------ lr sweep
 def _lr_plan(spec: LRSweep, table: pd.DataFrame, tried: _Tried, bounds: Bounds,
              rep: Bracketing) -> list[tuple[str, dict[str, Any]]]:
-    from analysis import OptimumFit
+    from analysis.optimum import OptimumFit
 
     df = _finished(table)
     keys = [k for k in spec.group_keys() if k in df.columns]

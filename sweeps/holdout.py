@@ -95,7 +95,7 @@ def heldout_point(rows: pd.DataFrame, axis: str, row: Mapping[str, Any],
     if axis == "batch_tokens":
         return {"tokens": d_max, "batch_tokens": float(rows["batch_tokens"].max()),
                 "lr": float(row["pred_lr"])}
-    from analysis import ScalingLawFit
+    from analysis.scaling_fit import ScalingLawFit
 
     train = rows[rows["tokens"] < d_max]
     fit = ScalingLawFit(n_boot=0).fit(train, **dict(fit_kwargs or {}))
@@ -197,7 +197,7 @@ def run_holdout(
     the runner pickles (a runner path, or a module-level function). The baselines'
     held-out errors are their LR and batch ratios (their ``loss_gap`` stays None: training
     each of them would cost five more runs per axis)."""
-    from analysis import fill_loss_gap, holdout_audit
+    from analysis.holdout import fill_loss_gap, holdout_audit
 
     fn = load_runner(runner or DEFAULT_RUNNER) if not callable(runner) else runner
     rows = fit_rows(table, spec)

@@ -32,9 +32,10 @@ from typing import TYPE_CHECKING, Any
 
 import optuna
 
+from mutransfer.provenance import git_revision
 from sweeps import attrs
 from sweeps.objective import full_config, json_row, suggest_params, told
-from sweeps.provenance import git_revision, hostname, package_versions, process_start_ticks
+from sweeps.provenance import hostname, package_versions, process_start_ticks
 from sweeps.resolve import resolve_config
 from sweeps.runners import FusedRunner, Report, Runner, train_runner
 from sweeps.spec_base import SweepSpec

@@ -9,9 +9,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from mutransfer.provenance import git_revision  # torch-free, read once per checkout
-
-__all__ = ["git_revision", "hostname", "package_versions", "process_start_ticks"]
+__all__ = ["hostname", "package_versions", "process_start_ticks"]
 
 _PACKAGES = ("mutransfer", "torch", "optuna", "numpy", "pandas")
 

@@ -218,13 +218,14 @@ def train_fused_runner(configs: list[dict[str, Any]], reports: list[Report]
     and their branch lists agree; the row is :func:`_wsd_row`'s, with ``cpu_s`` the fused
     group's CPU seconds divided by its size, one member's share).
 
-    The configs are partitioned by :func:`mutransfer.fused.partition` (all of them in one
+    The configs are partitioned by :func:`mutransfer.fusion.partition` (all of them in one
     group when their fusion keys agree, as the worker arranges); a config that cannot run
     fused, or is alone in its group, goes through the unfused trainer. A sub-group that
     raises fails only its own members (their entry is the exception).
     """
-    from mutransfer.fused import partition, train_fused, unsupported_reason
+    from mutransfer.fused import train_fused
     from mutransfer.fused_wsd import train_fused_wsd_branches
+    from mutransfer.fusion import partition, unsupported_reason
     from mutransfer.train import train
 
     if len(configs) != len(reports):

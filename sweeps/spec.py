@@ -15,7 +15,7 @@ Five kinds (``kind:`` in the file):
 * ``multipliers`` (:class:`MultiplierSweep`): an adaptive search over μP's multipliers.
 
 Where each part lives: the shared :class:`SweepSpec` in :mod:`sweeps.spec_base`, the kinds
-in :mod:`sweeps.spec_kinds` and :mod:`sweeps.spec_scaling` (all re-exported here), and the
+in :mod:`sweeps.spec_kinds` and :mod:`sweeps.spec_scaling`, and the
 resolution of a spec into TrainConfigs in :mod:`sweeps.resolve`.
 """
 from __future__ import annotations
@@ -29,29 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from mutransfer._io import read_yaml_mapping
-from sweeps.spec_base import (
-    PARAMETRIZATIONS,
-    PRUNERS,
-    PSEUDO_FIELDS,
-    SAMPLERS,
-    SweepSpec,
-    as_tuple,
-    default_seq_len,
-    log2_grid,
-    point_key,
-    preset_attr,
-    train_config_fields,
-    trusted,
-)
-from sweeps.spec_kinds import MULTIPLIER_SEARCH_SPACE, BatchSweep, GridSweep, LRSweep, MultiplierSweep
-from sweeps.spec_scaling import DEFAULT_SCALING_WEIGHT_DECAY, ScalingSweep
+from sweeps.spec_base import SweepSpec, as_tuple
+from sweeps.spec_kinds import BatchSweep, GridSweep, LRSweep, MultiplierSweep
+from sweeps.spec_scaling import ScalingSweep
 
-__all__ = [
-    "DEFAULT_SCALING_WEIGHT_DECAY", "KINDS", "LOG2_LR_LIMIT", "MULTIPLIER_SEARCH_SPACE", "PARAMETRIZATIONS",
-    "PRUNERS", "PSEUDO_FIELDS", "SAMPLERS", "BatchSweep", "GridSweep", "LRSweep", "MultiplierSweep",
-    "ScalingSweep", "SweepSpec", "default_seq_len", "load_spec", "log2_grid", "point_key", "preset_attr",
-    "spec_from_dict", "train_config_fields", "trusted",
-]
+__all__ = ["KINDS", "LOG2_LR_LIMIT", "load_spec", "spec_from_dict"]
 
 KINDS: dict[str, type[SweepSpec]] = {"lr": LRSweep, "batch": BatchSweep, "scaling": ScalingSweep,
                                      "run": GridSweep, "multipliers": MultiplierSweep}

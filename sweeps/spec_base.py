@@ -92,7 +92,7 @@ class SweepSpec:
     _dims: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     preset: str = "gpt-tiny"
-    """Model preset of every trial (``mutransfer.models.PRESETS``)."""
+    """Model preset of every trial (``mutransfer.models.presets.PRESETS``)."""
     model: str | None = None
     """Your model instead of the preset: ``hf:PATH`` (a local config.json) or
     ``module:function`` (:func:`mutransfer.models.source.parse_model`; the trials' config
@@ -170,7 +170,7 @@ class SweepSpec:
                     raise ValueError(f"width {w} does not fit model {self.model}: {exc}") from None
             self._probe_builder(sorted(widths))
             return
-        from mutransfer.models import get_preset
+        from mutransfer.models.presets import get_preset
 
         cfg = get_preset(self.preset)
         overrides = {k: self.base[k] for k in ("head_dim", "seq_len") if k in self.base}
@@ -310,7 +310,7 @@ def preset_attr(preset: str, name: str, fallback: Any) -> Any:
     """Attribute ``name`` of preset ``preset``'s model config; ``fallback`` when the preset
     has no such attribute (an MLP has no ``seq_len``) or no such preset exists (the trial's
     config then names the unknown preset)."""
-    from mutransfer.models import get_preset
+    from mutransfer.models.presets import get_preset
 
     try:
         cfg = get_preset(preset)

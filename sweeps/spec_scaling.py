@@ -318,7 +318,7 @@ class ScalingSweep(SweepSpec, LRMixin):
     def _check_points(self) -> None:
         """Every grid point resolves to a valid TrainConfig and every WSD branch has a
         stable phase: checked before any study exists (one error naming the point)."""
-        from mutransfer.models import get_preset
+        from mutransfer.models.presets import get_preset
 
         cfg = get_preset(self.preset)
         if "seq_len" not in self.base and not hasattr(cfg, "seq_len") and self.model is None:

@@ -26,7 +26,8 @@ from sweeps.progress import Counts, StudyBar, study_counts
 from sweeps.recovery import RequeueCallback, sweep_stale
 from sweeps.resolve import check_trials
 from sweeps.runners import DEFAULT_RUNNER, Runner, load_runner
-from sweeps.spec import SweepSpec, point_key, spec_from_dict, trusted
+from sweeps.spec import spec_from_dict
+from sweeps.spec_base import SweepSpec, point_key, trusted
 from sweeps.storage import Storage, study_names
 from sweeps.worker import SweepSettings, open_study, spawn_workers, work
 
@@ -215,7 +216,7 @@ def run_sweep(
     OS processes (``mutransfer sweep worker``) that share the storage, and ``runner`` must
     be an import path. ``device`` (cpu | cuda | ...) goes into every trial's config.
     ``fuse``: each worker trains up to K fusible trials as one batched model (an integer
-    >= 1, or ``"auto"`` for :func:`mutransfer.fused.choose_k`); None or 1: unfused.
+    >= 1, or ``"auto"`` for :func:`mutransfer.fusion.choose_k`); None or 1: unfused.
     Results are the same either way (to float tolerance), only faster on small proxies.
     """
     t0 = time.perf_counter()

@@ -47,7 +47,8 @@ from sweeps.attrs import STUDY_ATTR
 from sweeps.fusion import Fuse, check_fuse, check_spec_fusible, claim_group, is_fused
 from sweeps.recovery import RequeueCallback, sweep_stale
 from sweeps.runners import DEFAULT_RUNNER, Runner, fused_runner_for, load_runner
-from sweeps.spec import SweepSpec, spec_from_dict, trusted
+from sweeps.spec import spec_from_dict
+from sweeps.spec_base import SweepSpec, trusted
 from sweeps.storage import Storage, default_study_name
 
 if TYPE_CHECKING:

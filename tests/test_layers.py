@@ -285,3 +285,159 @@ def test_cycle_finder_known_answers() -> None:
 def test_no_import_cycles(layer: str) -> None:
     found = [c for c in cycles(GRAPH) if any(_top(m) == layer for m in c)]
     assert found == [], "import cycles (every import counted, TYPE_CHECKING ones too)"
+
+
+# ---- one import path per name ----------------------------------------------------------------
+
+#: The package faces: the only modules that hand on names they do not define.
+FACES = ("mutransfer", "sweeps", "analysis")
+
+
+def _top_level_imports(tree: ast.Module) -> Iterator[ast.ImportFrom]:
+    """``from X import ...`` at module level, or under a module-level ``if``/``try`` that is
+    not ``if TYPE_CHECKING:`` (those run at import time too)."""
+    def walk(body: list[ast.stmt]) -> Iterator[ast.ImportFrom]:
+        for node in body:
+            if isinstance(node, ast.ImportFrom):
+                yield node
+            elif isinstance(node, ast.If) and "TYPE_CHECKING" not in ast.unparse(node.test):
+                yield from walk(node.body)
+                yield from walk(node.orelse)
+            elif isinstance(node, ast.Try):
+                yield from walk(node.body)
+                for handler in node.handlers:
+                    yield from walk(handler.body)
+    yield from walk(tree.body)
+
+
+def _used_names(tree: ast.AST) -> set[str]:
+    """Names a module reads: every ``Name`` node, and the words of quoted annotations."""
+    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    for n in ast.walk(tree):
+        spots = []
+        if isinstance(n, ast.arg) and n.annotation is not None:
+            spots.append(n.annotation)
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.returns is not None:
+            spots.append(n.returns)
+        elif isinstance(n, (ast.AnnAssign, ast.Subscript)):
+            spots.append(n.annotation if isinstance(n, ast.AnnAssign) else n.slice)
+        for spot in spots:
+            for c in ast.walk(spot):
+                if isinstance(c, ast.Constant) and isinstance(c.value, str):
+                    used.update(re.findall(r"[A-Za-z_]\w*", c.value))
+    return used
+
+
+def _dunder_all(tree: ast.Module) -> list[str]:
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__"
+                                                for t in node.targets):
+            return list(ast.literal_eval(node.value))
+    return []
+
+
+def reexports(tree: ast.Module, module: str, is_package: bool) -> list[str]:
+    """Names ``module`` imports from one of our modules and hands on: listed in its
+    ``__all__``, or imported and never used (an import kept only so that another module can
+    take the name from here). Submodules (``from pkg import sub``) are not names."""
+    all_, used = set(_dunder_all(tree)), _used_names(tree)
+    out = []
+    for node in _top_level_imports(tree):
+        target = _resolve(node, module, is_package)
+        if _top(target) not in OURS:
+            continue
+        for alias in node.names:
+            local = alias.asname or alias.name
+            if f"{target}.{alias.name}" in MODULES and local not in all_:
+                continue
+            if local in all_ or local not in used:
+                out.append(f"{local} (from {target})")
+    return out
+
+
+def test_only_the_package_faces_re_export() -> None:
+    """A name has one import path: the module that defines it (and, for the public API, its
+    package face). A sibling module handing on another module's name is refused."""
+    bad = []
+    for name, path in MODULES.items():
+        if name in FACES:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        bad += [f"{path.relative_to(ROOT)}: {r}" for r in reexports(tree, name, path.name == "__init__.py")]
+    assert bad == []
+
+
+def test_the_reexport_check_known_answers() -> None:
+    src = ("from __future__ import annotations\n"
+           "from typing import TYPE_CHECKING\n"
+           "from mutransfer._io import plain, atomic_path\n"       # plain used, atomic_path handed on
+           "from analysis._io import check_size as cs\n"           # imported, never used
+           "from sweeps.storage import Storage\n"                  # listed in __all__
+           "if TYPE_CHECKING:\n"
+           "    from mutransfer.card_schema import validate_card\n"  # for the type checker: not counted
+           "__all__ = ['f', 'Storage']\n"
+           "def f(x: 'Sized') -> None:\n"
+           "    plain(x)\n")
+    got = reexports(ast.parse(src), "sweeps.some", False)
+    assert got == ["atomic_path (from mutransfer._io)", "cs (from analysis._io)",
+                   "Storage (from sweeps.storage)"]
+
+
+def _defines(module: str, name: str) -> bool:
+    tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
+            return True
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] \
+            if isinstance(node, ast.AnnAssign) else []
+        if any(isinstance(n, ast.Name) and n.id == name for t in targets for n in ast.walk(t)):
+            return True
+    return False
+
+
+@pytest.mark.parametrize("face", FACES)
+def test_a_face_imports_each_name_from_its_defining_module(face: str) -> None:
+    """A face's names are explicit imports (under ``TYPE_CHECKING`` where the face loads
+    lazily) from the module that defines each; its ``__all__`` lists exactly those, and a lazy
+    face's table holds the same pairs (so "go to definition" is one hop, and the table
+    cannot drift from what a type checker sees)."""
+    tree = ast.parse(MODULES[face].read_text(encoding="utf-8"))
+    imported: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and _top(_resolve(node, face, True)) in OURS \
+                and node.module != "mutransfer._lazy":  # the loader, not a name of the face
+            for alias in node.names:
+                imported[alias.asname or alias.name] = _resolve(node, face, True)
+    assert sorted(_dunder_all(tree)) == sorted(imported)
+    assert [f"{m}.{n}" for n, m in sorted(imported.items()) if not _defines(m, n)] == []
+    lazy = [n for n in tree.body if isinstance(n, ast.Assign) and "lazy_exports" in ast.unparse(n.value)]
+    if lazy:
+        table = ast.literal_eval(lazy[0].value.args[1])  # type: ignore[attr-defined]
+        pairs = {name: module for module, names in table.items() for name in names}
+        eager = {n: m for n, m in imported.items() if m not in table and n not in pairs}
+        assert {**pairs, **eager} == imported
+
+
+def test_the_0_1_0_aliases_stay_gone() -> None:
+    """``ScalingLaws`` (ScalingLawFit's alias), ``ci=``/``interval=`` (``level``'s old
+    spellings), ``--min-lr-ratio`` (``--lr-floor``), ``sweep export`` (``sweep results``) and
+    ``apply`` beside ``apply_card`` were removed at 0.1.0 and stay removed."""
+    bad = []
+    for name, path in MODULES.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and node.id == "ScalingLaws":
+                bad.append(f"{name}:{node.lineno}: ScalingLaws")
+            if _top(name) == "analysis" and isinstance(node, ast.arguments):
+                args = [*node.posonlyargs, *node.args, *node.kwonlyargs]
+                bad += [f"{name}:{a.lineno}: argument {a.arg}=" for a in args if a.arg in ("ci", "interval")]
+            if isinstance(node, ast.Constant) and node.value == "--min-lr-ratio":
+                bad.append(f"{name}:{node.lineno}: --min-lr-ratio")
+            if (name == "mutransfer_cli.sweep" and isinstance(node, ast.Call)
+                    and getattr(node.func, "attr", "") == "add_parser" and node.args
+                    and getattr(node.args[0], "value", None) == "export"):
+                bad.append(f"{name}:{node.lineno}: sweep export")
+            if isinstance(node, (ast.FunctionDef, ast.Assign)) and name == "mutransfer.card_apply" and (
+                    getattr(node, "name", None) == "apply" or "apply =" in ast.unparse(node)[:8]):
+                bad.append(f"{name}:{node.lineno}: apply")
+    assert bad == []

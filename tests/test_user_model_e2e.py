@@ -1,6 +1,6 @@
 """A new user's day with their own model: a tiny Llama-shaped config.json written locally
 (vocab 256 on the embedded byte corpus, 2 layers, head_dim 16, GQA 2:1) goes through
-``coord-check``, ``sweep lr``, ``sweep export``, ``sweep scaling`` and ``fit scaling`` with
+``coord-check``, ``sweep lr``, ``sweep results``, ``sweep scaling`` and ``fit scaling`` with
 ``--model hf:PATH``; and every bad model exits 2 with one line naming it."""
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def test_users_day_with_a_local_hf_llama(llama: str, tmp_path: Path, capsys, _ve
                "--out", str(out), "--quiet", "--json"], capsys)
     assert st["counts"]["complete"] == 3 * 2
     csv = tmp_path / "lr.csv"
-    assert mutransfer_cli.main(["sweep", "export", "--storage", str(out), "--out", str(csv)]) == 0
+    assert mutransfer_cli.main(["sweep", "results", "--storage", str(out), "--out", str(csv)]) == 0
     from analysis.results import read_results
 
     df = read_results(csv)
@@ -78,7 +78,7 @@ def test_users_day_with_a_local_hf_llama(llama: str, tmp_path: Path, capsys, _ve
                "--out", str(sc), "--quiet", "--json"], capsys)
     assert st["counts"]["complete"] == 3 * 3
     csv2, fit = tmp_path / "sc.csv", tmp_path / "fit.json"
-    assert mutransfer_cli.main(["sweep", "export", "--storage", str(sc), "--out", str(csv2)]) == 0
+    assert mutransfer_cli.main(["sweep", "results", "--storage", str(sc), "--out", str(csv2)]) == 0
     assert len(read_results(csv2)) == 9 * 3  # one row per WSD branch
     assert mutransfer_cli.main(["fit", "scaling", str(csv2), "--out", str(fit), "--n-boot", "20"]) == 0
     doc = json.loads(fit.read_text())
@@ -107,7 +107,7 @@ def test_users_day_with_the_builtin_llama_fused(tmp_path: Path, capsys, _verb) -
                    "--fuse", fuse, "--max-extend", "0", "--out", str(out), "--quiet", "--json"], capsys)
         assert st["counts"]["complete"] == 3 * 2
         csv = tmp_path / f"lr{fuse}.csv"
-        assert mutransfer_cli.main(["sweep", "export", "--storage", str(out), "--out", str(csv)]) == 0
+        assert mutransfer_cli.main(["sweep", "results", "--storage", str(out), "--out", str(csv)]) == 0
         df = read_results(csv)
         assert set(df["arch"]) == {"llama-tiny"}
         losses[fuse] = df.sort_values(["width", "lr"])["loss"].tolist()
@@ -120,7 +120,7 @@ def test_users_day_with_the_builtin_llama_fused(tmp_path: Path, capsys, _verb) -
                "--fuse", "3", "--max-extend", "0", "--out", str(sc), "--quiet", "--json"], capsys)
     assert st["counts"]["complete"] == 3 * 3
     csv2, fit = tmp_path / "sc.csv", tmp_path / "fit.json"
-    assert mutransfer_cli.main(["sweep", "export", "--storage", str(sc), "--out", str(csv2)]) == 0
+    assert mutransfer_cli.main(["sweep", "results", "--storage", str(sc), "--out", str(csv2)]) == 0
     assert mutransfer_cli.main(["fit", "scaling", str(csv2), "--out", str(fit), "--n-boot", "20"]) == 0
     doc = json.loads(fit.read_text())
     assert doc["n_rows"] == 27 and math.isfinite(doc["lr"]["exponents"]["tokens"])
@@ -156,7 +156,7 @@ def test_the_card_for_a_1b_llama_goes_to_all_three_engines(tmp_path: Path, capsy
           "--set", "seq_len=16", "--set", "eval_sequences=8", "--device", "cpu", "--workers", "1",
           "--max-extend", "0", "--out", str(lr), "--quiet", "--json"], capsys)
     csv = tmp_path / "lr.csv"
-    assert mutransfer_cli.main(["sweep", "export", "--storage", str(lr), "--out", str(csv)]) == 0
+    assert mutransfer_cli.main(["sweep", "results", "--storage", str(lr), "--out", str(csv)]) == 0
     big = tmp_path / "llama-1b"
     big.mkdir()
     (big / "config.json").write_text(json.dumps(LLAMA_1B))
@@ -316,7 +316,8 @@ def test_a_real_hf_family_goes_from_sweep_to_every_engine(family: str, tmp_path:
     MUTRANSFER_MEGATRON_PYTHON is set, megatron-core constructing them with HF's RoPE."""
     import transformers
 
-    from mutransfer.card import load_card, schedule_config
+    from mutransfer.card import load_card
+    from mutransfer.card_schema import schedule_config
     from mutransfer.schedules import Schedule
 
     config, widths = FAMILIES[family]
@@ -329,7 +330,7 @@ def test_a_real_hf_family_goes_from_sweep_to_every_engine(family: str, tmp_path:
           "--batch-size", "2", "--set", "seq_len=16", "--set", "eval_sequences=4", "--device", "cpu",
           "--workers", "1", "--max-extend", "0", "--out", str(lr), "--quiet", "--json"], capsys)
     csv = tmp_path / "lr.csv"
-    assert mutransfer_cli.main(["sweep", "export", "--storage", str(lr), "--out", str(csv)]) == 0
+    assert mutransfer_cli.main(["sweep", "results", "--storage", str(lr), "--out", str(csv)]) == 0
     target = tmp_path / family
     target.mkdir()
     (target / "config.json").write_text(json.dumps(config))

@@ -41,7 +41,7 @@ import torch.nn as nn
 from torchtitan.protocols.model import ModelConfigConverter
 
 from mutransfer._io import read_json, read_yaml_mapping
-from mutransfer.card import apply_init
+from mutransfer.card_apply import apply_init
 from mutransfer.parametrization import Parametrization
 
 

@@ -10,7 +10,7 @@ the version the exporter was written for (``verified_against`` in the export say
   accepts (LR schedule mapped to HF's own scheduler names); :func:`hf_param_groups`
   builds the ``optimizer_grouped_parameters`` with each parameter's absolute LR, weight
   decay and eps from the card. The card's init and forward multipliers are put on the
-  model with :func:`mutransfer.card.apply` (hooks survive ``Trainer``).
+  model with :func:`mutransfer.card_apply.apply_card` (hooks survive ``Trainer``).
 - **torchtitan** (0.3.0): nested config sections ``optimizer`` (one ``ParamGroupConfig``
   per distinct (lr, weight decay, eps), its regex naming the parameters),
   ``lr_scheduler`` and ``training``, in the field names of ``OptimizersContainer.Config``,
@@ -31,11 +31,11 @@ from typing import Any
 
 import torch.nn as nn
 
-from mutransfer.card import validate_card
-from mutransfer.export._common import Drops, check_fields, check_model, split_batch
-from mutransfer.export.hf import export_hf, hf_param_groups
-from mutransfer.export.megatron import MEGATRON_FIELDS, MEGATRON_VERIFIED, export_megatron
-from mutransfer.export.torchtitan import export_torchtitan, torchtitan_param_groups
+from mutransfer.card_schema import validate_card
+from mutransfer.export._common import check_model
+from mutransfer.export.hf import export_hf
+from mutransfer.export.megatron import export_megatron
+from mutransfer.export.torchtitan import export_torchtitan
 
 ENGINES: tuple[str, ...] = ("hf", "torchtitan", "megatron")
 
@@ -44,7 +44,7 @@ def export_card(card: Mapping[str, Any], engine: str, model: nn.Module | None = 
                 dp_size: int | None = None, micro_batch: int | None = None,
                 drop: Iterable[str] = ()) -> dict[str, Any]:
     """The card as ``engine``'s config (see the module docstring), after
-    :func:`mutransfer.card.validate_card`. With ``model``, the card must describe it (names
+    :func:`mutransfer.card_schema.validate_card`. With ``model``, the card must describe it (names
     and shapes; the first mismatch is named). ``dp_size``/``micro_batch`` split the card's
     global batch (:func:`mutransfer.export._common.split_batch`); ``drop`` names card fields
     the engine may leave out (each recorded in ``dropped``), any other field it cannot
@@ -59,6 +59,4 @@ def export_card(card: Mapping[str, Any], engine: str, model: nn.Module | None = 
     return fn(card, dp_size=dp_size, micro_batch=micro_batch, drop=drop)
 
 
-__all__ = ["ENGINES", "MEGATRON_FIELDS", "MEGATRON_VERIFIED", "Drops", "check_fields", "check_model",
-           "export_card", "export_hf", "export_megatron", "export_torchtitan", "hf_param_groups",
-           "split_batch", "torchtitan_param_groups"]
+__all__ = ["ENGINES", "export_card"]

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch.nn as nn
 
-from mutransfer.card import schedule_config, validate_card
+from mutransfer.card_schema import schedule_config, validate_card
 from mutransfer.export._common import Drops, _groups, _lr_floor, check_fields, check_model, split_batch
 from mutransfer.schedules import Schedule
 from mutransfer.target import PRECISION
@@ -102,7 +102,7 @@ def export_hf(card: Mapping[str, Any], *, dp_size: int | None = None, micro_batc
                       "TrainingArguments(output_dir=..., **export['training_arguments']): the "
                       "training_arguments section, not the whole export (its other keys are no "
                       "TrainingArguments field)",
-                      "the optimizer: `from mutransfer.export import hf_param_groups; "
+                      "the optimizer: `from mutransfer.export.hf import hf_param_groups; "
                       "torch.optim.AdamW(hf_param_groups(model, card))`, passed as "
                       "Trainer(optimizers=(optimizer, None)): TrainingArguments holds one LR, the card "
                       "one per parameter; the groups carry initial_lr, which the scheduler's last_epoch=0 "
@@ -127,7 +127,7 @@ import torch
 from transformers import Trainer, TrainingArguments
 
 from mutransfer.card import apply, load_card
-from mutransfer.export import hf_param_groups
+from mutransfer.export.hf import hf_param_groups
 from mutransfer.target import build_target_model
 
 card = load_card(CARD)

@@ -48,7 +48,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from mutransfer.card import validate_card
+from mutransfer.card_schema import validate_card
 from mutransfer.export._common import Drops, _groups, _lr_floor, _steps, check_fields, split_batch
 
 # Field names read from megatron-core 0.19.2's source (transformer/transformer_config.py,

@@ -22,7 +22,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from mutransfer.card import schedule_config, validate_card
+from mutransfer.card_schema import schedule_config, validate_card
 from mutransfer.export._common import Drops, _groups, _lr_floor, check_fields, split_batch
 from mutransfer.schedules import Schedule
 
@@ -228,7 +228,7 @@ def export_torchtitan(card: Mapping[str, Any], *, dp_size: int | None = None, mi
             "under the card's μP; `from mutransfer.engines.torchtitan import llama3_config` gives its "
             "model config alone. torchtitan's own model_registry flavours fuse q/k/v and cannot take "
             "this card",
-            "the optimizer: `from mutransfer.export import torchtitan_param_groups; "
+            "the optimizer: `from mutransfer.export.torchtitan import torchtitan_param_groups; "
             "OptimizersContainer.Config(param_groups=torchtitan_param_groups(export), ...)`"]
     else:
         out["notes"] += [
@@ -236,7 +236,7 @@ def export_torchtitan(card: Mapping[str, Any], *, dp_size: int | None = None, mi
             "`from mutransfer.engines.torchtitan import MuPConverter; "
             "MuPConverter.Config(export=EXPORT).build().convert(model_config)`; without it the model is "
             "not μP",
-            "the optimizer: `from mutransfer.export import torchtitan_param_groups; "
+            "the optimizer: `from mutransfer.export.torchtitan import torchtitan_param_groups; "
             "OptimizersContainer.Config(param_groups=torchtitan_param_groups(export), ...)`"]
     out["usage"] = _usage(arch is not None)
     drops.check_used()
@@ -250,7 +250,7 @@ def _usage(hf: bool) -> str:
     (EXPORT: its path, filled in by ``mutransfer export``)."""
     head = ["import json", "",
             "from torchtitan.components.optimizer.optimizer import OptimizersContainer", "",
-            "from mutransfer.export import torchtitan_param_groups", ""]
+            "from mutransfer.export.torchtitan import torchtitan_param_groups", ""]
     if hf:
         head[4:4] = ["from mutransfer.engines.torchtitan import model_spec"]
         body = ["spec = model_spec(EXPORT)  # llama3, unfused q/k/v, the card's μP installed on build"]

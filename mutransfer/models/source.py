@@ -3,7 +3,7 @@
 ``parse_model(text)`` reads what every verb's ``--model`` (and the config field
 ``model.source``) takes:
 
-- ``gpt-tiny`` or ``preset:gpt-tiny``: a built-in preset (:data:`mutransfer.models.PRESETS`);
+- ``gpt-tiny`` or ``preset:gpt-tiny``: a built-in preset (:data:`mutransfer.models.presets.PRESETS`);
 - ``hf:PATH``: a local ``config.json`` (or a folder holding one) of a ``transformers``
   causal LM. The JSON is read here and its ``model_type`` checked against
   ``transformers.CONFIG_MAPPING``; nothing is ever downloaded, so a hub id is refused;

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 import analysis
-from analysis import read_results
+from analysis.results import read_results
 
 
 def test_import_is_light_and_independent() -> None:

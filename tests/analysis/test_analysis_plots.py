@@ -7,18 +7,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import (
-    CriticalBatchFit,
-    OptimumFit,
-    PowerLawFit,
-    SaturatingPowerLawFit,
-    fit_critical_batch,
+from analysis.critical_batch import CriticalBatchFit, fit_critical_batch
+from analysis.loss_law import SaturatingPowerLawFit
+from analysis.optimum import OptimumFit
+from analysis.plots import (
     plot_critical_batch,
     plot_loss_law,
     plot_lr_curves,
     plot_optimum_vs_width,
     plot_power_law,
 )
+from analysis.powerlaw import PowerLawFit
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

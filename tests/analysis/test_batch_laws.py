@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analysis import ScalingLawFit
 from analysis.baselines import deepseek_batch_in_tokens, deepseek_llm, published_batch, step_law
 from analysis.critical_batch import noise_scale_law
+from analysis.scaling_fit import ScalingLawFit
 
 SEQ = 64
 

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analysis import OptimumFit, measured_best, paired_best_ratio
+from analysis.best_loss import measured_best, paired_best_ratio
+from analysis.optimum import OptimumFit
 
 
 def scan(curve: dict[float, list[float]]) -> pd.DataFrame:

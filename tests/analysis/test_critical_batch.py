@@ -4,14 +4,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import (
+from analysis.critical_batch import (
     CriticalBatchFit,
-    PowerLawFit,
     first_crossing,
     fit_critical_batch,
     fit_noise_scale,
     steps_to_target,
 )
+from analysis.powerlaw import PowerLawFit
 
 B = np.array([32.0, 64, 128, 256, 512, 1024, 2048, 4096])
 

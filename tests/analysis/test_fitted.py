@@ -7,16 +7,13 @@ import math
 import numpy as np
 import pytest
 
-from analysis import (
-    ChinchillaFit,
-    CriticalBatchFit,
-    NotFittedError,
-    OptimumFit,
-    PowerLawFit,
-    ScalingLawFit,
-    check_is_fitted,
-    plain,
-)
+from analysis._fitted import NotFittedError, check_is_fitted
+from analysis._io import plain
+from analysis.critical_batch import CriticalBatchFit
+from analysis.loss_law import ChinchillaFit
+from analysis.optimum import OptimumFit
+from analysis.powerlaw import PowerLawFit
+from analysis.scaling_fit import ScalingLawFit
 
 
 def test_not_fitted_error_is_a_value_and_attribute_error() -> None:
@@ -60,19 +57,19 @@ def test_plain_is_json_data() -> None:
     assert math.isinf(plain([math.inf])[0])  # kept unless asked: a validator refuses it
 
 
-def test_the_interval_level_is_level_and_ci_its_old_spelling() -> None:
-    assert PowerLawFit(level=0.8).level == 0.8 and PowerLawFit(ci=0.8).level == 0.8
-    assert OptimumFit(ci=0.8).level == 0.8 and ChinchillaFit(level=0.8).level == 0.8
-    with pytest.raises(ValueError, match="level=0.8 and its old spelling ci=0.9"):
-        CriticalBatchFit(level=0.8, ci=0.9)
+def test_the_interval_level_has_one_spelling_level() -> None:
+    """``level`` is the one name of an interval's level: ``ci=`` (a fit's) and ``interval=``
+    (a call's), the 0.1.0 spellings, are refused by every fit, predict and plot."""
+    assert PowerLawFit(level=0.8).level == 0.8 and OptimumFit(level=0.8).level == 0.8
+    assert ChinchillaFit(level=0.8).level == 0.8 and CriticalBatchFit(level=0.8).level == 0.8
+    for cls in (PowerLawFit, OptimumFit, ChinchillaFit, CriticalBatchFit):
+        with pytest.raises(TypeError, match="'ci'"):
+            cls(ci=0.8)
     with pytest.raises(ValueError, match="level"):
         PowerLawFit(level=1.5)
-
-
-def test_a_call_s_level_is_level_and_interval_its_old_spelling() -> None:
     x = np.array([64.0, 128.0, 256.0, 512.0, 1024.0])
     fit = PowerLawFit("width", "lr", n_boot=0).fit(x, 0.5 * x**-1.0 * np.exp([0.01, -0.02, 0.0, 0.02, -0.01]))
-    new, old = fit.predict([2048.0], level=0.8), fit.predict([2048.0], interval=0.8)
-    assert new.lo[0] == old.lo[0] and new.hi[0] == old.hi[0] and new.lo[0] < new.point[0] < new.hi[0]
-    with pytest.raises(ValueError, match="level=0.8 and its old spelling interval=0.9"):
-        fit.predict([2048.0], level=0.8, interval=0.9)
+    band = fit.predict([2048.0], level=0.8)
+    assert band.lo[0] < band.point[0] < band.hi[0]
+    with pytest.raises(TypeError, match="'interval'"):
+        fit.predict([2048.0], interval=0.8)

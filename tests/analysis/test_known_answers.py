@@ -10,7 +10,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis import PowerLawFit, fit_critical_batch
+from analysis.critical_batch import fit_critical_batch
+from analysis.powerlaw import PowerLawFit
 
 PORIAN_EXPONENTS = {
     "rw|base|long|kaplan|kaplan|train": 0.8338,

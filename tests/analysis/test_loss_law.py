@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import HOFFMANN_GRID, ChinchillaFit, SaturatingPowerLawFit
+from analysis.loss_law import HOFFMANN_GRID, ChinchillaFit, SaturatingPowerLawFit
 
 # Hoffmann et al. 2022, eq. 10 (their fitted approach-3 law) used as ground truth.
 TRUTH = {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28}
@@ -74,7 +74,7 @@ def test_best_start_no_worse_than_scipy_single_starts(
 def test_predict_band_contains_point_and_truth(noisy_fit: tuple[ChinchillaFit, tuple]) -> None:
     fit, _ = noisy_fit
     n, d = np.array([1e8, 1e9]), np.array([2e9, 2e10])
-    p = fit.predict(n, d, interval=0.95)
+    p = fit.predict(n, d, level=0.95)
     truth = TRUTH["E"] + TRUTH["A"] / n ** 0.34 + TRUTH["B"] / d ** 0.28
     assert np.all(p.lo <= p.point) and np.all(p.point <= p.hi)
     assert np.all((p.lo <= truth) & (truth <= p.hi))
@@ -97,7 +97,7 @@ def test_compute_optimal_matches_hoffmann_eq4() -> None:
 
 def test_compute_optimal_band_from_bootstrap(noisy_fit: tuple[ChinchillaFit, tuple]) -> None:
     fit, _ = noisy_fit
-    alloc = fit.compute_optimal([1e22], interval=0.9)
+    alloc = fit.compute_optimal([1e22], level=0.9)
     assert alloc.n_lo[0] < alloc.n_opt[0] < alloc.n_hi[0]
     assert alloc.d_lo[0] < alloc.d_opt[0] < alloc.d_hi[0]
 
@@ -143,7 +143,7 @@ def test_all_rows_diverged_raises() -> None:
 
 
 def test_chinchilla_plot_renders_fit(noisy_fit: tuple[ChinchillaFit, tuple], tmp_path) -> None:
-    from analysis import plot_loss_law
+    from analysis.plots import plot_loss_law
 
     fit, _ = noisy_fit
     out = plot_loss_law(fit, tmp_path / "chin.png")

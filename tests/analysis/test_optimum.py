@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analysis import OptimumFit
+from analysis.optimum import OptimumFit
 
 Sweep = Callable[..., pd.DataFrame]
 

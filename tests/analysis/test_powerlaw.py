@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analysis import PowerLawFit
+from analysis.powerlaw import PowerLawFit
 
 
 @settings(max_examples=25, deadline=None)
@@ -49,9 +49,9 @@ def test_prediction_interval_coverage_on_noisy_data() -> None:
         fit = PowerLawFit(n_boot=0).fit(x, y)
         x0 = 3e4
         new = 2.0 * x0**-0.5 * np.exp(rng.normal(0, 0.1))
-        p = fit.predict(x0, interval=0.9)
+        p = fit.predict(x0, level=0.9)
         hits += p.lo[0] <= new <= p.hi[0]
-        c = fit.predict(x0, interval=0.9, kind="confidence")
+        c = fit.predict(x0, level=0.9, kind="confidence")
         conf_hits += c.lo[0] <= 2.0 * x0**-0.5 <= c.hi[0]
         assert c.hi[0] - c.lo[0] < p.hi[0] - p.lo[0]
     assert 0.85 <= hits / reps <= 0.95
@@ -64,7 +64,7 @@ def test_bootstrap_ci_coverage_of_exponent() -> None:
     covered, reps = 0, 100
     for i in range(reps):
         y = 5.0 * x**0.7 * np.exp(rng.normal(0, 0.2, x.size))
-        fit = PowerLawFit(n_boot=200, ci=0.9, random_state=i).fit(x, y)
+        fit = PowerLawFit(n_boot=200, level=0.9, random_state=i).fit(x, y)
         lo, hi = fit.ci_["b"]
         covered += lo <= 0.7 <= hi
         assert lo < fit.params_["b"] < hi

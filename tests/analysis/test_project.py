@@ -5,8 +5,9 @@ import json
 import numpy as np
 import pytest
 
-from analysis import ChinchillaFit, PowerLawFit, project
-from analysis.loss_law import LossPrediction
+from analysis import project
+from analysis.loss_law import ChinchillaFit, LossPrediction
+from analysis.powerlaw import PowerLawFit
 
 WIDTHS = np.array([128.0, 256, 512, 1024])
 

@@ -15,21 +15,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from analysis import (
-    ScalingLawFit,
-    ScheduleRules,
-    deepseek_llm,
-    fill_loss_gap,
-    holdout_audit,
-    power_lines,
-    scaling_baselines,
-    sqrt_rule,
-    step_law,
-    tau_from,
-    weight_decay_for,
-)
-from analysis.scaling import AUDIT_KEYS
-from analysis.tau import PUBLISHED_ETA_LAMBDA
+from analysis.baselines import deepseek_llm, power_lines, scaling_baselines, sqrt_rule, step_law
+from analysis.holdout import AUDIT_KEYS, fill_loss_gap, holdout_audit
+from analysis.scaling_fit import ScalingLawFit
+from analysis.schedule import ScheduleRules
+from analysis.tau import PUBLISHED_ETA_LAMBDA, tau_from, weight_decay_for
 
 TRUE = {"a": 0.5, "b": -0.25, "g": 0.5, "c_B": 2.0**4, "c_eta": 2.0**-12}
 SEQ = 128
@@ -373,7 +363,7 @@ def test_curves_are_the_fitted_data(fit: ScalingLawFit) -> None:
 
 # ------------------------------------------------------------------ figures
 def test_plot_scaling_renders_the_curves(fit: ScalingLawFit, tmp_path) -> None:
-    from analysis import plot_scaling
+    from analysis.scaling_plots import plot_scaling
 
     out = plot_scaling(fit.curves_(), tmp_path / "scaling.png")
     assert out.read_bytes().startswith(b"\x89PNG") and out.stat().st_size > 5000
@@ -383,7 +373,8 @@ def test_plot_scaling_renders_the_curves(fit: ScalingLawFit, tmp_path) -> None:
 def test_gns_beside_the_steps_to_target_critical_batch(data_dir, tmp_path) -> None:
     """Zhang et al. 2024's 85M steps-to-target data give B_crit ≈ 2190.6 sequences; runs
     whose measured GNS scatters around 2000 sit at ratio ≈ 0.91 of it."""
-    from analysis import CriticalBatchFit, critical_batch_comparison, plot_critical_batch_comparison
+    from analysis.critical_batch import CriticalBatchFit
+    from analysis.scaling_plots import critical_batch_comparison, plot_critical_batch_comparison
 
     z = pd.read_csv(data_dir / "zhang2024_cbs_steps_to_target.csv")
     z = z[z["model"] == "85M"]

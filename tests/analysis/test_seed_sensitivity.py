@@ -15,7 +15,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import OptimumFit, ScalingLawFit
+from analysis.optimum import OptimumFit
+from analysis.scaling_fit import ScalingLawFit
 
 T_STAR, C = -7.3, 0.02  # true optimum (off grid) and curvature
 GRID = np.arange(-10.0, -3.0)  # 2^-10 ... 2^-4, one octave apart, as a proxy sweep

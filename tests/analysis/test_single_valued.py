@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import check_single_valued
+from analysis.results import check_single_valued
 
 
 def test_mixed_values_name_the_column_and_every_value() -> None:

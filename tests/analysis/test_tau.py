@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import ScalingLawFit
+from analysis.scaling_fit import ScalingLawFit
 from sweeps.runners import SYNTHETIC_TAU, synthetic_tau_loss
 
 SEQ = 64

@@ -139,8 +139,8 @@ def test_multiplier_spec_searches_only_trainconfig_fields_and_its_corners_are_va
     import itertools
 
     from benchmarks.tuned_multipliers import SPEC
-    from mutransfer.train import TrainConfig
-    from sweeps import load_spec
+    from mutransfer.config import TrainConfig
+    from sweeps.spec import load_spec
 
     spec = load_spec(SPEC)
     assert spec.kind == "run" and spec.sampler == "tpe" and spec.base["wd_mode"] == "independent"

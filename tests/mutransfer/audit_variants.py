@@ -11,7 +11,8 @@ import mup
 import torch
 import torch.nn as nn
 
-from mutransfer.models import GPT, MLP, GPTConfig, MLPConfig
+from mutransfer.models.gpt import GPT, GPTConfig
+from mutransfer.models.mlp import MLP, MLPConfig
 from mutransfer.optim import build_optimizer
 from mutransfer.parametrization import Parametrization
 

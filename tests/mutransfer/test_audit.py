@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from mutransfer.audit import audit, load_entry
+from mutransfer.audit import audit
+from mutransfer.entry import load_entry
 from mutransfer_cli import main
 
 ROOT = Path(__file__).resolve().parents[2]

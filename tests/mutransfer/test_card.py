@@ -8,10 +8,13 @@ import pytest
 import torch
 import yaml
 
-from mutransfer.card import SCHEMA, apply, build_card, load_card, save_card
-from mutransfer.models import GPT, GPTConfig
+from mutransfer.card import build_card, load_card, save_card
+from mutransfer.card_apply import apply_card
+from mutransfer.card_schema import SCHEMA
+from mutransfer.models.gpt import GPT, GPTConfig
 from mutransfer.optim import build_optimizer
-from mutransfer.parametrization import Multipliers, Parametrization
+from mutransfer.parametrization import Parametrization
+from mutransfer.specs import Multipliers
 from mutransfer_cli import main
 
 CFG = GPTConfig(width=32, depth=2, head_dim=16, seq_len=16, vocab_size=64)
@@ -33,7 +36,7 @@ def test_apply_reproduces_the_parametrization(tmp_path) -> None:
     assert loaded == card and loaded["schema"] == SCHEMA
     torch.manual_seed(0)
     model = GPT(CFG.replace(width=128))
-    applied = apply(model, loaded)
+    applied = apply_card(model, loaded)
     assert applied.model is model
     groups = applied.param_groups
     ref = pz.build(seed=0)
@@ -49,13 +52,13 @@ def test_apply_reproduces_the_parametrization(tmp_path) -> None:
     applied.optimizer.step()
     applied.scheduler.step()
     with pytest.raises(ValueError, match="already parametrized"):
-        apply(model, loaded)
+        apply_card(model, loaded)
 
 
 def test_card_errors_are_clear(tmp_path) -> None:
     _, card = make_card()
     with pytest.raises(ValueError, match="does not match the card"):
-        apply(GPT(CFG.replace(width=128, depth=3)), card)
+        apply_card(GPT(CFG.replace(width=128, depth=3)), card)
     with pytest.raises(ValueError, match="unsupported card schema"):
         load_card(_write(tmp_path / "a.yaml", {**card, "schema": "other/v9"}))
     with pytest.raises(ValueError, match="missing section"):

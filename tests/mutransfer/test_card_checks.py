@@ -15,8 +15,11 @@ from typing import Any
 import pytest
 import yaml
 
-from mutransfer.card import apply, load_card, save_card, schedule_config, validate_card
-from mutransfer.target import ScalingLaws, build_target_model
+from analysis.scaling_fit import ScalingLawFit
+from mutransfer.card import load_card, save_card
+from mutransfer.card_apply import apply_card
+from mutransfer.card_schema import schedule_config, validate_card
+from mutransfer.target import build_target_model
 from mutransfer.trust import MEASURED_DEPTH_MOVE, card_warnings, trust_block
 from mutransfer_cli import main
 
@@ -99,7 +102,7 @@ def test_each_consistency_error_names_both_values(good: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match=r"schedule\.total_steps: must be <= 1,000,000,000"):
         save_card(bad, "/nonexistent/never.yaml")  # refused before any write
     with pytest.raises(ValueError, match="schedule.total_steps"):  # apply validates too
-        apply(build_target_model(good), bad)
+        apply_card(build_target_model(good), bad)
     # a group lr off by more than 1e-9 relative is refused; within it, accepted
     near = copy.deepcopy(good)
     near["param_groups"][0]["lr"] *= 1 + 1e-12
@@ -311,7 +314,7 @@ def test_trust_block_numbers_from_a_known_covariance(tmp_path: Path, capsys) -> 
     assert trust["intervals"]["tokens"]["factor"] == 1.0
     assert "narrows the LR interval" in err
     # B*(D)'s interval at the target and at D_t / 4, from var = x'Cx with x = (1, ln D)
-    laws = ScalingLaws.from_dict(json.loads(fit.read_text()))
+    laws = ScalingLawFit.from_dict(json.loads(fit.read_text()))
     proj = {"lr": {"value": 0.01, "lo": 0.005, "hi": 0.02, "level": 0.9},
             "batch_tokens": {"value": 2e4, "lo": 1e4, "hi": 4e4}}
     tb = trust_block(projected=proj, laws=laws, proxy_lr_interval=[0.005, 0.02], proxy_lr=0.01,

@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 
 from mutransfer.card import load_card, make_card, save_card
-from mutransfer.models import get_preset
+from mutransfer.models.presets import get_preset
 from mutransfer.parametrization import Parametrization
-from mutransfer.target import read_scaling_fit, resolve_target, transfer_builder
+from mutransfer.plan import read_scaling_fit
+from mutransfer.target import resolve_target, transfer_builder
 from mutransfer.trust import card_warnings
 from mutransfer_cli import main
 
@@ -86,10 +87,10 @@ def test_validation_fills_the_card_defaults_once(tmp_path: Path) -> None:
     the hf export took the optimizer's)."""
     import yaml
 
-    from mutransfer.card import apply, schedule_config, validate_card
-    from mutransfer.card_schema import DEFAULTS
+    from mutransfer.card_apply import apply_card
+    from mutransfer.card_schema import DEFAULTS, schedule_config, validate_card
     from mutransfer.export import export_card
-    from mutransfer.models import GPT
+    from mutransfer.models.gpt import GPT
 
     full = load_card(Path(__file__).resolve().parents[1] / "data" / "cards" / "card_v1.yaml")
     sparse = yaml.safe_load(yaml.safe_dump(full))
@@ -103,7 +104,7 @@ def test_validation_fills_the_card_defaults_once(tmp_path: Path) -> None:
     assert (card["schedule"]["warmup_steps"], card["schedule"]["lr_floor"]) == (0, 0.0)
     assert schedule_config(sparse["schedule"]) == schedule_config(card["schedule"])
     assert validate_card(card) == card  # filled once: a second pass changes nothing
-    applied = apply(GPT(get_preset("gpt-tiny").replace(width=128)), sparse)
+    applied = apply_card(GPT(get_preset("gpt-tiny").replace(width=128)), sparse)
     assert {g["eps"] for g in applied.optimizer.param_groups} == {3e-8}
     hf = export_card(sparse, "hf")
     assert hf["training_arguments"]["adam_epsilon"] == 3e-8

@@ -17,8 +17,9 @@ import pandas as pd
 import pytest
 
 import mutransfer_cli
+from analysis.scaling_fit import ScalingLawFit
 from mutransfer.card import load_card
-from mutransfer.target import ScalingLaws, plan_run
+from mutransfer.plan import plan_run
 
 pytest.importorskip("transformers", reason="the [engines] extra is not installed")
 tokenizers = pytest.importorskip("tokenizers")
@@ -47,7 +48,8 @@ def swept(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     Llama proxy (widths 64 and 128, depth 2, context 16) on those tokens, exported."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    from mutransfer.data import prepare_tokens, stdlib_files
+    from mutransfer.corpus import stdlib_files
+    from mutransfer.prepare import prepare_tokens
 
     root = tmp_path_factory.mktemp("records")
     base, rel = stdlib_files()
@@ -184,7 +186,8 @@ def test_an_unoptimised_tau_gives_the_published_decay_named_and_warned() -> None
     """tau at the sweep's one lambda ('default λ'): the card's eta·lambda per step is the
     published 4e-5 (not the 1/(tau·steps) that tau would give), the source names the
     recipes, a warning says so, and lambda gets no interval."""
-    laws = ScalingLaws.from_dict({**LAWS, "tau": {"value": 48.5, "ci": [40.0, 55.0], "source": "default λ"}})
+    tau = {"value": 48.5, "ci": [40.0, 55.0], "source": "default λ"}
+    laws = ScalingLawFit.from_dict({**LAWS, "tau": tau})
     plan = plan_run(laws=laws, **PLAN)
     assert plan.lr * plan.weight_decay == pytest.approx(4e-5, rel=1e-12)
     assert plan.tau == pytest.approx(plan.batch_tokens / (4e-5 * 2e8), rel=1e-12)  # B / (eta·lambda·D)
@@ -196,7 +199,7 @@ def test_an_unoptimised_tau_gives_the_published_decay_named_and_warned() -> None
 
 
 def test_a_measured_tau_is_held_and_its_lambda_interval_includes_the_lrs() -> None:
-    laws = ScalingLaws.from_dict({**LAWS, "tau": {"value": 0.2, "ci": [0.15, 0.3], "source": "measured"}})
+    laws = ScalingLawFit.from_dict({**LAWS, "tau": {"value": 0.2, "ci": [0.15, 0.3], "source": "measured"}})
     plan = plan_run(laws=laws, **PLAN)
     b, d = plan.batch_tokens, 2e8
     assert plan.weight_decay == pytest.approx(b / (plan.lr * 0.2 * d), rel=1e-12)

@@ -10,9 +10,13 @@ import pytest
 import torch
 import torch.nn as nn
 
-from mutransfer.card import apply, build_card, load_card, save_card
-from mutransfer.models import GPT, MLP, get_preset
-from mutransfer.parametrization import Multipliers, Parametrization
+from mutransfer.card import build_card, load_card, save_card
+from mutransfer.card_apply import apply_card
+from mutransfer.models.gpt import GPT
+from mutransfer.models.mlp import MLP
+from mutransfer.models.presets import get_preset
+from mutransfer.parametrization import Parametrization
+from mutransfer.specs import Multipliers
 from mutransfer_cli import main
 
 
@@ -78,7 +82,7 @@ def test_card_for_the_proxy_reproduces_its_groups_and_forward(case: str, wd_mode
     expected = per_parameter(pz.param_groups(proxy, lr, weight_decay=wd, wd_mode=wd_mode, eps=eps))
     torch.manual_seed(7)
     fresh = builder(width, kw["depth"]) if "depth" in kw else builder(width)
-    got = per_parameter(apply(fresh, card).param_groups)
+    got = per_parameter(apply_card(fresh, card).param_groups)
     assert got.keys() == expected.keys() == dict(proxy.named_parameters()).keys()
     for name, (glr, gwd, geps, gopt) in got.items():
         elr, ewd, eeps, eopt = expected[name]
@@ -107,7 +111,7 @@ def test_cli_card_for_the_proxy_round_trips(tmp_path: Path) -> None:
     expected = per_parameter(pz.param_groups(proxy, 0.004, weight_decay=0.1))
     torch.manual_seed(3)
     fresh = builder(cfg.width)
-    got = per_parameter(apply(fresh, card).param_groups)
+    got = per_parameter(apply_card(fresh, card).param_groups)
     assert got.keys() == expected.keys()
     for name in got:
         assert got[name][:3] == pytest.approx(expected[name][:3], rel=1e-12), name

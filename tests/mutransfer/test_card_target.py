@@ -12,8 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from mutransfer.card import apply, load_card, schedule_config
-from mutransfer.export import export_card, hf_param_groups
+from mutransfer.card import load_card
+from mutransfer.card_apply import apply_card
+from mutransfer.card_schema import schedule_config
+from mutransfer.export import export_card
+from mutransfer.export.hf import hf_param_groups
 from mutransfer.schedules import Schedule
 from mutransfer_cli import main
 
@@ -85,7 +88,7 @@ def test_apply_installs_init_multipliers_groups_and_scheduler_on_the_real_hf_mod
     torch.manual_seed(0)
     model = build_target_model(card)
     plain = {n: p.detach().clone() for n, p in model.named_parameters()}
-    applied = apply(model, card)
+    applied = apply_card(model, card)
     # init: the card's rule for each parameter, on the HF model's own init
     for g in card["param_groups"]:
         p = dict(model.named_parameters())[g["name"]]
@@ -126,7 +129,7 @@ def test_hf_trainer_runs_the_cards_lr_at_every_step_with_accumulation(tmp_path) 
 
     torch.manual_seed(0)
     model = build_target_model(card)
-    apply(model, card)
+    apply_card(model, card)
     opt = torch.optim.AdamW(hf_param_groups(model, card))
     total = card["schedule"]["total_steps"]
     sched = Schedule(schedule_config(card["schedule"]))
@@ -172,7 +175,7 @@ def test_export_refuses_what_an_engine_cannot_carry_unless_dropped(tmp_path, cap
 
 
 def test_batch_is_rounded_to_a_power_of_two_friendly_multiple() -> None:
-    from mutransfer.target import plan_run
+    from mutransfer.plan import plan_run
 
     plan = plan_run(proxy_lr=0.01, proxy_lr_interval=None, tokens=1e9, seq_len=64, batch_tokens=1194 * 64)
     assert plan.batch_sequences % 8 == 0 and abs(plan.batch_sequences - 1194) <= 4
@@ -220,7 +223,7 @@ def test_torchtitan_llama3_under_the_export_gives_the_reference_mup_logits(tmp_p
     (tmp_path / "tt.json").write_text(json.dumps(export))
     torch.manual_seed(0)
     ref = build_target_model(card)
-    apply(ref, card)
+    apply_card(ref, card)
     theta = float(ref.config.rope_parameters["rope_theta"])
     tt_cfg = _titan_llama(untied, theta)
     adapter = Llama3StateDictAdapter(tt_cfg, None)

@@ -16,8 +16,11 @@ import pytest
 import torch
 import yaml
 
-from mutransfer.card import SCHEMA_V1, SCHEMA_V2, apply, load_card, save_card, schedule_config
-from mutransfer.models import GPT, get_preset
+from mutransfer.card import load_card, save_card
+from mutransfer.card_apply import apply_card
+from mutransfer.card_schema import SCHEMA_V1, SCHEMA_V2, schedule_config
+from mutransfer.models.gpt import GPT
+from mutransfer.models.presets import get_preset
 from mutransfer.parametrization import Parametrization
 from mutransfer.schedules import Schedule
 from mutransfer.target import build_target_model
@@ -94,10 +97,11 @@ def test_inside_the_limit_our_batch_law_carries_the_batch_even_when_its_exponent
     growth is unresolved); beyond the limit, or with B* at the grid's edge at most budgets,
     the published laws in tokens are the flagged fallback."""
     from analysis.baselines import published_batch
-    from mutransfer.target import ScalingLaws, plan_run
+    from analysis.scaling_fit import ScalingLawFit
+    from mutransfer.plan import plan_run
 
     loose = {**FIT, "batch": {"coef": 2.0, "exponents": {"tokens": 0.4}, "ci": {"tokens": [-0.05, 0.85]}}}
-    laws = ScalingLaws.from_dict(loose)
+    laws = ScalingLawFit.from_dict(loose)
     kw = {"proxy_lr": 0.01, "proxy_lr_interval": None, "seq_len": 64, "laws": laws,
           "proxy_batch_tokens": 1024.0, "proxy_tokens": 8e6, "n_params": 5e6}
     plan = plan_run(tokens=6.4e7, **kw)  # 8x the largest budget, limit 100x
@@ -113,7 +117,7 @@ def test_inside_the_limit_our_batch_law_carries_the_batch_even_when_its_exponent
     assert far.projected["batch_fit"]["value"] == pytest.approx(b_fit, rel=1e-9)
     assert far.batch_sequences == 8 * round(b_ds / 64 / 8)
     # B* a bound at 2 of 4 budgets: DeepSeek's, inside the limit too
-    edged = ScalingLaws.from_dict({**loose, "budgets": [{"tokens": t, "edge": e} for t, e in
+    edged = ScalingLawFit.from_dict({**loose, "budgets": [{"tokens": t, "edge": e} for t, e in
                                                         ((1e6, "low"), (2e6, ""), (4e6, ""), (8e6, "low"))]})
     assert "DeepSeek" in plan_run(tokens=6.4e7, **{**kw, "laws": edged}).projected["batch_tokens"]["source"]
 
@@ -177,7 +181,7 @@ def test_v2_round_trip_and_apply_gives_optimizer_and_scheduler(tmp_path: Path, c
     assert load_card(save_card(card, again)) == card
     assert card["target"]["model"]["mlp_ratio"] == 3.0  # d_ff 384 at width 128
     torch.manual_seed(0)
-    applied = apply(build_target_model(card), card)
+    applied = apply_card(build_target_model(card), card)
     assert applied.model.blocks[0].mlp.c_fc.weight.shape == (384, 128)
     assert isinstance(applied.scheduler, torch.optim.lr_scheduler.LambdaLR)
     assert applied.optimizer.defaults["betas"] == (0.9, 0.95)
@@ -210,7 +214,7 @@ def test_v1_card_still_loads_and_applies() -> None:
     assert card["schema"] == SCHEMA_V1 and "audit" not in card
     cfg = get_preset("gpt-tiny")
     torch.manual_seed(0)
-    applied = apply(GPT(cfg.replace(width=128)), card)
+    applied = apply_card(GPT(cfg.replace(width=128)), card)
     lrs = {g["names"][0]: g["lr"] for g in applied.param_groups}
     assert lrs["blocks.0.attn.c_q.weight"] == pytest.approx(0.004 / 4)  # muP: base / m, m = 128/32
     total = card["schedule"]["total_steps"]
@@ -335,7 +339,7 @@ def test_the_validator_names_each_bad_field(path: str, value: Any, words: str, t
         save_card(bad, tmp_path / "never.yaml")
     assert not (tmp_path / "never.yaml").exists()
     with pytest.raises(ValueError, match="card field"):
-        apply(build_target_model(card), bad)
+        apply_card(build_target_model(card), bad)
 
 
 # ---- bad input to the CLI ---------------------------------------------------------------
@@ -518,7 +522,7 @@ def test_apply_a_muon_card_schedules_both_optimizers(tmp_path: Path, capsys) -> 
                           "--batch-size", "16", "--warmup-tokens", "4096", "--out", str(out)], capsys)
     assert code == 0, err
     card = load_card(out)
-    applied = apply(build_target_model(card), card)
+    applied = apply_card(build_target_model(card), card)
     assert [type(o).__name__ for o in applied.optimizer] == ["Muon", "AdamW"]
     schedule = Schedule(schedule_config(card["schedule"]))
     card_lr = {g["name"]: g["lr"] for g in card["param_groups"]}

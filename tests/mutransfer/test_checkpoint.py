@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from mutransfer.checkpoint import get_rng_state, load_checkpoint, save_checkpoint, set_rng_state
+from mutransfer.config import TrainConfig
 from mutransfer.data import DataConfig, TokenDataset, load_dataset
-from mutransfer.train import TrainConfig, train
+from mutransfer.train import train
 
 
 @pytest.fixture(scope="module")

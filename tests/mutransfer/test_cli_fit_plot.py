@@ -405,7 +405,7 @@ def test_fit_scaling_contract(tmp_path: Path, capsys: pytest.CaptureFixture[str]
                                "seq_len": 128, "n_params": None}
     assert doc["tau"]["value"] > 0 and doc["tau"]["weight_decay"] == 0.1
     # the document is what `transfer --scaling-fit` reads back
-    from analysis import ScalingLawFit
+    from analysis.scaling_fit import ScalingLawFit
 
     p = ScalingLawFit.from_dict(doc).project(tokens=2.0**26, dp_size=4)
     assert p.batch_sequences % 4 == 0 and p.steps * p.batch_tokens.value >= 2.0**26

@@ -170,7 +170,7 @@ def test_fold_never_replaces_its_checkpoint(tmp_path, capsys) -> None:
 
 def _card(tmp_path):
     from mutransfer.card import build_card, save_card
-    from mutransfer.models import GPT, GPTConfig
+    from mutransfer.models.gpt import GPT, GPTConfig
     from mutransfer.parametrization import Parametrization
 
     cfg = GPTConfig(width=64, depth=2, head_dim=16, seq_len=32, vocab_size=64)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 
-import pandas as pd
 import pytest
 
 from mutransfer_cli import build_parser, main
@@ -55,18 +54,15 @@ def test_set_without_equals_exits_2_naming_it(capsys) -> None:
     assert "--set 'lr' must look like KEY=VALUE" in capsys.readouterr().err
 
 
-def test_sweep_results_writes_the_table_and_export_is_its_old_name(tmp_path, capsys) -> None:
+def test_sweep_results_writes_the_table_and_export_is_gone(tmp_path, capsys) -> None:
+    """`sweep results` writes the table; `sweep export`, its 0.1.0 name, is no verb (exit 2:
+    `mutransfer export` is the engine export of a card, a different thing)."""
     out = tmp_path / "d"
     assert main(["sweep", "lr", "--widths", "32", "-p", "mup", "--lrs", "0.001,0.01", "--out", str(out),
                  "--workers", "1", "--quiet", "--set", "warmup-steps=1", *SYN]) == 0
     capsys.readouterr()
     assert main(["sweep", "results", "--storage", str(out), "--out", str(tmp_path / "a.csv"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["rows"] == 2
-    assert main(["sweep", "export", "--storage", str(out), "--out", str(tmp_path / "b.csv")]) == 0
-    assert "deprecated, now `mutransfer sweep results`" in capsys.readouterr().err
-    a, b = pd.read_csv(tmp_path / "a.csv"), pd.read_csv(tmp_path / "b.csv")
-    pd.testing.assert_frame_equal(a.drop(columns="wall_s", errors="ignore"),
-                                  b.drop(columns="wall_s", errors="ignore"))
-    assert main(["sweep", "--help"]) == 0
-    listing = capsys.readouterr().out
-    assert "results" in listing and "export" not in listing.split("positional arguments:")[1]
+    assert main(["sweep", "export", "--storage", str(out), "--out", str(tmp_path / "b.csv")]) == 2
+    assert "invalid choice: 'export'" in capsys.readouterr().err
+    assert not (tmp_path / "b.csv").exists()

@@ -22,8 +22,8 @@ from mutransfer.config import (
     TrainConfig,
     load_config,
 )
-from mutransfer.parametrization import KINDS
 from mutransfer.schedules import DECAY_SHAPES, SCHEDULE_KINDS
+from mutransfer.specs import KINDS
 from mutransfer.stabilizers import SPIKE_POLICIES
 
 # The flat field names, in order, of the flat TrainConfig this tree replaced: rows,
@@ -179,7 +179,7 @@ def test_cli_set_takes_dotted_keys(tmp_path) -> None:
 
 
 def test_fusion_key_is_the_sections_minus_their_per_member_fields() -> None:
-    from mutransfer.fused import NON_FUSIBLE_FIELDS, check_fusible, fusion_key
+    from mutransfer.fusion import NON_FUSIBLE_FIELDS, check_fusible, fusion_key
 
     for sec, cls in SECTIONS.items():
         assert cls.PER_MEMBER <= {f.name for f in dataclasses.fields(cls)}, sec

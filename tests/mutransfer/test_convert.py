@@ -9,14 +9,18 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from mutransfer.fold import fold
-from mutransfer.models import GPT, from_hf, llama_tiny, to_hf
 from mutransfer.models.convert import (
+    from_hf,
     from_hf_config,
     from_hf_state_dict,
+    to_hf,
     to_hf_config,
     to_hf_state_dict,
 )
-from mutransfer.parametrization import Multipliers, Parametrization
+from mutransfer.models.gpt import GPT
+from mutransfer.models.presets import llama_tiny
+from mutransfer.parametrization import Parametrization
+from mutransfer.specs import Multipliers
 
 # Non-default eps and theta, so a field that is not carried over shows in the logits.
 CFG = llama_tiny().replace(seq_len=32, norm_eps=1e-5, rope_theta=5e5)

@@ -26,7 +26,7 @@ from mutransfer.coord_check import (
     record_activations,
 )
 from mutransfer.data import DataConfig, load_dataset
-from mutransfer.models import GPT, GPTConfig
+from mutransfer.models.gpt import GPT, GPTConfig
 from mutransfer_cli import main
 
 CFG = GPTConfig(width=32, depth=2, head_dim=16, seq_len=32, vocab_size=256)

@@ -8,14 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from mutransfer.data import (
-    DataConfig,
-    TokenDataset,
-    build_stdlib_corpus,
-    cache_dir,
-    load_dataset,
-    stdlib_files,
-)
+from mutransfer.corpus import build_stdlib_corpus, cache_dir, stdlib_files
+from mutransfer.data import DataConfig, TokenDataset, load_dataset
 
 
 @pytest.fixture

@@ -17,8 +17,11 @@ import pandas as pd
 import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from mutransfer.data import DataConfig, _split_by_file, load_dataset, prepare_tokens, stdlib_files
-from mutransfer.train import TrainConfig, train
+from mutransfer.config import TrainConfig
+from mutransfer.corpus import _split_by_file, stdlib_files
+from mutransfer.data import DataConfig, load_dataset
+from mutransfer.prepare import prepare_tokens
+from mutransfer.train import train
 from mutransfer_cli import main
 
 EOS = "<|endoftext|>"

@@ -9,9 +9,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from mutransfer.config import TrainConfig
 from mutransfer.data import DataConfig, TokenDataset, load_dataset
 from mutransfer.fused import FusedGroup
-from mutransfer.train import TrainConfig, Trainer
+from mutransfer.trainer import Trainer
 
 BASE = dict(preset="gpt-tiny", width=32, depth=1, head_dim=16, seq_len=32, steps=4, lr=1e-2,
             eval_every=0, eval_sequences=24, threads=1, data_max_bytes=300_000, device="cpu",

@@ -9,9 +9,13 @@ import json
 import pytest
 import torch
 
-from mutransfer.card import apply, build_card, save_card
-from mutransfer.export import MEGATRON_FIELDS, check_fields, export_card, hf_param_groups
-from mutransfer.models import GPT, GPTConfig
+from mutransfer.card import build_card, save_card
+from mutransfer.card_apply import apply_card
+from mutransfer.export import export_card
+from mutransfer.export._common import check_fields
+from mutransfer.export.hf import hf_param_groups
+from mutransfer.export.megatron import MEGATRON_FIELDS
+from mutransfer.models.gpt import GPT, GPTConfig
 from mutransfer.parametrization import Parametrization
 from mutransfer_cli import main
 
@@ -46,7 +50,7 @@ def test_hf_training_arguments_accept_it_and_per_parameter_lrs_equal_the_card() 
     args = tf.TrainingArguments(output_dir="unused", report_to=[], **export["training_arguments"])
     assert args.lr_scheduler_type == "warmup_stable_decay" and args.max_steps == 100
     model = builder(128)
-    apply(model, card)
+    apply_card(model, card)
     opt = torch.optim.AdamW(hf_param_groups(model, card))
     # What Trainer.create_scheduler builds from these arguments.
     sched = tf.get_scheduler(args.lr_scheduler_type, opt, num_warmup_steps=args.get_warmup_steps(100),
@@ -73,7 +77,7 @@ def test_torchtitan_optimizers_container_gives_the_cards_lrs() -> None:
     from torchtitan.components.optimizer.lr_scheduler import LRSchedulersContainer
     from torchtitan.components.optimizer.optimizer import OptimizersContainer
 
-    from mutransfer.export import torchtitan_param_groups
+    from mutransfer.export.torchtitan import torchtitan_param_groups
 
     pz, card = gpt_card()
     export = export_card(card, "torchtitan")

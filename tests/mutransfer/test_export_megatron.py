@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 
 from mutransfer.card import build_card, save_card
-from mutransfer.export import MEGATRON_FIELDS, export_card
-from mutransfer.models import GPT, GPTConfig
-from mutransfer.parametrization import Multipliers, Parametrization
+from mutransfer.export import export_card
+from mutransfer.export.megatron import MEGATRON_FIELDS
+from mutransfer.models.gpt import GPT, GPTConfig
+from mutransfer.parametrization import Parametrization
+from mutransfer.specs import Multipliers
 from mutransfer.target import TargetModel
 from mutransfer_cli import main
 

@@ -9,9 +9,10 @@ import torch
 
 from mutransfer.checkpoint import load_checkpoint
 from mutransfer.fold import PLAIN_FORMAT, fold
-from mutransfer.models import GPT, GPTConfig
+from mutransfer.models.gpt import GPT, GPTConfig
 from mutransfer.optim import build_optimizer
-from mutransfer.parametrization import Multipliers, Parametrization
+from mutransfer.parametrization import Parametrization
+from mutransfer.specs import Multipliers
 from mutransfer_cli import main
 
 CFG = GPTConfig(width=64, depth=2, head_dim=16, seq_len=16, vocab_size=64)
@@ -71,7 +72,8 @@ def test_cli_folds_a_trainer_checkpoint(tmp_path, capsys) -> None:
     plain = GPT(GPTConfig(**doc["model_config"]))
     plain.load_state_dict(doc["model"])
     ck = load_checkpoint(run / "checkpoint.pt")
-    from mutransfer.train import TrainConfig, build_parametrization
+    from mutransfer.config import TrainConfig
+    from mutransfer.trainer import build_parametrization
 
     cfg = TrainConfig.from_overrides(None, ck["config"])
     model = build_parametrization(cfg, GPTConfig(**doc["model_config"])).build(seed=0)

@@ -17,9 +17,10 @@ WORKER = textwrap.dedent("""
     import torch, torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
-    from mutransfer.models import GPT, GPTConfig
+    from mutransfer.models.gpt import GPT, GPTConfig
     from mutransfer.optim import build_optimizer
-    from mutransfer.parametrization import Multipliers, Parametrization
+    from mutransfer.specs import Multipliers
+    from mutransfer.parametrization import Parametrization
 
     CFG = GPTConfig(width=64, depth=2, head_dim=16, seq_len=16, vocab_size=64)
 

@@ -8,8 +8,10 @@ import math
 import pytest
 import torch
 
+from mutransfer.config import TrainConfig
 from mutransfer.data import DataConfig, load_dataset
-from mutransfer.fused import (
+from mutransfer.fused import train_fused
+from mutransfer.fusion import (
     CPU_DEFAULT_K,
     CPU_FUSE_MAX_FLOPS,
     check_fusible,
@@ -17,11 +19,11 @@ from mutransfer.fused import (
     fusion_key,
     member_step_flops,
     partition,
-    train_fused,
     unsupported_reason,
 )
 from mutransfer.models.gpt import GPT
-from mutransfer.train import TrainConfig, TrainResult, train
+from mutransfer.train import train
+from mutransfer.train_result import TrainResult
 
 RTOL = 1e-5
 # Row keys that measure the machine, not the run.

@@ -8,9 +8,12 @@ import math
 
 import pytest
 
+from mutransfer.config import TrainConfig
 from mutransfer.data import DataConfig, load_dataset
 from mutransfer.fused_wsd import train_fused_wsd_branches
-from mutransfer.train import TrainConfig, Trainer, TrainResult, train_wsd_branches
+from mutransfer.train import train_wsd_branches
+from mutransfer.train_result import TrainResult
+from mutransfer.trainer import Trainer
 
 FRACTIONS = [0.25, 1.0, 0.5]  # not sorted: results come back in this order
 # Row keys that measure the machine, not the run.

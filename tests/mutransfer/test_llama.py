@@ -10,8 +10,9 @@ from transformers import LlamaForCausalLM
 
 from mutransfer.coord_check import coord_check
 from mutransfer.data import DataConfig, load_dataset
-from mutransfer.models import GPT, llama_tiny
 from mutransfer.models.convert import _names, to_hf_config
+from mutransfer.models.gpt import GPT
+from mutransfer.models.presets import llama_tiny
 from mutransfer.optim import qk_clip, track_max_logits
 from mutransfer.parametrization import Parametrization
 

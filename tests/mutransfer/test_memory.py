@@ -8,7 +8,7 @@ import pytest
 
 import mutransfer_cli as cli
 from mutransfer.memory import OPTIMIZERS, parse_count, training_memory
-from mutransfer_cli import memory as memory_cli
+from mutransfer_cli.memory import memory as memory_cli
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import torch
 
 tf = pytest.importorskip("transformers", reason="the [engines] extra (transformers) is not installed")
 
-from mutransfer.models import (  # noqa: E402
+from mutransfer.models.source import (  # noqa: E402
     ModelSource,
     build_model,
     hf_proxy_config,
@@ -211,7 +211,7 @@ def data():  # type: ignore[no-untyped-def]
 
 
 def _cfg(src: str, **kw: object):  # type: ignore[no-untyped-def]
-    from mutransfer.train import TrainConfig
+    from mutransfer.config import TrainConfig
 
     base = dict(source=src, width=32, seq_len=32, batch_size=8, steps=12, lr=1e-2, eval_every=6,
                 eval_sequences=8, threads=1, grad_accum=2)
@@ -243,7 +243,7 @@ def test_trainer_resume_and_wsd_branch_are_bit_identical_on_hf_llama(tmp_path: P
 def test_z_loss_and_softcap_apply_to_logits(tmp_path: Path, data) -> None:
     """Known answer at step 1 (same init and batch): the loss with z-loss is CE + coef ·
     mean(logsumexp²) of the same logits, and a soft cap changes the loss."""
-    from mutransfer.train import Trainer
+    from mutransfer.trainer import Trainer
 
     src = f"hf:{write_config(tmp_path, **LLAMA)}"
     t = Trainer(_cfg(src, steps=1, grad_accum=1), data=data)
@@ -275,7 +275,7 @@ def test_stabilizers_that_cannot_apply_are_refused(tmp_path: Path, field: str, v
 
 
 def test_fused_training_refuses_a_source_model(tmp_path: Path) -> None:
-    from mutransfer.fused import check_fusible, partition, unsupported_reason
+    from mutransfer.fusion import check_fusible, partition, unsupported_reason
 
     cfg = _cfg(f"hf:{write_config(tmp_path, **LLAMA)}", grad_accum=1)
     assert "our own GPT" in unsupported_reason(cfg)
@@ -285,7 +285,7 @@ def test_fused_training_refuses_a_source_model(tmp_path: Path) -> None:
 
 
 def test_config_source_and_base_sizes(tmp_path: Path, builders: str) -> None:
-    from mutransfer.train import base_sizes
+    from mutransfer.trainer import base_sizes
 
     d = write_config(tmp_path, **LLAMA)
     cfg = _cfg(str(d).join(["hf:", ""]), width=128)

@@ -7,7 +7,9 @@ import math
 import pytest
 import torch
 
-from mutransfer.models import GPT, MLP, GPTConfig, get_preset, gpt_40m, width_ladder
+from mutransfer.models.gpt import GPT, GPTConfig
+from mutransfer.models.mlp import MLP
+from mutransfer.models.presets import get_preset, gpt_40m, width_ladder
 
 
 def test_gpt_40m_preset_is_about_40m_parameters() -> None:

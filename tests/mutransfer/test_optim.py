@@ -8,10 +8,11 @@ import math
 import pytest
 import torch
 
+from mutransfer.config import TrainConfig
 from mutransfer.models.gpt import GPT, GPTConfig
 from mutransfer.optim import build_optimizer, qk_clip, set_lr, track_max_logits
 from mutransfer.parametrization import Parametrization
-from mutransfer.train import TrainConfig, Trainer
+from mutransfer.trainer import Trainer
 
 G = GPTConfig(width=64, depth=1, head_dim=16, seq_len=16, vocab_size=64)
 

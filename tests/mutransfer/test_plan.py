@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import ScalingLawFit
+from analysis.scaling_fit import ScalingLawFit
 from mutransfer.card import load_card
 from mutransfer.plan import plan_run, read_scaling_fit
 from mutransfer_cli import main

@@ -7,10 +7,11 @@ import math
 
 import pytest
 
-from analysis import ScalingLawFit
 from analysis.baselines import published_batch
+from analysis.scaling_fit import ScalingLawFit
+from mutransfer.config import TrainConfig
 from mutransfer.plan import beta2_for, plan_run
-from mutransfer.train import TrainConfig, Trainer
+from mutransfer.trainer import Trainer
 
 FIT = {
     "kind": "scaling",

@@ -17,7 +17,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from mutransfer.coord_check import CoordCheckResult, coord_check, fit_slopes
-from mutransfer.parametrization import Multipliers, Parametrization
+from mutransfer.parametrization import Parametrization
+from mutransfer.specs import Multipliers
 
 VOCAB, SEQ = 32, 8
 

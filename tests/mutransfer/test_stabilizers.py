@@ -8,9 +8,10 @@ import math
 import pytest
 import torch
 
+from mutransfer.config import TrainConfig
 from mutransfer.data import DataConfig, TokenDataset, load_dataset
 from mutransfer.stabilizers import SpikeDetector, clip_grad_norm, divergence_bound, is_diverged, robust_stats
-from mutransfer.train import TrainConfig, Trainer
+from mutransfer.trainer import Trainer
 
 POISON = 40  # the data step whose targets are replaced by random tokens
 

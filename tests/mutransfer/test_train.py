@@ -10,8 +10,11 @@ import numpy as np
 import pytest
 import torch
 
+from mutransfer.config import TrainConfig, load_config
 from mutransfer.data import DataConfig, TokenDataset, load_dataset
-from mutransfer.train import ROW_KEYS, TrainConfig, Trainer, load_config, train
+from mutransfer.train import train
+from mutransfer.train_result import ROW_KEYS
+from mutransfer.trainer import Trainer
 
 # Tiny and single-threaded: each run is well under a second.
 TINY = dict(preset="gpt-tiny", width=32, depth=1, head_dim=16, seq_len=32, batch_size=8, steps=20,
@@ -148,7 +151,7 @@ def test_bad_data_is_named(tmp_path) -> None:
 
 
 def test_devices_and_cpu_fp32() -> None:
-    from mutransfer.train import resolve_device
+    from mutransfer.device import resolve_device
 
     assert resolve_device("cpu") == torch.device("cpu")
     if not torch.cuda.is_available():
@@ -292,7 +295,7 @@ def test_one_builder_gives_the_trainers_the_cards_and_the_exporters_groups(data:
     × 7) and the trainer's optimizer, the card and an engine export (HF's groups, read from
     the card) all move by exactly that, and nothing else recomputes them."""
     from mutransfer.card import build_card
-    from mutransfer.export import hf_param_groups
+    from mutransfer.export.hf import hf_param_groups
     from mutransfer.parametrization import Parametrization
 
     c = cfg(steps=2, eval_every=0, weight_decay=0.1, lr_mult_output=0.5, base_width=16)

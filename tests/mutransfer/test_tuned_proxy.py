@@ -12,9 +12,11 @@ import pytest
 import torch
 import yaml
 
-from mutransfer.card import apply, load_card
-from mutransfer.models import GPT
-from mutransfer.train import TrainConfig, Trainer
+from mutransfer.card import load_card
+from mutransfer.card_apply import apply_card
+from mutransfer.config import TrainConfig
+from mutransfer.models.gpt import GPT
+from mutransfer.trainer import Trainer
 from mutransfer_cli import main
 
 TUNED = {"preset": "gpt-tiny", "parametrization": "mup", "width": 32, "base_width": 32, "seq_len": 32,
@@ -55,7 +57,7 @@ def test_card_of_the_tuned_proxy_rebuilds_the_trainers_groups_and_forward(
 
     torch.manual_seed(run.seed)
     fresh = GPT(trainer.gcfg)
-    got = per_parameter(apply(fresh, card).param_groups)
+    got = per_parameter(apply_card(fresh, card).param_groups)
     assert got.keys() == expected.keys()
     roles = {g["name"]: g["role"] for g in card["param_groups"]}
     assert {roles[n] for n in got} >= {"input", "hidden", "output", "vector"}
@@ -126,7 +128,7 @@ def test_sweep_multipliers_writes_the_best_trials_config(tmp_path: Path, capsys)
     winner = min(done, key=lambda t: t.value)
     for key, value in winner.params.items():  # the searched values of the lowest-loss trial
         assert best[key] == pytest.approx(value, rel=1e-12), key
-    from sweeps import MULTIPLIER_SEARCH_SPACE
+    from sweeps.spec_kinds import MULTIPLIER_SEARCH_SPACE
 
     assert set(winner.params) == set(MULTIPLIER_SEARCH_SPACE)
     assert best["parametrization"] == "mup" and best["wd_mode"] == "independent"
@@ -149,7 +151,8 @@ def test_sweep_multipliers_refuses_a_grid_or_sp(flags: list[str], words: list[st
 
 
 def test_the_documented_spec_searches_what_the_verb_searches() -> None:
-    from sweeps import MULTIPLIER_SEARCH_SPACE, load_spec
+    from sweeps.spec import load_spec
+    from sweeps.spec_kinds import MULTIPLIER_SEARCH_SPACE
 
     spec = load_spec(Path(__file__).parents[2] / "docs" / "specs" / "multipliers.yaml")
     assert spec.search_space.keys() == MULTIPLIER_SEARCH_SPACE.keys()

@@ -26,7 +26,7 @@ def one_line(err: str) -> bool:
 @pytest.fixture(scope="module")
 def card_text(tmp_path_factory) -> str:
     from mutransfer.card import build_card, save_card
-    from mutransfer.models import GPT, GPTConfig
+    from mutransfer.models.gpt import GPT, GPTConfig
     from mutransfer.parametrization import Parametrization
 
     cfg = GPTConfig(width=64, depth=2, head_dim=16, seq_len=32, vocab_size=64)

@@ -32,7 +32,7 @@ def test_lr_sweep_status_export_and_resume(tmp_path, capsys) -> None:
     assert main("status", "--storage", str(out)) == 0
     text = capsys.readouterr().out
     assert "8/8 done" in text and "parametrization=mup width=64" in text
-    assert main("export", "--storage", str(out), "--out", str(tmp_path / "r.csv"), "--json") == 0
+    assert main("results", "--storage", str(out), "--out", str(tmp_path / "r.csv"), "--json") == 0
     assert json.loads(capsys.readouterr().out)["rows"] == 8
     import pandas as pd
 

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from sweeps import LRSweep, run_sweep
+from sweeps.spec_kinds import LRSweep
+from sweeps.study import run_sweep
 
 
 def _dashboard() -> str:

@@ -77,7 +77,7 @@ def test_scaling_extends_both_axes_until_bracketed_and_recovers_the_laws(sweep, 
 
     # fit scaling on the extended table: the known laws, and every budget bracketed in FIT.json
     csv, fit = tmp_path / "r.csv", tmp_path / "fit.json"
-    assert mutransfer_cli.main(["sweep", "export", "--storage", str(out), "--out", str(csv)]) == 0
+    assert mutransfer_cli.main(["sweep", "results", "--storage", str(out), "--out", str(csv)]) == 0
     assert mutransfer_cli.main(["fit", "scaling", str(csv), "--out", str(fit), "--n-boot", "20",
                                 "--quiet"]) == 0
     doc = json.loads(fit.read_text())

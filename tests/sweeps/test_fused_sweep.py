@@ -20,9 +20,12 @@ import pytest
 
 import mutransfer.fused  # noqa: E402,F401  (an import error fails, never skips)
 import mutransfer_cli
-from sweeps import LRSweep, open_study, prepare, results_table, run_sweep, spawn_workers
-from sweeps.spec import point_key
+from sweeps.export import results_table
+from sweeps.spec_base import point_key
+from sweeps.spec_kinds import LRSweep
 from sweeps.storage import Storage
+from sweeps.study import prepare, run_sweep
+from sweeps.worker import open_study, spawn_workers
 
 BASE = {"steps": 6, "batch_size": 4, "eval_every": 3, "eval_sequences": 8}
 LRS = (2.0**-8, 2.0**-6, 2.0**-4)
@@ -240,7 +243,7 @@ def test_a_member_failed_elsewhere_is_lost_and_the_others_finish(tmp_path) -> No
     that member is dropped from the fused run and not told again; the others complete."""
     from optuna.trial import TrialState
 
-    from sweeps import work
+    from sweeps.worker import work
 
     url = f"journal:{tmp_path / 'optuna.journal'}"
     prepare(_spec(widths=(32,)), url, runner="sweeps.runners:synthetic_runner")
@@ -311,7 +314,7 @@ def test_fused_scaling_sweep_exports_the_unfused_table(tmp_path, fused_wsd_calls
     """A scaling sweep's trials are WSD trunks with a branch per budget: trials at one batch
     fuse (other LRs), trials at other batches never do, and the table (a row per branch)
     is the unfused one exactly, bar the CPU seconds (a fused member's is its group's share)."""
-    from sweeps import ScalingSweep
+    from sweeps.spec_scaling import ScalingSweep
 
     spec = ScalingSweep(preset="gpt-tiny", width=32, batch_sizes=(2, 4, 8), tokens=(256, 512, 1024),
                         lr_center=0.01, log2_lr_offsets=(-1.0, 1.0), eval_sequences=8,

@@ -15,9 +15,11 @@ from collections import Counter
 
 import pytest
 
-from sweeps import LRSweep, open_study, prepare, spawn_workers
-from sweeps.spec import point_key
+from sweeps.spec_base import point_key
+from sweeps.spec_kinds import LRSweep
 from sweeps.storage import Storage
+from sweeps.study import prepare
+from sweeps.worker import open_study, spawn_workers
 
 SYN = "sweeps.runners:synthetic_runner"
 SLEEP_S = 1.2  # per trial, so the kill lands mid-trial

@@ -21,8 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from sweeps import LRSweep, open_study, prepare
-from sweeps.spec import point_key
+from sweeps.spec_base import point_key
+from sweeps.spec_kinds import LRSweep
+from sweeps.study import prepare
+from sweeps.worker import open_study
 
 ROOT = Path(__file__).resolve().parents[2]
 SYN = "sweeps.runners:synthetic_runner"

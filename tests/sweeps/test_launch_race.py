@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from sweeps import LRSweep, open_study
-from sweeps.spec import point_key
+from sweeps.spec_base import point_key
+from sweeps.spec_kinds import LRSweep
+from sweeps.worker import open_study
 
 ROOT = Path(__file__).resolve().parents[2]
 PG_URL = os.environ.get("MUTRANSFER_TEST_POSTGRES_URL")

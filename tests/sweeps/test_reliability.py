@@ -16,8 +16,10 @@ from pathlib import Path
 import pytest
 
 import mutransfer_cli
-from sweeps import LRSweep, open_study, prepare, run_sweep
+from sweeps.spec_kinds import LRSweep
 from sweeps.storage import Storage, mask_url, read_storage_file
+from sweeps.study import prepare, run_sweep
+from sweeps.worker import open_study
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "s3cr3t-Pw"
@@ -176,7 +178,7 @@ def test_a_study_poisoned_by_an_older_version_fails_with_one_line(tmp_path, caps
 
 
 def test_a_tampered_study_cannot_make_workers_import_anything(tmp_path) -> None:
-    from sweeps import work
+    from sweeps.worker import work
 
     url = Storage.resolve(None, tmp_path).url
     prepare(LRSweep(widths=(32,), parametrizations=("mup",), lrs=(1e-3,)), url, runner="synthetic")

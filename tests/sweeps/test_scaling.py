@@ -10,7 +10,8 @@ import math
 import pytest
 
 import mutransfer_cli
-from sweeps.spec import ScalingSweep, load_spec, spec_from_dict
+from sweeps.spec import load_spec, spec_from_dict
+from sweeps.spec_scaling import ScalingSweep
 
 
 def _spec(**kw: object) -> ScalingSweep:
@@ -148,7 +149,7 @@ def test_known_laws_through_sweep_export_fit_and_holdout_audit(_verb, tmp_path, 
     assert run["tokens"] == pytest.approx(262144, rel=0.02)
 
     csv, fit = tmp_path / "r.csv", tmp_path / "fit.json"
-    assert mutransfer_cli.main(["sweep", "export", "--storage", str(out), "--out", str(csv)]) == 0
+    assert mutransfer_cli.main(["sweep", "results", "--storage", str(out), "--out", str(csv)]) == 0
     assert mutransfer_cli.main(["fit", "scaling", str(csv), "--out", str(fit), "--n-boot", "50"]) == 0
     doc = json.loads(fit.read_text())
     assert doc["n_rows"] == 4 * 7 * 4
@@ -166,7 +167,7 @@ def test_holdout_gap_is_measured_on_fresh_seeds_not_on_the_lucky_run_that_chose_
     0.25% criterion. The audit instead trains both configs again on seeds the sweep never
     used (each seed scales every loss by its own factor, as a shared init and data order
     would), so the gap is the true surface ratio exactly, and here negative."""
-    from sweeps import results_table
+    from sweeps.export import results_table
     from sweeps.holdout import best_measured_config, fit_rows, run_holdout
     from sweeps.runners import synthetic_scaling_loss, synthetic_scaling_runner
     from sweeps.worker import open_study
@@ -235,7 +236,7 @@ def test_tiny_scaling_sweep_with_the_real_trainer(_verb, tmp_path, capsys) -> No
     st = json.loads(capsys.readouterr().out)
     assert st["counts"]["complete"] == 3 * 3 + 3  # 3 batches x 3 LRs, + the check's 3 LRs at B=4
     csv = tmp_path / "r.csv"
-    assert mutransfer_cli.main(["sweep", "export", "--storage", str(out), "--out", str(csv)]) == 0
+    assert mutransfer_cli.main(["sweep", "results", "--storage", str(out), "--out", str(csv)]) == 0
 
     from analysis.results import read_results
 

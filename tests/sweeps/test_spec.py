@@ -5,7 +5,9 @@ import sys
 
 import pytest
 
-from sweeps.spec import BatchSweep, GridSweep, LRSweep, load_spec, log2_grid, point_key, spec_from_dict
+from sweeps.spec import load_spec, spec_from_dict
+from sweeps.spec_base import log2_grid, point_key
+from sweeps.spec_kinds import BatchSweep, GridSweep, LRSweep
 
 
 def test_default_lr_grid_is_log2_minus14_to_minus3() -> None:

@@ -84,7 +84,9 @@ def test_sweep_lr_opens_an_rdb_once_in_the_parent(tmp_path, capsys, opened, kind
 
 
 def test_a_worker_builds_its_storage_from_the_environment(tmp_path, monkeypatch, opened) -> None:
-    from sweeps import LRSweep, open_study, prepare
+    from sweeps.spec_kinds import LRSweep
+    from sweeps.study import prepare
+    from sweeps.worker import open_study
 
     where = Storage.resolve(None, tmp_path)
     prepare(LRSweep(widths=(32,), parametrizations=("mup",), lrs=(1e-3, 2e-3)), where, runner="synthetic")

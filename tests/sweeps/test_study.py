@@ -10,11 +10,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from sweeps import LRSweep, open_study, prepare, results_table, run_sweep, write_table
-from sweeps.export import status
+from sweeps.export import results_table, status, write_table
 from sweeps.progress import study_counts
 from sweeps.recovery import sweep_stale
+from sweeps.spec_kinds import LRSweep
 from sweeps.storage import Storage
+from sweeps.study import prepare, run_sweep
+from sweeps.worker import open_study
 
 SYN = "sweeps.runners:synthetic_runner"
 

@@ -10,7 +10,8 @@ import pytest
 import mutransfer_cli
 from mutransfer.card import load_card
 from sweeps.resolve import check_trials
-from sweeps.spec import ScalingSweep, spec_from_dict
+from sweeps.spec import spec_from_dict
+from sweeps.spec_scaling import ScalingSweep
 
 
 def _spec(**kw: object) -> ScalingSweep:
@@ -87,7 +88,7 @@ def test_known_tau_through_sweep_fit_and_card(_verb, tmp_path, capsys) -> None:
     def sweep_and_fit(*extra: str) -> tuple[int, dict]:
         assert mutransfer_cli.main([*SWEEP, *extra, "--out", str(out)]) == 0
         done = json.loads(capsys.readouterr().out)["counts"]["complete"]
-        assert mutransfer_cli.main(["sweep", "export", "--storage", str(out), "--out", str(csv)]) == 0
+        assert mutransfer_cli.main(["sweep", "results", "--storage", str(out), "--out", str(csv)]) == 0
         assert mutransfer_cli.main(["fit", "scaling", str(csv), "--out", str(fit), "--n-boot", "200",
                                     "--quiet"]) == 0
         return done, json.loads(fit.read_text())["tau"]
@@ -135,7 +136,7 @@ def test_the_trainer_runs_each_weight_decay(_verb, tmp_path, capsys) -> None:
                                 "--log2-lr-offsets=-1,0,1", "--set", "seq_len=16", "--eval-sequences", "8",
                                 "--device", "cpu", "--max-extend", "0", "--weight-decays", "0.05,1.6",
                                 "--workers", "1", "--quiet", "--out", str(out)]) == 0
-    assert mutransfer_cli.main(["sweep", "export", "--storage", str(out), "--out", str(csv)]) == 0
+    assert mutransfer_cli.main(["sweep", "results", "--storage", str(out), "--out", str(csv)]) == 0
     df = pd.read_csv(csv)
     assert df.groupby("batch_size")["weight_decay"].nunique().to_dict() == {2: 1, 4: 3, 8: 1}
     at = df[(df["batch_size"] == 4) & (df["tokens"] == df["tokens"].max())]

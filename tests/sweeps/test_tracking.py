@@ -40,7 +40,7 @@ def _sweep(out: Path, track: str, monkeypatch) -> None:
 def _trials(out: Path) -> list:
     from optuna.trial import TrialState
 
-    from sweeps import open_study
+    from sweeps.worker import open_study
 
     study, _ = open_study(f"journal:{out / 'optuna.journal'}", "lr")
     trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))

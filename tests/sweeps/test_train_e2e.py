@@ -24,9 +24,9 @@ def test_lr_sweep_with_the_real_trainer_feeds_analysis(tmp_path, capsys, monkeyp
     st = json.loads(capsys.readouterr().out)
     assert st["counts"]["complete"] == 6 and st["workers"] == 2
     csv = tmp_path / "results.csv"
-    assert mutransfer_cli.main(["sweep", "export", "--storage", str(out), "--out", str(csv)]) == 0
+    assert mutransfer_cli.main(["sweep", "results", "--storage", str(out), "--out", str(csv)]) == 0
 
-    from analysis import OptimumFit
+    from analysis.optimum import OptimumFit
     from analysis.results import read_results
 
     df = read_results(csv)
@@ -36,7 +36,7 @@ def test_lr_sweep_with_the_real_trainer_feeds_analysis(tmp_path, capsys, monkeyp
     fit = OptimumFit(group_by=("parametrization", "width"), n_boot=20).fit(df)
     assert len(fit.optima_) == 2
 
-    from sweeps import open_study
+    from sweeps.worker import open_study
 
     study, _ = open_study(f"journal:{out / 'optuna.journal'}", "lr")
     t = study.trials[0]
