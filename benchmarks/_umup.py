@@ -12,7 +12,7 @@ RMSNorm blocks, RoPE, a 4x GELU MLP, untied readout, no biases; depth 2, head di
 context 64, byte vocab), with u-μP's own choices where the package makes one (norms without
 gains, fused QKV as in ``uu.MHSA``).
 
-The loop mirrors ``mutransfer.trainer.Trainer`` for the demo's setup: the same training and
+The loop mirrors ``mutransfer.training.trainer.Trainer`` for the demo's setup: the same training and
 held-out batches (``TokenDataset.get_batch``), the same schedule (``TrainConfig
 .schedule_config``), Adam's betas and eps, the same held-out loss (mean cross-entropy over
 ``eval_sequences`` sequences of the fixed held-out set) and the same divergence rule (``divergence_bound``).
@@ -101,7 +101,7 @@ class UmupGPT(nn.Module):
 def umup_optimizer(model: UmupGPT, lr: float, betas: tuple[float, float] = (0.9, 0.95), eps: float = 1e-8,
                    embedding_lr_constant: bool = False) -> torch.optim.AdamW:
     """``uu.optim.AdamW`` over ``model`` (one group per parameter, LR scaled by u-μP's rule),
-    with ``base_lr`` recorded for ``mutransfer.optim.set_lr``.
+    with ``base_lr`` recorded for ``mutransfer.training.optim.set_lr``.
 
     ``embedding_lr_constant`` is an ablation, not u-μP: it undoes the package's
     η·width^-1/2 for the embedding table only, giving it μP's width-independent Adam LR η
@@ -120,7 +120,7 @@ _DATA: dict[str, Any] = {}
 
 
 def _dataset() -> Any:
-    from mutransfer.data import DataConfig, load_dataset
+    from mutransfer.training.data import DataConfig, load_dataset
 
     if "stdlib" not in _DATA:  # one open per process, shared by its runs
         _DATA["stdlib"] = load_dataset(DataConfig())
@@ -134,12 +134,12 @@ def train_umup(demo: dict[str, Any], width: int, lr: float, seed: int,
     diverge_factor optional; ``embedding_lr_constant``: see :func:`umup_optimizer`).
     Returns ``loss`` (final held-out loss; a diverged run gets max(ln V, initial loss), as
     the trainer reports it), ``diverged``, ``initial_loss`` and ``wall_s``."""
-    from mutransfer.config import TrainConfig
-    from mutransfer.device import denormals_flushed
-    from mutransfer.optim import set_lr
-    from mutransfer.schedules import make_schedule
-    from mutransfer.stabilizers import divergence_bound, is_diverged
-    from mutransfer.trainer import eval_rows, sequence_losses
+    from mutransfer.training.config import TrainConfig
+    from mutransfer.training.device import denormals_flushed
+    from mutransfer.training.optim import set_lr
+    from mutransfer.training.schedules import make_schedule
+    from mutransfer.training.stabilizers import divergence_bound, is_diverged
+    from mutransfer.training.trainer import eval_rows, sequence_losses
 
     t0 = time.perf_counter()
     cfg = TrainConfig.from_flat({**{k: v for k, v in demo.items() if k != "base_width"},

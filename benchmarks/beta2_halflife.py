@@ -59,8 +59,8 @@ def run(out: str | Path | None = None, write: bool = True) -> dict[str, Any]:
     from analysis.optimum import OptimumFit
     from benchmarks._proxy import TrialLog, bracket_scans, log, record_header
     from mutransfer._io import atomic_write_text
-    from mutransfer.config import TrainConfig
-    from mutransfer.train import train
+    from mutransfer.training.config import TrainConfig
+    from mutransfer.training.train import train
 
     t0 = time.perf_counter()
     trials = TrialLog(Path(out or "runs/beta2_halflife") / "trials.jsonl")

@@ -4,7 +4,7 @@ A user's workflow, end to end, through the library's public API: the scaling swe
 proxy's width (:class:`sweeps.ScalingSweep`, its grid extended until the optima are
 bracketed, :func:`sweeps.extend.run_bracketed`), the laws eta*(B, D) and B*(D)
 (:class:`analysis.ScalingLawFit`), and the card that ``mutransfer transfer`` writes
-(:func:`mutransfer.plan.plan_run` and :func:`mutransfer.card.build_card`) for a target
+(:func:`mutransfer.card.plan.plan_run` and :func:`mutransfer.card.build.build_card`) for a target
 8x wider, 4x deeper (CompleteP's depth rules, the proxy tuned under them at its own depth)
 and trained on 8x the proxy's largest token budget. Then, at the target, direct
 measurement independent of the card: at each of the size's target batches, an LR scan in
@@ -141,9 +141,9 @@ def _model(sz: Size, width: int, depth: int) -> dict[str, Any]:
 def proxy_stage(sz: Size, out: Path) -> dict[str, Any]:
     """The scaling sweep at the proxy width, bracketed, and its fitted laws."""
     from analysis.scaling_fit import ScalingLawFit
-    from sweeps.export import results_table
     from sweeps.extend import Bounds, run_bracketed
     from sweeps.holdout import fit_rows
+    from sweeps.results import results_table
     from sweeps.spec_scaling import ScalingSweep
     from sweeps.worker import open_study
 
@@ -181,12 +181,12 @@ def proxy_optimum(doc: dict[str, Any]) -> dict[str, float]:
 # ------------------------------------------------------------------ the card, as `transfer` writes it
 def write_card(sz: Size, doc: dict[str, Any], opt: dict[str, float], out: Path) -> dict[str, Any]:
     """The card for the target, made as ``mutransfer transfer`` makes it
-    (:func:`mutransfer.card.make_card`: plan, build, warnings, trust block)."""
+    (:func:`mutransfer.card.build.make_card`: plan, build, warnings, trust block)."""
     from analysis.scaling_fit import ScalingLawFit
-    from mutransfer.card import make_card, save_card
+    from mutransfer.card.build import make_card, save_card
+    from mutransfer.card.target import resolve_target, transfer_builder
     from mutransfer.models.presets import get_preset
-    from mutransfer.parametrization import Parametrization
-    from mutransfer.target import resolve_target, transfer_builder
+    from mutransfer.parametrize.parametrization import Parametrization
 
     proxy = get_preset(sz.preset).replace(width=sz.width, depth=sz.depth, head_dim=sz.head_dim,
                                           seq_len=sz.seq_len)
@@ -209,8 +209,8 @@ def write_card(sz: Size, doc: dict[str, Any], opt: dict[str, float], out: Path) 
 # ------------------------------------------------------------------ runs
 def _train_point(flat: dict[str, Any]) -> dict[str, Any]:
     """One run in a worker process: the loss row of :meth:`Runner.loss`."""
-    from mutransfer.config import TrainConfig
-    from mutransfer.train import train
+    from mutransfer.training.config import TrainConfig
+    from mutransfer.training.train import train
 
     t0, c0 = time.perf_counter(), time.process_time()
     res = train(TrainConfig.from_flat(flat))

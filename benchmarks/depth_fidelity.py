@@ -39,8 +39,8 @@ def run(depths: tuple[int, ...] = (2, 4, 8, 16), width: int = 32, steps: int = 1
     from analysis.optimum import OptimumFit
     from analysis.plots import plot_lr_curves, plot_optimum_vs_width
     from mutransfer._io import atomic_write_text
-    from mutransfer.config import TrainConfig
-    from mutransfer.train import train
+    from mutransfer.training.config import TrainConfig
+    from mutransfer.training.train import train
 
     t0 = time.perf_counter()
     out = Path(out or Path("runs") / "depth_fidelity")

@@ -8,9 +8,9 @@ keep a GPU busy that one small model leaves idle.
 What is measured: an LR sweep (K learning rates, log-spaced and low enough that no member
 diverges, seed 0 for all) of one GPT proxy.
 
-- sequential: ``mutransfer.train.train`` per trial, one after the other (the median
+- sequential: ``mutransfer.training.train.train`` per trial, one after the other (the median
   wall time of ``N_SEQ`` trials; trials/hour = 3600 / that);
-- fused: ``mutransfer.fused.train_fused`` of K trials in one group, for K in
+- fused: ``mutransfer.training.fused.train_fused`` of K trials in one group, for K in
   {1, 4, 16, 64}; trials/hour = 3600 K / wall time;
 - ``speedup_k{K}`` = fused trials/hour over sequential trials/hour;
 - exactness: the largest relative difference between the per-step training losses (and
@@ -18,7 +18,7 @@ diverges, seed 0 for all) of one GPT proxy.
   group of 4;
 - ``cpu_crossover``: where fusion stops paying on CPU (the demo's llama-small at widths
   32-128, batch 1 and 16, 6 LRs): the speed-up against the FLOPs of one member's
-  micro-step, which sets ``mutransfer.fusion.CPU_FUSE_MAX_FLOPS``.
+  micro-step, which sets ``mutransfer.training.fusion.CPU_FUSE_MAX_FLOPS``.
 
 Both sides share one opened dataset, include model build, evaluation and result
 assembly, and run after one warm-up of each. On CPU (2 cores) the proxy and the runs are
@@ -59,7 +59,7 @@ CUDA_PROXY = dict(preset="gpt-small", width=256, depth=4, head_dim=32, seq_len=1
 
 
 def _configs(proxy: dict[str, Any], k: int, device: str) -> list[Any]:
-    from mutransfer.config import TrainConfig
+    from mutransfer.training.config import TrainConfig
 
     base = TrainConfig.from_flat(dict(parametrization="mup", base_width=64, device=device,
                                       data_max_bytes=2_000_000, **proxy))
@@ -86,10 +86,10 @@ def _rel_err(a: list[float], b: list[float]) -> float:
 
 
 def _measure(device: str, proxy: dict[str, Any], ks: tuple[int, ...] = KS) -> dict[str, Any]:
-    from mutransfer.data import DataConfig, load_dataset
-    from mutransfer.fused import train_fused
     from mutransfer.models.gpt import GPT
-    from mutransfer.train import train
+    from mutransfer.training.data import DataConfig, load_dataset
+    from mutransfer.training.fused import train_fused
+    from mutransfer.training.train import train
 
     data = load_dataset(DataConfig(source="stdlib", max_bytes=2_000_000))
     cfg0 = _configs(proxy, 1, device)[0]
@@ -142,16 +142,16 @@ def _measure(device: str, proxy: dict[str, Any], ks: tuple[int, ...] = KS) -> di
 
 # Where fusion stops paying on CPU: the demo's llama-small proxy at 3 widths x 2 batches,
 # 6 LRs, sequential against one fused group (one thread). ``choose_k`` fuses on CPU only
-# below ``mutransfer.fusion.CPU_FUSE_MAX_FLOPS`` per member micro-step.
+# below ``mutransfer.training.fusion.CPU_FUSE_MAX_FLOPS`` per member micro-step.
 CROSSOVER = dict(widths=(32, 64, 128), batches=((1, 1, 400), (16, 2, 60)), k=6)
 
 
 def _crossover() -> list[dict[str, Any]]:
-    from mutransfer.config import TrainConfig
-    from mutransfer.data import DataConfig, load_dataset
-    from mutransfer.fused import train_fused
-    from mutransfer.fusion import member_step_flops
-    from mutransfer.train import train
+    from mutransfer.training.config import TrainConfig
+    from mutransfer.training.data import DataConfig, load_dataset
+    from mutransfer.training.fused import train_fused
+    from mutransfer.training.fusion import member_step_flops
+    from mutransfer.training.train import train
 
     data = load_dataset(DataConfig(source="stdlib", max_bytes=2_000_000))
     rows = []

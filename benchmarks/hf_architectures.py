@@ -1,9 +1,9 @@
 """Hugging Face architectures under μP: the coordinate check of each, SP against μP.
 
-For every architecture of :mod:`mutransfer.engines.hf` (tiny configs, random init, no
-download), the coordinate check (:mod:`mutransfer.coord_check`) with the README's
+For every architecture of :mod:`mutransfer.models.hf_tiny` (tiny configs, random init, no
+download), the coordinate check (:mod:`mutransfer.checks.coord_check`) with the README's
 settings: Adam, 3 steps at lr 3e-3, one fixed batch of 4 x 32 tokens, widths 32-256,
-the check's default tolerance (:func:`mutransfer.coord_check.ladder_tol`: ±0.42 over 32-256).
+the check's default tolerance (:func:`mutransfer.checks.coord_check.ladder_tol`: ±0.42 over 32-256).
 Reported per architecture and parametrization: the largest log2 slope of activation size
 against width (SP grows ~1-2; μP stays inside the band), the worst row, whether the check
 passed, and the width-dependent internals μP found and compensated (Gemma's
@@ -36,9 +36,9 @@ def check_arch(arch: str, seeds: int) -> dict[str, Any]:
     """SP and μP coordinate checks of one architecture."""
     import torch
 
-    from mutransfer.coord_check import coord_check
-    from mutransfer.engines.hf import hf_loss, tiny_builder
-    from mutransfer.parametrization import Parametrization
+    from mutransfer.checks.coord_check import coord_check
+    from mutransfer.models.hf_tiny import hf_loss, tiny_builder
+    from mutransfer.parametrize.parametrization import Parametrization
 
     g = torch.Generator().manual_seed(0)
     x = torch.randint(0, 128, (4, 33), generator=g)
@@ -65,7 +65,7 @@ def run(seeds: int = 1, archs: Sequence[str] = CORE) -> dict[str, Any]:
 
     import mutransfer
     from mutransfer._io import atomic_write_text
-    from mutransfer.coord_check import ladder_tol
+    from mutransfer.checks.coord_check import ladder_tol
 
     t0 = time.perf_counter()
     per = {a: check_arch(a, seeds) for a in archs}
@@ -99,7 +99,7 @@ def run(seeds: int = 1, archs: Sequence[str] = CORE) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    from mutransfer.engines.hf import ARCHITECTURES
+    from mutransfer.models.hf_tiny import ARCHITECTURES
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=1, help="seeds per width (README: 2; 1 fits 3 min)")

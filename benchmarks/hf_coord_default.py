@@ -5,7 +5,7 @@ tying as released), each at three widths its head rule can represent (``keep_hea
 where the shape allows three at most 1024, else ``keep_heads``), depth 2, on the embedded
 stdlib corpus: the coordinate check with ``mutransfer coord-check``'s defaults (Adam, 5
 steps, 3 seeds, one batch of 8 × 64 tokens, the ladder's default tolerance) and its default
-LR for a model that is not ours (:func:`mutransfer.coord_check.default_lr`: 0.1 × the init
+LR for a model that is not ours (:func:`mutransfer.checks.coord_check.default_lr`: 0.1 × the init
 std of its hidden matrices, 2e-3 for Hugging Face's 0.02), or ``--lr``. Target: μP passes
 and SP fails on every family.
 
@@ -57,9 +57,9 @@ def check_family(name: str, lr: float | None, seeds: int, folder: Path) -> dict[
     """SP and μP coordinate checks of one family at its widths, depth 2."""
     import torch
 
-    from mutransfer.coord_check import coord_check, default_lr
-    from mutransfer.data import DataConfig, load_dataset
+    from mutransfer.checks.coord_check import coord_check, default_lr
     from mutransfer.models.source import build_model, logits_of, parse_model
+    from mutransfer.training.data import DataConfig, load_dataset
 
     fields, rule, widths = FAMILIES[name]
     path = folder / name / "config.json"

@@ -13,7 +13,7 @@ under μP, past the old ±0.25 band; at lr 3e-3 they passed. Three measurements:
 2. Ladder 32-1024 for GPT-2, Qwen2 and Mixtral at lr 1e-2 (32-256 at 3e-3): the most
    negative slope over every 4-width window (32-256, 64-512, 128-1024), and
    ``kappa_hat``, the largest |log2 l1(w) - log2 l1(widest)| · sqrt(w) over modules and
-   steps (the finite-width amplitude :func:`mutransfer.coord_check.ladder_tol` bounds by
+   steps (the finite-width amplitude :func:`mutransfer.checks.coord_check.ladder_tol` bounds by
    its kappa; on one seed it includes the seed noise).
 3. Verdicts over 32-256 under the fixed ±0.25 and under the ladder tolerance: μP at both
    LRs (target: passes), SP (target: fails); our own GPT at lr 1e-2 and 1e-1 shows the
@@ -72,7 +72,7 @@ def ablated_builder(arch: str, ablation: str) -> Callable[[int], Any]:
     import torch
     import transformers as tf
 
-    from mutransfer.engines.hf import tiny_config
+    from mutransfer.models.hf_tiny import tiny_config
 
     if ablation not in ABLATIONS:
         raise ValueError(f"unknown ablation {ablation!r}; choose from {', '.join(ABLATIONS)}")
@@ -101,7 +101,7 @@ def ablated_builder(arch: str, ablation: str) -> Callable[[int], Any]:
 def _vanishing(result: Any, widths: Sequence[int] | None = None) -> dict[str, Any]:
     """The most negative slope of a non-readout module after a step (over ``widths`` when
     given: a window of the ladder), and the verdicts under ±0.25 and the ladder tolerance."""
-    from mutransfer.coord_check import CoordCheckResult, fit_slopes, ladder_tol
+    from mutransfer.checks.coord_check import CoordCheckResult, fit_slopes, ladder_tol
 
     data = result.data if widths is None else result.data[result.data["width"].isin(widths)]
     ws = sorted(int(w) for w in data["width"].unique())
@@ -135,9 +135,9 @@ def run(seeds: int = 1) -> dict[str, Any]:
 
     import mutransfer
     from mutransfer._io import atomic_write_text
-    from mutransfer.coord_check import FINITE_WIDTH_KAPPA, TOL_INF, coord_check, ladder_tol
-    from mutransfer.engines.hf import hf_loss
+    from mutransfer.checks.coord_check import FINITE_WIDTH_KAPPA, TOL_INF, coord_check, ladder_tol
     from mutransfer.models.gpt import GPT, GPTConfig
+    from mutransfer.models.hf_tiny import hf_loss
 
     torch.set_num_threads(1)
     t0 = time.perf_counter()

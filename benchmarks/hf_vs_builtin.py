@@ -8,7 +8,7 @@ the same SDPA kernel with GQA, and the same μP hooks; what differs is a few ele
 Both sides are the same network: one config (width 256, 4 blocks, 8 query heads of 32
 over 4 key/value heads, SwiGLU with d_mlp = 3·width, context 128, byte vocab, untied), the
 HF one built from :func:`mutransfer.models.convert.to_hf_config` (sdpa attention), both
-under the same μP :class:`mutransfer.parametrization.Parametrization` (base width 64:
+under the same μP :class:`mutransfer.parametrize.parametrization.Parametrization` (base width 64:
 hooks, 1/d_head attention, per-role param groups), holding the same weights (ours
 converted), so they compute the same loss. One train step is forward, fp32 cross-entropy
 on the logits, backward, global grad-norm clip and AdamW (foreach) on fp32 CPU, one thread.
@@ -16,7 +16,7 @@ Rounds are interleaved (every round times each model once) after warm-up steps; 
 round gives tokens/s and ``ratio_builtin_over_hf``.
 
 Second figure: trials/hour of a llama-tiny LR sweep (K = 4, μP, short runs) fused
-(:func:`mutransfer.fused.train_fused`) against sequential :func:`mutransfer.train.train`
+(:func:`mutransfer.training.fused.train_fused`) against sequential :func:`mutransfer.training.train.train`
 (``speedup_fused_k4``), as ``fused_sweep`` does for gpt-tiny.
 
 Run: ``python -m benchmarks.hf_vs_builtin`` (prints JSON, writes
@@ -58,7 +58,7 @@ def models() -> tuple[torch.nn.Module, torch.nn.Module, Any, Any]:
 
     from mutransfer.models.convert import _convert, to_hf_config
     from mutransfer.models.gpt import GPT
-    from mutransfer.parametrization import Parametrization
+    from mutransfer.parametrize.parametrization import Parametrization
 
     cfg = llama_config()
     pz = Parametrization(lambda w: GPT(cfg.replace(width=w)), width=WIDTH, base_width=BASE_WIDTH, kind="mup")
@@ -79,7 +79,7 @@ def loss_of(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.T
 
 def _step_fn(model: torch.nn.Module, pz: Any, batches: list[tuple[torch.Tensor, torch.Tensor]]
              ) -> Callable[[int], None]:
-    from mutransfer.optim import build_optimizer
+    from mutransfer.training.optim import build_optimizer
 
     opt = build_optimizer(pz.param_groups(model, 1e-3), "adamw", fused=False)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -123,10 +123,10 @@ def throughput() -> dict[str, Any]:
 
 
 def fused_llama_tiny() -> dict[str, Any]:
-    from mutransfer.config import TrainConfig
-    from mutransfer.data import DataConfig, load_dataset
-    from mutransfer.fused import train_fused
-    from mutransfer.train import train
+    from mutransfer.training.config import TrainConfig
+    from mutransfer.training.data import DataConfig, load_dataset
+    from mutransfer.training.fused import train_fused
+    from mutransfer.training.train import train
 
     base = TrainConfig.from_flat(dict(parametrization="mup", base_width=32, device="cpu",
                                       data_max_bytes=2_000_000, **FUSED_PROXY))

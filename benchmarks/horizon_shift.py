@@ -41,8 +41,8 @@ def run(horizons: tuple[int, ...] = (150, 300, 600, 1200), width: int = 64, base
     from analysis.optimum import OptimumFit
     from analysis.plots import plot_lr_curves, plot_optimum_vs_width
     from mutransfer._io import atomic_write_text
-    from mutransfer.config import TrainConfig
-    from mutransfer.train import train_wsd_branches
+    from mutransfer.training.config import TrainConfig
+    from mutransfer.training.train import train_wsd_branches
 
     t0 = time.perf_counter()
     horizons = tuple(sorted(horizons))

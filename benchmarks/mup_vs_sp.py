@@ -91,8 +91,8 @@ def _scan_arm(arm: str, over: dict[str, Any], width: int, seeds: tuple[int, ...]
     ``train_missing=False`` replays the scan from the log, writing nothing, and raises
     :class:`MissingTrial` where it would train."""
     from benchmarks._proxy import TrialLog, bracket_scan, log
-    from mutransfer.config import TrainConfig
-    from mutransfer.train import train
+    from mutransfer.training.config import TrainConfig
+    from mutransfer.training.train import train
 
     trials = TrialLog(Path(out) / "trials.jsonl")
     m = width / demo["base_width"]
@@ -180,7 +180,7 @@ def import_results(csv: str | os.PathLike[str], out: Path, demo: dict[str, Any] 
 
     from benchmarks._proxy import TrialLog, log
     from benchmarks.tuned_multipliers import DEMO
-    from mutransfer.config import ALIASES, TrainConfig
+    from mutransfer.training.config import ALIASES, TrainConfig
 
     demo = dict(demo or DEMO)
     arms = arms or {p: (p, ABLATIONS[p](1.0)) for p in ("sp", "mup")}

@@ -8,7 +8,7 @@ Two measurements:
    tell) on a journal file and on SQLite (and PostgreSQL when
    ``MUTRANSFER_TEST_POSTGRES_URL`` is set). Seconds per trial = the overhead.
 2. Against the bare trainer: the same gpt-tiny configs trained directly with
-   ``mutransfer.train`` and through a sweep; the difference per trial.
+   ``mutransfer.training.train`` and through a sweep; the difference per trial.
 
 docs/architecture.md target: overhead under 5 % of a 10-second trial (``ratio_overhead_10s_trial``).
 Run: ``python -m benchmarks.sweep_overhead`` (prints JSON, writes
@@ -50,8 +50,8 @@ def _machinery(storage: str | None, out: Path, name: str) -> float:
 
 
 def _trainer(out: Path) -> tuple[float, float]:
-    from mutransfer.config import TrainConfig
-    from mutransfer.train import train
+    from mutransfer.training.config import TrainConfig
+    from mutransfer.training.train import train
     from sweeps.resolve import resolve_config
     from sweeps.spec_kinds import LRSweep
     from sweeps.study import run_sweep

@@ -5,13 +5,13 @@ docs/architecture.md target: a μP model's train step within 3% of the plain mod
 GPT (width 256, depth 4, context 128, byte vocab) run the same train step (forward,
 backward, global grad-norm clip, AdamW step) on the same batches:
 
-- ``mup``: built by :class:`mutransfer.parametrization.Parametrization` (forward hooks,
+- ``mup``: built by :class:`mutransfer.parametrize.parametrization.Parametrization` (forward hooks,
   1/d_head attention, per-role param groups with LR multipliers);
 - ``plain``: the bare ``GPT`` (SP, no hooks, one AdamW group);
 - ``mup_lib``: microsoft ``mup``'s own recipe (``MuReadout``, ``set_base_shapes``,
   ``MuAdamW``), when ``mup`` is installed;
 
-plus ``trainer``: :class:`mutransfer.trainer.Trainer`'s full step on the μP model (data
+plus ``trainer``: :class:`mutransfer.training.trainer.Trainer`'s full step on the μP model (data
 fetch, schedule, metrics, GNS bookkeeping included). Repeats are interleaved (every
 round times each variant once) and the median round (one step each) is reported, so drifts in machine
 load hit every variant alike. On CUDA it also reports tokens/s and model FLOPs
@@ -67,8 +67,8 @@ def _step_fn(model: torch.nn.Module, opt: Any, batches: list[tuple[torch.Tensor,
 
 def _variants(batches: list[tuple[torch.Tensor, torch.Tensor]]) -> dict[str, Callable[[int], None]]:
     from mutransfer.models.gpt import GPT
-    from mutransfer.optim import build_optimizer
-    from mutransfer.parametrization import Parametrization
+    from mutransfer.parametrize.parametrization import Parametrization
+    from mutransfer.training.optim import build_optimizer
 
     cfg = _gpt_config()
     out: dict[str, Callable[[int], None]] = {}
@@ -101,8 +101,8 @@ def _variants(batches: list[tuple[torch.Tensor, torch.Tensor]]) -> dict[str, Cal
 
 
 def _trainer_step() -> tuple[Callable[[int], None], Any]:
-    from mutransfer.config import TrainConfig
-    from mutransfer.trainer import Trainer
+    from mutransfer.training.config import TrainConfig
+    from mutransfer.training.trainer import Trainer
 
     cfg = TrainConfig.from_flat(dict(
         preset="gpt-small", width=WIDTH, depth=DEPTH, head_dim=HEAD_DIM, seq_len=SEQ, batch_size=BATCH,
@@ -148,8 +148,8 @@ def cpu_figures(threads: int = 1) -> dict[str, Any]:
 
 def cuda_figures(steps: int = 30, batch: int = 64) -> dict[str, Any]:
     """gpt-40m with bf16 autocast + torch.compile through the Trainer: tokens/s and MFU."""
-    from mutransfer.config import TrainConfig
-    from mutransfer.trainer import Trainer
+    from mutransfer.training.config import TrainConfig
+    from mutransfer.training.trainer import Trainer
 
     cfg = TrainConfig.from_flat(dict(
         preset="gpt-40m", batch_size=batch, steps=10_000, lr=3e-3, device="cuda", dtype="bf16", compile=True,

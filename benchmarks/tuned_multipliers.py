@@ -110,8 +110,8 @@ def run(trials: int = 32, width: int = 256, seeds: tuple[int, ...] = (0, 1),
     from analysis.optimum import OptimumFit
     from benchmarks._proxy import TrialLog, bracket_scan, log, record_header
     from mutransfer._io import atomic_write_text
-    from mutransfer.config import TrainConfig
-    from mutransfer.train import train
+    from mutransfer.training.config import TrainConfig
+    from mutransfer.training.train import train
 
     bad = sorted(set(arms_run) - {"sp", "mup_tuned", "mup"})
     if bad or not {"sp", "mup_tuned"} <= set(arms_run):

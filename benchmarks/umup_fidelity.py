@@ -13,7 +13,7 @@ run, side by side:
    octaves (``analysis.OptimumFit``), and per width the loss at the default LR over the
    best loss and the default's distance from the optimum in octaves;
 2. at width 256, the best loss of u-μP, of the toolkit's μP and of SP (the toolkit's
-   trainer, ``mutransfer.train``, over an LR scan each), as ratios with a seed-bootstrap
+   trainer, ``mutransfer.training.train``, over an LR scan each), as ratios with a seed-bootstrap
    interval (``tuned_multipliers.best_loss_ratio``; 2 seeds make it coarse);
 3. an ablation at width 256, ``umup_embconst``: u-μP with μP's width-independent Adam LR
    for the embedding table instead of its η·width^-1/2 (``_umup.umup_optimizer``), to see
@@ -93,8 +93,8 @@ def scan(arm: str, width: int, seeds: tuple[int, ...], out: str, steps: int | No
                     r = train_umup(demo, width, 2.0**t, seed, embedding_lr_constant=arm == "umup_embconst")
                 else:
                     from benchmarks._umup import _dataset
-                    from mutransfer.config import TrainConfig
-                    from mutransfer.train import train
+                    from mutransfer.training.config import TrainConfig
+                    from mutransfer.training.train import train
 
                     res = train(TrainConfig.from_flat({**demo, "parametrization": arm, "width": width,
                                                          "lr": 2.0**t, "seed": seed}),
@@ -234,7 +234,7 @@ def run(widths: tuple[int, ...] = (32, 64, 128, 256), seeds: tuple[int, ...] = (
                   "umup": "benchmarks._umup.UmupGPT (unit_scaling layers, RoPE, 4x GELU MLP, norms "
                           "without gains) + unit_scaling.optim.AdamW, betas (0.9, 0.95), eps 1e-8, "
                           "no weight decay, no gradient clipping",
-                  "mup_sp": "mutransfer.train, base width 32, TrainConfig defaults (grad clip 1.0)",
+                  "mup_sp": "mutransfer.training.train, base width 32, TrainConfig defaults (grad clip 1.0)",
                   "umup_embconst": "ablation: u-μP with the embedding's LR η (μP's) instead of "
                                    "η·width^-1/2",
                   "n_trials": len(table), "n_diverged": int(table["diverged"].sum()),

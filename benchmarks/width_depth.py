@@ -73,8 +73,8 @@ def train_all(seeds: tuple[int, ...] = (0, 1), deep_seeds: tuple[int, ...] = (0,
     ``budget_s`` CPU seconds (core-seconds: the trainer runs on one thread) or ``wall_s``
     wall seconds in this call. Returns {phase: wall seconds}."""
     from benchmarks._proxy import TrialLog, bracket_scan, log
-    from mutransfer.config import TrainConfig
-    from mutransfer.train import train
+    from mutransfer.training.config import TrainConfig
+    from mutransfer.training.train import train
 
     trials = TrialLog(Path(out or Path("runs") / "width_depth") / "trials.jsonl")
     t0, c0 = time.perf_counter(), time.process_time()
@@ -325,7 +325,7 @@ def import_proxy(csv: str | os.PathLike[str], out: Path) -> int:
     import pandas as pd
 
     from benchmarks._proxy import TrialLog, log
-    from mutransfer.config import ALIASES, TrainConfig
+    from mutransfer.training.config import ALIASES, TrainConfig
 
     table = pd.read_csv(csv)
     trials = TrialLog(out / "trials.jsonl")

@@ -12,14 +12,26 @@ from mutransfer._lazy import lazy_exports
 from mutransfer._version import __version__
 
 if TYPE_CHECKING:
-    from mutransfer.audit import audit
-    from mutransfer.audit_result import AuditResult
-    from mutransfer.base_shapes import load_base_shapes
-    from mutransfer.card import build_card, load_card, save_card
-    from mutransfer.card_apply import Applied, apply_card
-    from mutransfer.card_schema import validate_card
-    from mutransfer.checkpoint import load_checkpoint, save_checkpoint
-    from mutransfer.config import (
+    from mutransfer.card.apply import Applied, apply_card
+    from mutransfer.card.build import build_card, load_card, save_card
+    from mutransfer.card.engines.hf import hf_param_groups
+    from mutransfer.card.engines.torchtitan import torchtitan_param_groups
+    from mutransfer.card.export import export_card
+    from mutransfer.card.plan import plan_run
+    from mutransfer.card.schema import validate_card
+    from mutransfer.card.target import TargetModel, build_target_model, resolve_target
+    from mutransfer.checks.audit import audit
+    from mutransfer.checks.audit_result import AuditResult
+    from mutransfer.checks.coord_check import CoordCheckResult, coord_check
+    from mutransfer.models.gpt import GPT, GPTConfig
+    from mutransfer.models.mlp import MLP, MLPConfig
+    from mutransfer.models.presets import get_preset, width_ladder
+    from mutransfer.parametrize.base_shapes import load_base_shapes
+    from mutransfer.parametrize.fold import fold
+    from mutransfer.parametrize.parametrization import Parametrization, parametrize
+    from mutransfer.parametrize.specs import Multipliers, ParamSpec, Rule
+    from mutransfer.training.checkpoint import load_checkpoint, save_checkpoint
+    from mutransfer.training.config import (
         ModelSection,
         OptimSection,
         OutputSection,
@@ -30,24 +42,14 @@ if TYPE_CHECKING:
         TrainConfig,
         load_config,
     )
-    from mutransfer.coord_check import CoordCheckResult, coord_check
-    from mutransfer.corpus import build_stdlib_corpus
-    from mutransfer.data import DataConfig, TokenDataset, load_dataset
-    from mutransfer.export import export_card
-    from mutransfer.export.hf import hf_param_groups
-    from mutransfer.export.torchtitan import torchtitan_param_groups
-    from mutransfer.fold import fold
-    from mutransfer.fused import train_fused
-    from mutransfer.fused_wsd import train_fused_wsd_branches
-    from mutransfer.memory import MemoryEstimate, training_memory
-    from mutransfer.models.gpt import GPT, GPTConfig
-    from mutransfer.models.mlp import MLP, MLPConfig
-    from mutransfer.models.presets import get_preset, width_ladder
-    from mutransfer.noise_scale import NoiseScaleEstimator, grad_sq_norm
-    from mutransfer.optim import OptimizerList, build_optimizer, qk_clip, set_lr
-    from mutransfer.parametrization import Parametrization, parametrize
-    from mutransfer.plan import plan_run
-    from mutransfer.schedules import (
+    from mutransfer.training.corpus import build_stdlib_corpus
+    from mutransfer.training.data import DataConfig, TokenDataset, load_dataset
+    from mutransfer.training.fused import train_fused
+    from mutransfer.training.fused_wsd import train_fused_wsd_branches
+    from mutransfer.training.memory import MemoryEstimate, training_memory
+    from mutransfer.training.noise_scale import NoiseScaleEstimator, grad_sq_norm
+    from mutransfer.training.optim import OptimizerList, build_optimizer, qk_clip, set_lr
+    from mutransfer.training.schedules import (
         BatchRamp,
         BatchRampConfig,
         NoiseScaleRamp,
@@ -55,12 +57,10 @@ if TYPE_CHECKING:
         ScheduleConfig,
         make_schedule,
     )
-    from mutransfer.specs import Multipliers, ParamSpec, Rule
-    from mutransfer.stabilizers import SpikeDetector
-    from mutransfer.target import TargetModel, build_target_model, resolve_target
-    from mutransfer.train import train, train_wsd_branches
-    from mutransfer.train_result import TrainResult
-    from mutransfer.trainer import Trainer
+    from mutransfer.training.stabilizers import SpikeDetector
+    from mutransfer.training.train import train, train_wsd_branches
+    from mutransfer.training.train_result import TrainResult
+    from mutransfer.training.trainer import Trainer
 
 __all__ = [
     "__version__",
@@ -87,41 +87,41 @@ __all__ = [
 # Loaded on first use, so `import mutransfer` stays quick; the names above are the ones
 # a type checker and a reader see (tests/test_layers.py holds the two lists equal).
 __getattr__, __dir__ = lazy_exports(__name__, {
-    "mutransfer.audit": ("audit",),
-    "mutransfer.audit_result": ("AuditResult",),
-    "mutransfer.base_shapes": ("load_base_shapes",),
-    "mutransfer.card": ("build_card", "save_card", "load_card"),
-    "mutransfer.card_apply": ("apply_card", "Applied"),
-    "mutransfer.card_schema": ("validate_card",),
-    "mutransfer.checkpoint": ("save_checkpoint", "load_checkpoint"),
-    "mutransfer.config": (
+    "mutransfer.checks.audit": ("audit",),
+    "mutransfer.checks.audit_result": ("AuditResult",),
+    "mutransfer.parametrize.base_shapes": ("load_base_shapes",),
+    "mutransfer.card.build": ("build_card", "save_card", "load_card"),
+    "mutransfer.card.apply": ("apply_card", "Applied"),
+    "mutransfer.card.schema": ("validate_card",),
+    "mutransfer.training.checkpoint": ("save_checkpoint", "load_checkpoint"),
+    "mutransfer.training.config": (
         "TrainConfig", "ModelSection", "ParametrizationSection", "OptimSection", "ScheduleSection",
         "RunSection", "StabilizerSection", "OutputSection", "load_config",
     ),
-    "mutransfer.coord_check": ("coord_check", "CoordCheckResult"),
-    "mutransfer.corpus": ("build_stdlib_corpus",),
-    "mutransfer.data": ("DataConfig", "TokenDataset", "load_dataset"),
-    "mutransfer.export": ("export_card",),
-    "mutransfer.export.hf": ("hf_param_groups",),
-    "mutransfer.export.torchtitan": ("torchtitan_param_groups",),
-    "mutransfer.fold": ("fold",),
-    "mutransfer.fused": ("train_fused",),
-    "mutransfer.fused_wsd": ("train_fused_wsd_branches",),
-    "mutransfer.memory": ("training_memory", "MemoryEstimate"),
+    "mutransfer.checks.coord_check": ("coord_check", "CoordCheckResult"),
+    "mutransfer.training.corpus": ("build_stdlib_corpus",),
+    "mutransfer.training.data": ("DataConfig", "TokenDataset", "load_dataset"),
+    "mutransfer.card.export": ("export_card",),
+    "mutransfer.card.engines.hf": ("hf_param_groups",),
+    "mutransfer.card.engines.torchtitan": ("torchtitan_param_groups",),
+    "mutransfer.parametrize.fold": ("fold",),
+    "mutransfer.training.fused": ("train_fused",),
+    "mutransfer.training.fused_wsd": ("train_fused_wsd_branches",),
+    "mutransfer.training.memory": ("training_memory", "MemoryEstimate"),
     "mutransfer.models.gpt": ("GPT", "GPTConfig"),
     "mutransfer.models.mlp": ("MLP", "MLPConfig"),
     "mutransfer.models.presets": ("get_preset", "width_ladder"),
-    "mutransfer.noise_scale": ("NoiseScaleEstimator", "grad_sq_norm"),
-    "mutransfer.optim": ("build_optimizer", "set_lr", "OptimizerList", "qk_clip"),
-    "mutransfer.parametrization": ("Parametrization", "parametrize"),
-    "mutransfer.plan": ("plan_run",),
-    "mutransfer.schedules": (
+    "mutransfer.training.noise_scale": ("NoiseScaleEstimator", "grad_sq_norm"),
+    "mutransfer.training.optim": ("build_optimizer", "set_lr", "OptimizerList", "qk_clip"),
+    "mutransfer.parametrize.parametrization": ("Parametrization", "parametrize"),
+    "mutransfer.card.plan": ("plan_run",),
+    "mutransfer.training.schedules": (
         "ScheduleConfig", "Schedule", "make_schedule", "BatchRampConfig", "BatchRamp", "NoiseScaleRamp",
     ),
-    "mutransfer.specs": ("Multipliers", "Rule", "ParamSpec"),
-    "mutransfer.stabilizers": ("SpikeDetector",),
-    "mutransfer.target": ("TargetModel", "resolve_target", "build_target_model"),
-    "mutransfer.train": ("train", "train_wsd_branches"),
-    "mutransfer.train_result": ("TrainResult",),
-    "mutransfer.trainer": ("Trainer",),
+    "mutransfer.parametrize.specs": ("Multipliers", "Rule", "ParamSpec"),
+    "mutransfer.training.stabilizers": ("SpikeDetector",),
+    "mutransfer.card.target": ("TargetModel", "resolve_target", "build_target_model"),
+    "mutransfer.training.train": ("train", "train_wsd_branches"),
+    "mutransfer.training.train_result": ("TrainResult",),
+    "mutransfer.training.trainer": ("Trainer",),
 })

@@ -14,8 +14,8 @@ from typing import Any
 def key_value(text: str) -> tuple[str, str]:
     """The one ``--set KEY=VALUE`` flag of every verb (train, sweep, transfer):
     ``"warmup-steps=10"`` -> ``("warmup_steps", "10")``. The value stays text: the library
-    reads it by the field it sets (:meth:`mutransfer.config.TrainConfig.from_overrides` for a
-    training field, :func:`mutransfer.target.parse_overrides` for a target's model field)."""
+    reads it by the field it sets (:meth:`mutransfer.training.config.TrainConfig.from_overrides` for a
+    training field, :func:`mutransfer.card.target.parse_overrides` for a target's model field)."""
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
         raise argparse.ArgumentTypeError(f"--set {text!r} must look like KEY=VALUE (e.g. --set lr=3e-3)")
@@ -139,7 +139,7 @@ def print_json(obj: Any) -> None:
 
 
 def add_track_flag(p: argparse.ArgumentParser) -> None:
-    """``--track tensorboard[:DIR] | wandb[:PROJECT]`` (:mod:`mutransfer.tracking`)."""
+    """``--track tensorboard[:DIR] | wandb[:PROJECT]`` (:mod:`mutransfer.training.tracking`)."""
     p.add_argument("--track", default=None, metavar="tensorboard[:DIR]|wandb[:PROJECT]",
                    help="log every run's curves (train and held-out loss, LR per group, grad norm, GNS, "
                         "spikes): TensorBoard event files in DIR (default OUT/tensorboard), or a W&B run "
@@ -156,7 +156,7 @@ def tracking(text: str | None, out: str | os.PathLike[str] | None) -> Iterator[A
     if text is None:
         yield None
         return
-    from mutransfer.tracking import TRACK_ENV, parse_track
+    from mutransfer.training.tracking import TRACK_ENV, parse_track
 
     spec = parse_track(text, out)
     old = os.environ.get(TRACK_ENV)

@@ -19,10 +19,10 @@ from analysis.scaling_plots import critical_batch_comparison, plot_critical_batc
 from mutransfer._io import atomic_write_text
 from mutransfer_cli._demo_sizes import DemoSize, fuse_for, model_kw
 from mutransfer_cli._demo_stage import Clock, log
-from sweeps.export import results_table, write_table
 from sweeps.extend import Bounds, run_bracketed
 from sweeps.holdout import fit_rows, run_holdout
 from sweeps.holdout import holdout_summary as per_axis
+from sweeps.results import results_table, write_table
 from sweeps.spec_scaling import ScalingSweep
 from sweeps.worker import open_study
 

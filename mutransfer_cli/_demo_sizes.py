@@ -121,7 +121,7 @@ def model_kw(model: str) -> dict[str, str]:
 
 def fuse_for(model: str, per_shape: int, workers: int, device: str) -> int | str | None:
     """The scaling sweep's ``fuse``: its trials of one shape (the LRs of one batch) train as
-    one batched run (:mod:`mutransfer.fused`, equal floats). On 2 CPU cores that is 2.3x
+    one batched run (:mod:`mutransfer.training.fused`, equal floats). On 2 CPU cores that is 2.3x
     faster at batch 1 and 1.4x at batch 16 for 6 LRs of the width-32 proxy, so on CPU the
     ``per_shape`` trials are split into one group per worker, or a worker would sit idle
     while another trains them all. Not for the LR sweep: its cost is at widths 128-256,

@@ -15,9 +15,9 @@ from analysis.results import proxy_record
 from analysis.table import load_table
 from analysis.tau import tau_from
 from mutransfer._io import read_json
-from mutransfer.config import TrainConfig, load_config
-from mutransfer.specs import Multipliers
-from mutransfer.trainer import base_sizes
+from mutransfer.parametrize.specs import Multipliers
+from mutransfer.training.config import TrainConfig, load_config
+from mutransfer.training.trainer import base_sizes
 from mutransfer_cli._table import optimum_sensitivity
 
 

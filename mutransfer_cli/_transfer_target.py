@@ -7,14 +7,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from mutransfer.parametrization import Parametrization
-from mutransfer.target import (
+from mutransfer.card.target import (
     hf_transfer_builder,
     parse_overrides,
     resolve_hf_target,
     resolve_target,
     transfer_builder,
 )
+from mutransfer.parametrize.parametrization import Parametrization
 from mutransfer_cli._transfer_proxy import TunedProxy
 
 
@@ -84,7 +84,7 @@ def check_vocab(args: argparse.Namespace, proxy: Any, target: Any, source: dict[
 
 def target_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """The target's model fields: the ``--set`` pairs as the library reads them
-    (:func:`mutransfer.target.parse_overrides`), plus the ``--target-width``/``--target-depth``
+    (:func:`mutransfer.card.target.parse_overrides`), plus the ``--target-width``/``--target-depth``
     shorthands and the proxy's ``--seq-len`` (the target's context unless it is set)."""
     out = parse_overrides(args.overrides)
     for flag, key in (("target_width", "width"), ("target_depth", "depth")):

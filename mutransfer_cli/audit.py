@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def seed_count(seeds: list[int]) -> int:
-    """The audit's coordinate check runs seeds 0..N-1 (:func:`mutransfer.audit.audit` takes a
+    """The audit's coordinate check runs seeds 0..N-1 (:func:`mutransfer.checks.audit.audit` takes a
     count): ``[0, 1]`` -> 2; any other list is refused, naming it, rather than run as other
     seeds than asked (``--seeds 2`` is the seed 2, not two seeds)."""
     if seeds != list(range(len(seeds))):
@@ -138,7 +138,7 @@ def _child(options: dict[str, Any]) -> list[Any]:
 def _audit(options: dict[str, Any]) -> dict[str, Any]:
     # imported here, in the spawned child that runs the audit: the parent process only
     # waits for its answer and never loads torch
-    from mutransfer.audit import audit
+    from mutransfer.checks.audit import audit
     from mutransfer.entry import load_entry
 
     if options["user_code"]:
@@ -159,10 +159,10 @@ def _ours(spec: str, base_width: int) -> Any:
     """``builder(width) -> (model, optimizer)``: the model ``spec`` (``hf:PATH`` or a preset)
     under mutransfer's own μP and AdamW (LR 1e-2), at its own depth and a 256-token vocab.
     Runs in the audit's child process (see :func:`_audit`)."""
-    from mutransfer.config import ModelSection
     from mutransfer.models.source import build_model, parse_model
-    from mutransfer.optim import build_optimizer
-    from mutransfer.parametrization import Parametrization
+    from mutransfer.parametrize.parametrization import Parametrization
+    from mutransfer.training.config import ModelSection
+    from mutransfer.training.optim import build_optimizer
 
     source = parse_model(spec)
     _, depth = ModelSection(source=source.spec()).own_shape()

@@ -6,14 +6,14 @@ import argparse
 from typing import Any
 
 from mutransfer._io import check_fresh_dir, check_output
-from mutransfer.config import ModelSection
-from mutransfer.coord_check import LR_PER_INIT_STD, coord_check, default_lr, init_std
-from mutransfer.data import DataConfig, load_dataset
+from mutransfer.checks.coord_check import LR_PER_INIT_STD, coord_check, default_lr, init_std
 from mutransfer.models.gpt import GPT, GPTConfig
 from mutransfer.models.mlp import MLP
 from mutransfer.models.presets import get_preset
 from mutransfer.models.source import build_model, logits_of, parse_model
-from mutransfer.specs import KINDS, Rule
+from mutransfer.parametrize.specs import KINDS, Rule
+from mutransfer.training.config import ModelSection
+from mutransfer.training.data import DataConfig, load_dataset
 from mutransfer_cli._common import (
     add_output_flags,
     int_list,
@@ -201,7 +201,7 @@ def _source_setup(source: Any, args: argparse.Namespace) -> tuple[Any, Any, Any]
 
 def _parse_rule(text: str) -> tuple[str, str]:
     """``REGEX=ROLE`` (split at the last ``=``: a regex may hold one) -> (regex, role),
-    checked as a :class:`~mutransfer.specs.Rule` (valid regex, known role)."""
+    checked as a :class:`~mutransfer.parametrize.specs.Rule` (valid regex, known role)."""
 
     pattern, sep, role = text.rpartition("=")
     if not sep or not pattern:

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from mutransfer.prepare import prepare_tokens
+from mutransfer.training.prepare import prepare_tokens
 from mutransfer_cli._common import add_output_flags, print_json
 
 HELP = "prepare your own tokens: text + a local tokenizer.json -> tokens.bin + sidecar"

@@ -40,7 +40,7 @@ from analysis.optimum import OptimumFit
 from analysis.plots import plot_lr_curves, plot_optimum_vs_width
 from analysis.table import num
 from mutransfer._io import atomic_write_text, check_output
-from mutransfer.card import load_card
+from mutransfer.card.build import load_card
 from mutransfer.models.source import hf_proxy_config, parse_model
 from mutransfer_cli import main as cli_main
 from mutransfer_cli._common import add_track_flag, positive_int, print_json, tracking
@@ -48,8 +48,8 @@ from mutransfer_cli._demo_report import report_html, report_md
 from mutransfer_cli._demo_scaling import holdout_summary, scaling_stage
 from mutransfer_cli._demo_sizes import SIZES, DemoSize, ScalingStage, model_kw
 from mutransfer_cli._demo_stage import Clock, log
-from sweeps.export import results_table, write_table
 from sweeps.progress import Progress
+from sweeps.results import results_table, write_table
 from sweeps.spec_kinds import LRSweep
 from sweeps.study import default_workers, run_sweep
 from sweeps.worker import open_study
@@ -220,7 +220,7 @@ def _lr_sweep(out: Path, sz: DemoSize, size: str, *, device: str, workers: int |
 def _card(out: Path, sz: DemoSize, study: str, scaling: dict[str, Any], quiet: bool,
           clock: Clock) -> tuple[dict[str, Any], list[str]]:
     """Stage 6: the card for the target, written by the ``transfer`` command as a user runs
-    it (its card is :func:`mutransfer.card.make_card`'s), from the scaling laws when they
+    it (its card is :func:`mutransfer.card.build.make_card`'s), from the scaling laws when they
     were fitted; returns the card and its warnings (the lines ``transfer`` printed)."""
     sc = sz.scaling
     log(quiet, f"[6/7] card for the target: {sc.target_depth} blocks of width {sc.target_width}, "

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from mutransfer.config import ModelSection
 from mutransfer.models.gpt import GPT, GPTConfig
 from mutransfer.models.mlp import MLP
 from mutransfer.models.presets import DEFAULT_PRESET, get_preset
 from mutransfer.models.source import build_model, parse_model
-from mutransfer.parametrization import Parametrization
-from mutransfer.rules import rules_table
+from mutransfer.parametrize.parametrization import Parametrization
+from mutransfer.parametrize.rules import rules_table
+from mutransfer.training.config import ModelSection
 from mutransfer_cli._common import MAX_DEPTH, MAX_WIDTH, bounded_int, print_json
 
 #: explain builds the model in memory (fp32): refuse one above this many parameters

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from mutransfer._io import atomic_write_text, check_output
-from mutransfer.card import load_card
-from mutransfer.export import ENGINES, export_card
+from mutransfer.card.build import load_card
+from mutransfer.card.export import ENGINES, export_card
 from mutransfer.models.source import load_hf_config
 from mutransfer_cli._common import add_output_flags, positive_int, print_json
 

@@ -7,10 +7,10 @@ import dataclasses
 from pathlib import Path
 
 from mutransfer._io import atomic_path, check_output
-from mutransfer.checkpoint import load_checkpoint, state_dict_error
-from mutransfer.config import TrainConfig
-from mutransfer.fold import PLAIN_FORMAT, fold
-from mutransfer.trainer import build_parametrization
+from mutransfer.parametrize.fold import PLAIN_FORMAT, fold
+from mutransfer.training.checkpoint import load_checkpoint, state_dict_error
+from mutransfer.training.config import TrainConfig
+from mutransfer.training.trainer import build_parametrization
 from mutransfer_cli._common import add_output_flags, print_json
 
 HELP = "fold the μP forward multipliers into the weights: a plain checkpoint for any tool"

@@ -6,7 +6,7 @@ import argparse
 import json
 
 from mutransfer._io import atomic_write_text, check_output
-from mutransfer.memory import GB, GIB, OPTIMIZERS, PRECISIONS, MemoryEstimate, training_memory
+from mutransfer.training.memory import GB, GIB, OPTIMIZERS, PRECISIONS, MemoryEstimate, training_memory
 
 HELP = "bytes per parameter and total model-state memory of training, per optimizer"
 

@@ -34,10 +34,10 @@ from mutransfer_cli._common import (
     seed_list,
     tracking,
 )
-from sweeps.export import best_config, format_status, results_table, status, write_table
 from sweeps.extend import DEFAULT_MAX_EXTEND, Bounds, run_bracketed
 from sweeps.fusion import check_fuse
 from sweeps.holdout import FRESH_SEEDS, check_holdout, holdout_summary, run_holdout
+from sweeps.results import best_config, format_status, results_table, status, write_table
 from sweeps.runners import DEFAULT_RUNNER
 from sweeps.spec import load_spec, spec_from_dict
 from sweeps.storage import Storage
@@ -333,9 +333,9 @@ def _add_results_flags(e: argparse.ArgumentParser) -> None:
 
 
 def _spec_from_args(args: argparse.Namespace, kind: str) -> Any:
-    # mutransfer.target loads torch: only a verb that builds a spec pays for it (its checks
+    # mutransfer.card.target loads torch: only a verb that builds a spec pays for it (its checks
     # load the trainer's config anyway), not `sweep status` or `sweep results`
-    from mutransfer.target import parse_overrides
+    from mutransfer.card.target import parse_overrides
 
     data: dict[str, Any] = {}
     if args.spec:
@@ -536,7 +536,7 @@ def _launch(args: argparse.Namespace, storage: Any) -> int:
         raise ValueError("choose where the workers run: --slurm (or --launcher slurm)")
     track = None
     if args.track is not None:
-        from mutransfer.tracking import parse_track
+        from mutransfer.training.tracking import parse_track
 
         spec = parse_track(args.track, args.out)
         track = f"{spec.kind}:{spec.target}"

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from mutransfer._io import atomic_write_text, check_fresh_dir, check_output
-from mutransfer.config import TrainConfig, load_config
-from mutransfer.train import train, train_wsd_branches
+from mutransfer.training.config import TrainConfig, load_config
+from mutransfer.training.train import train, train_wsd_branches
 from mutransfer_cli._common import add_output_flags, add_track_flag, float_list, key_value
 
 HELP = "train a proxy model (muP/SP/CompleteP/Muon) on the embedded corpus or your data"
@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--wsd-branches cannot be combined with --resume")
     callback, tracker = None, None
     if args.track is not None:
-        from mutransfer.tracking import parse_track, tracked
+        from mutransfer.training.tracking import parse_track, tracked
 
         track = parse_track(args.track, cfg.output.out_dir)
         name = Path(cfg.output.out_dir).resolve().name if cfg.output.out_dir else (

@@ -5,8 +5,8 @@ The target is a whole model (a preset plus ``--set KEY=VALUE`` overrides, or
 (``--results``, ``--fit`` or ``--lr``), moved to the target's batch and tokens by the
 η*(B, D) law of ``--scaling-fit`` (``mutransfer fit scaling``), which also gives the batch
 B*(D), the weight decay through tau, the warmup and the WSD decay fraction. A depth
-change uses CompleteP's rules. The pieces live in :mod:`mutransfer.target` and
-:mod:`mutransfer.card`; this module reads flags and files and writes the card, with the proxy
+change uses CompleteP's rules. The pieces live in :mod:`mutransfer.card.target` and
+:mod:`mutransfer.card.build`; this module reads flags and files and writes the card, with the proxy
 side in :mod:`mutransfer_cli._transfer_proxy` and the target side in
 :mod:`mutransfer_cli._transfer_target`.
 """
@@ -20,12 +20,12 @@ from typing import Any
 
 from analysis.holdout import AUDIT_KEYS
 from mutransfer._io import check_output, read_json
-from mutransfer.card import make_card, save_card
+from mutransfer.card.build import make_card, save_card
+from mutransfer.card.plan import read_scaling_fit
+from mutransfer.card.target import PRECISION, config_dtype, parse_overrides
 from mutransfer.models.presets import DEFAULT_PRESET, PRESETS, get_preset
-from mutransfer.plan import read_scaling_fit
-from mutransfer.schedules import DECAY_SHAPES, SCHEDULE_KINDS
-from mutransfer.specs import KINDS
-from mutransfer.target import PRECISION, config_dtype, parse_overrides
+from mutransfer.parametrize.specs import KINDS
+from mutransfer.training.schedules import DECAY_SHAPES, SCHEDULE_KINDS
 from mutransfer_cli._common import (
     MAX_DEPTH,
     MAX_SEQ_LEN,

@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING
 from mutransfer._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from sweeps.export import best_config, best_per_group, results_table, status, write_table
     from sweeps.holdout import run_holdout
     from sweeps.lifecycle import SweepStudy, run_group
     from sweeps.objective import worst_case_loss
     from sweeps.progress import Counts, study_counts
     from sweeps.recovery import requeue, sweep_stale
     from sweeps.resolve import check_trials, resolve_config
+    from sweeps.results import best_config, best_per_group, results_table, status, write_table
     from sweeps.runners import DEFAULT_RUNNER, load_runner, registered_runners, synthetic_runner, train_runner
     from sweeps.spec import load_spec, spec_from_dict
     from sweeps.spec_base import SweepSpec
@@ -52,7 +52,7 @@ __all__ = [
 # Loaded on first use, so `import sweeps` stays quick; the names above are the ones
 # a type checker and a reader see (tests/test_layers.py holds the two lists equal).
 __getattr__, __dir__ = lazy_exports(__name__, {
-    "sweeps.export": ("results_table", "write_table", "status", "best_config", "best_per_group"),
+    "sweeps.results": ("results_table", "write_table", "status", "best_config", "best_per_group"),
     "sweeps.holdout": ("run_holdout",),
     "sweeps.lifecycle": ("SweepStudy", "run_group"),
     "sweeps.objective": ("worst_case_loss",),

@@ -4,7 +4,7 @@ Study attr: :data:`STUDY_ATTR` (the :class:`sweeps.worker.SweepSettings`). Trial
 written by :func:`sweeps.study.prepare` (point, key, group; :mod:`sweeps.extend` adds the
 extension's axis and round), the worker that runs a trial
 (owner, provenance, config, result) and the recovery sweeper (retries). The results table
-(:mod:`sweeps.export`) and the dashboard read them back by these names.
+(:mod:`sweeps.results`) and the dashboard read them back by these names.
 """
 
 from __future__ import annotations

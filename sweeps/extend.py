@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sweeps import attrs
-from sweeps.export import results_table
 from sweeps.holdout import fit_rows
 from sweeps.resolve import train_config
+from sweeps.results import results_table
 from sweeps.spec_base import SweepSpec, point_key
 from sweeps.spec_kinds import LRSweep
 from sweeps.spec_scaling import ScalingSweep

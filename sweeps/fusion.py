@@ -1,18 +1,18 @@
 """Fused sweep trials: a worker takes up to K waiting trials that can train as one batched
-model (:mod:`mutransfer.fused`, HFTA) and runs them together.
+model (:mod:`mutransfer.training.fused`, HFTA) and runs them together.
 
-Which trials fuse is decided by :func:`mutransfer.fusion.fusion_key` of each trial's
+Which trials fuse is decided by :func:`mutransfer.training.fusion.fusion_key` of each trial's
 resolved config (preset + spec base + grid point) and its ``wsd_branches``: equal keys share
 the model shape, batch size, step count, sequence length, everything else listed in
-:data:`mutransfer.fusion.NON_FUSIBLE_FIELDS` and the WSD branch fractions (a scaling sweep's
+:data:`mutransfer.training.fusion.NON_FUSIBLE_FIELDS` and the WSD branch fractions (a scaling sweep's
 trials at one batch fuse, trials at other batches do not); the learning rate, seed, weight
 decay and multipliers may differ. A trial that cannot run fused at all
-(:func:`mutransfer.fusion.unsupported_reason`: rollback spike policy, checkpointing,
+(:func:`mutransfer.training.fusion.unsupported_reason`: rollback spike policy, checkpointing,
 compile, DDP) is popped alone and runs through the unfused path.
 
 ``fuse`` values: ``None`` (not given: the study's setting, else unfused), ``1`` (unfused),
 an integer K >= 2 (groups of up to K), or ``"auto"`` (K from
-:func:`mutransfer.fusion.choose_k`: 16 on CPU for members below 1e9 FLOPs per micro-step, else
+:func:`mutransfer.training.fusion.choose_k`: 16 on CPU for members below 1e9 FLOPs per micro-step, else
 unfused; from free memory on CUDA).
 """
 
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
     from sweeps.lifecycle import SweepStudy
 
-# mutransfer.fused is imported inside the functions that size a group: it imports torch.
+# mutransfer.training.fused is imported inside the functions that size a group: it imports torch.
 
 AUTO = "auto"
 #: ``None`` | K >= 1 | ``"auto"`` (see the module docstring).
@@ -73,7 +73,7 @@ def point_fusion_key(spec: SweepSpec, point: Mapping[str, Any]) -> tuple[Any, ..
     or its config does not even resolve: the unfused path then records the error). Its
     ``wsd_branches`` (the runner's, not the trainer's) are part of it: trials fuse their
     WSD trunks only when they branch at the same fractions."""
-    from mutransfer.fusion import fusion_key, unsupported_reason
+    from mutransfer.training.fusion import fusion_key, unsupported_reason
 
     try:
         cfg = train_config(spec, point)
@@ -91,7 +91,7 @@ def group_size(fuse: Fuse, spec: SweepSpec, point: Mapping[str, Any]) -> int:
     if fuse is None:
         return 1
     if fuse == AUTO:
-        from mutransfer.fusion import choose_k
+        from mutransfer.training.fusion import choose_k
 
         try:
             return choose_k(train_config(spec, point))

@@ -1,5 +1,5 @@
 """The held-out check of a scaling sweep's fit: does the fitted law predict a point it
-has not seen? (Not the μP-implementation audit, :mod:`mutransfer.audit`.)
+has not seen? (Not the μP-implementation audit, :mod:`mutransfer.checks.audit`.)
 
 For each axis, ``tokens`` and then ``batch_tokens``, :func:`analysis.holdout_audit` fits
 eta*(B, D) and B*(D) on every row but those at the largest value of the axis, predicts the

@@ -231,7 +231,7 @@ def run_group(
                         lost.add(i)
                         return True
 
-                # what a tracked run is named by and carries (mutransfer.tracking)
+                # what a tracked run is named by and carries (mutransfer.training.tracking)
                 report.point = dict(trials[i].user_attrs.get(attrs.POINT, {}))  # type: ignore[attr-defined]
                 report.trial = trials[i].number  # type: ignore[attr-defined]
                 return report

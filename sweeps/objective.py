@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from mutransfer._io import plain
-from mutransfer.config import INT_FIELDS as TRAIN_INT_FIELDS
+from mutransfer.training.config import INT_FIELDS as TRAIN_INT_FIELDS
 from sweeps.resolve import to_train_config
 from sweeps.spec_base import PARAMETRIZATIONS, SweepSpec, preset_attr
 

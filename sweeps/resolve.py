@@ -1,9 +1,9 @@
 """Resolution of a sweep spec into trial configs: spec + grid point -> TrainConfig
-overrides (:func:`resolve_config`) -> :class:`mutransfer.config.TrainConfig`
+overrides (:func:`resolve_config`) -> :class:`mutransfer.training.config.TrainConfig`
 (:func:`to_train_config`, cached per process), and the check of every grid point before
 any study exists (:func:`check_trials`).
 
-:mod:`mutransfer.config` is imported inside the functions that build a TrainConfig: it
+:mod:`mutransfer.training.config` is imported inside the functions that build a TrainConfig: it
 imports torch, and resolving overrides (the study's parent, the synthetic runner) must not.
 """
 
@@ -39,7 +39,7 @@ def resolve_config(spec: SweepSpec, params: Mapping[str, Any]) -> dict[str, Any]
 
 
 def train_config(spec: SweepSpec, point: Mapping[str, Any]) -> Any:
-    """The :class:`mutransfer.config.TrainConfig` of a grid point (adaptive dimensions such
+    """The :class:`mutransfer.training.config.TrainConfig` of a grid point (adaptive dimensions such
     as a searched lr take their lower bound, else the base value)."""
     params = {**{k: lo for k, (lo, _) in spec.search().items()}, **dict(point)}
     cfg = resolve_config(spec, params)
@@ -59,7 +59,7 @@ def to_train_config(config: Mapping[str, Any]) -> Any:
     try:
         hash(items)
     except TypeError:
-        from mutransfer.config import TrainConfig
+        from mutransfer.training.config import TrainConfig
 
         return TrainConfig.from_flat(config)
     return _to_train_config(items)
@@ -67,7 +67,7 @@ def to_train_config(config: Mapping[str, Any]) -> Any:
 
 @functools.lru_cache(maxsize=1024)
 def _to_train_config(items: tuple[tuple[str, type, Any], ...]) -> Any:
-    from mutransfer.config import TrainConfig
+    from mutransfer.training.config import TrainConfig
 
     return TrainConfig.from_flat({k: v for k, _, v in items})
 
@@ -104,7 +104,7 @@ def check_trials(spec: SweepSpec) -> int:
 
 def _default_batch_size() -> int:
     """TrainConfig's default batch size: its section dataclass's field default."""
-    from mutransfer.config import ALIASES, SECTIONS
+    from mutransfer.training.config import ALIASES, SECTIONS
 
     sec, name = ALIASES["batch_size"]
     return next(int(f.default) for f in dataclasses.fields(SECTIONS[sec]) if f.name == name)  # type: ignore[arg-type]

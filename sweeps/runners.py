@@ -14,7 +14,7 @@ finds it.
 Workers load a runner by name or import path from the registry (:data:`RUNNERS` and the
 ``mutransfer.runners`` entry points), so any process on any machine can run the study and
 nobody who can write the study can make the workers import anything else.
-:func:`train_runner` (the default) calls ``mutransfer.train``;
+:func:`train_runner` (the default) calls ``mutransfer.training.train``;
 :func:`synthetic_runner` is an analytic stand-in for tests and overhead benchmarks.
 """
 
@@ -29,7 +29,7 @@ from typing import Any
 
 from sweeps.resolve import to_train_config
 
-# mutransfer.train and mutransfer.fused are imported inside the runners that train: they
+# mutransfer.training.train and mutransfer.training.fused are imported inside the runners that train: they
 # import torch, which a worker of the synthetic runner (and the study's parent) never needs.
 
 Report = Callable[[int, float], bool]
@@ -91,9 +91,9 @@ def load_runner(path: str) -> Runner:
 
 
 def train_runner(config: dict[str, Any], report: Report, *, progress: bool = False) -> dict[str, Any]:
-    """Train ``config`` (TrainConfig fields) with ``mutransfer.train`` and return its row.
+    """Train ``config`` (TrainConfig fields) with ``mutransfer.training.train`` and return its row.
     With ``$MUTRANSFER_TRACK`` set (``--track``), the run is tracked (:func:`_tracking`)."""
-    from mutransfer.train import train
+    from mutransfer.training.train import train
 
     config = dict(config)
     branches = config.pop("wsd_branches", None)
@@ -112,11 +112,11 @@ def train_runner(config: dict[str, Any], report: Report, *, progress: bool = Fal
 
 def _tracking(callback: Any, config: dict[str, Any], report: Report) -> tuple[Any, Any]:
     """``callback`` wrapped to log this trial to ``$MUTRANSFER_TRACK``'s tracker
-    (:mod:`mutransfer.tracking`), and the tracker to finish; unchanged and None when unset.
+    (:mod:`mutransfer.training.tracking`), and the tracker to finish; unchanged and None when unset.
     The run is named by the trial's grid point (``report.point``, set by the worker; with
     the LR added when an adaptive sampler chose it), and carries its config, point and
     trial number."""
-    from mutransfer.tracking import env_spec, run_name, tracked
+    from mutransfer.training.tracking import env_spec, run_name, tracked
 
     spec = env_spec()
     if spec is None:
@@ -134,9 +134,9 @@ def _tracking(callback: Any, config: dict[str, Any], report: Report) -> tuple[An
 def _train_wsd_row(cfg: Any, fractions: Any, report: Report, *, progress: bool = False,
                    config: dict[str, Any] | None = None) -> dict[str, Any]:
     """One trial, several token budgets: WSD branches at ``fractions`` of ``cfg.steps``
-    (:func:`mutransfer.train.train_wsd_branches`); the row is :func:`_wsd_row`'s. With
+    (:func:`mutransfer.training.train.train_wsd_branches`); the row is :func:`_wsd_row`'s. With
     ``config`` (the trial's), tracked as :func:`train_runner` tracks."""
-    from mutransfer.train import train_wsd_branches
+    from mutransfer.training.train import train_wsd_branches
 
     fracs = _wsd_fractions(fractions)
     c0 = time.process_time()
@@ -177,7 +177,7 @@ def _wsd_callback(report: Report) -> Callable[[int, dict[str, Any]], bool]:
 def _wsd_row(fracs: list[float], results: list[Any], cpu_s: float) -> dict[str, Any]:
     """The row of a WSD trial: the longest branch's (its loss is the value told to the
     study) with ``branches``, every branch's own row (``wsd_fraction``) in the order of
-    ``fracs``; the results table (:mod:`sweeps.export`) has one row per branch. ``cpu_s``:
+    ``fracs``; the results table (:mod:`sweeps.results`) has one row per branch. ``cpu_s``:
     the CPU seconds of the whole trial (shared by its branches)."""
     rows = []
     for f, r in zip(fracs, results):
@@ -213,20 +213,20 @@ def _train_row(result: Any) -> dict[str, Any]:
 def train_fused_runner(configs: list[dict[str, Any]], reports: list[Report]
                        ) -> list[dict[str, Any] | Exception]:
     """Train ``configs`` fused, one row per config (the row :func:`train_runner` returns
-    for it): :func:`mutransfer.fused.train_fused`, and for configs with ``wsd_branches``
-    :func:`mutransfer.fused_wsd.train_fused_wsd_branches` (configs fuse when their fusion keys
+    for it): :func:`mutransfer.training.fused.train_fused`, and for configs with ``wsd_branches``
+    :func:`mutransfer.training.fused_wsd.train_fused_wsd_branches` (configs fuse when their fusion keys
     and their branch lists agree; the row is :func:`_wsd_row`'s, with ``cpu_s`` the fused
     group's CPU seconds divided by its size, one member's share).
 
-    The configs are partitioned by :func:`mutransfer.fusion.partition` (all of them in one
+    The configs are partitioned by :func:`mutransfer.training.fusion.partition` (all of them in one
     group when their fusion keys agree, as the worker arranges); a config that cannot run
     fused, or is alone in its group, goes through the unfused trainer. A sub-group that
     raises fails only its own members (their entry is the exception).
     """
-    from mutransfer.fused import train_fused
-    from mutransfer.fused_wsd import train_fused_wsd_branches
-    from mutransfer.fusion import partition, unsupported_reason
-    from mutransfer.train import train
+    from mutransfer.training.fused import train_fused
+    from mutransfer.training.fused_wsd import train_fused_wsd_branches
+    from mutransfer.training.fusion import partition, unsupported_reason
+    from mutransfer.training.train import train
 
     if len(configs) != len(reports):
         raise ValueError(f"got {len(reports)} report functions for {len(configs)} configs")

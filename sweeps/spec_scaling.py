@@ -32,7 +32,7 @@ class ScalingSweep(SweepSpec, LRMixin):
 
     What muP does not fix: the LR optimum eta*(B, D), the batch optimum B*(D)
     and the critical batch. Each trial is one (width, batch, seed, lr) and trains the
-    largest budget with a WSD schedule; its WSD branches (:func:`mutransfer.train.
+    largest budget with a WSD schedule; its WSD branches (:func:`mutransfer.training.train.
     train_wsd_branches`) cool down at every smaller budget, so one trial gives one
     results-table row per budget, each equal to a separate run of that length. The
     runs accumulate ``grad_accum`` (default 2) micro-batches, which gives every row its
@@ -326,7 +326,7 @@ class ScalingSweep(SweepSpec, LRMixin):
         seq = self.seq_len()
         d_min, d_max = self.budgets()[0], self.budgets()[-1]
         decay = float(self.base.get("decay_fraction", 0.2))
-        from mutransfer.config import TrainConfig
+        from mutransfer.training.config import TrainConfig
         seen: set[tuple[Any, ...]] = set()
         for p in self.points():
             b = int(p["batch_size"])

@@ -172,7 +172,7 @@ def trainer_device(name: str = "auto") -> str | None:
     """The device the trainers pick for ``name`` when the sweep names none: ``cuda`` when
     ``auto`` finds a GPU (so the sweep starts one worker per GPU, each pinned to its own,
     instead of one per CPU core all landing on GPU 0), else None (CPU workers)."""
-    from mutransfer.device import resolve_device
+    from mutransfer.training.device import resolve_device
 
     return "cuda" if name == "auto" and resolve_device("auto").type == "cuda" else None
 
@@ -216,7 +216,7 @@ def run_sweep(
     OS processes (``mutransfer sweep worker``) that share the storage, and ``runner`` must
     be an import path. ``device`` (cpu | cuda | ...) goes into every trial's config.
     ``fuse``: each worker trains up to K fusible trials as one batched model (an integer
-    >= 1, or ``"auto"`` for :func:`mutransfer.fusion.choose_k`); None or 1: unfused.
+    >= 1, or ``"auto"`` for :func:`mutransfer.training.fusion.choose_k`); None or 1: unfused.
     Results are the same either way (to float tolerance), only faster on small proxies.
     """
     t0 = time.perf_counter()

@@ -89,7 +89,7 @@ def imports_of(tree: ast.AST, module: str, is_package: bool) -> Iterator[Edge]:
                 if flag == "-m" and isinstance(name, str) and name.split(".")[0] in OURS:
                     yield Edge(name, node.lineno, static=False)
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _DOTTED.match(node.value):
-            # a module named as a string: importlib.import_module("sweeps.export"), or the
+            # a module named as a string: importlib.import_module("sweeps.results"), or the
             # value of a lazy-export table; counted when it names one of our modules
             name = node.value if node.value in MODULES else node.value.rsplit(".", 1)[0]
             if name in MODULES:
@@ -194,19 +194,19 @@ def test_the_checker_sees_every_kind_of_import() -> None:
         "from typing import TYPE_CHECKING\n"
         "import analysis\n"                        # down: allowed
         "if TYPE_CHECKING:\n"
-        "    from sweeps.export import status\n"   # up, for the type checker only
+        "    from sweeps.results import status\n"   # up, for the type checker only
         "def f():\n"
         "    import mutransfer_cli\n"              # up, inside a function
-        "    return importlib.import_module('sweeps.export')\n"  # up, by name
-        "from . import config\n"                   # sideways, relative
+        "    return importlib.import_module('sweeps.results')\n"  # up, by name
+        "from . import schema\n"                   # sideways, relative
     )
     tree = ast.parse(src)
-    found = sorted({e.module for e in imports_of(tree, "mutransfer.card", False)})
-    assert found == ["__future__", "analysis", "mutransfer.config", "mutransfer_cli", "sweeps.export",
+    found = sorted({e.module for e in imports_of(tree, "mutransfer.card.build", False)})
+    assert found == ["__future__", "analysis", "mutransfer.card.schema", "mutransfer_cli", "sweeps.results",
                      "typing"]
-    graph = {"mutransfer.card": list(imports_of(tree, "mutransfer.card", False))}
+    graph = {"mutransfer.card.build": list(imports_of(tree, "mutransfer.card.build", False))}
     assert sorted(v.split(":")[1] + " " + v.rsplit(" imports ", 1)[1] for v in _violations(graph)) == [
-        "5 sweeps.export", "7 mutransfer_cli", "8 sweeps.export"]
+        "5 sweeps.results", "7 mutransfer_cli", "8 sweeps.results"]
     assert not _allowed("mutransfer.__main__", "mutransfer_cli")  # no entry shim into the CLI
     assert not _allowed("mutransfer.cli_shim", "mutransfer_cli")
     assert not _allowed("benchmarks.fit_speed", "mutransfer_cli._common")
@@ -232,6 +232,63 @@ def documented_layers() -> tuple[str, ...]:
 
 def test_documented_layers_are_the_enforced_ones() -> None:
     assert documented_layers() == LAYERS
+
+
+#: The floors inside ``mutransfer``, bottom to top: a module imports its own floor and the ones
+#: below, never one above. ``mutransfer`` holds the package's own small modules (``_io``,
+#: ``provenance``, ``contain``, ``entry``...); the face (``mutransfer/__init__.py``) sits above all.
+FLOORS = ("mutransfer", "mutransfer.models", "mutransfer.parametrize", "mutransfer.training",
+          "mutransfer.checks", "mutransfer.card")
+
+
+def floor(module: str) -> int:
+    """The floor of a module under ``mutransfer`` (the face: above every floor)."""
+    if module == "mutransfer":
+        return len(FLOORS)
+    sub = ".".join(module.split(".")[:2])
+    return FLOORS.index(sub) if sub in FLOORS else 0
+
+
+def _floor_violations(graph: dict[str, list[Edge]]) -> list[str]:
+    out = []
+    for importer, targets in graph.items():
+        if _top(importer) != "mutransfer":
+            continue
+        for imported, line, _ in targets:
+            if _top(imported) == "mutransfer" and floor(imported) > floor(importer):
+                out.append(f"{importer}:{line}: {FLOORS[floor(importer)]} imports {imported}")
+    return sorted(set(out))
+
+
+def test_mutransfer_floors_point_down_only() -> None:
+    assert _floor_violations(GRAPH) == []
+    assert {m.rsplit(".", 1)[0] for m in MODULES if _top(m) == "mutransfer" and m.count(".") >= 2} \
+        <= {*FLOORS, "mutransfer.card.engines"}, "a new folder under mutransfer/ needs its floor"
+
+
+def test_the_floor_check_known_answers() -> None:
+    g = {"mutransfer.parametrize.rules": [Edge("mutransfer.card.plan", 3, static=True),
+                                          Edge("mutransfer._io", 4, static=True)],
+         "mutransfer.card.engines.hf": [Edge("mutransfer.training.schedules", 5, static=True)],
+         "mutransfer.checks.audit": [Edge("mutransfer", 6, static=True)]}
+    assert _floor_violations(g) == [
+        "mutransfer.checks.audit:6: mutransfer.checks imports mutransfer",
+        "mutransfer.parametrize.rules:3: mutransfer.parametrize imports mutransfer.card.plan"]
+
+
+def documented_floors() -> tuple[str, ...]:
+    """The floors stated in docs/architecture.md's Layers section, one line:
+    ``Floors of mutransfer, bottom to top: mutransfer → mutransfer.models → ...``."""
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = text.split("\n## Layers", 1)[1].split("\n## ", 1)[0]
+    head = "Floors of mutransfer, bottom to top:"
+    lines = [ln for ln in section.splitlines() if ln.strip().startswith(head)]
+    assert len(lines) == 1, "docs/architecture.md: the Layers section states mutransfer's floors in one line"
+    return tuple(p.strip(" `.") for p in lines[0].split(":", 1)[1].split("→"))
+
+
+def test_documented_floors_are_the_enforced_ones() -> None:
+    assert documented_floors() == FLOORS
 
 
 def cycles(graph: dict[str, list[Edge]]) -> list[list[str]]:
@@ -374,7 +431,7 @@ def test_the_reexport_check_known_answers() -> None:
            "from analysis._io import check_size as cs\n"           # imported, never used
            "from sweeps.storage import Storage\n"                  # listed in __all__
            "if TYPE_CHECKING:\n"
-           "    from mutransfer.card_schema import validate_card\n"  # for the type checker: not counted
+           "    from mutransfer.card.schema import validate_card\n"  # for the type checker: not counted
            "__all__ = ['f', 'Storage']\n"
            "def f(x: 'Sized') -> None:\n"
            "    plain(x)\n")
@@ -437,7 +494,7 @@ def test_the_0_1_0_aliases_stay_gone() -> None:
                     and getattr(node.func, "attr", "") == "add_parser" and node.args
                     and getattr(node.args[0], "value", None) == "export"):
                 bad.append(f"{name}:{node.lineno}: sweep export")
-            if isinstance(node, (ast.FunctionDef, ast.Assign)) and name == "mutransfer.card_apply" and (
+            if isinstance(node, (ast.FunctionDef, ast.Assign)) and name == "mutransfer.card.apply" and (
                     getattr(node, "name", None) == "apply" or "apply =" in ast.unparse(node)[:8]):
                 bad.append(f"{name}:{node.lineno}: apply")
     assert bad == []

@@ -141,7 +141,7 @@ def test_the_card_for_a_1b_llama_goes_to_all_three_engines(tmp_path: Path, capsy
 
     import transformers
 
-    from mutransfer.card import load_card
+    from mutransfer.card.build import load_card
 
     proxy = tmp_path / "proxy"
     proxy.mkdir()
@@ -316,9 +316,9 @@ def test_a_real_hf_family_goes_from_sweep_to_every_engine(family: str, tmp_path:
     MUTRANSFER_MEGATRON_PYTHON is set, megatron-core constructing them with HF's RoPE."""
     import transformers
 
-    from mutransfer.card import load_card
-    from mutransfer.card_schema import schedule_config
-    from mutransfer.schedules import Schedule
+    from mutransfer.card.build import load_card
+    from mutransfer.card.schema import schedule_config
+    from mutransfer.training.schedules import Schedule
 
     config, widths = FAMILIES[family]
     proxy = tmp_path / "proxy"

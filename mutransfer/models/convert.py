@@ -14,7 +14,7 @@ HF's. That is the ``permute`` of HF's own ``convert_llama_weights_to_hf.py``; it
 the logits q·k unchanged because q and k are permuted alike.
 
 Weights only: a parametrized model (μP forward multipliers as hooks, a non-standard
-attention scale) must be folded into plain weights first (:func:`mutransfer.fold.fold`).
+attention scale) must be folded into plain weights first (:func:`mutransfer.parametrize.fold.fold`).
 A config that has no Llama counterpart is refused with a ValueError naming the field.
 """
 
@@ -154,11 +154,12 @@ def _check_plain(model: GPT) -> None:
     for name, m in model.named_modules():
         if m._forward_hooks or m._forward_pre_hooks:
             raise ValueError(f"module {name or 'model'!r} has forward hooks (a parametrization's"
-                             " multipliers): fold them into the weights first (mutransfer.fold.fold)")
+                             " multipliers): fold them into the weights first"
+                             " (mutransfer.parametrize.fold.fold)")
         scale = getattr(m, "softmax_scale", None)
         if scale is not None and not (isinstance(scale, float) and math.isclose(scale, m.head_dim**-0.5)):
             raise ValueError(f"{name}.softmax_scale={scale!r} is not Llama's 1/sqrt(head_dim):"
-                             " fold it into the query weights first (mutransfer.fold.fold)")
+                             " fold it into the query weights first (mutransfer.parametrize.fold.fold)")
     if model.wte.weight.dim() != 2:
         raise ValueError("a fused (stacked [K, ...]) model cannot be converted; convert one member")
 

@@ -6,12 +6,12 @@ head, logit soft-capping and z-loss; a GELU or SwiGLU MLP and grouped-query atte
 (:mod:`mutransfer.models.convert`). The model itself is plain: init is fan-in scaled
 (torch's default law, as μP assumes), the attention softmax scale is a float attribute
 (``softmax_scale``) that a parametrization sets, and there are no width multipliers
-inside; ``mutransfer.parametrization`` adds them as forward hooks. That keeps one model
+inside; ``mutransfer.parametrize.parametrization`` adds them as forward hooks. That keeps one model
 file for SP, μP, CompleteP and Muon.
 
 The forward carries a member dimension K. A plain GPT has ordinary parameters
 (``[out, in]``) and runs as K=1: ``model(idx_BT)`` is ``model(idx_BT[None])[0]``. A
-fused group (:mod:`mutransfer.fused`, HFTA) swaps in stacked parameters ``[K, out, in]``
+fused group (:mod:`mutransfer.training.fused`, HFTA) swaps in stacked parameters ``[K, out, in]``
 and calls ``model(idx_KBT)``: every linear becomes one batched matmul, and per-member
 scales (the forward multipliers, ``softmax_scale``) may be ``[K]`` tensors instead of
 floats. The softmax scale is folded into q, so one SDPA call serves all K members.

@@ -139,7 +139,7 @@ def test_multiplier_spec_searches_only_trainconfig_fields_and_its_corners_are_va
     import itertools
 
     from benchmarks.tuned_multipliers import SPEC
-    from mutransfer.config import TrainConfig
+    from mutransfer.training.config import TrainConfig
     from sweeps.spec import load_spec
 
     spec = load_spec(SPEC)

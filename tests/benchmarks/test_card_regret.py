@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from mutransfer.card import load_card
+from mutransfer.card.build import load_card
 
 SEQ = 16
 D_MAX = 2**14
@@ -55,9 +55,9 @@ def test_the_card_targets_8x_width_4x_depth_8x_tokens_with_the_fitted_laws(tmp_p
     assert b_t > 128
     assert card["optimizer"]["lr"] == pytest.approx(opt["lr"] * (128 / 32) ** 0.5 * 8**-0.25, rel=1e-12)
     assert cw["plan"].lr == card["optimizer"]["lr"] and cw["tokens"] == 8 * D_MAX
-    # the card users get (mutransfer.card.make_card): trust first, and the card's own
+    # the card users get (mutransfer.card.build.make_card): trust first, and the card's own
     # warnings among the projection's, counted in the trust block
-    from mutransfer.trust import card_warnings
+    from mutransfer.card.trust import card_warnings
 
     assert list(card)[:2] == ["schema", "trust"] and card["trust"]["intervals"]["lr"]["value"] == card[
         "optimizer"]["lr"]

@@ -88,5 +88,5 @@ def test_train_umup_learns_at_the_default_lr_and_reports_divergence_like_the_tra
     ok = train_umup(demo, 32, 2.0**1.5, seed=0)
     assert not ok["diverged"] and ok["loss"] < ok["initial_loss"] - 1.0
     bad = train_umup(demo, 32, 2.0**14, seed=0)
-    # A runaway stops early and, as in mutransfer.train, reports max(ln V, initial loss).
+    # A runaway stops early and, as in mutransfer.training.train, reports max(ln V, initial loss).
     assert bad["diverged"] and bad["loss"] == max(math.log(256), bad["initial_loss"])

@@ -13,8 +13,8 @@ import torch.nn as nn
 
 from mutransfer.models.gpt import GPT, GPTConfig
 from mutransfer.models.mlp import MLP, MLPConfig
-from mutransfer.optim import build_optimizer
-from mutransfer.parametrization import Parametrization
+from mutransfer.parametrize.parametrization import Parametrization
+from mutransfer.training.optim import build_optimizer
 
 BASE = 32
 LR = 1e-2

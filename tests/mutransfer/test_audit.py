@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from mutransfer.audit import audit
+from mutransfer.checks.audit import audit
 from mutransfer.entry import load_entry
 from mutransfer_cli import main
 

@@ -8,13 +8,13 @@ import pytest
 import torch
 import yaml
 
-from mutransfer.card import build_card, load_card, save_card
-from mutransfer.card_apply import apply_card
-from mutransfer.card_schema import SCHEMA
+from mutransfer.card.apply import apply_card
+from mutransfer.card.build import build_card, load_card, save_card
+from mutransfer.card.schema import SCHEMA
 from mutransfer.models.gpt import GPT, GPTConfig
-from mutransfer.optim import build_optimizer
-from mutransfer.parametrization import Parametrization
-from mutransfer.specs import Multipliers
+from mutransfer.parametrize.parametrization import Parametrization
+from mutransfer.parametrize.specs import Multipliers
+from mutransfer.training.optim import build_optimizer
 from mutransfer_cli import main
 
 CFG = GPTConfig(width=32, depth=2, head_dim=16, seq_len=16, vocab_size=64)

@@ -16,11 +16,11 @@ import pytest
 import yaml
 
 from analysis.scaling_fit import ScalingLawFit
-from mutransfer.card import load_card, save_card
-from mutransfer.card_apply import apply_card
-from mutransfer.card_schema import schedule_config, validate_card
-from mutransfer.target import build_target_model
-from mutransfer.trust import MEASURED_DEPTH_MOVE, card_warnings, trust_block
+from mutransfer.card.apply import apply_card
+from mutransfer.card.build import load_card, save_card
+from mutransfer.card.schema import schedule_config, validate_card
+from mutransfer.card.target import build_target_model
+from mutransfer.card.trust import MEASURED_DEPTH_MOVE, card_warnings, trust_block
 from mutransfer_cli import main
 
 PROXY = ["--preset", "gpt-tiny", "--lr", "0.01", "--proxy-batch-tokens", "1024", "--proxy-tokens", "2e6"]

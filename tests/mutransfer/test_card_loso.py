@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mutransfer.card import load_card
-from mutransfer.card_schema import validate_card
+from mutransfer.card.build import load_card
+from mutransfer.card.schema import validate_card
 from mutransfer_cli import main
 
 T_STAR, C, K = -7.3, 0.02, 0.04  # true optimum, curvature, seed 0's tilt

@@ -1,4 +1,4 @@
-"""mutransfer.card.make_card: the one place a card is made (plan -> build -> validate ->
+"""mutransfer.card.build.make_card: the one place a card is made (plan -> build -> validate ->
 warnings -> trust block). ``mutransfer transfer`` only resolves its flags and calls it, so
 the card it writes is make_card's for the same inputs (the oracle below)."""
 
@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from mutransfer.card import load_card, make_card, save_card
+from mutransfer.card.build import load_card, make_card, save_card
+from mutransfer.card.plan import read_scaling_fit
+from mutransfer.card.target import resolve_target, transfer_builder
+from mutransfer.card.trust import card_warnings
 from mutransfer.models.presets import get_preset
-from mutransfer.parametrization import Parametrization
-from mutransfer.plan import read_scaling_fit
-from mutransfer.target import resolve_target, transfer_builder
-from mutransfer.trust import card_warnings
+from mutransfer.parametrize.parametrization import Parametrization
 from mutransfer_cli import main
 
 FIT: dict[str, Any] = {
@@ -82,14 +82,14 @@ def test_make_card_takes_one_budget() -> None:
 def test_validation_fills_the_card_defaults_once(tmp_path: Path) -> None:
     """A card may leave out the optimizer's name, betas, eps, weight decay and wd_mode, the
     schedule's warmup and LR floor, and each group's optimizer and eps: validate_card fills
-    them (mutransfer.card_schema.DEFAULTS), a group's eps from the optimizer's, so apply and
+    them (mutransfer.card.schema.DEFAULTS), a group's eps from the optimizer's, so apply and
     every export read the same values (apply once took 1e-8 for a group's missing eps where
     the hf export took the optimizer's)."""
     import yaml
 
-    from mutransfer.card_apply import apply_card
-    from mutransfer.card_schema import DEFAULTS, schedule_config, validate_card
-    from mutransfer.export import export_card
+    from mutransfer.card.apply import apply_card
+    from mutransfer.card.export import export_card
+    from mutransfer.card.schema import DEFAULTS, schedule_config, validate_card
     from mutransfer.models.gpt import GPT
 
     full = load_card(Path(__file__).resolve().parents[1] / "data" / "cards" / "card_v1.yaml")

@@ -18,8 +18,8 @@ import pytest
 
 import mutransfer_cli
 from analysis.scaling_fit import ScalingLawFit
-from mutransfer.card import load_card
-from mutransfer.plan import plan_run
+from mutransfer.card.build import load_card
+from mutransfer.card.plan import plan_run
 
 pytest.importorskip("transformers", reason="the [engines] extra is not installed")
 tokenizers = pytest.importorskip("tokenizers")
@@ -48,8 +48,8 @@ def swept(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     Llama proxy (widths 64 and 128, depth 2, context 16) on those tokens, exported."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    from mutransfer.corpus import stdlib_files
-    from mutransfer.prepare import prepare_tokens
+    from mutransfer.training.corpus import stdlib_files
+    from mutransfer.training.prepare import prepare_tokens
 
     root = tmp_path_factory.mktemp("records")
     base, rel = stdlib_files()

@@ -10,13 +10,13 @@ import pytest
 import torch
 import torch.nn as nn
 
-from mutransfer.card import build_card, load_card, save_card
-from mutransfer.card_apply import apply_card
+from mutransfer.card.apply import apply_card
+from mutransfer.card.build import build_card, load_card, save_card
 from mutransfer.models.gpt import GPT
 from mutransfer.models.mlp import MLP
 from mutransfer.models.presets import get_preset
-from mutransfer.parametrization import Parametrization
-from mutransfer.specs import Multipliers
+from mutransfer.parametrize.parametrization import Parametrization
+from mutransfer.parametrize.specs import Multipliers
 from mutransfer_cli import main
 
 

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from mutransfer.card import load_card
-from mutransfer.card_apply import apply_card
-from mutransfer.card_schema import schedule_config
-from mutransfer.export import export_card
-from mutransfer.export.hf import hf_param_groups
-from mutransfer.schedules import Schedule
+from mutransfer.card.apply import apply_card
+from mutransfer.card.build import load_card
+from mutransfer.card.engines.hf import hf_param_groups
+from mutransfer.card.export import export_card
+from mutransfer.card.schema import schedule_config
+from mutransfer.training.schedules import Schedule
 from mutransfer_cli import main
 
 tf = pytest.importorskip("transformers", reason="the [engines] extra is not installed")
@@ -40,8 +40,8 @@ def write_config(tmp_path: Path, fields: dict, name: str = "config.json") -> Pat
 def test_llama_1b_card_holds_that_models_names_and_parametrization_values(tmp_path, capsys) -> None:
     """On meta only: every parameter of the 1B model is in exactly one group, with the
     lr, weight decay, eps and init Parametrization gives that model at base width 256."""
-    from mutransfer.parametrization import Parametrization
-    from mutransfer.target import hf_transfer_builder, resolve_hf_target
+    from mutransfer.card.target import hf_transfer_builder, resolve_hf_target
+    from mutransfer.parametrize.parametrization import Parametrization
 
     cfg = write_config(tmp_path, LLAMA_1B)
     out = tmp_path / "card.yaml"
@@ -82,7 +82,7 @@ def tiny_card(tmp_path: Path, *extra: str) -> dict:
 
 
 def test_apply_installs_init_multipliers_groups_and_scheduler_on_the_real_hf_model(tmp_path) -> None:
-    from mutransfer.target import build_target_model
+    from mutransfer.card.target import build_target_model
 
     card = tiny_card(tmp_path, "--warmup-fraction", "0.2")
     torch.manual_seed(0)
@@ -125,7 +125,7 @@ def test_hf_trainer_runs_the_cards_lr_at_every_step_with_accumulation(tmp_path) 
     export = export_card(card, "hf")
     targs = export["training_arguments"]
     assert (targs["per_device_train_batch_size"], targs["gradient_accumulation_steps"]) == (2, 4)
-    from mutransfer.target import build_target_model
+    from mutransfer.card.target import build_target_model
 
     torch.manual_seed(0)
     model = build_target_model(card)
@@ -175,7 +175,7 @@ def test_export_refuses_what_an_engine_cannot_carry_unless_dropped(tmp_path, cap
 
 
 def test_batch_is_rounded_to_a_power_of_two_friendly_multiple() -> None:
-    from mutransfer.plan import plan_run
+    from mutransfer.card.plan import plan_run
 
     plan = plan_run(proxy_lr=0.01, proxy_lr_interval=None, tokens=1e9, seq_len=64, batch_tokens=1194 * 64)
     assert plan.batch_sequences % 8 == 0 and abs(plan.batch_sequences - 1194) <= 4
@@ -209,9 +209,9 @@ def _titan_llama(cfg: dict, theta: float):
 def test_torchtitan_llama3_under_the_export_gives_the_reference_mup_logits(tmp_path) -> None:
     from torchtitan.models.llama3.state_dict_adapter import Llama3StateDictAdapter
 
-    from mutransfer.engines.torchtitan import MuPConverter
-    from mutransfer.export.torchtitan import torchtitan_name
-    from mutransfer.target import build_target_model
+    from mutransfer.card.engines.torchtitan import torchtitan_name
+    from mutransfer.card.engines.torchtitan_model import MuPConverter
+    from mutransfer.card.target import build_target_model
 
     untied = dict(TINY, tie_word_embeddings=False)
     cfg = write_config(tmp_path, untied)

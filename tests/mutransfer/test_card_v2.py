@@ -16,14 +16,14 @@ import pytest
 import torch
 import yaml
 
-from mutransfer.card import load_card, save_card
-from mutransfer.card_apply import apply_card
-from mutransfer.card_schema import SCHEMA_V1, SCHEMA_V2, schedule_config
+from mutransfer.card.apply import apply_card
+from mutransfer.card.build import load_card, save_card
+from mutransfer.card.schema import SCHEMA_V1, SCHEMA_V2, schedule_config
+from mutransfer.card.target import build_target_model
 from mutransfer.models.gpt import GPT
 from mutransfer.models.presets import get_preset
-from mutransfer.parametrization import Parametrization
-from mutransfer.schedules import Schedule
-from mutransfer.target import build_target_model
+from mutransfer.parametrize.parametrization import Parametrization
+from mutransfer.training.schedules import Schedule
 from mutransfer_cli import main
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "cards"
@@ -98,7 +98,7 @@ def test_inside_the_limit_our_batch_law_carries_the_batch_even_when_its_exponent
     the published laws in tokens are the flagged fallback."""
     from analysis.baselines import published_batch
     from analysis.scaling_fit import ScalingLawFit
-    from mutransfer.plan import plan_run
+    from mutransfer.card.plan import plan_run
 
     loose = {**FIT, "batch": {"coef": 2.0, "exponents": {"tokens": 0.4}, "ci": {"tokens": [-0.05, 0.85]}}}
     laws = ScalingLawFit.from_dict(loose)

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mutransfer.checkpoint import get_rng_state, load_checkpoint, save_checkpoint, set_rng_state
-from mutransfer.config import TrainConfig
-from mutransfer.data import DataConfig, TokenDataset, load_dataset
-from mutransfer.train import train
+from mutransfer.training.checkpoint import get_rng_state, load_checkpoint, save_checkpoint, set_rng_state
+from mutransfer.training.config import TrainConfig
+from mutransfer.training.data import DataConfig, TokenDataset, load_dataset
+from mutransfer.training.train import train
 
 
 @pytest.fixture(scope="module")

@@ -169,9 +169,9 @@ def test_fold_never_replaces_its_checkpoint(tmp_path, capsys) -> None:
 
 
 def _card(tmp_path):
-    from mutransfer.card import build_card, save_card
+    from mutransfer.card.build import build_card, save_card
     from mutransfer.models.gpt import GPT, GPTConfig
-    from mutransfer.parametrization import Parametrization
+    from mutransfer.parametrize.parametrization import Parametrization
 
     cfg = GPTConfig(width=64, depth=2, head_dim=16, seq_len=32, vocab_size=64)
     pz = Parametrization(lambda w: GPT(cfg.replace(width=w)), width=128, base_width=32)
@@ -350,7 +350,7 @@ def test_a_negative_seed_is_named(argv, results, tmp_path, capsys) -> None:
 def test_a_state_dict_mismatch_shows_its_first_key() -> None:
     import torch
 
-    from mutransfer.checkpoint import state_dict_error
+    from mutransfer.training.checkpoint import state_dict_error
 
     model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))
     with pytest.raises(RuntimeError) as exc:

@@ -1,4 +1,4 @@
-"""TrainConfig as a tree (mutransfer.config): seven self-validating sections, one flat
+"""TrainConfig as a tree (mutransfer.training.config): seven self-validating sections, one flat
 alias map that keeps rows, checkpoints, specs and ``--set`` flat, and the fusion key
 derived from the sections' per-member fields."""
 
@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from mutransfer.config import (
+from mutransfer.parametrize.specs import KINDS
+from mutransfer.training.config import (
     ALIASES,
     SECTIONS,
     OptimSection,
@@ -22,9 +23,8 @@ from mutransfer.config import (
     TrainConfig,
     load_config,
 )
-from mutransfer.schedules import DECAY_SHAPES, SCHEDULE_KINDS
-from mutransfer.specs import KINDS
-from mutransfer.stabilizers import SPIKE_POLICIES
+from mutransfer.training.schedules import DECAY_SHAPES, SCHEDULE_KINDS
+from mutransfer.training.stabilizers import SPIKE_POLICIES
 
 # The flat field names, in order, of the flat TrainConfig this tree replaced: rows,
 # trial attributes, checkpoints and cards store exactly these keys.
@@ -53,7 +53,7 @@ def test_every_field_has_a_docstring_under_it() -> None:
     import ast
     import inspect
 
-    import mutransfer.config as mod
+    import mutransfer.training.config as mod
 
     tree = ast.parse(inspect.getsource(mod))
     for node in tree.body:
@@ -179,7 +179,7 @@ def test_cli_set_takes_dotted_keys(tmp_path) -> None:
 
 
 def test_fusion_key_is_the_sections_minus_their_per_member_fields() -> None:
-    from mutransfer.fusion import NON_FUSIBLE_FIELDS, check_fusible, fusion_key
+    from mutransfer.training.fusion import NON_FUSIBLE_FIELDS, check_fusible, fusion_key
 
     for sec, cls in SECTIONS.items():
         assert cls.PER_MEMBER <= {f.name for f in dataclasses.fields(cls)}, sec

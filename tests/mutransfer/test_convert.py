@@ -8,7 +8,6 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from mutransfer.fold import fold
 from mutransfer.models.convert import (
     from_hf,
     from_hf_config,
@@ -19,8 +18,9 @@ from mutransfer.models.convert import (
 )
 from mutransfer.models.gpt import GPT
 from mutransfer.models.presets import llama_tiny
-from mutransfer.parametrization import Parametrization
-from mutransfer.specs import Multipliers
+from mutransfer.parametrize.fold import fold
+from mutransfer.parametrize.parametrization import Parametrization
+from mutransfer.parametrize.specs import Multipliers
 
 # Non-default eps and theta, so a field that is not carried over shows in the logits.
 CFG = llama_tiny().replace(seq_len=32, norm_eps=1e-5, rope_theta=5e5)

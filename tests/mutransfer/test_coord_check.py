@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import torch
 
-from mutransfer.coord_check import (
+from mutransfer.checks.coord_check import (
     FINITE_WIDTH_KAPPA,
     TOL_INF,
     CoordCheckResult,
@@ -25,8 +25,8 @@ from mutransfer.coord_check import (
     ladder_tol,
     record_activations,
 )
-from mutransfer.data import DataConfig, load_dataset
 from mutransfer.models.gpt import GPT, GPTConfig
+from mutransfer.training.data import DataConfig, load_dataset
 from mutransfer_cli import main
 
 CFG = GPTConfig(width=32, depth=2, head_dim=16, seq_len=32, vocab_size=256)

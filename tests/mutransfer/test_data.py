@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from mutransfer.corpus import build_stdlib_corpus, cache_dir, stdlib_files
-from mutransfer.data import DataConfig, TokenDataset, load_dataset
+from mutransfer.training.corpus import build_stdlib_corpus, cache_dir, stdlib_files
+from mutransfer.training.data import DataConfig, TokenDataset, load_dataset
 
 
 @pytest.fixture
@@ -73,14 +73,14 @@ def test_cache_dir_honours_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
 
 
 def test_val_split_of_full_stdlib_is_by_file_and_stable() -> None:
-    from mutransfer.corpus import _split_by_file
+    from mutransfer.training.corpus import _split_by_file
 
     _, rel = stdlib_files()
     files = _split_by_file(rel, 0.02)
     assert set(files["train"]).isdisjoint(files["val"])
     assert set(files["train"]) | set(files["val"]) == set(rel)
     # Membership depends on the file's own path only: dropping other files keeps it.
-    from mutransfer.corpus import _hash_unit
+    from mutransfer.training.corpus import _hash_unit
 
     sub = _split_by_file(rel[::2], 0.02)
     hashed_val = {p for p in rel[::2] if _hash_unit(p) < 0.02}

@@ -17,11 +17,11 @@ import pandas as pd
 import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from mutransfer.config import TrainConfig
-from mutransfer.corpus import _split_by_file, stdlib_files
-from mutransfer.data import DataConfig, load_dataset
-from mutransfer.prepare import prepare_tokens
-from mutransfer.train import train
+from mutransfer.training.config import TrainConfig
+from mutransfer.training.corpus import _split_by_file, stdlib_files
+from mutransfer.training.data import DataConfig, load_dataset
+from mutransfer.training.prepare import prepare_tokens
+from mutransfer.training.train import train
 from mutransfer_cli import main
 
 EOS = "<|endoftext|>"

@@ -12,9 +12,9 @@ import textwrap
 import numpy as np
 import pytest
 
-from mutransfer.config import TrainConfig
-from mutransfer.data import DataConfig, load_dataset
-from mutransfer.train import train
+from mutransfer.training.config import TrainConfig
+from mutransfer.training.data import DataConfig, load_dataset
+from mutransfer.training.train import train
 
 KW = dict(preset="gpt-tiny", width=32, depth=1, head_dim=16, seq_len=32, batch_size=8, steps=6, lr=1e-2,
           eval_every=3, eval_sequences=8, threads=1, data_max_bytes=300_000, grad_accum=2, qk_clip=True,
@@ -23,8 +23,8 @@ KW = dict(preset="gpt-tiny", width=32, depth=1, head_dim=16, seq_len=32, batch_s
 WORKER = textwrap.dedent("""
     import json, sys
     import torch
-    from mutransfer.config import TrainConfig
-    from mutransfer.train import train
+    from mutransfer.training.config import TrainConfig
+    from mutransfer.training.train import train
     r = train(TrainConfig.from_flat(json.loads(sys.argv[1])))
     if torch.distributed.get_rank() if torch.distributed.is_initialized() else 0:
         sys.exit(0)

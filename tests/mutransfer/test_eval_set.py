@@ -1,5 +1,5 @@
 """One held-out set for every run: the eval loss of the same weights does not depend on the
-batch size, the seed, fusion or data parallelism (mutransfer.data.TokenDataset.eval_offsets,
+batch size, the seed, fusion or data parallelism (mutransfer.training.data.TokenDataset.eval_offsets,
 Trainer.evaluate, FusedGroup.evaluate)."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mutransfer.config import TrainConfig
-from mutransfer.data import DataConfig, TokenDataset, load_dataset
-from mutransfer.fused import FusedGroup
-from mutransfer.trainer import Trainer
+from mutransfer.training.config import TrainConfig
+from mutransfer.training.data import DataConfig, TokenDataset, load_dataset
+from mutransfer.training.fused import FusedGroup
+from mutransfer.training.trainer import Trainer
 
 BASE = dict(preset="gpt-tiny", width=32, depth=1, head_dim=16, seq_len=32, steps=4, lr=1e-2,
             eval_every=0, eval_sequences=24, threads=1, data_max_bytes=300_000, device="cpu",

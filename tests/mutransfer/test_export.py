@@ -9,14 +9,14 @@ import json
 import pytest
 import torch
 
-from mutransfer.card import build_card, save_card
-from mutransfer.card_apply import apply_card
-from mutransfer.export import export_card
-from mutransfer.export._common import check_fields
-from mutransfer.export.hf import hf_param_groups
-from mutransfer.export.megatron import MEGATRON_FIELDS
+from mutransfer.card.apply import apply_card
+from mutransfer.card.build import build_card, save_card
+from mutransfer.card.engines._common import check_fields
+from mutransfer.card.engines.hf import hf_param_groups
+from mutransfer.card.engines.megatron import MEGATRON_FIELDS
+from mutransfer.card.export import export_card
 from mutransfer.models.gpt import GPT, GPTConfig
-from mutransfer.parametrization import Parametrization
+from mutransfer.parametrize.parametrization import Parametrization
 from mutransfer_cli import main
 
 SCHEDULE = {"kind": "wsd", "warmup_steps": 10, "decay_fraction": 0.2, "total_steps": 100,
@@ -40,7 +40,7 @@ def with_model(card: dict) -> dict:
 
 def test_hf_training_arguments_accept_it_and_per_parameter_lrs_equal_the_card() -> None:
     tf = pytest.importorskip("transformers", reason="the [engines] extra is not installed")
-    from mutransfer.engines.hf import tiny_builder
+    from mutransfer.models.hf_tiny import tiny_builder
 
     builder = tiny_builder("llama")
     pz = Parametrization(builder, width=128, base_width=32)
@@ -77,7 +77,7 @@ def test_torchtitan_optimizers_container_gives_the_cards_lrs() -> None:
     from torchtitan.components.optimizer.lr_scheduler import LRSchedulersContainer
     from torchtitan.components.optimizer.optimizer import OptimizersContainer
 
-    from mutransfer.export.torchtitan import torchtitan_param_groups
+    from mutransfer.card.engines.torchtitan import torchtitan_param_groups
 
     pz, card = gpt_card()
     export = export_card(card, "torchtitan")
@@ -147,7 +147,7 @@ def test_cli_export_writes_json_and_bad_input_exits_2(tmp_path, capsys) -> None:
         export_card(bad, "megatron", model=GPT(GPT_CFG.replace(width=128)))
     tf = pytest.importorskip("transformers")
     cfg = tmp_path / "hf"
-    from mutransfer.engines.hf import tiny_config
+    from mutransfer.models.hf_tiny import tiny_config
 
     tiny_config("llama", 128).save_pretrained(cfg)
     assert main(["export", str(path), "--to", "hf", "--hf-config", str(cfg), "--out",

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from mutransfer.card import build_card, save_card
-from mutransfer.export import export_card
-from mutransfer.export.megatron import MEGATRON_FIELDS
+from mutransfer.card.build import build_card, save_card
+from mutransfer.card.engines.megatron import MEGATRON_FIELDS
+from mutransfer.card.export import export_card
+from mutransfer.card.target import TargetModel
 from mutransfer.models.gpt import GPT, GPTConfig
-from mutransfer.parametrization import Parametrization
-from mutransfer.specs import Multipliers
-from mutransfer.target import TargetModel
+from mutransfer.parametrize.parametrization import Parametrization
+from mutransfer.parametrize.specs import Multipliers
 from mutransfer_cli import main
 
 SCHEDULE = {"kind": "wsd", "warmup_steps": 10, "decay_fraction": 0.2, "total_steps": 100,
@@ -176,7 +176,7 @@ def hf_llama_card(tmp: Path | None = None) -> dict:
     import tempfile
 
     pytest.importorskip("transformers")
-    from mutransfer.target import hf_transfer_builder, resolve_hf_target
+    from mutransfer.card.target import hf_transfer_builder, resolve_hf_target
 
     folder = Path(tmp or tempfile.mkdtemp())
     (folder / "config.json").write_text(json.dumps(HF_LLAMA))
@@ -201,7 +201,7 @@ def test_an_hf_llama_target_maps_onto_megatrons_fields(tmp_path) -> None:
     rope = dict(HF_LLAMA, rope_scaling={"rope_type": "linear", "factor": 8.0})
     (tmp_path / "config.json").write_text(json.dumps(rope))
     with pytest.raises(ValueError, match=r"target.model.config.rope_parameters"):
-        from mutransfer.target import hf_transfer_builder, resolve_hf_target
+        from mutransfer.card.target import hf_transfer_builder, resolve_hf_target
 
         target = resolve_hf_target(f"hf:{tmp_path / 'config.json'}")
         pz = Parametrization(hf_transfer_builder(target), width=256, base_width=64)
@@ -223,7 +223,7 @@ def hf_llama_rope_card() -> dict:
     folder = Path(tempfile.mkdtemp())
     (folder / "config.json").write_text(json.dumps(dict(HF_LLAMA, rope_scaling=LLAMA3_ROPE,
                                                         max_position_embeddings=131072)))
-    from mutransfer.target import hf_transfer_builder, resolve_hf_target
+    from mutransfer.card.target import hf_transfer_builder, resolve_hf_target
 
     target = resolve_hf_target(f"hf:{folder / 'config.json'}")
     pz = Parametrization(hf_transfer_builder(target), width=256, base_width=64)

@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mutransfer.checkpoint import load_checkpoint
-from mutransfer.fold import PLAIN_FORMAT, fold
 from mutransfer.models.gpt import GPT, GPTConfig
-from mutransfer.optim import build_optimizer
-from mutransfer.parametrization import Parametrization
-from mutransfer.specs import Multipliers
+from mutransfer.parametrize.fold import PLAIN_FORMAT, fold
+from mutransfer.parametrize.parametrization import Parametrization
+from mutransfer.parametrize.specs import Multipliers
+from mutransfer.training.checkpoint import load_checkpoint
+from mutransfer.training.optim import build_optimizer
 from mutransfer_cli import main
 
 CFG = GPTConfig(width=64, depth=2, head_dim=16, seq_len=16, vocab_size=64)
@@ -72,8 +72,8 @@ def test_cli_folds_a_trainer_checkpoint(tmp_path, capsys) -> None:
     plain = GPT(GPTConfig(**doc["model_config"]))
     plain.load_state_dict(doc["model"])
     ck = load_checkpoint(run / "checkpoint.pt")
-    from mutransfer.config import TrainConfig
-    from mutransfer.trainer import build_parametrization
+    from mutransfer.training.config import TrainConfig
+    from mutransfer.training.trainer import build_parametrization
 
     cfg = TrainConfig.from_overrides(None, ck["config"])
     model = build_parametrization(cfg, GPTConfig(**doc["model_config"])).build(seed=0)

@@ -18,9 +18,9 @@ WORKER = textwrap.dedent("""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
     from mutransfer.models.gpt import GPT, GPTConfig
-    from mutransfer.optim import build_optimizer
-    from mutransfer.specs import Multipliers
-    from mutransfer.parametrization import Parametrization
+    from mutransfer.training.optim import build_optimizer
+    from mutransfer.parametrize.specs import Multipliers
+    from mutransfer.parametrize.parametrization import Parametrization
 
     CFG = GPTConfig(width=64, depth=2, head_dim=16, seq_len=16, vocab_size=64)
 

@@ -1,4 +1,4 @@
-"""Fused multi-trial training (mutransfer.fused): every member equals its unfused run."""
+"""Fused multi-trial training (mutransfer.training.fused): every member equals its unfused run."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ import math
 import pytest
 import torch
 
-from mutransfer.config import TrainConfig
-from mutransfer.data import DataConfig, load_dataset
-from mutransfer.fused import train_fused
-from mutransfer.fusion import (
+from mutransfer.models.gpt import GPT
+from mutransfer.training.config import TrainConfig
+from mutransfer.training.data import DataConfig, load_dataset
+from mutransfer.training.fused import train_fused
+from mutransfer.training.fusion import (
     CPU_DEFAULT_K,
     CPU_FUSE_MAX_FLOPS,
     check_fusible,
@@ -21,9 +22,8 @@ from mutransfer.fusion import (
     partition,
     unsupported_reason,
 )
-from mutransfer.models.gpt import GPT
-from mutransfer.train import train
-from mutransfer.train_result import TrainResult
+from mutransfer.training.train import train
+from mutransfer.training.train_result import TrainResult
 
 RTOL = 1e-5
 # Row keys that measure the machine, not the run.
@@ -214,7 +214,7 @@ def test_partition_and_k_choice() -> None:
 
 def test_member_models_hold_their_final_weights(data) -> None:
     """Every member's own model ends up with its own weights (no aliasing left)."""
-    from mutransfer.fused import FusedGroup
+    from mutransfer.training.fused import FusedGroup
 
     cfgs = [tiny(lr=1e-2, steps=3, eval_every=0), tiny(lr=2e-2, steps=3, eval_every=0, seed=1)]
     group = FusedGroup(cfgs, data=data)

@@ -1,4 +1,4 @@
-"""Fused WSD branching (mutransfer.fused_wsd): every member's branches equal its unfused
+"""Fused WSD branching (mutransfer.training.fused_wsd): every member's branches equal its unfused
 ``train_wsd_branches`` run, bit for bit on CPU, divergence in the trunk and in a cooldown
 and pruning included."""
 
@@ -8,12 +8,12 @@ import math
 
 import pytest
 
-from mutransfer.config import TrainConfig
-from mutransfer.data import DataConfig, load_dataset
-from mutransfer.fused_wsd import train_fused_wsd_branches
-from mutransfer.train import train_wsd_branches
-from mutransfer.train_result import TrainResult
-from mutransfer.trainer import Trainer
+from mutransfer.training.config import TrainConfig
+from mutransfer.training.data import DataConfig, load_dataset
+from mutransfer.training.fused_wsd import train_fused_wsd_branches
+from mutransfer.training.train import train_wsd_branches
+from mutransfer.training.train_result import TrainResult
+from mutransfer.training.trainer import Trainer
 
 FRACTIONS = [0.25, 1.0, 0.5]  # not sorted: results come back in this order
 # Row keys that measure the machine, not the run.
@@ -132,7 +132,7 @@ def test_out_dir_files_equal_the_unfused_ones(data, tmp_path) -> None:
     a checkpoint holds the member's own weights, not the stacked tensors they are views of."""
     import torch
 
-    from mutransfer.checkpoint import load_checkpoint
+    from mutransfer.training.checkpoint import load_checkpoint
 
     cfgs = [tiny(lr=lr, steps=8, out_dir=str(tmp_path / "fused" / str(i)))
             for i, lr in enumerate([1e-2, 3e-2])]

@@ -12,9 +12,9 @@ import torch
 
 tf = pytest.importorskip("transformers", reason="the [engines] extra (transformers) is not installed")
 
-from mutransfer.coord_check import coord_check  # noqa: E402
-from mutransfer.engines.hf import hf_loss, tiny_builder  # noqa: E402
-from mutransfer.parametrization import Parametrization  # noqa: E402
+from mutransfer.checks.coord_check import coord_check  # noqa: E402
+from mutransfer.models.hf_tiny import hf_loss, tiny_builder  # noqa: E402
+from mutransfer.parametrize.parametrization import Parametrization  # noqa: E402
 
 
 def roles(pz: Parametrization) -> dict[str, str]:
@@ -183,7 +183,7 @@ def test_mup_passes_and_sp_fails_the_coord_check(arch: str, tie: bool) -> None:
 
 
 def test_the_audit_reports_a_hidden_multiplier_between_modules() -> None:
-    from mutransfer.audit import audit
+    from mutransfer.checks.audit import audit
 
     res = audit(_HiddenSqrtWidth, lambda m: torch.optim.AdamW(m.parameters(), lr=1e-3), widths=(16, 32, 64),
                 coord_check=False)

@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from mutransfer.layers import scale_first, scale_output
+from mutransfer.parametrize.layers import scale_first, scale_output
 
 tf = pytest.importorskip("transformers", reason="the [engines] extra is not installed")
 
@@ -89,7 +89,7 @@ def test_a_post_hook_on_hf_attention_scales_its_output_and_the_model_runs() -> N
 
 
 def _tiny_card(tmp_path: Path, config: dict, *extra: str, base_width: int = 64) -> dict:
-    from mutransfer.card import load_card
+    from mutransfer.card.build import load_card
     from mutransfer_cli import main
 
     (tmp_path / "config.json").write_text(json.dumps(config))
@@ -109,7 +109,7 @@ TINY_LLAMA = {"model_type": "llama", "vocab_size": 64, "hidden_size": 128, "inte
 
 
 def test_the_card_builds_float32_master_weights_unless_asked_and_says_so(tmp_path, capsys) -> None:
-    from mutransfer.target import build_target_model
+    from mutransfer.card.target import build_target_model
 
     card = _tiny_card(tmp_path, TINY_LLAMA)
     err = capsys.readouterr().err
@@ -125,7 +125,7 @@ def test_the_card_builds_float32_master_weights_unless_asked_and_says_so(tmp_pat
     pure = _tiny_card(tmp_path, TINY_LLAMA, "--weights-dtype", "bfloat16")
     assert pure["target"]["dtype"] == "bfloat16" and "pure bf16" in pure["target"]["precision"]
     assert {p.dtype for p in build_target_model(pure).parameters()} == {torch.bfloat16}
-    from mutransfer.export import export_card
+    from mutransfer.card.export import export_card
 
     assert export_card(card, "hf")["dtype"] == "float32"
     assert export_card(card, "torchtitan")["training"]["dtype"] == "float32"
@@ -156,8 +156,8 @@ TINY_QWEN = {"model_type": "qwen2", "vocab_size": 64, "hidden_size": 224, "inter
 
 
 def test_torchtitan_refuses_qwens_qkv_biases_at_export_naming_the_field(tmp_path, capsys) -> None:
-    from mutransfer.export import export_card
-    from mutransfer.export.torchtitan import llama3_architecture
+    from mutransfer.card.engines.torchtitan import llama3_architecture
+    from mutransfer.card.export import export_card
     from mutransfer_cli import main
 
     card = _tiny_card(tmp_path, TINY_QWEN, base_width=112)
@@ -205,7 +205,7 @@ def megatron_llama3_inv_freq(kv_channels: int, base: float, factor: float) -> to
 
 
 def _megatron_export(tmp_path: Path, config: dict, base_width: int = 64) -> dict:
-    from mutransfer.export import export_card
+    from mutransfer.card.export import export_card
 
     card = _tiny_card(tmp_path, config, base_width=base_width)
     with pytest.warns(UserWarning):
@@ -215,7 +215,7 @@ def _megatron_export(tmp_path: Path, config: dict, base_width: int = 64) -> dict
 def test_megatron_maps_llama3_rope_scaling_onto_gpt_model_and_gives_hfs_frequencies(tmp_path) -> None:
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-    from mutransfer.export.megatron import MEGATRON_FIELDS
+    from mutransfer.card.engines.megatron import MEGATRON_FIELDS
 
     config = dict(TINY_LLAMA, rope_scaling=LLAMA3_ROPE, max_position_embeddings=131072)
     e = _megatron_export(tmp_path, config)
@@ -233,7 +233,7 @@ def test_megatron_maps_llama3_rope_scaling_onto_gpt_model_and_gives_hfs_frequenc
     assert "rope_scaling" not in e["gpt_model"]
     # values megatron-core fixes are refused by name
     odd = dict(config, rope_scaling=dict(LLAMA3_ROPE, high_freq_factor=8.0))
-    from mutransfer.export import export_card
+    from mutransfer.card.export import export_card
 
     card = _tiny_card(tmp_path, odd)
     with pytest.raises(ValueError, match=r"card field target.model.config.rope_parameters.high_freq_factor: "

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from mutransfer.coord_check import LR_PER_INIT_STD, default_lr, init_std
+from mutransfer.checks.coord_check import LR_PER_INIT_STD, default_lr, init_std
 from mutransfer_cli import main
 
 tf = pytest.importorskip("transformers", reason="the [engines] extra is not installed")

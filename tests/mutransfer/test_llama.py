@@ -8,13 +8,13 @@ import pytest
 import torch
 from transformers import LlamaForCausalLM
 
-from mutransfer.coord_check import coord_check
-from mutransfer.data import DataConfig, load_dataset
+from mutransfer.checks.coord_check import coord_check
 from mutransfer.models.convert import _names, to_hf_config
 from mutransfer.models.gpt import GPT
 from mutransfer.models.presets import llama_tiny
-from mutransfer.optim import qk_clip, track_max_logits
-from mutransfer.parametrization import Parametrization
+from mutransfer.parametrize.parametrization import Parametrization
+from mutransfer.training.data import DataConfig, load_dataset
+from mutransfer.training.optim import qk_clip, track_max_logits
 
 CFG = llama_tiny().replace(seq_len=32)  # 16-dim heads, 2 query heads per key/value head
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import mutransfer_cli as cli
-from mutransfer.memory import OPTIMIZERS, parse_count, training_memory
+from mutransfer.training.memory import OPTIMIZERS, parse_count, training_memory
 from mutransfer_cli.memory import memory as memory_cli
 
 

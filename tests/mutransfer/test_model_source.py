@@ -205,13 +205,13 @@ def test_preset_builds_and_logits_of() -> None:
 
 @pytest.fixture(scope="module")
 def data():  # type: ignore[no-untyped-def]
-    from mutransfer.data import DataConfig, load_dataset
+    from mutransfer.training.data import DataConfig, load_dataset
 
     return load_dataset(DataConfig(max_bytes=300_000))
 
 
 def _cfg(src: str, **kw: object):  # type: ignore[no-untyped-def]
-    from mutransfer.config import TrainConfig
+    from mutransfer.training.config import TrainConfig
 
     base = dict(source=src, width=32, seq_len=32, batch_size=8, steps=12, lr=1e-2, eval_every=6,
                 eval_sequences=8, threads=1, grad_accum=2)
@@ -219,7 +219,7 @@ def _cfg(src: str, **kw: object):  # type: ignore[no-untyped-def]
 
 
 def test_trainer_resume_and_wsd_branch_are_bit_identical_on_hf_llama(tmp_path: Path, data) -> None:
-    from mutransfer.train import train, train_wsd_branches
+    from mutransfer.training.train import train, train_wsd_branches
 
     src = f"hf:{write_config(tmp_path, **LLAMA)}"
     full = train(_cfg(src), data=data)
@@ -243,7 +243,7 @@ def test_trainer_resume_and_wsd_branch_are_bit_identical_on_hf_llama(tmp_path: P
 def test_z_loss_and_softcap_apply_to_logits(tmp_path: Path, data) -> None:
     """Known answer at step 1 (same init and batch): the loss with z-loss is CE + coef ·
     mean(logsumexp²) of the same logits, and a soft cap changes the loss."""
-    from mutransfer.trainer import Trainer
+    from mutransfer.training.trainer import Trainer
 
     src = f"hf:{write_config(tmp_path, **LLAMA)}"
     t = Trainer(_cfg(src, steps=1, grad_accum=1), data=data)
@@ -275,7 +275,7 @@ def test_stabilizers_that_cannot_apply_are_refused(tmp_path: Path, field: str, v
 
 
 def test_fused_training_refuses_a_source_model(tmp_path: Path) -> None:
-    from mutransfer.fusion import check_fusible, partition, unsupported_reason
+    from mutransfer.training.fusion import check_fusible, partition, unsupported_reason
 
     cfg = _cfg(f"hf:{write_config(tmp_path, **LLAMA)}", grad_accum=1)
     assert "our own GPT" in unsupported_reason(cfg)
@@ -285,7 +285,7 @@ def test_fused_training_refuses_a_source_model(tmp_path: Path) -> None:
 
 
 def test_config_source_and_base_sizes(tmp_path: Path, builders: str) -> None:
-    from mutransfer.trainer import base_sizes
+    from mutransfer.training.trainer import base_sizes
 
     d = write_config(tmp_path, **LLAMA)
     cfg = _cfg(str(d).join(["hf:", ""]), width=128)

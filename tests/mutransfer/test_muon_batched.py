@@ -1,4 +1,4 @@
-"""Muon over a stack of fused members (mutransfer.optim.muon_step_batched): an oracle
+"""Muon over a stack of fused members (mutransfer.training.optim.muon_step_batched): an oracle
 test against torch.optim.Muon stepping each member alone."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mutransfer.optim import muon_step_batched, newton_schulz_batched
+from mutransfer.training.optim import muon_step_batched, newton_schulz_batched
 
 
 def test_newton_schulz_batched_is_torchs_per_matrix() -> None:

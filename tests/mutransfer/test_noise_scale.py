@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mutransfer.noise_scale import NoiseScaleEstimator, grad_sq_norm, unbiased_estimates
+from mutransfer.training.noise_scale import NoiseScaleEstimator, grad_sq_norm, unbiased_estimates
 
 
 def _linear_regression_truth(c: np.ndarray, delta: np.ndarray, sigma: float) -> tuple[float, float]:

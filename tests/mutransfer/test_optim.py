@@ -8,11 +8,11 @@ import math
 import pytest
 import torch
 
-from mutransfer.config import TrainConfig
 from mutransfer.models.gpt import GPT, GPTConfig
-from mutransfer.optim import build_optimizer, qk_clip, set_lr, track_max_logits
-from mutransfer.parametrization import Parametrization
-from mutransfer.trainer import Trainer
+from mutransfer.parametrize.parametrization import Parametrization
+from mutransfer.training.config import TrainConfig
+from mutransfer.training.optim import build_optimizer, qk_clip, set_lr, track_max_logits
+from mutransfer.training.trainer import Trainer
 
 G = GPTConfig(width=64, depth=1, head_dim=16, seq_len=16, vocab_size=64)
 

@@ -12,12 +12,12 @@ import torch.nn as nn
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mutransfer.base_shapes import load_base_shapes
 from mutransfer.models.gpt import GPT, GPTConfig
 from mutransfer.models.mlp import MLP, MLPConfig
-from mutransfer.optim import build_optimizer, set_lr
-from mutransfer.parametrization import Parametrization
-from mutransfer.specs import Multipliers
+from mutransfer.parametrize.base_shapes import load_base_shapes
+from mutransfer.parametrize.parametrization import Parametrization
+from mutransfer.parametrize.specs import Multipliers
+from mutransfer.training.optim import build_optimizer, set_lr
 
 GPT_CFG = GPTConfig(width=32, depth=2, head_dim=16, seq_len=16, vocab_size=64)
 MLP_CFG = MLPConfig(in_features=12, width=32, depth=2, out_features=5)

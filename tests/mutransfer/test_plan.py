@@ -17,8 +17,8 @@ import pandas as pd
 import pytest
 
 from analysis.scaling_fit import ScalingLawFit
-from mutransfer.card import load_card
-from mutransfer.plan import plan_run, read_scaling_fit
+from mutransfer.card.build import load_card
+from mutransfer.card.plan import plan_run, read_scaling_fit
 from mutransfer_cli import main
 
 SEQ = 64

@@ -1,5 +1,5 @@
 """The run plan's batch in the token budget, its cap at the critical batch, the LR held past
-the saturation batch and beta2 by token half-life (mutransfer.plan)."""
+the saturation batch and beta2 by token half-life (mutransfer.card.plan)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 
 from analysis.baselines import published_batch
 from analysis.scaling_fit import ScalingLawFit
-from mutransfer.config import TrainConfig
-from mutransfer.plan import beta2_for, plan_run
-from mutransfer.trainer import Trainer
+from mutransfer.card.plan import beta2_for, plan_run
+from mutransfer.training.config import TrainConfig
+from mutransfer.training.trainer import Trainer
 
 FIT = {
     "kind": "scaling",
@@ -100,7 +100,7 @@ def test_trainer_takes_beta2_from_the_half_life() -> None:
 
 
 def test_card_warns_when_the_hidden_lr_leaves_the_published_range() -> None:
-    from mutransfer.trust import card_warnings
+    from mutransfer.card.trust import card_warnings
 
     card = {"projected": {"baselines": {"deepseek": {"lr": 4e-4}, "step_law": {"lr": 2e-4}}},
             "param_groups": [{"role": "hidden", "optimizer": "adamw", "lr": 7e-4},

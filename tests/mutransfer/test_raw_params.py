@@ -16,9 +16,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from mutransfer.coord_check import CoordCheckResult, coord_check, fit_slopes
-from mutransfer.parametrization import Parametrization
-from mutransfer.specs import Multipliers
+from mutransfer.checks.coord_check import CoordCheckResult, coord_check, fit_slopes
+from mutransfer.parametrize.parametrization import Parametrization
+from mutransfer.parametrize.specs import Multipliers
 
 VOCAB, SEQ = 32, 8
 

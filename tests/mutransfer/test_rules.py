@@ -8,8 +8,8 @@ import pytest
 
 from mutransfer.models.gpt import GPT, GPTConfig
 from mutransfer.models.mlp import MLP, MLPConfig
-from mutransfer.parametrization import Parametrization
-from mutransfer.rules import (
+from mutransfer.parametrize.parametrization import Parametrization
+from mutransfer.parametrize.rules import (
     COMPLETEP,
     WIDTH_RULES,
     Power,
@@ -123,8 +123,8 @@ def test_fan_in_readout_init_corrects_a_constant_std_model_init() -> None:
 
 
 def test_readout_init_table_row_and_one_clear_error() -> None:
-    from mutransfer.config import TrainConfig
-    from mutransfer.rules import READOUT_INIT
+    from mutransfer.parametrize.rules import READOUT_INIT
+    from mutransfer.training.config import TrainConfig
 
     line = next(ln for ln in rules_table().splitlines() if ln.startswith("# readout_init"))
     assert "fan_in: init std m_in^1/2 (effective m_in^-1/2)" in line
@@ -144,9 +144,9 @@ def test_one_readout_default_everywhere() -> None:
     coordinate check; the rules table says so."""
     import inspect
 
-    from mutransfer.config import TrainConfig
-    from mutransfer.coord_check import coord_check
-    from mutransfer.rules import DEFAULT_READOUT_INIT, READOUT_INIT_RANGE
+    from mutransfer.checks.coord_check import coord_check
+    from mutransfer.parametrize.rules import DEFAULT_READOUT_INIT, READOUT_INIT_RANGE
+    from mutransfer.training.config import TrainConfig
 
     assert DEFAULT_READOUT_INIT == "fan_in" and READOUT_INIT_RANGE == (0.0, 0.5)
     builder = lambda w: MLP(MLP_CFG.replace(width=w))  # noqa: E731

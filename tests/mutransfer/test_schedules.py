@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mutransfer.schedules import (
+from mutransfer.training.schedules import (
     DECAY_SHAPES,
     BatchRamp,
     BatchRampConfig,

@@ -8,10 +8,16 @@ import math
 import pytest
 import torch
 
-from mutransfer.config import TrainConfig
-from mutransfer.data import DataConfig, TokenDataset, load_dataset
-from mutransfer.stabilizers import SpikeDetector, clip_grad_norm, divergence_bound, is_diverged, robust_stats
-from mutransfer.trainer import Trainer
+from mutransfer.training.config import TrainConfig
+from mutransfer.training.data import DataConfig, TokenDataset, load_dataset
+from mutransfer.training.stabilizers import (
+    SpikeDetector,
+    clip_grad_norm,
+    divergence_bound,
+    is_diverged,
+    robust_stats,
+)
+from mutransfer.training.trainer import Trainer
 
 POISON = 40  # the data step whose targets are replaced by random tokens
 

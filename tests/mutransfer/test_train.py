@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from mutransfer.config import TrainConfig, load_config
-from mutransfer.data import DataConfig, TokenDataset, load_dataset
-from mutransfer.train import train
-from mutransfer.train_result import ROW_KEYS
-from mutransfer.trainer import Trainer
+from mutransfer.training.config import TrainConfig, load_config
+from mutransfer.training.data import DataConfig, TokenDataset, load_dataset
+from mutransfer.training.train import train
+from mutransfer.training.train_result import ROW_KEYS
+from mutransfer.training.trainer import Trainer
 
 # Tiny and single-threaded: each run is well under a second.
 TINY = dict(preset="gpt-tiny", width=32, depth=1, head_dim=16, seq_len=32, batch_size=8, steps=20,
@@ -151,7 +151,7 @@ def test_bad_data_is_named(tmp_path) -> None:
 
 
 def test_devices_and_cpu_fp32() -> None:
-    from mutransfer.device import resolve_device
+    from mutransfer.training.device import resolve_device
 
     assert resolve_device("cpu") == torch.device("cpu")
     if not torch.cuda.is_available():
@@ -162,7 +162,7 @@ def test_devices_and_cpu_fp32() -> None:
 
 
 def test_wsd_branches_equal_separate_runs(data: TokenDataset, tmp_path) -> None:
-    from mutransfer.train import train_wsd_branches
+    from mutransfer.training.train import train_wsd_branches
 
     base = cfg(schedule="wsd", steps=16, warmup_steps=2, decay_fraction=0.25, eval_every=0)
     branches = train_wsd_branches(base.replace(out_dir=str(tmp_path)), [0.5, 1.0], data=data)
@@ -252,7 +252,7 @@ def test_bf16_autocast_runs_with_fp32_master_weights(data: TokenDataset) -> None
 
 
 def test_wsd_branches_of_a_diverging_trunk_all_report_divergence(data: TokenDataset) -> None:
-    from mutransfer.train import train_wsd_branches
+    from mutransfer.training.train import train_wsd_branches
 
     bad = cfg(parametrization="sp", lr=1e4, grad_clip=None, steps=16, warmup_steps=0, eval_every=0)
     res = train_wsd_branches(bad, [0.5, 1.0], data=data)
@@ -294,9 +294,9 @@ def test_one_builder_gives_the_trainers_the_cards_and_the_exporters_groups(data:
     lr_mult, weight decay and eps: change it (every LR × 3, every weight decay × 5, every eps
     × 7) and the trainer's optimizer, the card and an engine export (HF's groups, read from
     the card) all move by exactly that, and nothing else recomputes them."""
-    from mutransfer.card import build_card
-    from mutransfer.export.hf import hf_param_groups
-    from mutransfer.parametrization import Parametrization
+    from mutransfer.card.build import build_card
+    from mutransfer.card.engines.hf import hf_param_groups
+    from mutransfer.parametrize.parametrization import Parametrization
 
     c = cfg(steps=2, eval_every=0, weight_decay=0.1, lr_mult_output=0.5, base_width=16)
     Numbers = dict[str, tuple[float, float, float]]

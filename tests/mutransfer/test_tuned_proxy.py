@@ -12,11 +12,11 @@ import pytest
 import torch
 import yaml
 
-from mutransfer.card import load_card
-from mutransfer.card_apply import apply_card
-from mutransfer.config import TrainConfig
+from mutransfer.card.apply import apply_card
+from mutransfer.card.build import load_card
 from mutransfer.models.gpt import GPT
-from mutransfer.trainer import Trainer
+from mutransfer.training.config import TrainConfig
+from mutransfer.training.trainer import Trainer
 from mutransfer_cli import main
 
 TUNED = {"preset": "gpt-tiny", "parametrization": "mup", "width": 32, "base_width": 32, "seq_len": 32,

@@ -25,9 +25,9 @@ def one_line(err: str) -> bool:
 
 @pytest.fixture(scope="module")
 def card_text(tmp_path_factory) -> str:
-    from mutransfer.card import build_card, save_card
+    from mutransfer.card.build import build_card, save_card
     from mutransfer.models.gpt import GPT, GPTConfig
-    from mutransfer.parametrization import Parametrization
+    from mutransfer.parametrize.parametrization import Parametrization
 
     cfg = GPTConfig(width=64, depth=2, head_dim=16, seq_len=32, vocab_size=64)
     pz = Parametrization(lambda w: GPT(cfg.replace(width=w)), width=128, base_width=32)
@@ -61,7 +61,7 @@ def test_a_hand_edited_card_is_refused_before_any_walk(edit, needle, card_text, 
 
 
 def test_a_card_over_the_size_cap_is_refused_unparsed(card_text, tmp_path, capsys) -> None:
-    from mutransfer.card import MAX_CARD_BYTES
+    from mutransfer.card.build import MAX_CARD_BYTES
 
     for suffix in (".yaml", ".json"):
         big = tmp_path / f"big{suffix}"
@@ -131,7 +131,7 @@ def test_no_secret_of_the_users_config_reaches_the_card(tmp_path, capsys) -> Non
     rc, _ = run([*TRANSFER_HF, "--model", f"hf:{cfg}", "--out", out], capsys)
     text = out.read_text()
     assert rc == 0 and "a1a1a1" not in text and "xxxx" not in text and "pa55word" not in text
-    from mutransfer.card import load_card
+    from mutransfer.card.build import load_card
 
     model = load_card(out)["target"]["model"]
     assert model["redacted"] == ["api_key (dropped)", "dataset_url (URL password masked)",

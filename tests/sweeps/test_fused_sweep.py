@@ -18,9 +18,9 @@ from typing import Any
 import pandas as pd
 import pytest
 
-import mutransfer.fused  # noqa: E402,F401  (an import error fails, never skips)
+import mutransfer.training.fused  # noqa: E402,F401  (an import error fails, never skips)
 import mutransfer_cli
-from sweeps.export import results_table
+from sweeps.results import results_table
 from sweeps.spec_base import point_key
 from sweeps.spec_kinds import LRSweep
 from sweeps.storage import Storage
@@ -47,13 +47,13 @@ def fused_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Sizes of the train_fused calls made in this process."""
 
     sizes: list[int] = []
-    real = mutransfer.fused.train_fused
+    real = mutransfer.training.fused.train_fused
 
     def spy(configs: Any, **kw: Any) -> Any:
         sizes.append(len(configs))
         return real(configs, **kw)
 
-    monkeypatch.setattr(mutransfer.fused, "train_fused", spy)
+    monkeypatch.setattr(mutransfer.training.fused, "train_fused", spy)
     return sizes
 
 
@@ -271,7 +271,7 @@ def test_a_member_failed_elsewhere_is_lost_and_the_others_finish(tmp_path) -> No
 def test_a_fused_trial_config_is_resolved_once(tmp_path, fused_calls, monkeypatch) -> None:
     """validation, the claim (fusion key), the trial's provenance attrs and the
     fused runner share one TrainConfig per trial instead of resolving it up to 4 times."""
-    from mutransfer.config import TrainConfig
+    from mutransfer.training.config import TrainConfig
     from sweeps.resolve import _to_train_config, to_train_config
 
     _to_train_config.cache_clear()
@@ -297,16 +297,16 @@ def test_a_fused_trial_config_is_resolved_once(tmp_path, fused_calls, monkeypatc
 @pytest.fixture
 def fused_wsd_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
     """(members, batch size) of the train_fused_wsd_branches calls made in this process."""
-    import mutransfer.fused_wsd
+    import mutransfer.training.fused_wsd
 
     calls: list[tuple[int, int]] = []
-    real = mutransfer.fused_wsd.train_fused_wsd_branches
+    real = mutransfer.training.fused_wsd.train_fused_wsd_branches
 
     def spy(configs: Any, fractions: Any, **kw: Any) -> Any:
         calls.append((len(configs), configs[0].run.batch_size))
         return real(configs, fractions, **kw)
 
-    monkeypatch.setattr(mutransfer.fused_wsd, "train_fused_wsd_branches", spy)
+    monkeypatch.setattr(mutransfer.training.fused_wsd, "train_fused_wsd_branches", spy)
     return calls
 
 

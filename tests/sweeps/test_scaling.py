@@ -167,8 +167,8 @@ def test_holdout_gap_is_measured_on_fresh_seeds_not_on_the_lucky_run_that_chose_
     0.25% criterion. The audit instead trains both configs again on seeds the sweep never
     used (each seed scales every loss by its own factor, as a shared init and data order
     would), so the gap is the true surface ratio exactly, and here negative."""
-    from sweeps.export import results_table
     from sweeps.holdout import best_measured_config, fit_rows, run_holdout
+    from sweeps.results import results_table
     from sweeps.runners import synthetic_scaling_loss, synthetic_scaling_runner
     from sweeps.worker import open_study
 
@@ -221,7 +221,7 @@ def test_holdout_gap_is_measured_on_fresh_seeds_not_on_the_lucky_run_that_chose_
     assert run_holdout(spec, table, runner=runner, out=tmp_path / "AUDIT.json")["holdout"] == audit["holdout"]
     assert len(seen) == n
 
-import mutransfer.train  # noqa: E402,F401  (the real trainer: an import error fails, never skips)
+import mutransfer.training.train  # noqa: E402,F401  (the real trainer: an import error fails, never skips)
 
 TINY = ["sweep", "scaling", "--preset", "gpt-tiny", "--width", "32", "--check-width", "64",
         "--batch-sizes", "2,4,8", "--tokens", "256,512,1024", "--lr-center", "0.01",

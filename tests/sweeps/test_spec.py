@@ -99,7 +99,7 @@ def test_mup_base_shape_defaults_to_the_smallest_width_and_depth() -> None:
 
 def test_the_fields_a_sweep_may_set_are_the_train_configs_own() -> None:
     # derived from the config's section dataclasses, not a hand copy (one fell 19 fields behind)
-    from mutransfer.config import ALIASES
+    from mutransfer.training.config import ALIASES
     from sweeps.spec_base import train_config_fields
 
     assert train_config_fields() == frozenset(ALIASES)
@@ -117,7 +117,7 @@ def test_every_integer_field_of_the_trainer_is_recorded_as_an_integer() -> None:
     the hand-kept list before) is an IntDistribution, so its trials record 10, not 10.0."""
     from optuna.distributions import FloatDistribution, IntDistribution
 
-    from mutransfer.config import INT_FIELDS
+    from mutransfer.training.config import INT_FIELDS
     from sweeps.objective import dim_distribution
 
     were_missing = {"spike_window", "rollback_every", "max_rollbacks", "max_logit_every", "data_max_bytes"}

@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from sweeps.export import results_table, status, write_table
 from sweeps.progress import study_counts
 from sweeps.recovery import sweep_stale
+from sweeps.results import results_table, status, write_table
 from sweeps.spec_kinds import LRSweep
 from sweeps.storage import Storage
 from sweeps.study import prepare, run_sweep
@@ -174,8 +174,8 @@ def documented_columns() -> list[str]:
 def test_the_documented_columns_are_the_produced_ones() -> None:
     """RESULT_COLUMNS is derived from the trainer's row keys, and the docs state that order
     (arch is column 5, not the 21st it once came out)."""
-    from mutransfer.train_result import ROW_KEYS
-    from sweeps.export import RESULT_COLUMNS
+    from mutransfer.training.train_result import ROW_KEYS
+    from sweeps.results import RESULT_COLUMNS
 
     assert list(RESULT_COLUMNS) == documented_columns()
     assert RESULT_COLUMNS.index("arch") == 4

@@ -8,7 +8,7 @@ import json
 import pytest
 
 import mutransfer_cli
-from mutransfer.card import load_card
+from mutransfer.card.build import load_card
 from sweeps.resolve import check_trials
 from sweeps.spec import spec_from_dict
 from sweeps.spec_scaling import ScalingSweep
@@ -128,7 +128,7 @@ def test_the_trainer_runs_each_weight_decay(_verb, tmp_path, capsys) -> None:
     weight decays give three losses) and the fit measures tau over it."""
     import pandas as pd
 
-    import mutransfer.train  # noqa: F401  (an import error fails, never skips)
+    import mutransfer.training.train  # noqa: F401  (an import error fails, never skips)
 
     out, csv, fit = tmp_path / "o", tmp_path / "r.csv", tmp_path / "fit.json"
     assert mutransfer_cli.main(["sweep", "scaling", "--preset", "gpt-tiny", "--width", "32", "--batch-sizes",

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import mutransfer_cli
-from mutransfer.tracking import TRACK_ENV, group_labels, run_name
+from mutransfer.training.tracking import TRACK_ENV, group_labels, run_name
 
 pytest.importorskip("tensorboard", reason="pip install 'mutransfer[track]'")
 pytest.importorskip("wandb", reason="pip install 'mutransfer[track]'")
@@ -50,7 +50,7 @@ def _trials(out: Path) -> list:
 
 def _rerun(trial):
     """The trainer of the trial's config, run again: its history is the oracle."""
-    from mutransfer.trainer import Trainer
+    from mutransfer.training.trainer import Trainer
     from sweeps.resolve import to_train_config
 
     config = dict(trial.user_attrs["config"])
@@ -202,7 +202,7 @@ def test_track_without_the_package_is_one_clear_line(tmp_path) -> None:
 
 @pytest.mark.parametrize("bad", ["mlflow", "tensorboard:", "wandb:no/slash"])
 def test_track_rejects_bad_targets(bad: str) -> None:
-    from mutransfer.tracking import parse_track
+    from mutransfer.training.tracking import parse_track
 
     with pytest.raises(ValueError, match="--track"):
         parse_track(bad)

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-import mutransfer.train  # noqa: E402,F401  (the real trainer: an import error fails, never skips)
+import mutransfer.training.train  # noqa: E402,F401  (the real trainer: an import error fails, never skips)
 import mutransfer_cli
 
 

@@ -1,0 +1,679 @@
+"""The plan of the target's run: the card's ``projected`` section.
+
+:func:`plan_run` moves the proxy's optimum to the target's batch and token budget with the
+laws of ``mutransfer fit scaling``, and gives batch, steps, warmup, weight decay (through
+the AdamW timescale tau) and the WSD decay fraction, each with its interval and
+extrapolation factor. It holds no rule of its own: the laws, their intervals, the LR ratio,
+the warmup rule, the edge flags and the extrapolation factor are those of the one
+projection object, :class:`analysis.ScalingLawFit` (read from FIT.json by its own reader,
+:meth:`~analysis.ScalingLawFit.from_dict`). What it adds: the proxy anchor (the base LR
+is the proxy's μP optimum moved by the laws' ratio), the values the user gives, the
+split of the batch over devices, and the published batch law as a fallback.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from analysis.baselines import anchored_published_batch, published_batch, scaling_baselines
+from analysis.scaling_fit import ScalingLawFit
+from analysis.scaling_projection import extrapolation_factor
+from analysis.tau import PUBLISHED_ETA_LAMBDA, PUBLISHED_ETA_LAMBDA_SOURCE, weight_decay_for
+from mutransfer._io import read_json
+
+__all__ = [
+    "BATCH_RULES",
+    "EDGE_VALUES",
+    "TOKENS_PER_PARAM_RANGE",
+    "RunPlan",
+    "beta2_for",
+    "cap_at_critical_batch",
+    "default_micro_batch",
+    "lr_sensitivity",
+    "plan_run",
+    "read_scaling_fit",
+]
+
+#: The laws of ``mutransfer fit scaling`` as the run plan reads them: the one projection
+#: object (kept under this name for the code that imports it from mutransfer.card.target).
+
+
+def read_scaling_fit(path: str | Path) -> ScalingLawFit:
+    """The fit in the FIT.json of ``mutransfer fit scaling``, through its own reader."""
+    p = Path(path)
+    doc = read_json(p, "scaling fit")
+    fit = ScalingLawFit.from_dict(doc, f"scaling fit {p.name!r}")
+    # what the fitted rows say the proxy was (architecture, tokenizer, vocab, context, dtype)
+    fit.proxy_ = dict(doc["proxy"]) if isinstance(doc, dict) and isinstance(doc.get("proxy"), dict) else {}
+    return fit
+
+
+def lr_sensitivity(proxy: Mapping[str, Any] | None, laws: ScalingLawFit | None, *,
+                   proxy_batch_tokens: float | None, proxy_tokens: float | None,
+                   batch_tokens: float, tokens: float) -> dict[str, Any]:
+    """Leave-one-seed-out spread of the card's base LR (``projected.lr.loso_ratio``).
+
+    The base LR is the proxy optimum times the laws' ratio eta*(B_t, D_t) / eta*(B_p, D_p).
+    Each part has its own refits without each seed: the proxy optimum's (``proxy``: the
+    ``sensitivity`` of ``fit optimum``, ``ratio`` = max/min of the refit optima) and the
+    ratio redone with each refit's exponents (``laws.lr_loso``). The two sweeps' seeds
+    are different runs, so the card's ratio is the product of the two: the most that
+    one seed of each could move the LR. ``loso_ratio`` is None when no part could be
+    refitted; ``loso.complete`` is false when a part the LR depends on has fewer than 2
+    seeds (e.g. a one-seed scaling sweep): the ratio is then a lower bound.
+    """
+    proxy = proxy or {}
+    r = proxy.get("ratio")
+    if r is not None and not (isinstance(r, (int, float)) and not isinstance(r, bool)
+                              and math.isfinite(r) and r >= 1):
+        raise ValueError(f"the proxy optimum's sensitivity.ratio must be a number >= 1 or null, got {r!r}")
+    parts: dict[str, dict[str, Any]] = {
+        "proxy": {"n_seeds": proxy.get("n_seeds"), "ratio": proxy.get("ratio")}}
+    if laws is not None:
+        ratio = None
+        if len(laws.lr_loso) >= 2 and proxy_batch_tokens and proxy_tokens:
+            rb, rd = batch_tokens / proxy_batch_tokens, tokens / proxy_tokens
+            rs = [rb**a * rd**b for a, b in laws.lr_loso]
+            ratio = max(rs) / min(rs)
+        parts["law"] = {"n_seeds": laws.n_seeds, "ratio": ratio}
+    known = [p["ratio"] for p in parts.values() if p["ratio"] is not None]
+    total = math.prod(known) if known else None
+    return {"loso_ratio": total, "loso_octaves": None if total is None else math.log2(total),
+            "loso": {"method": "leave-one-seed-out: max/min of the LR refitted without each seed",
+                     **parts, "complete": len(known) == len(parts)}}
+
+
+
+
+def _estimate(value: float, lo: float | None, hi: float | None, level: float, source: str,
+              extrapolation: float = 1.0) -> dict[str, Any]:
+    """The projection's value record (as ``analysis.project.Estimate.to_dict()``)."""
+    return {"value": float(value), "lo": None if lo is None else float(lo),
+            "hi": None if hi is None else float(hi), "level": float(level), "source": source,
+            "extrapolation": float(extrapolation)}
+
+
+@dataclass
+class RunPlan:
+    """Batch, steps, LR, weight decay, warmup and schedule of the target run."""
+
+    lr: float
+    batch_sequences: int
+    micro_batch: int
+    batch_tokens: int
+    steps: int
+    warmup_tokens: float
+    warmup_steps: int
+    decay_fraction: float
+    weight_decay: float
+    tau: float | None
+    projected: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+    beta2: float = 0.95
+    """Adam's beta2 for the target (``projected.beta2`` says where it comes from)."""
+
+
+#: Values of the fit that ``--accept-edge`` may take although they are only bounds.
+EDGE_VALUES = ("batch", "lr")
+
+#: How the target's batch is chosen when none is given: ``fit`` = our B*(D); ``anchored`` =
+#: the published laws' growth in D from the proxy's largest bracketed B*
+#: (:func:`analysis.baselines.anchored_published_batch`); ``published`` = the published
+#: laws in the token budget (:func:`analysis.baselines.published_batch`); ``auto`` = ours
+#: unless it is in doubt (:meth:`~analysis.ScalingLawFit.batch_law_doubts`), then the
+#: anchored one when a budget's B* was bracketed, else the published one, flagged.
+BATCH_RULES = ("auto", "fit", "anchored", "published")
+
+#: Tokens per parameter inside which the published batch laws were fitted and agree (their
+#: forms in C = 6·N·D and in D part outside it; at 0.2 tokens per parameter by 4.5x).
+TOKENS_PER_PARAM_RANGE = (2.0, 200.0)
+
+
+def default_micro_batch(sequences: int, dp_size: int = 1) -> int:
+    """The largest power of two (at most 8) that divides each rank's share of the batch:
+    a micro-batch every usual accelerator count and memory size can take."""
+    share = sequences // max(dp_size, 1)
+    micro = 1
+    while micro < 8 and share % (micro * 2) == 0:
+        micro *= 2
+    return micro
+
+
+
+def _check_plan_inputs(*, batch_rule: str, accept_edge: Sequence[str], laws: ScalingLawFit | None,
+                       tokens: float, seq_len: int, batch_sequences: int | None, batch_tokens: float | None,
+                       micro_batch: int | None) -> None:
+    """The contradictions and bad values :func:`plan_run` refuses, before any work."""
+    if batch_rule not in BATCH_RULES:
+        raise ValueError(f"batch rule must be one of {', '.join(BATCH_RULES)}, got {batch_rule!r}")
+    for what in accept_edge:
+        if what not in EDGE_VALUES:
+            raise ValueError(f"--accept-edge must be one of {', '.join(EDGE_VALUES)}, got {what!r}")
+        if batch_rule != "fit":
+            raise ValueError(f"--accept-edge {what} contradicts --batch-rule {batch_rule}: only --batch-rule "
+                             "fit takes the fit's values as they are; drop one")
+    if "batch" in accept_edge and (batch_sequences is not None or batch_tokens is not None):
+        flag = "--batch-size" if batch_sequences is not None else "--batch-tokens"
+        raise ValueError(f"--accept-edge batch contradicts {flag}: the batch is given, not taken from the "
+                         "fit; drop one")
+    if accept_edge and laws is None:
+        raise ValueError(f"--accept-edge {accept_edge[0]} needs --scaling-fit: there is no fit whose edge "
+                         "it would accept")
+    if not (math.isfinite(tokens) and tokens > 0):
+        raise ValueError(f"token budget must be a positive finite number, got {tokens!r}")
+    given = ("--batch-size", batch_sequences) if batch_sequences is not None else (
+        ("--batch-tokens", batch_tokens) if batch_tokens is not None else None)
+    if given is not None and batch_rule != "auto":  # a fixed batch would silently drop the rule
+        raise ValueError(f"--batch-rule {batch_rule} contradicts {given[0]} {given[1]:g}: the rule picks "
+                         "the batch, the flag fixes it; give one")
+    if batch_tokens is not None and batch_tokens < seq_len:
+        raise ValueError(f"--batch-tokens {batch_tokens:g} is below one sequence of {seq_len} tokens")
+    if micro_batch is not None and not (isinstance(micro_batch, int) and micro_batch >= 1):
+        raise ValueError(f"--micro-batch must be a positive integer, got {micro_batch!r}")
+
+
+@dataclass
+class _Bounds:
+    """Refuses, or accepts and records, a value of the fit that is only a bound."""
+
+    laws: ScalingLawFit | None
+    batch_rule: str
+    accept_edge: Sequence[str]
+    warnings: list[str]
+    accepted: dict[str, list[str]] = field(default_factory=dict)
+
+    def __call__(self, what: str, where: tuple[str, ...], how: str) -> None:
+        if not where:
+            return
+        said = "; ".join(where[:4]) + (f"; and {len(where) - 4} more" if len(where) > 4 else "")
+        if what in self.accept_edge:
+            self.accepted[what] = list(where)
+            self.warnings.append(f"the {how} rests on bounds, not optima ({said}); taken as a value because "
+                                 f"--accept-edge {what}")
+        elif self.batch_rule == "fit":
+            src = self.laws.source if self.laws is not None else "the scaling fit"
+            raise ValueError(f"--batch-rule fit: the {how} rests on bounds, not optima: {said} in {src}. "
+                             "A bound is not a value: extend the grid (sweep scaling brackets it), use "
+                             f"--batch-rule auto, or pass --accept-edge {what} to take it anyway (recorded "
+                             "in the card)")
+        elif what == "lr":
+            self.warnings.append(f"the {how} rests on bounds, not optima ({said})")
+
+
+def fitted_or_published_batch(laws: ScalingLawFit | None, *, tokens: float, n_params: float | None,
+                              batch_rule: str, level: float, ext_tokens: float, extrapolation_limit: float,
+                              bound: _Bounds, warnings: list[str]
+                              ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The target's batch when none is given: (the batch used, the fitted law's batch
+    shown beside it or None). ``fit`` takes our B*(D); ``published`` takes the published
+    laws in the token budget (:func:`analysis.baselines.published_batch`: DeepSeek LLM's
+    B_opt written in D, 0.0869·D^0.6876 tokens, with Step Law's 0.58·D^0.571 as the other
+    end of its interval); ``anchored`` grows the proxy's largest bracketed B* as those laws
+    grow in D, B_a·(D/D_a)^0.6876 (Step Law's 0.571 and B*'s interval give the interval;
+    :func:`analysis.baselines.anchored_published_batch`): the papers' exponent with the
+    proxy's own level, which carries its data, tokenizer and context; ``auto`` takes ours
+    unless :meth:`~analysis.ScalingLawFit.batch_law_doubts` finds a reason to doubt it,
+    then the anchored one when some budget's B* was bracketed, else the published one,
+    with a warning. Either way, tokens per parameter (``n_params``) outside
+    :data:`TOKENS_PER_PARAM_RANGE` are warned about. The one place that decides between
+    the fitted and the published batch law."""
+    doubts: list[str] = []
+    fit_est = None
+    if n_params:
+        tpp = tokens / float(n_params)
+        lo_t, hi_t = TOKENS_PER_PARAM_RANGE
+        if not lo_t <= tpp <= hi_t:
+            warnings.append(f"the target trains {tpp:.3g} tokens per parameter, outside {lo_t:g}-{hi_t:g}, "
+                            "where the published batch laws were fitted and agree: their forms in compute "
+                            "and in tokens part there, and the batch is uncertain beyond its interval")
+    if laws is not None:
+        b, lo, hi = laws.batch_at(tokens)
+        fit_est = _estimate(b, lo, hi, level, f"B*(D) = {laws.batch_coef:.4g} · "
+                            f"D^{laws.batch_exponent:.4g} ({laws.source})", ext_tokens)
+        doubts = laws.batch_law_doubts(tokens, extrapolation_limit)
+    if laws is not None and batch_rule == "fit":
+        bound("batch", laws.batch_bounds, "fitted B*(D)")
+    if batch_rule not in ("published", "anchored") and not (batch_rule == "auto" and doubts):
+        if laws is not None:
+            warnings.extend(laws.batch_law_cautions())
+        return fit_est, None  # type: ignore[return-value]
+    anchor = laws.batch_anchor() if laws is not None and batch_rule != "published" else None
+    if batch_rule == "anchored" and anchor is None:
+        raise ValueError("--batch-rule anchored needs a budget whose best batch was bracketed; the scaling "
+                         "fit has none (every budget's best batch sat at the grid's edge): extend the batch "
+                         "grid, or use --batch-rule published")
+    why = "; ".join(doubts) if doubts else f"asked for (--batch-rule {batch_rule})"
+    if anchor is not None:
+        pub = anchored_published_batch(tokens, anchor["tokens"], anchor["batch_tokens"], anchor["lo"],
+                                       anchor["hi"])
+        what = "the published laws' growth from the proxy's bracketed B*"
+    else:
+        pub = published_batch(tokens)
+        what = "the published laws in tokens"
+    b_est = _estimate(pub["batch_tokens"], pub["lo"], pub["hi"], level, f"{pub['source']}, because {why}")
+    if fit_est is not None:
+        warnings.append(f"batch from {what} ({pub['batch_tokens']:.4g} tokens), not from "
+                        f"the fitted B*(D) ({fit_est['value']:.4g} tokens): {why}")
+    return b_est, fit_est
+
+
+def cap_at_critical_batch(b_est: dict[str, Any], laws: ScalingLawFit | None, *, tokens: float,
+                          extrapolation_limit: float, given: bool, warnings: list[str]
+                          ) -> dict[str, Any] | None:
+    """``projected.critical_batch``: the proxy's measured-GNS law B_simple(D) at the target's
+    budget (:meth:`~analysis.ScalingLawFit.critical_batch_at`), and the token cost
+    ``1 + B/B_crit`` of the batch (McCandlish et al. 2018, eq. 2.11: the multiple of the
+    fewest tokens that reach the same loss). A projected batch above B_crit is capped at
+    it when the law is inside ``extrapolation_limit``× its measured budgets (past it the
+    law is a guess and only warns); a given batch is never changed. ``b_est`` is updated
+    in place. None when the fit has no GNS law."""
+    at = laws.critical_batch_at(tokens) if laws is not None else None
+    if at is None:
+        return None
+    b_crit, ext = at
+    before = float(b_est["value"])
+    capped = not given and before > b_crit and ext <= extrapolation_limit
+    if capped:
+        b_est.update(value=b_crit, hi=b_crit if b_est.get("hi") is None else min(b_est["hi"], b_crit),
+                     lo=None if b_est.get("lo") is None else min(b_est["lo"], b_crit),
+                     source=f"{b_est['source']}; capped at the proxy's critical batch B_simple(D)")
+        warnings.append(f"the batch ({before:.4g} tokens) is above the proxy's critical batch at this budget "
+                        f"({b_crit:.4g} tokens, B_simple(D) measured by GNS): capped there, where a larger "
+                        f"batch would cost {1 + before / b_crit:.2f}x the fewest tokens instead of 2x")
+    elif before > b_crit:
+        warnings.append(f"the batch ({before:.4g} tokens) is above the proxy's critical batch law at this "
+                        "budget "
+                        f"({b_crit:.4g} tokens, {ext:.3g}x past its measured budgets): it costs about "
+                        f"{1 + before / b_crit:.2f}x the fewest tokens by that law"
+                        + ("" if given else f"; not capped, the law lies beyond the {extrapolation_limit:g}x "
+                           "limit"))
+    n = laws.noise_  # type: ignore[union-attr]
+    return {"value": b_crit, "law": n["law"], "source": n["source"], "extrapolation": ext,
+            "batch_tokens_before_cap": before, "capped": capped,
+            "token_cost": 1.0 + float(b_est["value"]) / b_crit}
+
+
+def beta2_for(batch_tokens: float, *, beta2: float = 0.95, halflife_tokens: float | None = None,
+              proxy_batch_tokens: float | None = None) -> dict[str, Any]:
+    """``projected.beta2``: Adam's beta2 for a run at ``batch_tokens`` per step.
+
+    With a token half-life ``t½`` (the proxy's ``beta2_halflife_tokens``), beta2 =
+    0.5^(B_tokens / t½): the second-moment average then forgets over the same number of
+    tokens at every batch (Marek et al. 2025, "Small batch size training for language
+    models", §4; a fixed beta2 of 0.95 has a half-life of 13.5 steps, 865 tokens at a
+    batch of one 64-token sequence and 17.4M at 1.29M tokens per step). Without one, the
+    proxy's ``beta2`` is kept, and the half-life rule's value (from the proxy's own batch)
+    is shown beside it.
+    """
+    if halflife_tokens is not None:
+        if not (math.isfinite(halflife_tokens) and halflife_tokens > 0):
+            raise ValueError(f"beta2_halflife_tokens must be a positive finite number, got "
+                             f"{halflife_tokens!r}")
+        value = 0.5 ** (batch_tokens / halflife_tokens)
+        return {"value": value, "halflife_tokens": float(halflife_tokens),
+                "source": f"0.5^(B/t½), token half-life t½ = {halflife_tokens:.4g} as the proxy's "
+                          "(Marek et al. 2025)"}
+    out: dict[str, Any] = {"value": float(beta2), "source": "the proxy's beta2, not rescaled (opt in with "
+                           "beta2_halflife_tokens to keep its token half-life instead)"}
+    if proxy_batch_tokens and 0 < beta2 < 1:
+        t_half = proxy_batch_tokens * math.log(0.5) / math.log(beta2)
+        out["halflife_rule"] = {"value": 0.5 ** (batch_tokens / t_half), "halflife_tokens": t_half,
+                                "source": "0.5^(B/t½) with the proxy's half-life (Marek et al. 2025)"}
+    return out
+
+
+def _plan_batch(laws: ScalingLawFit | None, *, tokens: float, seq_len: int, batch_sequences: int | None,
+                batch_tokens: float | None, dp: int, micro_batch: int | None, n_params: float | None,
+                batch_rule: str, level: float, ext_tokens: float, extrapolation_limit: float, bound: _Bounds,
+                warnings: list[str]) -> tuple[dict[str, Any], float, dict[str, Any] | None]:
+    """(the batch's estimate, the batch in sequences before rounding, the fitted law's batch
+    shown beside a published one): given (``--batch-size``, ``--batch-tokens``), else
+    :func:`fitted_or_published_batch`."""
+    if batch_sequences is not None:
+        if batch_sequences % (dp * (micro_batch or 1)):
+            raise ValueError(f"--batch-size {batch_sequences} is not a multiple of --dp-size {dp}"
+                             + (f" × --micro-batch {micro_batch}" if micro_batch else ""))
+        return (_estimate(batch_sequences * seq_len, None, None, level, "given (--batch-size)"),
+                float(batch_sequences), None)
+    if batch_tokens is not None:
+        return (_estimate(batch_tokens, None, None, level, "given (--batch-tokens)"), batch_tokens / seq_len,
+                None)
+    if laws is None and batch_rule != "published":
+        raise ValueError("no batch for the target: the batch size needs the scaling fit "
+                         "B*(D) (--scaling-fit FIT.json from `mutransfer fit scaling`), or give it "
+                         "with --batch-tokens or --batch-size")
+    b_est, fit_est = fitted_or_published_batch(
+        laws, tokens=tokens, n_params=n_params, batch_rule=batch_rule, level=level, ext_tokens=ext_tokens,
+        extrapolation_limit=extrapolation_limit, bound=bound, warnings=warnings)
+    return b_est, b_est["value"] / seq_len, fit_est
+
+
+def _split_batch(raw_seqs: float, batch_sequences: int | None, dp: int, micro_batch: int | None
+                 ) -> dict[str, Any]:
+    """The batch in whole sequences and its split over ``dp`` ranks (``projected.batch_split``)."""
+    if batch_sequences is not None:
+        seqs, unit = batch_sequences, dp * (micro_batch or 1)
+        how = "given (--batch-size)"
+    else:
+        if micro_batch is not None:
+            unit, how = dp * micro_batch, f"a multiple of --dp-size {dp} × --micro-batch {micro_batch}"
+        else:
+            pow2 = 8
+            while pow2 > 1 and raw_seqs / dp < pow2:
+                pow2 //= 2
+            unit = dp * pow2
+            how = (f"a multiple of dp_size {dp} × {pow2} (power-of-two default: no --micro-batch given)")
+        seqs = max(unit, int(round(raw_seqs / unit)) * unit)
+    micro = micro_batch or default_micro_batch(seqs, dp)
+    return {"sequences": seqs, "dp_size": dp, "micro_batch": micro,
+            "grad_accum": seqs // (dp * micro), "rounded_to": unit, "rule": how,
+            "micro_batch_source": "given (--micro-batch)" if micro_batch else
+            "default: the largest power of two <= 8 dividing each rank's share"}
+
+
+def _plan_lr(laws: ScalingLawFit | None, *, proxy_lr: float, proxy_lr_interval: Sequence[float | None] | None,
+             proxy_batch_tokens: float | None, proxy_tokens: float | None, b_tok: int, tokens: float,
+             level: float, ext: Mapping[str, float], bound: _Bounds, warnings: list[str],
+             ext_limit: float = 100.0) -> tuple[float, dict[str, Any]]:
+    """The base LR: the proxy optimum moved by the laws' ratio eta*(B_t, D_t)/eta*(B_p, D_p)
+    (:meth:`~analysis.ScalingLawFit.lr_ratio`). No interval given (--lr): the law's alone;
+    an open side (optimum at the grid's edge) stays open (None)."""
+    p_lo, p_hi = (list(proxy_lr_interval) + [None, None])[:2] if proxy_lr_interval else (
+        proxy_lr, proxy_lr)
+    if laws is not None:
+        if proxy_batch_tokens is None or proxy_tokens is None:
+            raise ValueError("--scaling-fit moves the proxy's LR to the target's batch and tokens, so "
+                             "it needs the proxy's batch and token budget: give --proxy-batch-tokens "
+                             "and --proxy-tokens (or --results with batch_tokens and tokens columns)")
+        bound("lr", laws.lr_bounds, "fitted LR law eta*(B, D)")
+        b_law = laws.lr_batch(b_tok, tokens, ext_limit)
+        r, r_lo, r_hi = laws.lr_ratio((proxy_batch_tokens, b_law), (proxy_tokens, tokens))
+        lr = proxy_lr * r
+        held = ""
+        if b_law < b_tok:
+            held = (f"; held at the saturation batch {b_law:.4g} (the larger of the largest measured "
+                    f"and the critical batch: the LR law is not extrapolated {b_tok / b_law:.3g}x past it)")
+            unheld = proxy_lr * laws.lr_ratio((proxy_batch_tokens, b_tok), (proxy_tokens, tokens))[0]
+            warnings.append(f"the target's batch ({b_tok} tokens) is {b_tok / b_law:.3g}x the batch past "
+                            f"which the LR law is held ({b_law:.4g}: the largest measured, or the critical "
+                            "batch if larger); the LR is that batch's, not the power law's "
+                            f"({unheld:.4g}"
+                            "), since the optimal LR saturates in batch")
+        lr_est = _estimate(lr, None if p_lo is None else p_lo * r_lo,
+                           None if p_hi is None else p_hi * r_hi, level,
+                           f"proxy optimum {proxy_lr:.4g} × eta*(B, D) ratio {r:.4g} from (B "
+                           f"{proxy_batch_tokens:.4g}, D {proxy_tokens:.4g}) to (B {b_tok}, D "
+                           f"{tokens:.4g}){held}", max(ext.values()))
+    else:
+        lr = proxy_lr
+        lo_hi = (p_lo, p_hi) if proxy_lr_interval else (None, None)
+        lr_est = _estimate(lr, *lo_hi, level, "proxy optimum (no scaling fit: not moved to the "
+                           "target's batch and tokens)")
+        if proxy_batch_tokens is not None and proxy_batch_tokens != b_tok:
+            warnings.append(f"the batch changes from the proxy's {proxy_batch_tokens:.6g} to {b_tok} "
+                            "tokens but there is no --scaling-fit, so the LR is not moved with it")
+    if not (math.isfinite(lr) and lr > 0):
+        raise ValueError(f"the projected base LR is not a positive finite number ({lr!r})")
+    return lr, lr_est
+
+
+def _plan_weight_decay(laws: ScalingLawFit | None, *, weight_decay: float | None, wd_mode: str,
+                       proxy_tau: float | None, lr: float, b_tok: int, tokens: float, level: float,
+                       ext: Mapping[str, float], lr_interval: tuple[float | None, float | None] = (None, None),
+                       warnings: list[str] | None = None
+                       ) -> tuple[float, float | None, dict[str, Any], Any]:
+    """(weight decay, tau, their estimates): given; from tau* measured over a weight-decay
+    axis, held fixed, lambda = B / (eta · tau · D) (:func:`analysis.tau.weight_decay_for`;
+    ``independent`` decay is per step lambda, so its eta is 1), its interval from tau*'s and
+    the LR's (lambda* moves as 1/eta*); from a tuned proxy's tau (``--proxy-config``); from a
+    scaling sweep at one weight decay (its tau never optimised): the published per-step
+    eta·lambda (:data:`analysis.tau.PUBLISHED_ETA_LAMBDA`), its source named, its interval
+    unknown, and a warning in ``warnings``; else 0."""
+    warnings = [] if warnings is None else warnings
+    eta = 1.0 if wd_mode == "independent" else lr
+    formula = f"lambda = B / ({'' if wd_mode == 'independent' else 'eta · '}tau · D)"
+
+    def lam_from_tau(t: float) -> float:
+        return float(weight_decay_for(t, b_tok, eta, tokens))
+
+    if weight_decay is not None:
+        if not (math.isfinite(weight_decay) and weight_decay >= 0):
+            raise ValueError(f"--weight-decay must be a finite number >= 0, got {weight_decay!r}")
+        tau = (b_tok / (eta * weight_decay * tokens)) if weight_decay > 0 else None
+        return (weight_decay, tau, _estimate(weight_decay, None, None, level, "given (--weight-decay)"),
+                None if tau is None else _estimate(tau, None, None, level, "from the given weight decay"))
+    if laws is not None and laws.tau is not None and laws.tau_source != "default λ":
+        tau = laws.tau
+        t_lo, t_hi = laws.tau_ci or (tau, tau)
+        e_lo, e_hi = lr_interval if wd_mode != "independent" else (1.0, 1.0)
+        # lambda* = B / (eta* tau* D): the LR's interval moves it as much as tau*'s
+        lo = lam_from_tau(t_hi) * (eta / e_hi if e_hi else math.nan)
+        hi = lam_from_tau(t_lo) * (eta / e_lo if e_lo else math.nan)
+        wd_est = _estimate(lam_from_tau(tau), lo if math.isfinite(lo) else None,
+                           hi if math.isfinite(hi) else None, level,
+                           f"{formula}, tau {tau:.4g} (interval: tau's and the LR's)", max(ext.values()))
+        what = ("tau* measured at its optimum over the weight decays" if laws.tau_source == "measured"
+                else "AdamW timescale of the fit (its source not recorded)")
+        return lam_from_tau(tau), tau, wd_est, _estimate(tau, t_lo, t_hi, level, f"{what} ({laws.source})")
+    if proxy_tau is not None:
+        if not (math.isfinite(proxy_tau) and proxy_tau > 0):
+            raise ValueError(f"the proxy's weight-decay timescale tau must be a positive finite number, "
+                             f"got {proxy_tau!r}")
+        wd = lam_from_tau(proxy_tau)
+        return wd, proxy_tau, _estimate(wd, None, None, level, f"{formula}, tau {proxy_tau:.4g} of the tuned "
+                                        "proxy"), _estimate(proxy_tau, None, None, level,
+                                                            "the tuned proxy's weight decay (--proxy-config)")
+    if laws is None or laws.tau is None:
+        return 0.0, None, _estimate(0.0, None, None, level, "default (no --weight-decay, no tau in a scaling "
+                                    "fit)"), None
+    # Not optimised: a tau at the sweep's one lambda says nothing about the best tau (it moves
+    # with whatever LR the proxy had), so the per-step decay of published recipes stands in.
+    wd = PUBLISHED_ETA_LAMBDA / eta
+    tau = b_tok / (eta * wd * tokens)
+    sweep_eta_lam = 1.0 / (laws.tau * tokens / b_tok)
+    why = (f"the scaling sweep ran one weight decay, so its tau {laws.tau:.4g} was not optimised (held "
+           f"fixed it would give eta·lambda {sweep_eta_lam:.2g} per step)")
+    warnings.append(f"weight decay not optimised: {why}; the card takes the {PUBLISHED_ETA_LAMBDA_SOURCE}, "
+                    f"so lambda {wd:.3g} at LR {lr:.3g}; measure tau with `sweep scaling --weight-decays` or "
+                    "give --weight-decay")
+    return wd, tau, _estimate(wd, None, None, level, f"{PUBLISHED_ETA_LAMBDA_SOURCE} / eta: not measured "
+                              "here, interval unknown"), _estimate(
+        tau, None, None, level, f"from the {PUBLISHED_ETA_LAMBDA_SOURCE}: not measured here")
+
+
+def _plan_schedule(laws: ScalingLawFit | None, *, warmup_tokens: float | None, warmup_fraction: float | None,
+                   decay_fraction: float | None, n_params: float | None, b_tok: int, tokens: float,
+                   level: float, ext_tokens: float) -> tuple[float, dict[str, Any], float, dict[str, Any]]:
+    """(warmup tokens, its estimate, WSD decay fraction, its estimate): given, from the
+    fit's rules (:meth:`~analysis.ScalingLawFit.warmup_tokens`, ``decay_fraction``), or the
+    defaults (1 % of the budget; 0.2)."""
+    w_rule = laws.warmup_tokens(tokens, b_tok, n_params) if laws is not None else None
+    if warmup_tokens is not None:
+        w, w_est = warmup_tokens, _estimate(warmup_tokens, None, None, level, "given (--warmup-tokens)")
+    elif warmup_fraction is None and w_rule is not None:
+        w = w_rule
+        w_est = _estimate(w, None, None, level, f"warmup rule of {laws.source}",  # type: ignore[union-attr]
+                          ext_tokens)
+    else:
+        frac = 0.01 if warmup_fraction is None else warmup_fraction
+        w = frac * tokens
+        w_est = _estimate(w, None, None, level, f"{frac:g} of the token budget")
+    if decay_fraction is not None:
+        dec, d_est = decay_fraction, _estimate(decay_fraction, None, None, level, "given (--decay-fraction)")
+    elif laws is not None and laws.decay_fraction is not None:
+        dec = laws.decay_fraction
+        lo, hi = laws.decay_fraction_ci or (dec, dec)
+        d_est = _estimate(dec, lo, hi, level, f"WSD decay fraction of {laws.source}")
+    else:
+        dec, d_est = 0.2, _estimate(0.2, None, None, level, "default (Hägele et al. 2024: 10-20%)")
+    return w, w_est, dec, d_est
+
+
+def _flags_and_baselines(ext: Mapping[str, float], limit: float, warnings: list[str], *, proxy_lr: float,
+                         proxy_batch_tokens: float | None, proxy_tokens: float | None, tokens: float,
+                         b_tok: int, n_params: float | None) -> tuple[bool, dict[str, Any]]:
+    """(extrapolated beyond ``limit`` on an axis, with a warning each; the textbook rules
+    beside ours, anchored at the proxy optimum: shown, never used)."""
+    extrapolated = any(f > limit for f in ext.values())
+    for axis, f in ext.items():
+        if f > limit:
+            warnings.append(f"the target's {axis} lies {f:.3g}× outside the measured range of the "
+                            f"scaling sweep (limit {limit:g}×): treat the projection as a guess")
+    baselines: dict[str, Any] = {}
+    if proxy_batch_tokens and proxy_tokens:
+        baselines = scaling_baselines(tokens=tokens, batch_tokens=b_tok, ref_lr=proxy_lr,
+                                      ref_batch_tokens=proxy_batch_tokens, ref_tokens=proxy_tokens,
+                                      n_params=n_params)
+    return extrapolated, baselines
+
+
+def plan_run(
+    *,
+    proxy_lr: float,
+    proxy_lr_interval: Sequence[float | None] | None,
+    tokens: float,
+    seq_len: int,
+    laws: ScalingLawFit | None = None,
+    proxy_batch_tokens: float | None = None,
+    proxy_tokens: float | None = None,
+    batch_tokens: float | None = None,
+    batch_sequences: int | None = None,
+    dp_size: int | None = None,
+    micro_batch: int | None = None,
+    weight_decay: float | None = None,
+    wd_mode: str = "coupled",
+    warmup_tokens: float | None = None,
+    warmup_fraction: float | None = None,
+    decay_fraction: float | None = None,
+    extrapolation_limit: float = 100.0,
+    n_params: float | None = None,
+    batch_rule: str = "auto",
+    proxy_tau: float | None = None,
+    accept_edge: Sequence[str] = (),
+    beta2: float = 0.95,
+    beta2_halflife_tokens: float | None = None,
+) -> RunPlan:
+
+    """Project the run of the target from the proxy optimum and (optionally) the laws.
+
+    - Batch: ``batch_sequences`` or ``batch_tokens`` if given, else B*(D) of the laws;
+      rounded to whole sequences and to a multiple of ``dp_size × micro_batch``. Without
+      ``micro_batch`` a projected batch is rounded to a multiple of ``dp_size × 8`` (or of
+      the largest power of two that fits a smaller batch), so it splits over any usual
+      device count; the micro-batch is then the largest power of two <= 8 dividing each
+      rank's share (:func:`default_micro_batch`), recorded in
+      ``projected.batch_split``. A given ``batch_sequences`` must be such a multiple.
+    - Base LR: the proxy's μP optimum ``proxy_lr`` moved by the fitted law's ratio
+      eta*(B_t, D_t) / eta*(B_p, D_p) from the proxy's batch and tokens to the target's;
+      past the largest measured batch the law is held at that batch
+      (:meth:`~analysis.ScalingLawFit.lr_batch`: the optimal LR saturates in batch).
+    - Critical batch: with the sweep's measured GNS law B_simple(D), a projected batch above
+      it is capped there (inside the extrapolation limit), and ``projected.critical_batch``
+      records it with the token cost 1 + B/B_crit (:func:`cap_at_critical_batch`).
+    - beta2: the proxy's, or by token half-life (:func:`beta2_for`), in ``projected.beta2``.
+    - Weight decay: given, or lambda = B / (eta · tau · D) with the laws' tau (coupled
+      AdamW decay, per step eta·lambda; ``independent`` decay is per step lambda, so
+      lambda = B / (tau · D)), else with ``proxy_tau``, the timescale of a tuned proxy
+      (the weight decay its sweep chose, as a fraction of its run: Wang & Aitchison 2024
+      find the optimal tau roughly constant across model and data size). tau is
+      recorded either way.
+    - Steps = ceil(D / B); warmup tokens given, from the laws' rule (``n_params``, the
+      target's non-embedding N, feeds it), or ``warmup_fraction`` of D (default 1%);
+      WSD decay fraction given, from the laws, or 0.2.
+    - Baselines (sqrt and linear LR–batch rules, DeepSeek LLM, Step Law, Power Lines;
+      :func:`analysis.baselines.scaling_baselines`) anchored at the proxy optimum, for
+      comparison only.
+    Each projected value carries its interval and its extrapolation factor (target ÷
+    largest measured, per axis); beyond ``extrapolation_limit`` a warning says so.
+
+    ``batch_rule`` (:data:`BATCH_RULES`): small proxies measure B* over a few hundred
+    thousand tokens, and a law fitted there can be 10^5x short of a real budget, or not
+    resolved at all (:meth:`~analysis.ScalingLawFit.batch_law_doubts`; inside the limit
+    our B*(D) carries it). Then ``auto`` takes the published laws written in the token
+    budget D (:func:`analysis.baselines.published_batch`: DeepSeek LLM's B_opt through its
+    D_opt(C), 0.0869·D^0.6876 tokens, interval to Step Law's 0.58·D^0.571), and says so;
+    our law's value stays in the card as ``batch_fit`` beside it. (DeepSeek's B(C) at
+    C = 6·N·D, used before, agrees with it at ~20 tokens per parameter and is 4.5x too
+    large at 0.2.) Tokens per parameter outside :data:`TOKENS_PER_PARAM_RANGE` warn.
+
+    A bound is never a value: with ``batch_rule="fit"`` a B* (or an LR optimum) that the
+    fit flags as at its grid's edge (:attr:`~analysis.ScalingLawFit.batch_bounds`, ``lr_bounds``) is a
+    ValueError naming where, unless ``accept_edge`` names it (``"batch"``, ``"lr"``); then
+    it is taken, recorded in ``projected.accepted_edges`` and warned about. Under ``auto``
+    an edge batch falls back to the published laws (as above) and an edge LR is a warning.
+    """
+    _check_plan_inputs(batch_rule=batch_rule, accept_edge=accept_edge, laws=laws, tokens=tokens,
+                       seq_len=seq_len, batch_sequences=batch_sequences, batch_tokens=batch_tokens,
+                       micro_batch=micro_batch)
+    warnings: list[str] = []
+    bound = _Bounds(laws, batch_rule, accept_edge, warnings)
+    dp = dp_size or 1
+    level = laws.level if laws else 0.9
+    ext = {"tokens": 1.0, "batch_tokens": 1.0}
+    if laws is not None:
+        ext["tokens"] = extrapolation_factor(tokens, laws.measured_tokens)
+
+    b_est, raw_seqs, projected_batch_fit = _plan_batch(
+        laws, tokens=tokens, seq_len=seq_len, batch_sequences=batch_sequences, batch_tokens=batch_tokens,
+        dp=dp, micro_batch=micro_batch, n_params=n_params, batch_rule=batch_rule, level=level,
+        ext_tokens=ext["tokens"], extrapolation_limit=extrapolation_limit, bound=bound, warnings=warnings)
+    crit = cap_at_critical_batch(b_est, laws, tokens=tokens, extrapolation_limit=extrapolation_limit,
+                                 given=batch_sequences is not None or batch_tokens is not None,
+                                 warnings=warnings)
+    if crit is not None and crit["capped"]:
+        raw_seqs = b_est["value"] / seq_len
+    split = _split_batch(raw_seqs, batch_sequences, dp, micro_batch)
+    seqs, micro = split["sequences"], split["micro_batch"]
+    b_tok = seqs * seq_len
+    if laws is not None:
+        ext["batch_tokens"] = extrapolation_factor(b_tok, laws.measured_batch_tokens)
+        b_est["extrapolation"] = max(b_est["extrapolation"], ext["batch_tokens"])
+    if tokens < b_tok:
+        raise ValueError(f"the token budget {tokens:.6g} is below one batch of {b_tok} tokens "
+                         f"({seqs} sequences of {seq_len})")
+    steps = math.ceil(tokens / b_tok)
+
+    lr, lr_est = _plan_lr(laws, proxy_lr=proxy_lr, proxy_lr_interval=proxy_lr_interval,
+                          proxy_batch_tokens=proxy_batch_tokens, proxy_tokens=proxy_tokens, b_tok=b_tok,
+                          tokens=tokens, level=level, ext=ext, bound=bound, warnings=warnings,
+                          ext_limit=extrapolation_limit)
+    wd, tau, wd_est, tau_est = _plan_weight_decay(laws, weight_decay=weight_decay, wd_mode=wd_mode,
+                                                  proxy_tau=proxy_tau, lr=lr, b_tok=b_tok, tokens=tokens,
+                                                  level=level, ext=ext, warnings=warnings,
+                                                  lr_interval=(lr_est["lo"], lr_est["hi"]))
+    w, w_est, dec, d_est = _plan_schedule(laws, warmup_tokens=warmup_tokens, warmup_fraction=warmup_fraction,
+                                          decay_fraction=decay_fraction, n_params=n_params, b_tok=b_tok,
+                                          tokens=tokens, level=level, ext_tokens=ext["tokens"])
+    warmup_steps = min(steps, int(round(w / b_tok)))
+
+    extrapolated, baselines = _flags_and_baselines(
+        ext, extrapolation_limit, warnings, proxy_lr=proxy_lr, proxy_batch_tokens=proxy_batch_tokens,
+        proxy_tokens=proxy_tokens, tokens=tokens, b_tok=b_tok, n_params=n_params)
+    projected = {
+        "lr": {**lr_est, "interval": [lr_est["lo"], lr_est["hi"]], "method": lr_est["source"]},
+        "batch_tokens": b_est, "batch_sequences": seqs, "batch_split": split, "steps": steps,
+        "weight_decay": wd_est, "tau": tau_est, "warmup_tokens": w_est, "decay_fraction": d_est,
+        "extrapolation": ext, "extrapolation_limit": float(extrapolation_limit),
+        "extrapolated": extrapolated, "baselines": baselines,
+        "proxy": {"lr": proxy_lr, "batch_tokens": proxy_batch_tokens, "tokens": proxy_tokens},
+        "warnings": warnings,
+    }
+    if bound.accepted:  # bounds the user took as values (--accept-edge), and where they were flagged
+        projected["accepted_edges"] = bound.accepted
+    if crit is not None:
+        projected["critical_batch"] = {**crit, "token_cost": 1.0 + b_tok / crit["value"]}
+    projected["beta2"] = beta2_for(b_tok, beta2=beta2, halflife_tokens=beta2_halflife_tokens,
+                                   proxy_batch_tokens=proxy_batch_tokens)
+    for what in dict.fromkeys(accept_edge):  # a flag that changed nothing is said, not ignored
+        if what not in bound.accepted:
+            warnings.append(f"--accept-edge {what} accepted nothing: the fit's {what} is not at an edge "
+                            "of its grid here")
+    if projected_batch_fit is not None:  # the fitted law's batch, shown beside the one used
+        projected["batch_fit"] = projected_batch_fit
+    return RunPlan(lr=lr, batch_sequences=seqs, micro_batch=micro, batch_tokens=b_tok, steps=steps,
+                   warmup_tokens=w, warmup_steps=warmup_steps, decay_fraction=dec, weight_decay=wd, tau=tau,
+                   projected=projected, warnings=warnings, beta2=projected["beta2"]["value"])

@@ -1,2 +1,0 @@
-"""Adapters for third-party model libraries and training engines (optional extra
-``[engines]``); nothing here imports them until called."""

@@ -1,0 +1,599 @@
+"""One proxy training run, step by step: :class:`Trainer` builds the parametrized
+proxy, its param groups (:meth:`mutransfer.parametrize.parametrization.Parametrization.param_groups`),
+its schedule and stabilizers, and runs, evaluates, checkpoints and resumes it (see
+:mod:`mutransfer.training.train` for the contract)."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+import os
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+
+from mutransfer.models.gpt import GPT, GPTConfig
+from mutransfer.models.source import build_model, logits_of
+from mutransfer.parametrize.parametrization import Parametrization
+from mutransfer.parametrize.specs import Multipliers
+from mutransfer.training.checkpoint import (
+    check_resume,
+    get_rng_state,
+    load_checkpoint,
+    save_checkpoint,
+    set_rng_state,
+    state_dict_error,
+)
+from mutransfer.training.config import ModelShape, TrainConfig
+from mutransfer.training.data import DataConfig, TokenDataset, load_dataset
+from mutransfer.training.device import dist_env, flush_denormals, resolve_device
+from mutransfer.training.noise_scale import NoiseScaleEstimator, grad_sq_norm
+from mutransfer.training.optim import attention_modules, build_optimizer, qk_clip, set_lr
+from mutransfer.training.schedules import Schedule, make_schedule
+from mutransfer.training.stabilizers import (
+    SpikeDetector,
+    clip_grad_norm,
+    divergence_bound,
+    is_diverged,
+)
+from mutransfer.training.train_result import TrainResult, write_metrics
+
+Callback = Callable[[int, dict[str, Any]], "bool | None"]
+
+
+#: What :meth:`Trainer.decide` makes of a step.
+Verdict = Literal["step", "skip", "rollback", "diverged"]
+
+
+#: Tokens per held-out chunk at least: eval keeps no activations for a backward pass, so a
+#: chunk of this many tokens costs no more memory than a small training micro-batch, and
+#: scoring a batch-1 run's set one sequence at a time is avoided.
+EVAL_CHUNK_TOKENS = 2048
+
+
+def eval_rows(cfg: TrainConfig, seq_len: int, world: int = 1) -> int:
+    """Sequences per held-out chunk on one rank: the training micro-batch's rows, or
+    :data:`EVAL_CHUNK_TOKENS` worth of sequences if that is more. Only memory depends on it."""
+    micro = cfg.run.batch_size // (world * cfg.run.grad_accum)
+    return max(1, micro, EVAL_CHUNK_TOKENS // seq_len)
+
+
+def sequence_losses(logits_BTV: torch.Tensor, targets_BT: torch.Tensor) -> torch.Tensor:
+    """Each sequence's mean cross-entropy in nats/token, ``float32 [B]`` (leading dims of
+    ``logits_BTV`` other than the last two are kept: ``[K, B, T, V] -> [K, B]``)."""
+    V = logits_BTV.shape[-1]
+    ce = F.cross_entropy(logits_BTV.float().reshape(-1, V), targets_BT.reshape(-1), reduction="none")
+    return ce.view(targets_BT.shape).mean(-1)
+
+
+def base_sizes(cfg: TrainConfig, gcfg: GPTConfig | ModelShape) -> tuple[int, int]:
+    """(base width, base depth) of a run of ``cfg`` on ``gcfg`` (a GPTConfig, or any
+    model's :class:`~mutransfer.training.config.ModelShape`): as set, else the model's own as given
+    (the preset's, an hf: config's; a builder's: the preset's), or the run's if smaller."""
+    (own_width, own_depth), pz = cfg.model.own_shape(), cfg.parametrization
+    return (pz.base_width or min(own_width, gcfg.width), pz.base_depth or min(own_depth, gcfg.depth))
+
+
+def build_parametrization(cfg: TrainConfig, gcfg: GPTConfig | ModelShape,
+                          vocab_size: int | None = None) -> Parametrization:
+    """The parametrization a run of ``cfg`` trains its ``gcfg`` model under (the
+    trainer's, and ``mutransfer fold``'s to rebuild a checkpoint's model). A ``source``
+    model (``gcfg`` its ModelShape) is built by :func:`mutransfer.models.source.build_model`
+    at ``vocab_size``."""
+    if isinstance(gcfg, GPTConfig):
+        def builder(width: int, depth: int) -> torch.nn.Module:
+            return GPT(gcfg.replace(width=width, depth=depth))
+    else:
+        source = cfg.model.model_source()
+
+        def builder(width: int, depth: int) -> torch.nn.Module:
+            return build_model(source, width, depth, vocab_size=vocab_size)
+
+    pz = cfg.parametrization
+    base_width, base_depth = base_sizes(cfg, gcfg)
+    return Parametrization(
+        builder, width=gcfg.width, base_width=base_width,
+        kind=pz.kind, optimizer="sgd" if cfg.optim.name == "sgd" else "adam",
+        depth=gcfg.depth, base_depth=base_depth,
+        depth_alpha=pz.depth_alpha, multipliers=Multipliers(*pz.mults), readout_init=pz.readout_init)
+
+
+class Trainer:
+    """The training loop as an object, for :func:`train`, WSD branching and tests.
+
+    ``Trainer(cfg).run()`` is ``train(cfg)``. ``run_until(step)`` trains up to a step;
+    :meth:`snapshot` / :meth:`restore` copy the full state in memory; :meth:`state_dict`
+    is what checkpoints hold.
+    """
+
+    def __init__(self, cfg: TrainConfig, *, callback: Callback | None = None, progress: bool = False,
+                 data: TokenDataset | None = None) -> None:
+        self.cfg, self.callback = cfg, callback
+        self.t_start = time.perf_counter()
+        if cfg.run.threads is not None:
+            torch.set_num_threads(cfg.run.threads)
+        self.rank, self.world, local_rank = dist_env()
+        self._own_pg = False
+        if self.world > 1 and not torch.distributed.is_initialized():
+            backend = "nccl" if torch.cuda.is_available() and cfg.run.device in ("auto", "cuda") else "gloo"
+            torch.distributed.init_process_group(backend=backend)
+            self._own_pg = True
+        dev = resolve_device(cfg.run.device)
+        if dev.type == "cuda" and self.world > 1:
+            dev = torch.device("cuda", local_rank)
+            torch.cuda.set_device(dev)
+        self.device = dev
+        if dev.type == "cuda":
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
+        dtype = cfg.run.dtype if cfg.run.dtype != "auto" else ("bf16" if dev.type == "cuda" else "fp32")
+        self.amp_dtype = torch.bfloat16 if dtype == "bf16" else None
+
+        run = cfg.run
+        self.data = data if data is not None else load_dataset(DataConfig(
+            source=run.data, dtype=run.data_dtype, max_bytes=run.data_max_bytes, cache_dir=run.data_cache))
+        # A preset trains our GPT (its own loss, z-loss, softcap, attention); any other
+        # model is trained on cross-entropy of its logits (:meth:`_logits`).
+        self.source = cfg.model.model_source()
+        self.builtin = cfg.model.builtin
+        self.gcfg: GPTConfig | ModelShape = (cfg.model_config(vocab_size=self.data.vocab_size)
+                                             if self.builtin else cfg.model.shape())
+        self.seq_len = self.gcfg.seq_len
+        for split in ("train", "val"):
+            n = self.data.n_tokens(split)
+            if self.seq_len + 1 > n:
+                raise ValueError(f"seq_len={self.seq_len} is longer than the data: the {split} split of "
+                                 f"{cfg.run.data!r} has {n} tokens (needs seq_len + 1)")
+        if cfg.run.batch_size % (self.world * cfg.run.grad_accum):
+            raise ValueError(f"batch_size={cfg.run.batch_size} is not divisible by world_size × grad_accum = "
+                             f"{self.world} × {cfg.run.grad_accum}")
+
+        self.pz = build_parametrization(cfg, self.gcfg, vocab_size=self.data.vocab_size)
+        self.raw_model = self.pz.build(seed=cfg.run.seed, device=dev)
+        opt = cfg.optim
+        groups = self.pz.param_groups(self.raw_model, opt.lr, weight_decay=opt.weight_decay,
+                                      wd_mode=opt.wd_mode, eps=opt.eps,
+                                      role_lr_mults=cfg.parametrization.lr_mults)
+        beta2 = opt.adam_beta2(cfg.run.batch_size * self.seq_len)
+        self.opt = build_optimizer(groups, opt.name, betas=(opt.beta1, beta2),
+                                   momentum=opt.momentum, muon_momentum=opt.muon_momentum)
+        self.params = [p for p in self.raw_model.parameters() if p.requires_grad]
+        model: torch.nn.Module = self.raw_model
+        if self.world > 1:
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            model = DDP(model, device_ids=[dev.index] if dev.type == "cuda" else None)
+        self.ddp_model = model
+        self.model = torch.compile(model) if cfg.run.compile else model
+        self.attn = attention_modules(self.raw_model)
+        self.schedule: Schedule = make_schedule(cfg.schedule_config())
+        self.total_steps = cfg.run.steps
+
+        # Running state (all of it is in state_dict()).
+        self.step = 0
+        self.data_offset = 0  # data step = step + data_offset (rollback skips batches)
+        self.tokens = 0
+        self.initial_loss: float | None = None
+        self.history: list[dict[str, Any]] = []
+        self.evals: list[tuple[int, float]] = []
+        self.spikes: list[int] = []
+        self.rollbacks: list[tuple[int, int]] = []
+        self.gns = NoiseScaleEstimator(beta=cfg.run.gns_beta)
+        stab = cfg.stabilizers
+        self.detector = SpikeDetector(window=stab.spike_window, threshold=stab.spike_threshold,
+                                      min_history=min(10, stab.spike_window))
+        self.ring: deque[dict[str, Any]] = deque(maxlen=2)
+        self.diverged = False
+        self.pruned = False
+        self.train_time = 0.0
+        self.progress = None
+        if progress and self.rank == 0 and sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self.progress = tqdm(total=cfg.run.steps, desc="train", leave=False, file=sys.stderr)
+        if cfg.output.resume:
+            self.load_state_dict(load_checkpoint(cfg.output.resume, map_location=dev))
+
+    # ---- one step ------------------------------------------------------------------------
+
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        if self.amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.amp_dtype)
+
+    def _track(self, step: int) -> bool:
+        cfg = self.cfg
+        every = cfg.run.max_logit_every
+        return bool(self.attn) and (cfg.optim.qk_clip or (every > 0 and step % every == 0))
+
+    def _logits(self, x: torch.Tensor, model: torch.nn.Module | None = None) -> torch.Tensor:
+        """Logits [B, T, V] of token ids ``x`` (a source model's soft-capped here)."""
+        model = self.model if model is None else model
+        if self.builtin:
+            return model(x)[0]
+        logits = logits_of(model(x), f"model {self.source.model_id!r}")
+        cap = self.cfg.model.logit_softcap
+        return cap * torch.tanh(logits / cap) if cap else logits
+
+    def _loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The training loss of one micro-batch: our GPT's own, or cross-entropy (plus
+        z-loss, coef·mean(logsumexp²), PaLM §5) from a source model's logits."""
+        if self.builtin:
+            return self.model(x, y)[1]
+        logits = self._logits(x).float()
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))
+        z = self.cfg.model.z_loss
+        return loss + z * torch.logsumexp(logits, dim=-1).pow(2).mean() if z else loss
+
+    def train_step(self) -> dict[str, Any]:
+        """Run one optimizer step (or a skip/rollback) and return its history record."""
+        cfg, step = self.cfg, self.step
+        t0 = time.perf_counter()
+        if cfg.stabilizers.spike_policy == "rollback" and step % cfg.stabilizers.rollback_every == 0 and (
+                not self.ring or self.ring[-1]["step"] != step):
+            self.ring.append(self.snapshot())
+        mult = self.schedule(step)
+        set_lr(self.opt, mult)
+        n = cfg.run.grad_accum
+        dstep = step + self.data_offset
+        track = self._track(step)
+        for _, m in self.attn:
+            m.track_max_logit = track
+        max_logits: dict[str, torch.Tensor] = {}
+        losses = []
+        g_small = None
+        for i in range(n):
+            x, y = self.data.get_batch("train", dstep, cfg.run.batch_size, self.seq_len, cfg.run.seed,
+                                       micro=(i, n),
+                                       rank=self.rank, world_size=self.world, device=self.device)
+            sync = self.world > 1 and i < n - 1
+            ctx = self.ddp_model.no_sync() if sync else contextlib.nullcontext()  # type: ignore[operator]
+            with ctx:
+                with self._autocast():
+                    loss = self._loss(x, y)
+                (loss / n).backward()
+            losses.append(loss.detach().float())
+            if track:
+                for name, m in self.attn:
+                    if m.max_logit is not None:
+                        s = m.max_logit.detach().float()
+                        max_logits[name] = torch.maximum(max_logits[name], s) if name in max_logits else s
+            if i == 0 and n >= 2:
+                # |G_small|^2 of one micro-batch (local to this rank under DDP: no_sync).
+                g_small = grad_sq_norm(self.params, scale=n)
+        loss_t = torch.stack(losses).mean()
+        if self.world > 1:
+            torch.distributed.all_reduce(loss_t)
+            loss_t /= self.world
+            if g_small is not None:
+                torch.distributed.all_reduce(g_small)
+                g_small /= self.world
+        loss_v = float(loss_t)
+        rec: dict[str, Any] = {"step": step + 1, "loss": loss_v, "lr": cfg.optim.lr * mult}
+        if max_logits:
+            rec["max_attn_logit"] = max(float(s.max()) for s in max_logits.values())
+        verdict = self.decide(rec, loss_v, g_small)
+        if verdict == "rollback":
+            self.opt.zero_grad(set_to_none=True)
+            return self._rollback(rec, t0)
+        if verdict == "step":
+            self.opt.step()
+            if cfg.optim.qk_clip and max_logits:
+                rec["qk_clipped_heads"] = qk_clip(self.raw_model, cfg.optim.qk_clip_tau, max_logits)
+        self.opt.zero_grad(set_to_none=True)
+        self.advance(verdict)
+        return self._finish_record(rec, t0)
+
+    def decide(self, rec: dict[str, Any], loss_v: float, g_small: torch.Tensor | float | None) -> Verdict:
+        """The stabilizers' verdict on one step whose gradients are in place; shared by
+        :meth:`train_step` and every member of a fused group (:mod:`mutransfer.training.fused`).
+
+        In order: divergence (loss; :func:`divergence_bound`), the spike policy, the
+        gradient norm and its clipping (Pascanu et al. 2013), divergence again (a
+        non-finite norm), and the gradient-noise-scale update from ``g_small`` (the
+        squared norm of one micro-batch's gradient). Records go into ``rec``. Returns
+        ``"step"`` (take the optimizer step), ``"skip"`` (drop it, the batch is spent),
+        ``"rollback"`` or ``"diverged"``.
+        """
+        cfg, stab = self.cfg, self.cfg.stabilizers
+        if self.initial_loss is None and math.isfinite(loss_v):
+            self.initial_loss = loss_v
+        bound = divergence_bound(stab.diverge_factor, self.data.vocab_size, self.initial_loss)
+        if is_diverged(loss_v, bound):
+            self.diverged = True
+            return "diverged"
+        if stab.spike_policy != "off" and self.detector.is_spike(loss_v):
+            self.spikes.append(self.step + 1)
+            rec["spike"] = True
+            if stab.spike_policy == "rollback" and self.ring and len(self.rollbacks) < stab.max_rollbacks:
+                return "rollback"
+            if stab.spike_policy in ("skip", "rollback"):
+                rec["skipped"] = True
+                return "skip"
+        else:
+            self.detector.update(loss_v)
+        # The norm before clipping is also |G_big| for the noise scale: one pass, not two.
+        gn = float(clip_grad_norm(self.params, stab.grad_clip or None))
+        rec["grad_norm"] = gn
+        if not math.isfinite(gn):
+            self.diverged = True
+            return "diverged"
+        if g_small is not None and math.isfinite(float(g_small)):
+            b_small = cfg.run.batch_size // (self.world * cfg.run.grad_accum)
+            rec["gns"] = self.gns.update(float(g_small), gn * gn, b_small, cfg.run.batch_size)
+        return "step"
+
+    def advance(self, verdict: Verdict) -> None:
+        """Count a finished step: a skipped one consumes its batch but trains no tokens."""
+        if verdict in ("step", "skip"):
+            self.step += 1
+        if verdict == "step":
+            self.tokens += self.cfg.run.batch_size * self.seq_len
+
+    def _finish_record(self, rec: dict[str, Any], t0: float) -> dict[str, Any]:
+        self.train_time += time.perf_counter() - t0
+        rec["tokens"] = self.tokens
+        rec["wall_s"] = round(time.perf_counter() - self.t_start, 4)
+        for key in ("grad_norm", "gns", "max_attn_logit"):  # every record has every column
+            rec.setdefault(key, None)
+        self.history.append(rec)
+        return rec
+
+    def _rollback(self, rec: dict[str, Any], t0: float) -> dict[str, Any]:
+        """PaLM's remedy (Chowdhery et al. 2022, §5.1): restore a snapshot from before the
+        spike and skip the batches between it and the spike, spike included."""
+        spike_step, spike_dstep = self.step, self.step + self.data_offset
+        snap = self.ring[0]
+        history, spikes, rollbacks = self.history, self.spikes, self.rollbacks
+        self.restore(snap)
+        self.spikes, self.rollbacks = spikes, rollbacks
+        self.rollbacks.append((spike_step + 1, self.step))
+        self.data_offset = spike_dstep + 1 - self.step
+        self.ring.clear()
+        self.ring.append(self.snapshot())
+        rec["rollback_to"] = self.step
+        self.train_time += time.perf_counter() - t0
+        self.history = history[: snap["n_history"]]
+        return rec
+
+    # ---- eval ----------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def evaluate(self) -> float:
+        """Mean held-out cross-entropy (no z-loss) over the ``eval_sequences`` sequences of
+        the fixed held-out set (:meth:`~mutransfer.training.data.TokenDataset.eval_offsets`): the
+        same sequences for every batch size, seed and trial, so runs are compared on the
+        same data. Each sequence's mean CE is computed, then the per-sequence losses are
+        summed in set order in float64, so how the set is chunked does not change it."""
+        cfg = self.cfg
+        for _, m in self.attn:
+            m.track_max_logit = False
+        self.raw_model.eval()
+        per_seq = []
+        for x, y in self.data.eval_batches(cfg.run.eval_sequences, self.seq_len,
+                                           eval_rows(cfg, self.seq_len, self.world),
+                                           rank=self.rank, world_size=self.world, device=self.device):
+            with self._autocast():
+                logits = self._logits(x, self.raw_model)
+            per_seq.append(sequence_losses(logits, y))
+        self.raw_model.train()
+        total = (torch.cat(per_seq).double().sum() if per_seq
+                 else torch.zeros((), dtype=torch.float64, device=self.device))
+        if self.world > 1:
+            torch.distributed.all_reduce(total)
+        return float(total) / cfg.run.eval_sequences
+
+    def _eval_and_callback(self) -> bool:
+        """Evaluate, record, call the callback; True when the run should stop."""
+        return self.record_eval(self.evaluate())
+
+    def record_eval(self, val: float) -> bool:
+        """Record a held-out loss and call the callback; True when the run should stop
+        (a non-finite loss, or the callback prunes). Shared with fused members."""
+        self.evals.append((self.step, val))
+        if not math.isfinite(val):
+            self.diverged = True
+            return True
+        stop = False
+        if self.callback is not None and self.rank == 0:
+            lr = self.history[-1]["lr"] if self.history else self.cfg.optim.lr
+            # "trainer": this trainer, read-only, for callbacks that log its history
+            # (:class:`mutransfer.training.tracking.TrackingCallback`)
+            metrics = {"step": self.step, "val_loss": val, "train_loss": self.recent_train_loss(),
+                       "tokens": self.tokens, "lr": lr,
+                       "wall_s": time.perf_counter() - self.t_start, "trainer": self}
+            stop = bool(self.callback(self.step, metrics))
+        if self.world > 1:
+            flag = torch.tensor([1.0 if stop else 0.0], device=self.device)
+            torch.distributed.broadcast(flag, 0)
+            stop = bool(flag.item())
+        if stop:
+            self.pruned = True
+        return stop
+
+    def recent_train_loss(self, k: int = 10) -> float:
+        """Mean training loss over the last ``k`` recorded finite losses."""
+        vals = [h["loss"] for h in self.history[-k:] if math.isfinite(h["loss"])]
+        return sum(vals) / len(vals) if vals else float("nan")
+
+    # ---- loop ----------------------------------------------------------------------------
+
+    def run_until(self, stop_step: int) -> bool:
+        """Train until ``self.step == stop_step`` (evaluating, checkpointing and writing
+        metrics on the way). Returns False when the run ended early (diverged/pruned)."""
+        with flush_denormals(self.device):  # denormals made high-LR CPU steps up to 2x slower
+            return self._run_until(stop_step)
+
+    def _run_until(self, stop_step: int) -> bool:
+        cfg = self.cfg
+        while self.step < stop_step:
+            before = self.step
+            rec = self.train_step()
+            if self.progress is not None:
+                self.progress.update(self.step - self.progress.n)
+                self.progress.set_postfix(loss=f"{rec['loss']:.3f}", refresh=False)
+            if self.diverged:
+                self.write_metrics()
+                return False
+            if self.step <= before:  # a rollback: nothing finished this iteration
+                continue
+            at_end = self.step == stop_step
+            final = at_end and stop_step == self.total_steps
+            if (cfg.run.eval_every and self.step % cfg.run.eval_every == 0) or final:
+                if self._eval_and_callback():
+                    self._maybe_checkpoint(force=True)
+                    self.write_metrics()
+                    return False
+            self._maybe_checkpoint(force=final)
+            if cfg.run.eval_every and self.step % cfg.run.eval_every == 0:
+                self.write_metrics()
+        return True
+
+    def run(self) -> TrainResult:
+        """Train to ``cfg.run.steps`` (or until diverged/pruned) and return the result."""
+        try:
+            self.run_until(self.total_steps)
+            if not self.diverged and not self.pruned and (not self.evals or self.evals[-1][0] != self.step):
+                self._eval_and_callback()
+            self.write_metrics()
+            return self.result()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Close the progress bar and a process group this trainer started."""
+        if self.progress is not None:
+            self.progress.close()
+            self.progress = None
+        if self._own_pg and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+            self._own_pg = False
+
+    def result(self) -> TrainResult:
+        """The TrainResult of the run so far."""
+        cfg = self.cfg
+        worst = math.log(self.data.vocab_size)
+        if self.initial_loss is not None and math.isfinite(self.initial_loss):
+            worst = max(worst, self.initial_loss)
+        if self.diverged:
+            loss = train_loss = worst
+        else:
+            loss = self.evals[-1][1] if self.evals else worst
+            train_loss = self.recent_train_loss()
+            train_loss = train_loss if math.isfinite(train_loss) else worst
+        model = self.raw_model
+        if isinstance(model, GPT):
+            n_params, n_nonembed, flops = (model.num_params(), model.num_params(non_embedding=True),
+                                           model.flops_per_token())
+        else:
+            n_params, n_nonembed = self._count_params(model)
+            # Kaplan et al. 2020 Table 1 without the attention term: 6·N_nonembed.
+            flops = 6 * n_nonembed
+        return TrainResult(
+            config=cfg, arch=self.source.model_id, parametrization=cfg.parametrization.kind,
+            width=self.gcfg.width, depth=self.gcfg.depth, n_params=n_params, n_params_nonembed=n_nonembed,
+            tokens=self.tokens, steps=self.total_steps, steps_done=self.step, batch_size=cfg.run.batch_size,
+            seq_len=self.seq_len, lr=cfg.optim.lr, seed=cfg.run.seed, loss=loss, train_loss=train_loss,
+            gns=self.gns.value, wall_s=time.perf_counter() - self.t_start, diverged=self.diverged,
+            pruned=self.pruned and not self.diverged,
+            stop_reason="diverged" if self.diverged else ("pruned" if self.pruned else "completed"),
+            history=list(self.history), evals=list(self.evals), spikes=list(self.spikes),
+            rollbacks=list(self.rollbacks), flops_per_token=flops,
+            tokens_per_s=self.tokens / self.train_time if self.train_time > 0 else 0.0,
+            device=str(self.device), tokenizer=self.data.tokenizer, vocab_size=int(self.data.vocab_size),
+            compute_dtype="bf16" if self.amp_dtype is not None else "fp32")
+
+    def _count_params(self, model: torch.nn.Module) -> tuple[int, int]:
+        """(all, non-embedding) parameters of a source model, tied ones once: the
+        non-embedding count drops the input-role (embedding) parameters (Kaplan's N)."""
+        seen: set[int] = set()
+        total = nonembed = 0
+        for name, p in model.named_parameters():
+            if id(p) in seen:
+                continue
+            seen.add(id(p))
+            total += p.numel()
+            spec = self.pz.specs.get(name)
+            if spec is None or spec.role != "input":
+                nonembed += p.numel()
+        return total, nonembed
+
+    # ---- state ---------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything a resume needs (tensors, numbers, strings, lists, dicts only)."""
+        return {
+            "model": self.raw_model.state_dict(), "optimizer": self.opt.state_dict(),
+            "step": self.step, "data_offset": self.data_offset, "tokens": self.tokens,
+            "initial_loss": self.initial_loss, "gns": self.gns.state_dict(),
+            "spike": self.detector.state_dict(), "history": self.history,
+            "evals": [list(e) for e in self.evals], "spikes": self.spikes,
+            "rollbacks": [list(r) for r in self.rollbacks], "rng": get_rng_state(),
+            "config": self.cfg.to_flat(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` (a model mismatch, or a config change outside
+        :data:`mutransfer.training.checkpoint.RESUMABLE_FIELDS`, raises ValueError)."""
+        check_resume(state.get("config"), self.cfg.to_flat(), int(state.get("step", 0)))
+        try:
+            self.raw_model.load_state_dict(state["model"])
+            self.opt.load_state_dict(state["optimizer"])
+        except (RuntimeError, KeyError, ValueError) as exc:
+            msg = state_dict_error(exc)
+            raise ValueError(f"checkpoint does not fit this model/optimizer: {msg}") from None
+        self.step, self.data_offset = int(state["step"]), int(state["data_offset"])
+        self.tokens = int(state.get("tokens", self.step * self.cfg.run.batch_size * self.seq_len))
+        self.initial_loss = state.get("initial_loss")
+        if "gns" in state:
+            self.gns.load_state_dict(state["gns"])
+        if "spike" in state:
+            self.detector.load_state_dict(state["spike"])
+        self.history = [dict(h) for h in state.get("history", [])]
+        self.evals = [(int(s), float(v)) for s, v in state.get("evals", [])]
+        self.spikes = list(state.get("spikes", []))
+        self.rollbacks = [(int(a), int(b)) for a, b in state.get("rollbacks", [])]
+        if "rng" in state:
+            set_rng_state(state["rng"])
+        if self.progress is not None:
+            self.progress.update(self.step)
+
+    def snapshot(self) -> dict[str, Any]:
+        """An in-memory deep copy of the state (for rollback and WSD branches). The model's
+        tensors are cloned one by one: a fused member's parameters are views of ``[K, ...]``
+        stacks (:mod:`mutransfer.training.fused`), and the deepcopy of a view copies its whole stack."""
+        state = {k: v for k, v in self.state_dict().items() if k not in ("rng", "model")}
+        snap = copy.deepcopy(state)
+        model = self.raw_model.state_dict()
+        snap["model"] = type(model)((k, v.detach().clone()) for k, v in model.items())
+        snap["model"]._metadata = copy.deepcopy(getattr(model, "_metadata", {}))
+        snap["n_history"] = len(self.history)
+        return snap
+
+    def restore(self, snap: Mapping[str, Any]) -> None:
+        """Restore a :meth:`snapshot` (the snapshot stays reusable)."""
+        self.load_state_dict(copy.deepcopy(dict(snap)))
+
+    def _maybe_checkpoint(self, force: bool = False) -> None:
+        cfg = self.cfg
+        if not (cfg.output.out_dir and cfg.output.checkpoint_every) or self.rank != 0:
+            return
+        if force or self.step % cfg.output.checkpoint_every == 0:
+            save_checkpoint(Path(cfg.output.out_dir) / "checkpoint.pt", self.state_dict())
+
+    def write_metrics(self, path: str | os.PathLike[str] | None = None) -> Path | None:
+        """Write the per-step history (JSONL or CSV, atomically; non-finite values become
+        null/empty, never NaN) to ``path`` or ``out_dir/metrics.<format>``."""
+        cfg = self.cfg
+        if path is None:
+            if not cfg.output.out_dir or self.rank != 0:
+                return None
+            path = Path(cfg.output.out_dir) / f"metrics.{cfg.output.metrics_format}"
+        return write_metrics(self.history, path, fmt="csv" if str(path).endswith(".csv") else "jsonl")
