@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Build .venv-megatron: Python 3.12 with megatron-core 0.19.2 (its μP releases need
 # Python >= 3.12; the project's own .venv is 3.11), for the test that constructs the
-# Megatron export's real config objects (tests/mutransfer/test_export_megatron.py).
+# Megatron export's real config objects (tests/mutransfer/card/test_export_megatron.py).
 #
 #   bash .ci/megatron_env.sh          # prints the interpreter's path on its last line
-#   MUTRANSFER_MEGATRON_PYTHON=$(bash .ci/megatron_env.sh | tail -1) pytest tests/mutransfer/test_export_megatron.py
+#   MUTRANSFER_MEGATRON_PYTHON=$(bash .ci/megatron_env.sh | tail -1) pytest tests/mutransfer/card/test_export_megatron.py
 #
 # PyPI serves only a CUDA build of torch for cp312 on Linux x86-64 (the CPU file on this
 # machine's disk is cp311), and that build does not import without its nvidia-* libraries,

@@ -90,10 +90,6 @@ def positive_int(text: str) -> int:
     return _int_at_least(text, 1)
 
 
-def non_negative_int(text: str) -> int:
-    return _int_at_least(text, 0)
-
-
 #: Upper bounds of size flags: beyond them a command would allocate or loop without end
 #: (``explain --width 1e8`` asked for 102 GB). Far above any real model or need.
 MAX_WIDTH = 1 << 20

@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import platform
 import socket
-import sys
 from importlib import metadata
 from pathlib import Path
 
@@ -42,6 +41,3 @@ def process_start_ticks(pid: int) -> int | None:
     except (IndexError, ValueError):
         return None
 
-
-def command_line() -> str:
-    return " ".join(sys.argv)

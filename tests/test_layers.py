@@ -10,6 +10,10 @@ the ``mutransfer`` command as a user does). A layer that starts a process of our
 spawns its workers with ``python -m sweeps``, never the CLI above it. No exemption. Import
 cycles between modules are refused as well: a type checker has to
 resolve both ends of a circle at once, and a reader cannot tell which module comes first.
+
+Inside ``mutransfer`` the folders are floors as well (:data:`FLOORS`), and ``tests/`` mirrors the
+package folders. A name has one import path, the module that defines it: only the package faces
+(:data:`FACES`) hand on names they do not define, each imported from its defining module.
 """
 
 from __future__ import annotations
@@ -498,3 +502,14 @@ def test_the_0_1_0_aliases_stay_gone() -> None:
                     getattr(node, "name", None) == "apply" or "apply =" in ast.unparse(node)[:8]):
                 bad.append(f"{name}:{node.lineno}: apply")
     assert bad == []
+
+
+def test_tests_mirror_the_packages() -> None:
+    """Each folder of tests holds the tests of the package folder of the same path
+    (tests/mutransfer/card/ tests mutransfer/card/): a new folder of either side has its twin."""
+    folders = {p.parent.relative_to(ROOT / "tests") for p in (ROOT / "tests").rglob("test_*.py")}
+    folders.discard(Path("."))
+    assert sorted(str(f) for f in folders if not (ROOT / f / "__init__.py").is_file()) == []
+    packages = {p.parent.relative_to(ROOT) for pkg in OURS for p in (ROOT / pkg).rglob("__init__.py")}
+    untested = sorted(str(p) for p in packages if p not in folders and p.name not in ("engines",))
+    assert untested == [], "a package folder without its tests/ folder"

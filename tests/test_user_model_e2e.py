@@ -136,7 +136,7 @@ def test_the_card_for_a_1b_llama_goes_to_all_three_engines(tmp_path: Path, capsy
     """The other half of the chain: a swept Llama-shaped proxy, then ``transfer --model
     hf:`` for a Llama-3.2-1B-shaped config (vocab 128,256, 16 layers, GQA 32/8, tied), and
     the card exported to hf, torchtitan and megatron, each accepted by the real package's
-    config classes (megatron-core's own build: tests/mutransfer/test_export_megatron.py)."""
+    config classes (megatron-core's own build: tests/mutransfer/card/test_export_megatron.py)."""
     import dataclasses
 
     import transformers
@@ -439,7 +439,7 @@ def test_a_real_hf_family_goes_from_sweep_to_every_engine(family: str, tmp_path:
     if megatron_python:  # megatron-core itself constructs every section, RoPE as HF's
         import subprocess
 
-        oracle = Path(__file__).parent / "mutransfer" / "megatron_oracle.py"
+        oracle = Path(__file__).parent / "mutransfer" / "card" / "megatron_oracle.py"
         groups = [{k: grp[k] for k in ("name", "shape", "role")} for grp in card["param_groups"]]
         (tmp_path / "cases.json").write_text(json.dumps([{"export": m, "groups": groups}]))
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}

@@ -53,9 +53,7 @@ Modifiers, applied on top of the μP row of a parameter:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
 
-Quantity = Literal["init_std", "lr_adam", "lr_sgd", "multiplier"]
 QUANTITIES: tuple[str, ...] = ("init_std", "lr_adam", "lr_sgd", "multiplier")
 RULE_SETS: tuple[str, ...] = ("sp", "mup")
 

@@ -19,8 +19,8 @@ the group follows the unfused plan (:func:`mutransfer.training.train.wsd_trunks`
 
 Members whose plans differ (another ``warmup_steps`` or ``decay_fraction``) train in
 separate fused groups. Each member's branch results equal its unfused
-``train_wsd_branches`` run: the same floats on CPU in our tests (tests/mutransfer/
-test_fused_wsd.py), float tolerance on CUDA (see :mod:`mutransfer.training.fused`).
+``train_wsd_branches`` run: the same floats on CPU in our tests
+(tests/mutransfer/training/test_fused_wsd.py), float tolerance on CUDA (see :mod:`mutransfer.training.fused`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Entry points for ``mutransfer audit`` tests: one correct μP setup per style and one
 deliberately broken variant per rule. Each ``fn(width)`` returns ``(model, optimizer)``,
-so each is usable as ``--entry tests.mutransfer.audit_variants:fn`` from the repo root.
+so each is usable as ``--entry tests.mutransfer.checks.audit_variants:fn`` from the repo root.
 """
 
 from __future__ import annotations

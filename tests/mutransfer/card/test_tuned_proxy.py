@@ -154,7 +154,7 @@ def test_the_documented_spec_searches_what_the_verb_searches() -> None:
     from sweeps.spec import load_spec
     from sweeps.spec_kinds import MULTIPLIER_SEARCH_SPACE
 
-    spec = load_spec(Path(__file__).parents[2] / "docs" / "specs" / "multipliers.yaml")
+    spec = load_spec(Path(__file__).parents[3] / "docs" / "specs" / "multipliers.yaml")
     assert spec.search_space.keys() == MULTIPLIER_SEARCH_SPACE.keys()
     for key, (lo, hi) in MULTIPLIER_SEARCH_SPACE.items():
         assert spec.search_space[key] == (pytest.approx(lo), pytest.approx(hi)), key

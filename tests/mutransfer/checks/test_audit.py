@@ -1,5 +1,5 @@
 """``mutransfer audit``: correct μP setups pass, each broken variant fails naming its layer
-and rule, bad entry points exit 2. Fixtures: tests/mutransfer/audit_variants.py."""
+and rule, bad entry points exit 2. Fixtures: tests/mutransfer/checks/audit_variants.py."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from mutransfer.checks.audit import audit
 from mutransfer.entry import load_entry
 from mutransfer_cli import main
 
-ROOT = Path(__file__).resolve().parents[2]
-ENTRY = "tests.mutransfer.audit_variants"
+ROOT = Path(__file__).resolve().parents[3]
+ENTRY = "tests.mutransfer.checks.audit_variants"
 WIDTHS = (32, 64)
 
 

@@ -92,7 +92,7 @@ def test_validation_fills_the_card_defaults_once(tmp_path: Path) -> None:
     from mutransfer.card.schema import DEFAULTS, schedule_config, validate_card
     from mutransfer.models.gpt import GPT
 
-    full = load_card(Path(__file__).resolve().parents[1] / "data" / "cards" / "card_v1.yaml")
+    full = load_card(Path(__file__).resolve().parents[2] / "data" / "cards" / "card_v1.yaml")
     sparse = yaml.safe_load(yaml.safe_dump(full))
     sparse["optimizer"] = {"lr": full["optimizer"]["lr"], "eps": 3e-8}
     sparse["schedule"] = {k: v for k, v in full["schedule"].items() if k != "warmup_steps"}

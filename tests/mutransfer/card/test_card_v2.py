@@ -26,7 +26,7 @@ from mutransfer.parametrize.parametrization import Parametrization
 from mutransfer.training.schedules import Schedule
 from mutransfer_cli import main
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "cards"
+DATA = Path(__file__).resolve().parents[2] / "data" / "cards"
 FIT: dict[str, Any] = {
     "kind": "scaling",
     "lr": {"coef": 0.5, "exponents": {"batch_tokens": 0.3, "tokens": -0.1},

@@ -237,7 +237,7 @@ def test_llama3_rope_scaling_maps_onto_gpt_models_arguments() -> None:
         e = export_card(hf_llama_rope_card(), "megatron", drop=MUP_DROPS)
     g = e["gpt_model"]
     assert (g["rope_scaling"], g["rope_scaling_factor"], g["rotary_base"]) == (True, 32.0, 500000.0)
-    # what megatron-core builds from them: tests/mutransfer/test_hf_apply.py (its formula, on
+    # what megatron-core builds from them: tests/mutransfer/card/test_hf_apply.py (its formula, on
     # any machine) and test_megatron_core_builds_the_export_and_gives_the_cards_values (the
     # real RotaryEmbedding, where megatron-core is installed)
 

@@ -30,10 +30,10 @@ from mutransfer.training.data import DataConfig, load_dataset
 from mutransfer_cli import main
 
 CFG = GPTConfig(width=32, depth=2, head_dim=16, seq_len=32, vocab_size=256)
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-audit_variants = importlib.import_module("tests.mutransfer.audit_variants")
+audit_variants = importlib.import_module("tests.mutransfer.checks.audit_variants")
 
 
 @pytest.fixture(scope="module")

@@ -300,7 +300,7 @@ def test_sigterm_mid_prepare_leaves_no_bin_and_the_next_run_cleans_up(
     out = tmp_path / "o" / "tokens.bin"
     argv = [sys.executable, "-m", "mutransfer_cli", "data", "prepare", "--tokenizer", str(tok_file),
             "--text", str(text), "--out", str(out)]
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
     proc = subprocess.Popen(argv, env=env, stderr=subprocess.DEVNULL)
     deadline = time.time() + 30
     while time.time() < deadline and not list(out.parent.glob(".tokens.bin.*.tmp")) and proc.poll() is None:
@@ -327,7 +327,7 @@ def test_a_full_disk_names_the_file_and_leaves_no_bin_without_its_sidecar(
     pages = -(-size // 4096) * 4096
     mnt = tmp_path / "mnt"
     mnt.mkdir()
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     script = (f"mount -t tmpfs -o size={pages + 16 * 4096} tmpfs {mnt} || exit 77; "
               f"head -c {16 * 4096} /dev/zero > {mnt}/filler; "
               f"PYTHONPATH={root} {sys.executable} -m mutransfer_cli data prepare --tokenizer {tok_file} "
