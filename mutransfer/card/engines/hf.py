@@ -102,14 +102,14 @@ def export_hf(card: Mapping[str, Any], *, dp_size: int | None = None, micro_batc
                       "TrainingArguments(output_dir=..., **export['training_arguments']): the "
                       "training_arguments section, not the whole export (its other keys are no "
                       "TrainingArguments field)",
-                      "the optimizer: `from mutransfer.card.engines.hf import hf_param_groups; "
+                      "the optimizer: `from mutransfer import hf_param_groups; "
                       "torch.optim.AdamW(hf_param_groups(model, card))`, passed as "
                       "Trainer(optimizers=(optimizer, None)): TrainingArguments holds one LR, the card "
                       "one per parameter; the groups carry initial_lr, which the scheduler's last_epoch=0 "
                       "needs",
-                      "the model first: `from mutransfer.card.target import build_target_model; from "
-                      "mutransfer.card.build import apply, load_card; model = build_target_model(card); "
-                      "apply(model, card)` (the card's init, forward multipliers and attention scales; "
+                      "the model first: `from mutransfer import apply_card, build_target_model, load_card; "
+                      "model = build_target_model(card); "
+                      "apply_card(model, card)` (the card's init, forward multipliers and attention scales; "
                       "they stay on the model under Trainer)",
                       f"weights {dtype}: {PRECISION[dtype]}"
                       + (" (add bf16=True to the TrainingArguments on a bf16-capable device)"
@@ -126,14 +126,12 @@ import json
 import torch
 from transformers import Trainer, TrainingArguments
 
-from mutransfer.card.build import apply, load_card
-from mutransfer.card.engines.hf import hf_param_groups
-from mutransfer.card.target import build_target_model
+from mutransfer import apply_card, build_target_model, hf_param_groups, load_card
 
 card = load_card(CARD)
 export = json.load(open(EXPORT))
 model = build_target_model(card)  # the card's target.dtype (float32 master weights by default)
-apply(model, card)  # the card's init, forward multipliers and attention scales
+apply_card(model, card)  # the card's init, forward multipliers and attention scales
 optimizer = torch.optim.AdamW(hf_param_groups(model, card))  # one LR per parameter, the card's
 args = TrainingArguments(output_dir="out", **export["training_arguments"])
 trainer = Trainer(model=model, args=args, train_dataset=train_dataset, optimizers=(optimizer, None))

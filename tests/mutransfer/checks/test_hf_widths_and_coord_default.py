@@ -62,7 +62,7 @@ def test_a_width_the_rule_cannot_take_lists_the_valid_ones(tmp_path, capsys) -> 
 def test_explain_takes_head_rule_and_never_builds_the_target(tmp_path, capsys, monkeypatch) -> None:
     """The Qwen2.5-0.5B shape at its own width under keep_heads: the width-896 model is
     built on the meta device only (every real build is the base or its delta)."""
-    from mutransfer.models.source import source as src
+    import mutransfer.models.source as src
 
     qwen = _cfg(tmp_path, dict(QWEN_05B, num_hidden_layers=2), "qwen")
     real = []

@@ -8,7 +8,7 @@ import pytest
 
 import mutransfer_cli as cli
 from mutransfer.training.memory import OPTIMIZERS, parse_count, training_memory
-from mutransfer_cli.memory import memory as memory_cli
+import mutransfer_cli.memory as memory_cli
 
 
 @pytest.fixture
