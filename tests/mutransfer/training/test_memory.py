@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 import mutransfer_cli as cli
-from mutransfer.training.memory import OPTIMIZERS, parse_count, training_memory
 import mutransfer_cli.memory as memory_cli
+from mutransfer.training.memory import OPTIMIZERS, parse_count, training_memory
 
 
 @pytest.fixture
