@@ -31,13 +31,22 @@ def _plain(values: Any) -> list[Any]:
 def _curve(df: pd.DataFrame, x: str, y: str, seed: str, seeds: list[Any]) -> pd.Series:
     """Seed-mean loss per x over ``seeds`` (an x missing a seed, or with a non-finite
     loss, is +inf: it cannot be the best)."""
-    sub = df[df[seed].isin(seeds)]
-    wide = sub.pivot_table(index=x, columns=seed, values=y, aggfunc="mean")
-    wide = wide.reindex(columns=seeds)
-    vals = np.array(wide.to_numpy(float), dtype=float)  # a writable copy
-    bad = ~np.isfinite(vals)
-    vals[bad] = np.inf
-    return pd.Series(vals.mean(axis=1), index=wide.index)
+    index, vals = _curve_matrix(df, x, y, seed, seeds)
+    return pd.Series(vals.mean(axis=1), index=index)
+
+
+def _curve_matrix(df: pd.DataFrame, x: str, y: str, seed: str,
+                  seeds: list[Any]) -> tuple[pd.Index, np.ndarray]:
+    """The x values and the (x, seed) loss matrix over ``seeds`` (+inf where missing)."""
+    wide = df[df[seed].isin(seeds)].pivot_table(index=x, columns=seed, values=y, aggfunc="mean")
+    vals = np.array(wide.reindex(columns=seeds).to_numpy(float), dtype=float)
+    vals[~np.isfinite(vals)] = np.inf
+    return wide.index, vals
+
+
+def _best_of(vals: np.ndarray) -> float:
+    """The lowest seed-mean over x of an (x, seed) matrix (inf where no x is finite)."""
+    return float(vals.mean(axis=1).min())
 
 
 def measured_best(df: pd.DataFrame, x: str = "lr", y: str = "loss", seed: str = "seed",
@@ -73,14 +82,13 @@ def paired_best_ratio(num: pd.DataFrame, den: pd.DataFrame, x: str = "lr", y: st
     draws = []
     if len(shared) > 1 and n_boot > 0:
         rng = np.random.default_rng(rng_seed)
-        per_num = {s: num[num[seed] == s] for s in shared}
-        per_den = {s: den[den[seed] == s] for s in shared}
+        # seed-mean curves of a resample are column picks of the (x, seed) loss matrices:
+        # a seed drawn twice counts twice, as if relabelled a new seed
+        loss_num = _curve_matrix(num, x, y, seed, shared)[1]
+        loss_den = _curve_matrix(den, x, y, seed, shared)[1]
         for _ in range(n_boot):
             pick = rng.choice(len(shared), size=len(shared), replace=True)
-            # a resampled seed is a new seed: relabel so a seed drawn twice counts twice
-            n = pd.concat([per_num[shared[k]].assign(**{seed: j}) for j, k in enumerate(pick)])
-            d = pd.concat([per_den[shared[k]].assign(**{seed: j}) for j, k in enumerate(pick)])
-            draws.append(measured_best(n, x, y, seed)["best"] / measured_best(d, x, y, seed)["best"])
+            draws.append(_best_of(loss_num[:, pick]) / _best_of(loss_den[:, pick]))
     tail = 100 * (1 - level) / 2
     lo, hi = (np.percentile(draws, [tail, 100 - tail]) if draws else (ratio, ratio))
     # percentiles interpolate: keep the point inside its own interval
