@@ -1,0 +1,92 @@
+"""Known answers for the init the torchtitan export puts on an HF Llama card's target.
+
+The card's ``scale:F`` entries are factors on the HF model's own init (one std,
+``initializer_range``, for every matrix); torchtitan's own llama3 configs initialise the
+embedding with std 1, the output head with a truncated std dim^-1/2 and ``wo``/``w2``/``w3``
+with depth-scaled stds. At a target 4x the base width (m = 4, HF's 0.02) μP's init is
+known in closed form: embedding 0.02, every hidden matrix 0.02/sqrt(m) = 0.01, the
+readout 0.02 sqrt(m) = 0.04 (``readout_init="fan_in"``, the default), 0.02 (constant) or 0
+(zero). Our own :class:`Parametrization` gives those stds (the ground truth); so must
+torchtitan's llama3 built from the export.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from mutransfer.card.build import build_card
+from mutransfer.card.export import export_card
+from mutransfer.parametrize.parametrization import Parametrization
+
+pytest.importorskip("transformers", reason="the [engines] extra is not installed")
+L = pytest.importorskip("torchtitan.models.llama3", reason="torchtitan's llama3 needs triton")
+
+from mutransfer.card.engines.torchtitan import torchtitan_name  # noqa: E402
+from mutransfer.card.engines.torchtitan_model import model_spec  # noqa: E402
+
+W, BASE, HF_STD = 256, 64, 0.02
+M = W / BASE
+CFG = {"model_type": "llama", "vocab_size": 512, "hidden_size": W, "intermediate_size": 688,
+       "num_hidden_layers": 2, "num_attention_heads": 16, "num_key_value_heads": 4, "head_dim": 16,
+       "tie_word_embeddings": False, "max_position_embeddings": 64, "rms_norm_eps": 1e-5,
+       "rope_theta": 500000.0, "initializer_range": HF_STD}
+SCHEDULE = {"kind": "wsd", "warmup_steps": 10, "decay_fraction": 0.2, "total_steps": 100,
+            "decay_shape": "1-sqrt"}
+OPT = {"name": "adamw", "weight_decay": 0.1, "betas": (0.9, 0.95), "eps": 1e-8}
+#: μP's init std at m = 4 on HF's 0.02, by readout_init, for the readout
+READOUT = {"fan_in": HF_STD * math.sqrt(M), "constant": HF_STD, "zero": 0.0}
+#: one parameter of each kind (HF names): its known std, the readout's by readout_init
+KINDS = {"model.embed_tokens.weight": HF_STD,
+         "model.layers.0.self_attn.q_proj.weight": HF_STD / math.sqrt(M),
+         "model.layers.1.self_attn.o_proj.weight": HF_STD / math.sqrt(M),
+         "model.layers.0.mlp.gate_proj.weight": HF_STD / math.sqrt(M),
+         "model.layers.1.mlp.up_proj.weight": HF_STD / math.sqrt(M),
+         "model.layers.1.mlp.down_proj.weight": HF_STD / math.sqrt(M),
+         "lm_head.weight": None}
+
+
+@pytest.fixture(scope="module", params=["fan_in", "constant", "zero"])
+def made(request, tmp_path_factory) -> tuple[str, dict[str, float], dict]:
+    """(readout_init, the ground-truth std per HF name, the torchtitan export)."""
+    from mutransfer.card.target import hf_transfer_builder, resolve_hf_target
+
+    folder = tmp_path_factory.mktemp("llama")
+    (folder / "config.json").write_text(json.dumps(CFG))
+    target = resolve_hf_target(f"hf:{folder / 'config.json'}")
+    pz = Parametrization(hf_transfer_builder(target), width=W, base_width=BASE, readout_init=request.param)
+    card = build_card(pz, lr=3e-3, optimizer=OPT, schedule=SCHEDULE,
+                      batch={"sequences": 8, "tokens": 256, "seq_len": 32},
+                      target={"model": target.to_dict(), "width": W, "depth": 2})
+    truth = {n: float(p.detach().std()) for n, p in pz.build(seed=0).named_parameters()}
+    return request.param, truth, export_card(card, "torchtitan")
+
+
+def _stds(config) -> dict[str, float]:
+    torch.manual_seed(0)
+    model = config.build()
+    model.init_states(buffer_device=None)
+    return {n: float(p.detach().std()) for n, p in model.named_parameters()}
+
+
+def _check(readout_init: str, truth: dict[str, float], got: dict[str, float]) -> None:
+    """Each kind's std (to 3%: >= 44k entries each) is the known one, in our
+    Parametrization and in torchtitan's model; every mismatch is named at once."""
+    bad = []
+    for hf_name, known in KINDS.items():
+        known = READOUT[readout_init] if known is None else known
+        tt = torchtitan_name(hf_name)
+        assert truth[hf_name] == pytest.approx(known, rel=0.03, abs=1e-12), ("Parametrization", hf_name)
+        if got[tt] != pytest.approx(known, rel=0.03, abs=1e-12):
+            bad.append(f"{tt}: std {got[tt]:.4g}, μP's {known:.4g} (x{got[tt] / known:.3g})")
+    assert not bad, "; ".join(bad)
+
+
+def test_model_spec_gives_parametrizations_init_for_every_readout_init(made) -> None:
+    """The export's own model (``model_spec``: llama3 with HF's init under the converter)."""
+    readout_init, truth, export = made
+    _check(readout_init, truth, _stds(model_spec(export).model))
+
