@@ -10,7 +10,11 @@ exported under its own names (a model whose names already are torchtitan's).
 What torchtitan's config cannot hold (μP's init and forward multipliers: the readout's
 ×1/m, residual multipliers, attention scales) goes into the export's ``mup`` section,
 which :class:`mutransfer.card.engines.torchtitan_model.MuPConverter` (a torchtitan
-``ModelConfigConverter``) installs on the model it builds. The LR schedule is matched step
+``ModelConfigConverter``) installs on the model it builds. For an HF card the init of
+every weight matrix is written absolute (``normal:S``: HF's ``initializer_range`` times the
+card's ``scale:F``), since the card's factors are on HF's one-std init and torchtitan's own
+llama3 configs init otherwise (embedding std 1, output head dim^-1/2, depth-scaled
+``wo``/``w2``/``w3``). The LR schedule is matched step
 for step: torchtitan's ``total_steps`` is set one below the run's steps so its decay ends
 on the card's last step at the card's ``lr_floor``.
 """
@@ -145,6 +149,25 @@ def llama3_architecture(card: Mapping[str, Any]) -> dict[str, Any] | None:
             "rope": rope}
 
 
+def _absolute_init(group: Mapping[str, Any], init_std: float | None) -> str:
+    """The card's init of one parameter for the converter. For an HF card (``init_std``:
+    its ``initializer_range``) a weight matrix's ``keep`` / ``scale:F`` is relative to HF's
+    init, normal with that one std, so it is written as the absolute ``normal:S`` (S =
+    init_std × F): the converter then gives μP's std whatever init the torchtitan config
+    starts from (torchtitan's own llama3 configs: embedding std 1, head dim^-1/2, depth-
+    scaled wo/w2/w3; a factor on those would be off by their ratio to HF's). Norm weights
+    (ones in both), ``zeros`` and ``normal:S`` are kept; so is every entry of a card
+    without an HF target (its factors are on the init of the model it was made for)."""
+    init = str(group["init"])
+    if init_std is None or len(group["shape"]) < 2:
+        return init
+    if init == "keep":
+        return f"normal:{init_std:.6g}"
+    if init.startswith("scale:"):
+        return f"normal:{init_std * float(init.split(':', 1)[1]):.6g}"
+    return init
+
+
 def _pattern(names: Sequence[str]) -> str:
     return "^(?:" + "|".join(re.escape(n) for n in names) + ")$"
 
@@ -208,7 +231,8 @@ def export_torchtitan(card: Mapping[str, Any], *, dp_size: int | None = None, mi
                          "torchtitan's training.dtype is float32 (mixed precision) or bfloat16")
     training["dtype"] = dtype  # float32: fp32 master weights, bf16 compute via mixed_precision_param
     fm = card["forward_multipliers"]
-    mup = {"init": {rename(g["name"]): g["init"] for g in groups},
+    init_std = None if arch is None else float(arch["init_std"])
+    mup = {"init": {rename(g["name"]): _absolute_init(g, init_std) for g in groups},
            "shapes": {rename(g["name"]): list(g["shape"]) for g in groups},
            "hooks": [dict(h, module=rename(h["module"])) for h in fm["hooks"]],
            "attention": {rename(a): float(v) for a, v in fm["attention"].items()}}

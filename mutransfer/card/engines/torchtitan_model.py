@@ -8,7 +8,11 @@ torchtitan (0.3.0) builds a model from its config on the meta device, then calls
 checks every parameter name and shape against the export (the first mismatch is a
 ValueError naming it), registers the forward hooks, sets each attention module's
 ``scaling`` (the softmax scale torchtitan passes to its attention kernels) and makes
-``init_states`` apply the card's init after torchtitan's own.
+``init_states`` apply the card's init after torchtitan's own. An HF card's export gives
+every weight matrix an absolute std (``normal:S``), so the result does not depend on the
+init the config starts from; a ``scale:F`` (the export of a card for a model of your own)
+multiplies the config's own init, which must then be the init of the model the card was
+made for.
 
 A card for an HF Llama-family config (``transfer --model hf:...``) exports its
 architecture too (the export's ``model`` section); :func:`model_spec` turns that into

@@ -1,0 +1,121 @@
+"""Known answers for the init the torchtitan export puts on an HF Llama card's target.
+
+The card's ``scale:F`` entries are factors on the HF model's own init (one std,
+``initializer_range``, for every matrix); torchtitan's own llama3 configs initialise the
+embedding with std 1, the output head with a truncated std dim^-1/2 and ``wo``/``w2``/``w3``
+with depth-scaled stds. At a target 4x the base width (m = 4, HF's 0.02) μP's init is
+known in closed form: embedding 0.02, every hidden matrix 0.02/sqrt(m) = 0.01, the
+readout 0.02 sqrt(m) = 0.04 (``readout_init="fan_in"``, the default), 0.02 (constant) or 0
+(zero). Our own :class:`Parametrization` gives those stds (the ground truth); so must
+torchtitan's llama3 built from the export, whichever init its config starts from.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from mutransfer.card.build import build_card
+from mutransfer.card.export import export_card
+from mutransfer.parametrize.parametrization import Parametrization
+
+pytest.importorskip("transformers", reason="the [engines] extra is not installed")
+L = pytest.importorskip("torchtitan.models.llama3", reason="torchtitan's llama3 needs triton")
+
+from mutransfer.card.engines.torchtitan import torchtitan_name  # noqa: E402
+from mutransfer.card.engines.torchtitan_model import MuPConverter, model_spec  # noqa: E402
+
+W, BASE, HF_STD = 256, 64, 0.02
+M = W / BASE
+CFG = {"model_type": "llama", "vocab_size": 512, "hidden_size": W, "intermediate_size": 688,
+       "num_hidden_layers": 2, "num_attention_heads": 16, "num_key_value_heads": 4, "head_dim": 16,
+       "tie_word_embeddings": False, "max_position_embeddings": 64, "rms_norm_eps": 1e-5,
+       "rope_theta": 500000.0, "initializer_range": HF_STD}
+SCHEDULE = {"kind": "wsd", "warmup_steps": 10, "decay_fraction": 0.2, "total_steps": 100,
+            "decay_shape": "1-sqrt"}
+OPT = {"name": "adamw", "weight_decay": 0.1, "betas": (0.9, 0.95), "eps": 1e-8}
+#: μP's init std at m = 4 on HF's 0.02, by readout_init, for the readout
+READOUT = {"fan_in": HF_STD * math.sqrt(M), "constant": HF_STD, "zero": 0.0}
+#: one parameter of each kind (HF names): its known std, the readout's by readout_init
+KINDS = {"model.embed_tokens.weight": HF_STD,
+         "model.layers.0.self_attn.q_proj.weight": HF_STD / math.sqrt(M),
+         "model.layers.1.self_attn.o_proj.weight": HF_STD / math.sqrt(M),
+         "model.layers.0.mlp.gate_proj.weight": HF_STD / math.sqrt(M),
+         "model.layers.1.mlp.up_proj.weight": HF_STD / math.sqrt(M),
+         "model.layers.1.mlp.down_proj.weight": HF_STD / math.sqrt(M),
+         "lm_head.weight": None}
+
+
+@pytest.fixture(scope="module", params=["fan_in", "constant", "zero"])
+def made(request, tmp_path_factory) -> tuple[str, dict[str, float], dict]:
+    """(readout_init, the ground-truth std per HF name, the torchtitan export)."""
+    from mutransfer.card.target import hf_transfer_builder, resolve_hf_target
+
+    folder = tmp_path_factory.mktemp("llama")
+    (folder / "config.json").write_text(json.dumps(CFG))
+    target = resolve_hf_target(f"hf:{folder / 'config.json'}")
+    pz = Parametrization(hf_transfer_builder(target), width=W, base_width=BASE, readout_init=request.param)
+    card = build_card(pz, lr=3e-3, optimizer=OPT, schedule=SCHEDULE,
+                      batch={"sequences": 8, "tokens": 256, "seq_len": 32},
+                      target={"model": target.to_dict(), "width": W, "depth": 2})
+    truth = {n: float(p.detach().std()) for n, p in pz.build(seed=0).named_parameters()}
+    return request.param, truth, export_card(card, "torchtitan")
+
+
+def _own_init_llama3():
+    """torchtitan's llama3 of CFG with torchtitan's own param_init (its model_registry's:
+    embedding std 1, heads trunc-normal dim^-1/2, wq/wk/wv/w1 0.02, wo/w2/w3 depth-scaled),
+    q/k/v unfused so that the card's names fit."""
+    from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
+
+    v = CFG["vocab_size"]
+    return L.Llama3Model.Config(
+        dim=W, vocab_size=v,
+        tok_embeddings=Embedding.Config(num_embeddings=v, embedding_dim=W, param_init=L._EMBEDDING_INIT),
+        norm=RMSNorm.Config(normalized_shape=W, param_init=L._NORM_INIT),
+        lm_head=Linear.Config(in_features=W, out_features=v, param_init=L._output_linear_init(W)),
+        layers=L._build_llama3_layers(
+            fuse_qkv=False, n_layers=CFG["num_hidden_layers"], dim=W, n_heads=CFG["num_attention_heads"],
+            n_kv_heads=CFG["num_key_value_heads"], hidden_dim=CFG["intermediate_size"], attn_backend="flex",
+            rope=ComplexRoPE.Config(dim=CFG["head_dim"], max_seq_len=64, theta=CFG["rope_theta"],
+                                    scaling="none")))
+
+
+def _stds(config) -> dict[str, float]:
+    torch.manual_seed(0)
+    model = config.build()
+    model.init_states(buffer_device=None)
+    return {n: float(p.detach().std()) for n, p in model.named_parameters()}
+
+
+def _check(readout_init: str, truth: dict[str, float], got: dict[str, float]) -> None:
+    """Each kind's std (to 3%: >= 44k entries each) is the known one, in our
+    Parametrization and in torchtitan's model; every mismatch is named at once."""
+    bad = []
+    for hf_name, known in KINDS.items():
+        known = READOUT[readout_init] if known is None else known
+        tt = torchtitan_name(hf_name)
+        assert truth[hf_name] == pytest.approx(known, rel=0.03, abs=1e-12), ("Parametrization", hf_name)
+        if got[tt] != pytest.approx(known, rel=0.03, abs=1e-12):
+            bad.append(f"{tt}: std {got[tt]:.4g}, μP's {known:.4g} (x{got[tt] / known:.3g})")
+    assert not bad, "; ".join(bad)
+
+
+def test_model_spec_gives_parametrizations_init_for_every_readout_init(made) -> None:
+    """The export's own model (``model_spec``: llama3 with HF's init under the converter)."""
+    readout_init, truth, export = made
+    _check(readout_init, truth, _stds(model_spec(export).model))
+
+
+def test_the_converter_gives_it_on_torchtitans_own_init_too(made) -> None:
+    """The converter on a llama3 config with torchtitan's own init (the registry's), not
+    HF's: the exported init must not be a factor on whatever init the config had."""
+    readout_init, truth, export = made
+    own = _own_init_llama3()
+    plain = _stds(own)  # torchtitan's own init really is another one
+    assert plain["tok_embeddings.weight"] == pytest.approx(1.0, rel=0.03)
+    assert plain["lm_head.weight"] == pytest.approx(0.987 * W**-0.5, rel=0.03)  # truncated at 3 std
+    _check(readout_init, truth, _stds(MuPConverter.Config(mup=export["mup"]).build().convert(own)))
