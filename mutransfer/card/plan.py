@@ -24,6 +24,7 @@ from analysis.scaling_fit import ScalingLawFit
 from analysis.scaling_projection import extrapolation_factor
 from analysis.tau import PUBLISHED_ETA_LAMBDA, PUBLISHED_ETA_LAMBDA_SOURCE, weight_decay_for
 from mutransfer._io import read_json
+from mutransfer.card._estimate import _Bounds, _estimate
 
 __all__ = [
     "BATCH_RULES",
@@ -85,16 +86,6 @@ def lr_sensitivity(proxy: Mapping[str, Any] | None, laws: ScalingLawFit | None, 
     return {"loso_ratio": total, "loso_octaves": None if total is None else math.log2(total),
             "loso": {"method": "leave-one-seed-out: max/min of the LR refitted without each seed",
                      **parts, "complete": len(known) == len(parts)}}
-
-
-
-
-def _estimate(value: float, lo: float | None, hi: float | None, level: float, source: str,
-              extrapolation: float = 1.0) -> dict[str, Any]:
-    """The projection's value record (as ``analysis.project.Estimate.to_dict()``)."""
-    return {"value": float(value), "lo": None if lo is None else float(lo),
-            "hi": None if hi is None else float(hi), "level": float(level), "source": source,
-            "extrapolation": float(extrapolation)}
 
 
 @dataclass
@@ -174,34 +165,6 @@ def _check_plan_inputs(*, batch_rule: str, accept_edge: Sequence[str], laws: Sca
         raise ValueError(f"--batch-tokens {batch_tokens:g} is below one sequence of {seq_len} tokens")
     if micro_batch is not None and not (isinstance(micro_batch, int) and micro_batch >= 1):
         raise ValueError(f"--micro-batch must be a positive integer, got {micro_batch!r}")
-
-
-@dataclass
-class _Bounds:
-    """Refuses, or accepts and records, a value of the fit that is only a bound."""
-
-    laws: ScalingLawFit | None
-    batch_rule: str
-    accept_edge: Sequence[str]
-    warnings: list[str]
-    accepted: dict[str, list[str]] = field(default_factory=dict)
-
-    def __call__(self, what: str, where: tuple[str, ...], how: str) -> None:
-        if not where:
-            return
-        said = "; ".join(where[:4]) + (f"; and {len(where) - 4} more" if len(where) > 4 else "")
-        if what in self.accept_edge:
-            self.accepted[what] = list(where)
-            self.warnings.append(f"the {how} rests on bounds, not optima ({said}); taken as a value because "
-                                 f"--accept-edge {what}")
-        elif self.batch_rule == "fit":
-            src = self.laws.source if self.laws is not None else "the scaling fit"
-            raise ValueError(f"--batch-rule fit: the {how} rests on bounds, not optima: {said} in {src}. "
-                             "A bound is not a value: extend the grid (sweep scaling brackets it), use "
-                             f"--batch-rule auto, or pass --accept-edge {what} to take it anyway (recorded "
-                             "in the card)")
-        elif what == "lr":
-            self.warnings.append(f"the {how} rests on bounds, not optima ({said})")
 
 
 def fitted_or_published_batch(laws: ScalingLawFit | None, *, tokens: float, n_params: float | None,
