@@ -1,10 +1,11 @@
 """What the two parts of the run plan share: the record of a projected value and the
 check of a fit's bounds.
 
-The LR part and the batch part of the card's ``projected`` section
-(:mod:`mutransfer.card.plan`) write each value as :func:`_estimate` (the projection's
-value record), and pass one :class:`_Bounds`, which refuses a value of the fit that is
-only a bound (``--batch-rule fit``) or accepts and records it (``--accept-edge``).
+The LR part (:mod:`mutransfer.card.plan`) and the batch part
+(:mod:`mutransfer.card.batch_plan`) of the card's ``projected`` section write each value
+as :func:`_estimate` (the projection's value record), and pass one :class:`_Bounds`, which
+refuses a value of the fit that is only a bound (``--batch-rule fit``) or accepts and
+records it (``--accept-edge``).
 """
 
 from __future__ import annotations
