@@ -8,7 +8,10 @@ the warmup rule, the edge flags and the extrapolation factor are those of the on
 projection object, :class:`analysis.ScalingLawFit` (read from FIT.json by its own reader,
 :meth:`~analysis.ScalingLawFit.from_dict`). What it adds: the proxy anchor (the base LR
 is the proxy's μP optimum moved by the laws' ratio), the values the user gives, the
-split of the batch over devices, and the published batch law as a fallback.
+split of the batch over devices, and the published batch law as a fallback. The batch
+part (the batch, the critical-batch cap, the split and beta2) is
+:mod:`mutransfer.card.batch_plan`; this module holds the LR, weight decay and schedule
+and puts the plan together.
 """
 
 from __future__ import annotations
@@ -19,20 +22,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from analysis.baselines import anchored_published_batch, published_batch, scaling_baselines
+from analysis.baselines import scaling_baselines
 from analysis.scaling_fit import ScalingLawFit
 from analysis.scaling_projection import extrapolation_factor
 from analysis.tau import PUBLISHED_ETA_LAMBDA, PUBLISHED_ETA_LAMBDA_SOURCE, weight_decay_for
 from mutransfer._io import read_json
+from mutransfer.card._estimate import _Bounds, _estimate
+from mutransfer.card.batch_plan import _plan_batch, _split_batch, beta2_for, cap_at_critical_batch
 
 __all__ = [
     "BATCH_RULES",
     "EDGE_VALUES",
-    "TOKENS_PER_PARAM_RANGE",
     "RunPlan",
-    "beta2_for",
-    "cap_at_critical_batch",
-    "default_micro_batch",
     "lr_sensitivity",
     "plan_run",
     "read_scaling_fit",
@@ -87,16 +88,6 @@ def lr_sensitivity(proxy: Mapping[str, Any] | None, laws: ScalingLawFit | None, 
                      **parts, "complete": len(known) == len(parts)}}
 
 
-
-
-def _estimate(value: float, lo: float | None, hi: float | None, level: float, source: str,
-              extrapolation: float = 1.0) -> dict[str, Any]:
-    """The projection's value record (as ``analysis.project.Estimate.to_dict()``)."""
-    return {"value": float(value), "lo": None if lo is None else float(lo),
-            "hi": None if hi is None else float(hi), "level": float(level), "source": source,
-            "extrapolation": float(extrapolation)}
-
-
 @dataclass
 class RunPlan:
     """Batch, steps, LR, weight decay, warmup and schedule of the target run."""
@@ -127,21 +118,6 @@ EDGE_VALUES = ("batch", "lr")
 #: unless it is in doubt (:meth:`~analysis.ScalingLawFit.batch_law_doubts`), then the
 #: anchored one when a budget's B* was bracketed, else the published one, flagged.
 BATCH_RULES = ("auto", "fit", "anchored", "published")
-
-#: Tokens per parameter inside which the published batch laws were fitted and agree (their
-#: forms in C = 6·N·D and in D part outside it; at 0.2 tokens per parameter by 4.5x).
-TOKENS_PER_PARAM_RANGE = (2.0, 200.0)
-
-
-def default_micro_batch(sequences: int, dp_size: int = 1) -> int:
-    """The largest power of two (at most 8) that divides each rank's share of the batch:
-    a micro-batch every usual accelerator count and memory size can take."""
-    share = sequences // max(dp_size, 1)
-    micro = 1
-    while micro < 8 and share % (micro * 2) == 0:
-        micro *= 2
-    return micro
-
 
 
 def _check_plan_inputs(*, batch_rule: str, accept_edge: Sequence[str], laws: ScalingLawFit | None,
@@ -176,203 +152,6 @@ def _check_plan_inputs(*, batch_rule: str, accept_edge: Sequence[str], laws: Sca
         raise ValueError(f"--micro-batch must be a positive integer, got {micro_batch!r}")
 
 
-@dataclass
-class _Bounds:
-    """Refuses, or accepts and records, a value of the fit that is only a bound."""
-
-    laws: ScalingLawFit | None
-    batch_rule: str
-    accept_edge: Sequence[str]
-    warnings: list[str]
-    accepted: dict[str, list[str]] = field(default_factory=dict)
-
-    def __call__(self, what: str, where: tuple[str, ...], how: str) -> None:
-        if not where:
-            return
-        said = "; ".join(where[:4]) + (f"; and {len(where) - 4} more" if len(where) > 4 else "")
-        if what in self.accept_edge:
-            self.accepted[what] = list(where)
-            self.warnings.append(f"the {how} rests on bounds, not optima ({said}); taken as a value because "
-                                 f"--accept-edge {what}")
-        elif self.batch_rule == "fit":
-            src = self.laws.source if self.laws is not None else "the scaling fit"
-            raise ValueError(f"--batch-rule fit: the {how} rests on bounds, not optima: {said} in {src}. "
-                             "A bound is not a value: extend the grid (sweep scaling brackets it), use "
-                             f"--batch-rule auto, or pass --accept-edge {what} to take it anyway (recorded "
-                             "in the card)")
-        elif what == "lr":
-            self.warnings.append(f"the {how} rests on bounds, not optima ({said})")
-
-
-def fitted_or_published_batch(laws: ScalingLawFit | None, *, tokens: float, n_params: float | None,
-                              batch_rule: str, level: float, ext_tokens: float, extrapolation_limit: float,
-                              bound: _Bounds, warnings: list[str]
-                              ) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """The target's batch when none is given: (the batch used, the fitted law's batch
-    shown beside it or None). ``fit`` takes our B*(D); ``published`` takes the published
-    laws in the token budget (:func:`analysis.baselines.published_batch`: DeepSeek LLM's
-    B_opt written in D, 0.0869·D^0.6876 tokens, with Step Law's 0.58·D^0.571 as the other
-    end of its interval); ``anchored`` grows the proxy's largest bracketed B* as those laws
-    grow in D, B_a·(D/D_a)^0.6876 (Step Law's 0.571 and B*'s interval give the interval;
-    :func:`analysis.baselines.anchored_published_batch`): the papers' exponent with the
-    proxy's own level, which carries its data, tokenizer and context; ``auto`` takes ours
-    unless :meth:`~analysis.ScalingLawFit.batch_law_doubts` finds a reason to doubt it,
-    then the anchored one when some budget's B* was bracketed, else the published one,
-    with a warning. Either way, tokens per parameter (``n_params``) outside
-    :data:`TOKENS_PER_PARAM_RANGE` are warned about. The one place that decides between
-    the fitted and the published batch law."""
-    doubts: list[str] = []
-    fit_est = None
-    if n_params:
-        tpp = tokens / float(n_params)
-        lo_t, hi_t = TOKENS_PER_PARAM_RANGE
-        if not lo_t <= tpp <= hi_t:
-            warnings.append(f"the target trains {tpp:.3g} tokens per parameter, outside {lo_t:g}-{hi_t:g}, "
-                            "where the published batch laws were fitted and agree: their forms in compute "
-                            "and in tokens part there, and the batch is uncertain beyond its interval")
-    if laws is not None:
-        b, lo, hi = laws.batch_at(tokens)
-        fit_est = _estimate(b, lo, hi, level, f"B*(D) = {laws.batch_coef:.4g} · "
-                            f"D^{laws.batch_exponent:.4g} ({laws.source})", ext_tokens)
-        doubts = laws.batch_law_doubts(tokens, extrapolation_limit)
-    if laws is not None and batch_rule == "fit":
-        bound("batch", laws.batch_bounds, "fitted B*(D)")
-    if batch_rule not in ("published", "anchored") and not (batch_rule == "auto" and doubts):
-        if laws is not None:
-            warnings.extend(laws.batch_law_cautions())
-        return fit_est, None  # type: ignore[return-value]
-    anchor = laws.batch_anchor() if laws is not None and batch_rule != "published" else None
-    if batch_rule == "anchored" and anchor is None:
-        raise ValueError("--batch-rule anchored needs a budget whose best batch was bracketed; the scaling "
-                         "fit has none (every budget's best batch sat at the grid's edge): extend the batch "
-                         "grid, or use --batch-rule published")
-    why = "; ".join(doubts) if doubts else f"asked for (--batch-rule {batch_rule})"
-    if anchor is not None:
-        pub = anchored_published_batch(tokens, anchor["tokens"], anchor["batch_tokens"], anchor["lo"],
-                                       anchor["hi"])
-        what = "the published laws' growth from the proxy's bracketed B*"
-    else:
-        pub = published_batch(tokens)
-        what = "the published laws in tokens"
-    b_est = _estimate(pub["batch_tokens"], pub["lo"], pub["hi"], level, f"{pub['source']}, because {why}")
-    if fit_est is not None:
-        warnings.append(f"batch from {what} ({pub['batch_tokens']:.4g} tokens), not from "
-                        f"the fitted B*(D) ({fit_est['value']:.4g} tokens): {why}")
-    return b_est, fit_est
-
-
-def cap_at_critical_batch(b_est: dict[str, Any], laws: ScalingLawFit | None, *, tokens: float,
-                          extrapolation_limit: float, given: bool, warnings: list[str]
-                          ) -> dict[str, Any] | None:
-    """``projected.critical_batch``: the proxy's measured-GNS law B_simple(D) at the target's
-    budget (:meth:`~analysis.ScalingLawFit.critical_batch_at`), and the token cost
-    ``1 + B/B_crit`` of the batch (McCandlish et al. 2018, eq. 2.11: the multiple of the
-    fewest tokens that reach the same loss). A projected batch above B_crit is capped at
-    it when the law is inside ``extrapolation_limit``× its measured budgets (past it the
-    law is a guess and only warns); a given batch is never changed. ``b_est`` is updated
-    in place. None when the fit has no GNS law."""
-    at = laws.critical_batch_at(tokens) if laws is not None else None
-    if at is None:
-        return None
-    b_crit, ext = at
-    before = float(b_est["value"])
-    capped = not given and before > b_crit and ext <= extrapolation_limit
-    if capped:
-        b_est.update(value=b_crit, hi=b_crit if b_est.get("hi") is None else min(b_est["hi"], b_crit),
-                     lo=None if b_est.get("lo") is None else min(b_est["lo"], b_crit),
-                     source=f"{b_est['source']}; capped at the proxy's critical batch B_simple(D)")
-        warnings.append(f"the batch ({before:.4g} tokens) is above the proxy's critical batch at this budget "
-                        f"({b_crit:.4g} tokens, B_simple(D) measured by GNS): capped there, where a larger "
-                        f"batch would cost {1 + before / b_crit:.2f}x the fewest tokens instead of 2x")
-    elif before > b_crit:
-        warnings.append(f"the batch ({before:.4g} tokens) is above the proxy's critical batch law at this "
-                        "budget "
-                        f"({b_crit:.4g} tokens, {ext:.3g}x past its measured budgets): it costs about "
-                        f"{1 + before / b_crit:.2f}x the fewest tokens by that law"
-                        + ("" if given else f"; not capped, the law lies beyond the {extrapolation_limit:g}x "
-                           "limit"))
-    n = laws.noise_  # type: ignore[union-attr]
-    return {"value": b_crit, "law": n["law"], "source": n["source"], "extrapolation": ext,
-            "batch_tokens_before_cap": before, "capped": capped,
-            "token_cost": 1.0 + float(b_est["value"]) / b_crit}
-
-
-def beta2_for(batch_tokens: float, *, beta2: float = 0.95, halflife_tokens: float | None = None,
-              proxy_batch_tokens: float | None = None) -> dict[str, Any]:
-    """``projected.beta2``: Adam's beta2 for a run at ``batch_tokens`` per step.
-
-    With a token half-life ``t½`` (the proxy's ``beta2_halflife_tokens``), beta2 =
-    0.5^(B_tokens / t½): the second-moment average then forgets over the same number of
-    tokens at every batch (Marek et al. 2025, "Small batch size training for language
-    models", §4; a fixed beta2 of 0.95 has a half-life of 13.5 steps, 865 tokens at a
-    batch of one 64-token sequence and 17.4M at 1.29M tokens per step). Without one, the
-    proxy's ``beta2`` is kept, and the half-life rule's value (from the proxy's own batch)
-    is shown beside it.
-    """
-    if halflife_tokens is not None:
-        if not (math.isfinite(halflife_tokens) and halflife_tokens > 0):
-            raise ValueError(f"beta2_halflife_tokens must be a positive finite number, got "
-                             f"{halflife_tokens!r}")
-        value = 0.5 ** (batch_tokens / halflife_tokens)
-        return {"value": value, "halflife_tokens": float(halflife_tokens),
-                "source": f"0.5^(B/t½), token half-life t½ = {halflife_tokens:.4g} as the proxy's "
-                          "(Marek et al. 2025)"}
-    out: dict[str, Any] = {"value": float(beta2), "source": "the proxy's beta2, not rescaled (opt in with "
-                           "beta2_halflife_tokens to keep its token half-life instead)"}
-    if proxy_batch_tokens and 0 < beta2 < 1:
-        t_half = proxy_batch_tokens * math.log(0.5) / math.log(beta2)
-        out["halflife_rule"] = {"value": 0.5 ** (batch_tokens / t_half), "halflife_tokens": t_half,
-                                "source": "0.5^(B/t½) with the proxy's half-life (Marek et al. 2025)"}
-    return out
-
-
-def _plan_batch(laws: ScalingLawFit | None, *, tokens: float, seq_len: int, batch_sequences: int | None,
-                batch_tokens: float | None, dp: int, micro_batch: int | None, n_params: float | None,
-                batch_rule: str, level: float, ext_tokens: float, extrapolation_limit: float, bound: _Bounds,
-                warnings: list[str]) -> tuple[dict[str, Any], float, dict[str, Any] | None]:
-    """(the batch's estimate, the batch in sequences before rounding, the fitted law's batch
-    shown beside a published one): given (``--batch-size``, ``--batch-tokens``), else
-    :func:`fitted_or_published_batch`."""
-    if batch_sequences is not None:
-        if batch_sequences % (dp * (micro_batch or 1)):
-            raise ValueError(f"--batch-size {batch_sequences} is not a multiple of --dp-size {dp}"
-                             + (f" × --micro-batch {micro_batch}" if micro_batch else ""))
-        return (_estimate(batch_sequences * seq_len, None, None, level, "given (--batch-size)"),
-                float(batch_sequences), None)
-    if batch_tokens is not None:
-        return (_estimate(batch_tokens, None, None, level, "given (--batch-tokens)"), batch_tokens / seq_len,
-                None)
-    if laws is None and batch_rule != "published":
-        raise ValueError("no batch for the target: the batch size needs the scaling fit "
-                         "B*(D) (--scaling-fit FIT.json from `mutransfer fit scaling`), or give it "
-                         "with --batch-tokens or --batch-size")
-    b_est, fit_est = fitted_or_published_batch(
-        laws, tokens=tokens, n_params=n_params, batch_rule=batch_rule, level=level, ext_tokens=ext_tokens,
-        extrapolation_limit=extrapolation_limit, bound=bound, warnings=warnings)
-    return b_est, b_est["value"] / seq_len, fit_est
-
-
-def _split_batch(raw_seqs: float, batch_sequences: int | None, dp: int, micro_batch: int | None
-                 ) -> dict[str, Any]:
-    """The batch in whole sequences and its split over ``dp`` ranks (``projected.batch_split``)."""
-    if batch_sequences is not None:
-        seqs, unit = batch_sequences, dp * (micro_batch or 1)
-        how = "given (--batch-size)"
-    else:
-        if micro_batch is not None:
-            unit, how = dp * micro_batch, f"a multiple of --dp-size {dp} × --micro-batch {micro_batch}"
-        else:
-            pow2 = 8
-            while pow2 > 1 and raw_seqs / dp < pow2:
-                pow2 //= 2
-            unit = dp * pow2
-            how = (f"a multiple of dp_size {dp} × {pow2} (power-of-two default: no --micro-batch given)")
-        seqs = max(unit, int(round(raw_seqs / unit)) * unit)
-    micro = micro_batch or default_micro_batch(seqs, dp)
-    return {"sequences": seqs, "dp_size": dp, "micro_batch": micro,
-            "grad_accum": seqs // (dp * micro), "rounded_to": unit, "rule": how,
-            "micro_batch_source": "given (--micro-batch)" if micro_batch else
-            "default: the largest power of two <= 8 dividing each rank's share"}
 
 
 def _plan_lr(laws: ScalingLawFit | None, *, proxy_lr: float, proxy_lr_interval: Sequence[float | None] | None,
@@ -565,7 +344,7 @@ def plan_run(
       ``micro_batch`` a projected batch is rounded to a multiple of ``dp_size × 8`` (or of
       the largest power of two that fits a smaller batch), so it splits over any usual
       device count; the micro-batch is then the largest power of two <= 8 dividing each
-      rank's share (:func:`default_micro_batch`), recorded in
+      rank's share (:func:`~mutransfer.card.batch_plan.default_micro_batch`), recorded in
       ``projected.batch_split``. A given ``batch_sequences`` must be such a multiple.
     - Base LR: the proxy's μP optimum ``proxy_lr`` moved by the fitted law's ratio
       eta*(B_t, D_t) / eta*(B_p, D_p) from the proxy's batch and tokens to the target's;
@@ -573,8 +352,10 @@ def plan_run(
       (:meth:`~analysis.ScalingLawFit.lr_batch`: the optimal LR saturates in batch).
     - Critical batch: with the sweep's measured GNS law B_simple(D), a projected batch above
       it is capped there (inside the extrapolation limit), and ``projected.critical_batch``
-      records it with the token cost 1 + B/B_crit (:func:`cap_at_critical_batch`).
-    - beta2: the proxy's, or by token half-life (:func:`beta2_for`), in ``projected.beta2``.
+      records it with the token cost 1 + B/B_crit
+      (:func:`~mutransfer.card.batch_plan.cap_at_critical_batch`).
+    - beta2: the proxy's, or by token half-life (:func:`~mutransfer.card.batch_plan.beta2_for`), in
+      ``projected.beta2``.
     - Weight decay: given, or lambda = B / (eta · tau · D) with the laws' tau (coupled
       AdamW decay, per step eta·lambda; ``independent`` decay is per step lambda, so
       lambda = B / (tau · D)), else with ``proxy_tau``, the timescale of a tuned proxy
@@ -598,7 +379,8 @@ def plan_run(
     D_opt(C), 0.0869·D^0.6876 tokens, interval to Step Law's 0.58·D^0.571), and says so;
     our law's value stays in the card as ``batch_fit`` beside it. (DeepSeek's B(C) at
     C = 6·N·D, used before, agrees with it at ~20 tokens per parameter and is 4.5x too
-    large at 0.2.) Tokens per parameter outside :data:`TOKENS_PER_PARAM_RANGE` warn.
+    large at 0.2.) Tokens per parameter outside
+    :data:`~mutransfer.card.batch_plan.TOKENS_PER_PARAM_RANGE` warn.
 
     A bound is never a value: with ``batch_rule="fit"`` a B* (or an LR optimum) that the
     fit flags as at its grid's edge (:attr:`~analysis.ScalingLawFit.batch_bounds`, ``lr_bounds``) is a

@@ -11,15 +11,18 @@ import os
 import signal
 import time
 import uuid
-from collections import Counter
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import pytest
 
-from sweeps.spec_base import point_key
 from sweeps.spec_kinds import LRSweep
 from sweeps.storage import Storage
 from sweeps.study import prepare
 from sweeps.worker import open_study, spawn_workers
+
+if TYPE_CHECKING:
+    from optuna.trial import FrozenTrial
 
 SYN = "sweeps.runners:synthetic_runner"
 SLEEP_S = 1.2  # per trial, so the kill lands mid-trial
@@ -29,7 +32,9 @@ def _spec() -> LRSweep:
     return LRSweep(widths=(32, 64, 128), parametrizations=("mup",), lrs=(2.0**-9, 2.0**-7, 2.0**-5))
 
 
-def _kill_one_mid_trial(url: str, name: str, workers: int, grace: int) -> dict[str, float]:
+def _kill_one_mid_trial(url: str, name: str, workers: int, grace: int,
+                        survived: Callable[..., tuple[list[FrozenTrial], FrozenTrial, FrozenTrial]]
+                        ) -> dict[str, float]:
     import optuna
     from optuna.trial import TrialState
 
@@ -61,17 +66,8 @@ def _kill_one_mid_trial(url: str, name: str, workers: int, grace: int) -> dict[s
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    assert codes == [0] * (workers - 1)
-    trials = study.get_trials(deepcopy=False)
-    by_state = Counter(t.state for t in trials)
-    assert by_state[TrialState.RUNNING] == 0 and by_state[TrialState.WAITING] == 0
-    complete = Counter(t.user_attrs["point_key"] for t in trials if t.state == TrialState.COMPLETE)
-    assert complete == Counter({point_key(p): 1 for p in spec.points()})  # each exactly once
-    killed = next(t for t in trials if t.number == victim_trial)
-    assert killed.state == TrialState.FAIL
-    retry = [t for t in trials if t.user_attrs.get("retry_of") == victim_trial]
-    assert len(retry) == 1 and retry[0].state == TrialState.COMPLETE
-    assert retry[0].params == killed.params
+    _, killed, retry = survived(study, spec, victim_trial, codes, workers)
+    assert retry.params == killed.params
     # re-running the same command resumes: nothing left to enqueue
     assert prepare(spec, url, study_name=name, runner=SYN, heartbeat_interval=1, grace_period=grace,
                    workers=workers).enqueued == 0
@@ -80,9 +76,9 @@ def _kill_one_mid_trial(url: str, name: str, workers: int, grace: int) -> dict[s
 
 
 @pytest.mark.slow
-def test_journal_three_workers_survive_a_sigkill(tmp_path) -> None:
+def test_journal_three_workers_survive_a_sigkill(tmp_path, survived_a_kill) -> None:
     url = Storage.resolve(None, tmp_path).url
-    timing = _kill_one_mid_trial(url, "kill", workers=3, grace=60)
+    timing = _kill_one_mid_trial(url, "kill", workers=3, grace=60, survived=survived_a_kill)
     # the dead pid is noticed at once (no waiting for the 60 s grace period)
     assert timing["after_kill_s"] < 60
 
@@ -93,7 +89,7 @@ PG_URL = os.environ.get("MUTRANSFER_TEST_POSTGRES_URL")
 @pytest.mark.slow
 @pytest.mark.skipif(not PG_URL, reason="MUTRANSFER_TEST_POSTGRES_URL is unset; "
                     "start a server with: eval \"$(bash .ci/postgres.sh)\"")
-def test_postgres_workers_survive_a_sigkill_via_heartbeat() -> None:
+def test_postgres_workers_survive_a_sigkill_via_heartbeat(survived_a_kill) -> None:
     import optuna
 
     assert PG_URL is not None
@@ -103,7 +99,7 @@ def test_postgres_workers_survive_a_sigkill_via_heartbeat() -> None:
         pytest.skip("no PostgreSQL driver: pip install 'psycopg[binary]'")
     name = f"kill-{uuid.uuid4().hex[:8]}"
     try:
-        timing = _kill_one_mid_trial(PG_URL, name, workers=3, grace=3)
+        timing = _kill_one_mid_trial(PG_URL, name, workers=3, grace=3, survived=survived_a_kill)
         assert timing["after_kill_s"] < 60
     finally:
         try:

@@ -16,12 +16,10 @@ import subprocess
 import sys
 import time
 import uuid
-from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from sweeps.spec_base import point_key
 from sweeps.spec_kinds import LRSweep
 from sweeps.study import prepare
 from sweeps.worker import open_study
@@ -80,7 +78,8 @@ def test_a_password_on_the_command_line_never_reaches_the_script() -> None:
 @pytest.mark.slow
 @pytest.mark.skipif(not PG_URL, reason="MUTRANSFER_TEST_POSTGRES_URL is unset; "
                     "start a server with: eval \"$(bash .ci/postgres.sh)\"")
-def test_slurm_script_workers_against_postgres_train_every_point_once_after_a_kill(tmp_path) -> None:
+def test_slurm_script_workers_against_postgres_train_every_point_once_after_a_kill(
+        tmp_path, survived_a_kill) -> None:
     import importlib.util
 
     import optuna
@@ -146,22 +145,13 @@ def test_slurm_script_workers_against_postgres_train_every_point_once_after_a_ki
                 if proc.poll() is None:
                     proc.kill()
                     proc.wait()
-        assert codes == [0] * (workers - 1)
-        trials = study.get_trials(deepcopy=False)
-        by_state = Counter(t.state for t in trials)
-        assert by_state[TrialState.RUNNING] == 0 and by_state[TrialState.WAITING] == 0
-        complete = Counter(t.user_attrs["point_key"] for t in trials if t.state == TrialState.COMPLETE)
-        assert complete == Counter({point_key(pt): 1 for pt in spec.points()})  # each exactly once
-        killed = next(t for t in trials if t.number == victim_trial)
-        assert killed.state == TrialState.FAIL
-        retry = [t for t in trials if t.user_attrs.get("retry_of") == victim_trial]
-        assert len(retry) == 1 and retry[0].state == TrialState.COMPLETE
+        trials, _, retry = survived_a_kill(study, spec, victim_trial, codes, workers)
         # each task's log (SLURM's --output) shows the study's progress while it runs
         for k in range(1, workers):
             assert re.search(rf"^worker {k}: study {name}: \d/9 trials, .*ETA", logs[k].read_text(), re.M)
         # the array's tasks, and only they, trained the grid
         pids = {t.user_attrs.get("pid") for t in trials if t.state == TrialState.COMPLETE}
-        assert pids <= {proc.pid for proc in procs} and retry[0].user_attrs["pid"] != victim.pid
+        assert pids <= {proc.pid for proc in procs} and retry.user_attrs["pid"] != victim.pid
     finally:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         try:

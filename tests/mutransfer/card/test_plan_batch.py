@@ -1,5 +1,6 @@
 """The run plan's batch in the token budget, its cap at the critical batch, the LR held past
-the saturation batch and beta2 by token half-life (mutransfer.card.plan)."""
+the saturation batch and beta2 by token half-life (mutransfer.card.plan, its batch part
+mutransfer.card.batch_plan)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import pytest
 
 from analysis.baselines import published_batch
 from analysis.scaling_fit import ScalingLawFit
-from mutransfer.card.plan import beta2_for, plan_run
+from mutransfer.card.batch_plan import beta2_for
+from mutransfer.card.plan import plan_run
 from mutransfer.training.config import TrainConfig
 from mutransfer.training.trainer import Trainer
 
