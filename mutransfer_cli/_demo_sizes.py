@@ -57,8 +57,14 @@ class DemoSize:
     steps: int
     batch_size: int
     seq_len: int
+    eval_sequences: int
+    """Held-out sequences each LR-sweep run is scored on (one set for every run)."""
     coord_widths: tuple[int, ...]
     scaling: ScalingStage
+    lr_max_extend: int = 2
+    """An arm's optimum at the edge of its LR grid at some width gets up to this many grid
+    points past that edge, until bracketed (:mod:`sweeps.extend`; the same rule for SP and
+    μP): an edge optimum is only a bound, and its quadratic vertex would stretch the drift."""
 
     def log2_lrs(self, parametrization: str, width: int) -> tuple[float, ...]:
         """The arm's LR grid (log2) at ``width``: the offsets around its expected optimum."""
@@ -69,26 +75,34 @@ class DemoSize:
 
 SIZES: dict[str, DemoSize] = {
     # 2 CPU cores, <= 10 minutes: 2-block Llamas (SwiGLU, RMSNorm, RoPE) of width 32..256
-    # (8x), 125 steps of 16x64 bytes. SP and μP on the same 2 seeds and the same grid, 4
-    # LRs half an octave apart around each arm's expected optimum (2^-5.25 at the base
-    # width; SP's moving as 1/m): measured with equal seeds (readout_ladder_demo_equal_seeds)
-    # SP's optima sit at 2^-5.46, -6.41, -7.46, -8.52 and μP's (fan_in) at 2^-5.46..-5.59,
-    # each within 0.1 octave of a grid point and 0.75 from an edge. The base width is one
-    # set of runs for both arms (μP is SP there, bit for bit). 56 runs; today's 64 (SP 6 LRs
-    # x 1 seed, μP 5 x 2) cost about as much, by width. The scaling stage: width 32 (check at 64, batch 16), B = 1..16 sequences
-    # (64..1024 tokens), D = 2^15..2^18 tokens, 6 LRs half an octave apart from -1.5 to +1
-    # around sqrt(B) scaling (the optima sat at -1..+0.5; +1.5 was never best). B* sat at
-    # one sequence at every budget on earlier runs (B = 4..32 extended down to 1), so the
-    # grid starts there; batch 32 (128 steps at 2^18, two warmup steps) was the noisiest
-    # cell (2-4% between neighbouring LRs) and is gone, so the held-out batch is 16. Batch 1
-    # accumulates 1 micro-batch (no GNS there). The audit's fresh seeds: 4, since at batch 1
-    # two runs 3% apart in LR differ by 0.1-0.6% (2 seeds gave a gap of +0.37% +- 0.24%,
-    # all noise). Measured at 150 steps, μP 2^-8..2^-3 and the check at batch 8: 1125 s.
-    "small": DemoSize(preset="llama-small", widths=(32, 64, 128, 256), log2_lr_center=-5.25,
-                      log2_lr_offsets=(-0.75, -0.25, 0.25, 0.75), sp_lr_width_exponent=-1.0, seeds=(0, 1),
-                      steps=125, batch_size=16, seq_len=64, coord_widths=(32, 64, 128, 256),
-                      scaling=ScalingStage(batch_sizes=(1, 2, 4, 8, 16), tokens=(2**15, 2**16, 2**17, 2**18),
-                                           log2_lr_offsets=(-1.5, -1.0, -0.5, 0.0, 0.5, 1.0),
+    # (8x), 250 steps of 8x64 bytes. The horizon: at 125 steps of 16x64 (the same tokens,
+    # 4% less time per run) the default μP and a tuned SP tied at 256 (1.0019x, interval
+    # across 1); at 250 steps of 8 μP is ahead at every width from 256 to 512 on 3 seeds
+    # (readout_ladder.json: 0.997x at 256 and at 512), and its optimum moves 0.18 octave
+    # over 16x. SP and μP on the same 2 seeds and the same grid, 3 LRs half an octave apart
+    # around each arm's expected optimum (2^-6 at the base width; SP's moving as 1/m), and
+    # an optimum at a grid edge gets more LRs past it (lr_max_extend, both arms): on the
+    # ladder SP's optima sit at 2^-5.93, -6.97, -8.11, -9.14 and μP's at 2^-5.93..-6.11,
+    # so each is within 0.15 octave of its grid's centre. Replayed from the ladder's runs
+    # (bit-identical to the demo's), the 4-point grid of 2^-5.75 +- 0.25, 0.75 gave the
+    # same best losses and a drift of 0.23 in 68 runs; this grid 0.17 in 52. The base width
+    # is one set of runs for both arms (μP is SP there, bit for bit): 42 runs before
+    # extensions. The scaling stage: width 32 (check at 64, batch 16), B = 1..16 sequences
+    # (64..1024 tokens), D = 2^14..2^17 tokens
+    # (halved from 2^15..2^18 for the 10 minutes: the stage and the audit cost in
+    # proportion to the largest budget), 5 LRs half an octave apart from -1 to +1 around
+    # sqrt(B) scaling (the optima sat at -0.55..+0.52 but one cell at +1.1, which the
+    # extension bracketed; -1.5 was never best, at 125 or 250 steps). B* sat at one
+    # sequence at every budget on earlier runs (B = 4..32 extended down to 1), so the grid
+    # starts there; batch 32 was the noisiest cell (2-4% between neighbouring LRs) and is
+    # gone, so the held-out batch is 16. Batch 1 accumulates 1 micro-batch (no GNS there).
+    # The audit's fresh seeds: 4, since at batch 1 two runs 3% apart in LR differ by
+    # 0.1-0.6% (2 seeds gave a gap of +0.37% +- 0.24%, all noise).
+    "small": DemoSize(preset="llama-small", widths=(32, 64, 128, 256), log2_lr_center=-6.0,
+                      log2_lr_offsets=(-0.5, 0.0, 0.5), sp_lr_width_exponent=-1.0, seeds=(0, 1),
+                      steps=250, batch_size=8, seq_len=64, eval_sequences=128, coord_widths=(32, 64, 128, 256),
+                      scaling=ScalingStage(batch_sizes=(1, 2, 4, 8, 16), tokens=(2**14, 2**15, 2**16, 2**17),
+                                           log2_lr_offsets=(-1.0, -0.5, 0.0, 0.5, 1.0),
                                            check_width=64, eval_sequences=256, target_width=2048,
                                            target_depth=24, target_seq_len=1024,
                                            check_batch_sizes=(16,), max_extend=2, batch_range=(1, 64),
@@ -97,7 +111,7 @@ SIZES: dict[str, DemoSize] = {
     # One wide grid (2^-14..2^-4) for both arms at every width: no measured optima to centre on.
     "gpu": DemoSize(preset="llama-small", widths=(128, 256, 512, 1024, 2048), log2_lr_center=-9.0,
                     log2_lr_offsets=tuple(float(x) for x in range(-5, 6)), sp_lr_width_exponent=0.0,
-                    seeds=(0, 1, 2), steps=1000, batch_size=64, seq_len=256,
+                    seeds=(0, 1, 2), steps=1000, batch_size=64, seq_len=256, eval_sequences=512,
                     coord_widths=(128, 256, 512, 1024),
                     scaling=ScalingStage(batch_sizes=(16, 32, 64, 128), tokens=(2**21, 2**22, 2**23, 2**24),
                                          log2_lr_offsets=(-1.5, -1.0, -0.5, 0.0, 0.5, 1.0, 1.5),
@@ -106,11 +120,12 @@ SIZES: dict[str, DemoSize] = {
     # For tests: seconds, not minutes. Numbers are not meaningful at this size.
     "tiny": DemoSize(preset="llama-small", widths=(32, 64, 128, 256), log2_lr_center=-6.0,
                      log2_lr_offsets=(-3.0, -1.0, 1.0, 3.0), sp_lr_width_exponent=-1.0, seeds=(0,), steps=6,
-                     batch_size=4, seq_len=32, coord_widths=(32, 64, 128),
+                     batch_size=4, seq_len=32, eval_sequences=32, coord_widths=(32, 64, 128),
                      scaling=ScalingStage(batch_sizes=(2, 4, 8, 16), tokens=(512, 1024, 2048, 4096),
                                           log2_lr_offsets=(-1.0, 0.0, 1.0), check_width=64,
                                           eval_sequences=8, target_width=512, target_depth=24,
-                                          target_seq_len=256, max_extend=1)),
+                                          target_seq_len=256, max_extend=1),
+                     lr_max_extend=1),
 }
 
 

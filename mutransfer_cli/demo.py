@@ -51,7 +51,8 @@ from mutransfer_cli._demo_stage import Clock, log
 from sweeps.progress import Progress
 from sweeps.results import results_table, write_table
 from sweeps.spec_kinds import LRSweep
-from sweeps.study import default_workers, run_sweep
+from sweeps.extend import Bounds, run_bracketed
+from sweeps.study import default_workers
 from sweeps.worker import open_study
 
 __all__ = ["run_demo"]
@@ -185,9 +186,11 @@ def _lr_sweep(out: Path, sz: DemoSize, size: str, *, device: str, workers: int |
     Both arms get the same seeds and the same grid shape (:meth:`DemoSize.log2_lrs`). At the
     base width μP is SP to the last bit, so those runs are trained once (study ``-base``) and
     filed under both arms (``shared_base`` true): the ratio there is exactly 1. Above it SP
-    has one study per width (its grid moves with its optimum), μP one for all widths."""
+    has one study per width (its grid moves with its optimum), μP one for all widths. An
+    optimum at its grid's edge gets more LRs past it, the same rule for both arms
+    (:attr:`DemoSize.lr_max_extend`)."""
     base = {"steps": sz.steps, "batch_size": sz.batch_size, "seq_len": sz.seq_len,
-            "base_width": sz.widths[0], "eval_every": sz.steps, "eval_sequences": 8 * sz.batch_size,
+            "base_width": sz.widths[0], "eval_every": sz.steps, "eval_sequences": sz.eval_sequences,
             "warmup_steps": max(1, sz.steps // 10), "schedule": "cosine", "lr_floor": 0.1,
             "threads": 1 if device == "cpu" else None}
     w0, wider = sz.widths[0], sz.widths[1:]
@@ -203,11 +206,13 @@ def _lr_sweep(out: Path, sz: DemoSize, size: str, *, device: str, workers: int |
     n_trials = sum(len(sp.points()) for sp in specs)
     log(quiet, f"[2/7] LR sweep: {n_trials} trials ({len(sz.widths)} widths; SP and muP each "
                f"{len(sz.log2_lr_offsets)} LRs around their expected optimum x {len(sz.seeds)} seed(s), the "
-               f"base width {w0} shared; {sz.steps} steps each) on {device}")
+               f"base width {w0} shared; {sz.steps} steps each; an optimum at a grid edge gets up to "
+               f"{sz.lr_max_extend} more LRs past it) on {device}")
     tables = []
     with clock.stage("lr_sweep", parallel=n_workers, reports=True):
         for sp in specs:
-            sweep = run_sweep(sp, out=out / "sweep", workers=workers, device=device, quiet=quiet)
+            sweep, _ = run_bracketed(sp, Bounds(max_extend=sz.lr_max_extend), out=out / "sweep",
+                                     workers=workers, device=device, quiet=quiet)
             study, _ = open_study(sweep.plan.storage, sweep.plan.study_name)
             tables.append(results_table(study))
     shared = tables[0].assign(shared_base=True)

@@ -16,20 +16,35 @@ def test_demo_tiny_writes_report_summary_card_and_reuses_trials(tmp_path, capsys
     assert main(["demo", "--size", "tiny", "--out", str(out), "--workers", "1", "--quiet"]) == 0
     s = json.loads((out / "summary.json").read_text())
     assert set(s["drift_octaves"]) == {"sp", "mup"}
-    # the base width's 4 LRs once for both arms, then 4 LRs per arm at each wider width
-    assert s["n_trials"] == 4 + 3 * 4 * 2 and s["ladder_ratio"] == 8
     # SP and μP compare fairly: one seed set, the same grid shape around each arm's expected
-    # optimum, and at the base width (one model) the ratio is exactly 1 with no spread
+    # optimum, extended by the same rule (an optimum at an edge gets up to lr_max_extend
+    # LRs past it at the grid's step), and at the base width (one model) the ratio is
+    # exactly 1 with no spread
     table = pd.read_csv(out / "results.csv")
     from mutransfer_cli._demo_sizes import SIZES
 
     tiny = SIZES["tiny"]
+    step = tiny.log2_lr_offsets[1] - tiny.log2_lr_offsets[0]
+    n_extra = 0
     for (p, w), rows in table.groupby(["parametrization", "width"]):
         assert sorted(rows["seed"].unique()) == list(tiny.seeds)
+        grid = [round(x, 9) for x in tiny.log2_lrs(p, w)]
         got = sorted({round(math.log2(x), 9) for x in rows["lr"]})
-        assert got == sorted(round(x, 9) for x in tiny.log2_lrs(p, w)), (p, w)
-        offsets = [round(x - (got[0] - tiny.log2_lr_offsets[0]), 9) for x in got]
-        assert offsets == list(tiny.log2_lr_offsets)
+        assert set(grid) <= set(got), (p, w)
+        extra = sorted(set(got) - set(grid))
+        assert len(extra) <= tiny.lr_max_extend
+        if extra:  # past the edge the original grid's best sat at, one step at a time
+            loss = rows.assign(l2=[round(math.log2(x), 9) for x in rows["lr"]]).groupby("l2")["loss"].mean()
+            best = float(loss.loc[grid].idxmin())
+            low = extra[-1] < grid[0]
+            assert best == (grid[0] if low else grid[-1]), (p, w)
+            want = [round(grid[0] - step * (i + 1), 9) for i in range(len(extra))] if low else \
+                [round(grid[-1] + step * (i + 1), 9) for i in range(len(extra))]
+            assert sorted(want) == extra, (p, w)
+        n_extra += len(extra) * len(tiny.seeds) * (1 if p == "sp" or w != 32 else 0)
+    # the base width's 4 LRs once for both arms, then 4 LRs per arm at each wider width,
+    # and the points past an edge
+    assert s["n_trials"] == 4 + 3 * 4 * 2 + n_extra and s["ladder_ratio"] == 8
     base_rows = table[table["width"] == 32]
     assert base_rows["shared_base"].all() and (table[table["width"] > 32]["shared_base"] == False).all()  # noqa: E712
     first = s["per_width"][0]
