@@ -1,8 +1,9 @@
 """Readout ladder: which μP readout init transfers over 16× width and matches SP's loss?
 
-The demo's CPU proxy (``mutransfer demo --size small``: llama-small, base width 32, 125
-steps of 16×64 bytes, cosine with 10% warmup and floor 0.1, no weight decay; :data:`DEMO`)
-over widths 32–512 (16×), four arms, each an LR scan bracketing its optimum at every width:
+The demo's CPU proxy (``mutransfer demo --size small``: llama-small, base width 32, 250
+steps of 8×64 bytes, cosine with 10% warmup and floor 0.1, no weight decay; :data:`DEMO`,
+the demo's own size; ``--steps``/``--batch-size`` measure another horizon) over
+widths 32–512 (16×), four arms, each an LR scan bracketing its optimum at every width:
 
 - ``sp``: standard parametrization;
 - ``mup_constant``: μP with a constant-variance readout (``readout_init="constant"``, the
@@ -10,10 +11,13 @@ over widths 32–512 (16×), four arms, each an LR scan bracketing its optimum a
 - ``mup_fan_in``: μP with the readout's effective init std SP's (``readout_init="fan_in"``);
 - ``mup_zero``: μP with a zero-initialized readout (``readout_init="zero"``).
 
-Per arm: the drift of the optimal log2 LR over the ladder (octaves, bootstrap interval,
-``analysis.OptimumFit``), wider-is-better (the best loss never rises with width) and the
-best loss ÷ SP's at every width (95% seed-bootstrap interval, ``best_loss_ratio``; where SP
-has one seed only μP's seeds are resampled), and the same ratio as the demo estimates it
+Per arm: the drift of the optimal log2 LR over the ladder (octaves, max − min over the
+widths, bootstrap interval, ``analysis.OptimumFit``), its trend (the power-law slope of the
+optimum in width times the ladder's doublings, with the slope's interval: one width's
+optimum near its grid's edge widens the max − min interval, not this one), wider-is-better
+(the best loss never rises with width) and the best loss ÷ SP's at every width (95%
+seed-bootstrap interval, ``best_loss_ratio``; where SP has one seed only μP's seeds are
+resampled), and the same ratio as the demo estimates it
 (``measured_best_loss_over_sp``: the lowest measured seed-mean loss over the seeds both
 arms hold, never below the data, interval from resampling those seeds paired;
 :func:`analysis.paired_best_ratio`). A μP arm is *eligible* as the default readout
@@ -21,16 +25,22 @@ when its best loss ≤ SP's at the widest width and its drift ≤ 0.25 octave.
 
 SP uses seed 0 below the widest width and seeds 0, 1 at it (its optimum moves by whole
 octaves), ``mup_zero`` seed 0 only (far above SP's loss), the other arms seeds 0, 1
-everywhere; ``--equal-seeds`` drops these cuts (every arm, every seed, every width). The scans run in the order the decision needs them
-(:func:`work_list`), so a run cut short still leaves the candidate's verdict.
+everywhere; ``--equal-seeds`` drops these cuts (every arm, every seed, every width). The
+scans run in the order the decision needs them (:func:`work_list`), so a run cut short
+still leaves the candidate's verdict.
 
     python -m benchmarks.readout_ladder [--widths 32,...,512] [--import-csv RESULTS.csv]
-        [--arms sp,mup_fan_in] [--equal-seeds] [--step 0.5] [--name NAME]
+        [--arms sp,mup_fan_in] [--equal-seeds] [--step 0.5] [--name NAME] [--jobs 2]
+        [--steps N --batch-size B]
 
-``results/readout_ladder_demo_equal_seeds.json`` is the demo's ladder (widths 32–256) with
-SP and the fan-in readout on equal seeds and a half-octave grid: ``--widths 32,64,128,256
---seeds 0,1 --step 0.5 --arms sp,mup_fan_in --equal-seeds --name
-readout_ladder_demo_equal_seeds``.
+``results/readout_ladder.json`` (2026-12-03) is the demo's proxy at the demo's horizon, SP
+and the default ``fan_in`` readout on seeds 0, 1, 2 at every width, a half-octave grid:
+``--seeds 0,1,2 --step 0.5 --arms sp,mup_fan_in --equal-seeds --jobs 2``.
+
+``results/readout_ladder_demo_equal_seeds.json`` is the demo's earlier horizon (125 steps of
+16×64) over widths 32–256 with SP and the fan-in readout on seeds 0, 1 and a half-octave
+grid: ``--widths 32,64,128,256 --seeds 0,1 --step 0.5 --arms sp,mup_fan_in --equal-seeds
+--steps 125 --batch-size 16 --name readout_ladder_demo_equal_seeds``.
 
 Writes ``results/readout_ladder.json`` and ``results/readout_ladder.png``. Finished trials
 are kept in ``--out``/trials.jsonl (default ``runs/readout_ladder``) and resumed;
@@ -43,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import time
 from pathlib import Path
@@ -51,11 +62,26 @@ from typing import Any
 from benchmarks.mup_vs_sp import Overrides, Work
 
 HERE = Path(__file__).parent
-# The demo's small size (SIZES["small"] of the demo command) and the LR sweep's base config.
-DEMO: dict[str, Any] = {
-    "preset": "llama-small", "base_width": 32, "steps": 125, "batch_size": 16, "seq_len": 64,
-    "eval_every": 125, "eval_sequences": 128, "warmup_steps": 12, "schedule": "cosine", "lr_floor": 0.1,
-    "threads": 1, "device": "cpu"}
+
+
+#: The demo's small size (``mutransfer demo``: ``SIZES["small"]``, the LR sweep's base config)
+#: as TrainConfig fields; a test holds the two equal (the benchmarks layer does not import
+#: the CLI's).
+_DEMO_SMALL: dict[str, Any] = {
+    "preset": "llama-small", "base_width": 32, "steps": 250, "batch_size": 8, "seq_len": 64,
+    "eval_sequences": 128}
+
+
+def demo_setup(steps: int | None = None, batch_size: int | None = None) -> dict[str, Any]:
+    """The demo's LR-sweep config as TrainConfig fields; ``steps``/``batch_size`` measure it
+    at another horizon (warmup stays 10%)."""
+    steps = steps or _DEMO_SMALL["steps"]
+    return {**_DEMO_SMALL, "steps": steps, "batch_size": batch_size or _DEMO_SMALL["batch_size"],
+            "eval_every": steps, "warmup_steps": max(1, steps // 10), "schedule": "cosine",
+            "lr_floor": 0.1, "threads": 1, "device": "cpu"}
+
+
+DEMO: dict[str, Any] = demo_setup()
 ARMS: dict[str, Overrides] = {
     "sp": lambda m: {"parametrization": "sp"},
     "mup_constant": lambda m: {"parametrization": "mup", "readout_init": "constant"},
@@ -143,9 +169,16 @@ def summarize(table: Any, widths: tuple[int, ...], n_boot: int = 500) -> dict[st
                                                  .unique())}
         best = [v["best_loss"] for v in per_width.values()]
         full = sorted(int(w) for w in per_width) == sorted(widths)
+        # the trend: the power-law slope of the optimum over every width, times the ladder's
+        # doublings; its interval is not held up by one width's optimum near a grid edge
+        # as the max-min drift's is
+        doublings = math.log2(max(widths) / min(widths))
         arms[a] = {
             "lr_opt_drift_octaves": None if d is None else d.octaves,
             "lr_opt_drift_ci": None if d is None else [finite_or_none(c) for c in d.ci],
+            "lr_opt_trend_octaves": None if d is None or d.slope is None else d.slope * doublings,
+            "lr_opt_trend_ci": (None if d is None or d.slope_ci is None
+                                else [finite_or_none(c * doublings) for c in d.slope_ci]),
             "slope": None if d is None else d.slope, "any_at_edge": bool(sub["at_edge"].any()),
             "wider_is_better": bool(all(b <= a_ for a_, b in zip(best, best[1:], strict=False))),
             "complete": full, "per_width": per_width,
@@ -159,7 +192,7 @@ def summarize(table: Any, widths: tuple[int, ...], n_boot: int = 500) -> dict[st
     return {"fit": fit, "arms": arms, "eligible": eligible}
 
 
-def plot(fit: Any, arms: dict[str, Any], path: Path) -> Path:
+def plot(fit: Any, arms: dict[str, Any], path: Path, demo: dict[str, Any] | None = None) -> Path:
     """Left: optimal LR against width per arm (``plot_optimum_vs_width``'s panel, drawn
     here beside the ratio); right: best loss ÷ SP's against width with its interval."""
     import matplotlib
@@ -196,7 +229,9 @@ def plot(fit: Any, arms: dict[str, Any], path: Path) -> Path:
         ax.legend(fontsize=7)
     left.set_ylabel("optimal log2 LR")
     right.set_ylabel("best loss / SP's best loss")
-    fig.suptitle(f"{DEMO['preset']}, {DEMO['steps']} steps: readout init over 16x width", fontsize=9)
+    demo = demo or DEMO
+    fig.suptitle(f"{demo['preset']}, {demo['steps']} steps of batch {demo['batch_size']}: readout init over "
+                 "16x width", fontsize=9)
     fig.tight_layout()
     try:
         return savefig_atomic(fig, path)
@@ -209,7 +244,7 @@ def run(widths: tuple[int, ...] = (32, 64, 128, 256, 512), seeds: tuple[int, ...
         import_csv: str | os.PathLike[str] | None = None, results: Path = HERE / "results",
         train_missing: bool = True, one_seed_widest: tuple[str, ...] = (),
         arms: tuple[str, ...] = tuple(ARMS), equal_seeds: bool = False,
-        name: str = "readout_ladder") -> dict[str, Any]:
+        name: str = "readout_ladder", setup: dict[str, Any] | None = None, jobs: int = 1) -> dict[str, Any]:
     """Scan every (arm, width) (resuming ``out``), then write ``results/NAME.json``
     and ``.png``; returns the record. ``train_missing=False`` reports what the trial log
     holds: a scan it cannot finish is left out and listed under ``setup.incomplete``.
@@ -223,22 +258,25 @@ def run(widths: tuple[int, ...] = (32, 64, 128, 256, 512), seeds: tuple[int, ...
     from mutransfer._io import atomic_write_text
 
     t0 = time.perf_counter()
+    demo = dict(setup or DEMO)
     out = Path(out or Path("runs") / "readout_ladder")
     if import_csv:
-        import_results(import_csv, out, DEMO, {"sp": ("sp", ARMS["sp"](1.0)),
+        import_results(import_csv, out, demo, {"sp": ("sp", ARMS["sp"](1.0)),
                                                "mup": ("mup_constant", ARMS["mup_constant"](1.0))})
     arms = tuple(a for a in ARMS if a in set(arms) | {"sp"})
     log(f"readout ladder: {', '.join(arms)} at widths {sorted(widths)} x seeds {list(seeds)}")
     bad = sorted((set(one_seed_widest) | set(arms)) - set(ARMS))
     if bad:
         raise ValueError(f"unknown arm(s) {bad}; choose from {', '.join(ARMS)}")
-    table = scan(work_list(widths, seeds, one_seed_widest, arms, equal_seeds), out, 1, step, DEMO,
+    table = scan(work_list(widths, seeds, one_seed_widest, arms, equal_seeds), out, jobs, step, demo,
                  train_missing)
     s = summarize(table, widths)
     wide = str(max(widths))
     figures: dict[str, Any] = {}
     for a, v in s["arms"].items():
         figures[f"drift_octaves_{a}"] = v["lr_opt_drift_octaves"]
+        figures[f"trend_octaves_{a}"] = v["lr_opt_trend_octaves"]
+        figures[f"trend_octaves_{a}_ci"] = v["lr_opt_trend_ci"]
         if a != "sp":
             figures[f"ratio_best_loss_{a}_over_sp_widest"] = v["per_width"].get(wide, {}).get(
                 "best_loss_over_sp")
@@ -249,10 +287,10 @@ def run(widths: tuple[int, ...] = (32, 64, 128, 256, 512), seeds: tuple[int, ...
                 "measured_best_loss_over_sp_ci")
     figures |= {"arms": s["arms"], "eligible_default": s["eligible"],
                 "wall_s": time.perf_counter() - t0, "train_s": float(table["wall_s"].sum())}
-    png = plot(s["fit"], s["arms"], results / f"{name}.png")
+    png = plot(s["fit"], s["arms"], results / f"{name}.png", demo)
     cuts = not equal_seeds
     record = {**record_header(name),
-              "setup": {**DEMO, "widths": sorted(widths), "seeds": list(seeds),
+              "setup": {**demo, "widths": sorted(widths), "seeds": list(seeds),
                         "seeds_below_widest": {a: list(seeds[:1]) for a in ONE_SEED_BELOW_WIDEST
                                                if cuts and a in arms},
                         "seeds_everywhere": {a: list(seeds[:1]) for a in ONE_SEED if cuts and a in arms},
@@ -291,6 +329,9 @@ if __name__ == "__main__":
                         help="every arm on every seed at every width (no seed cuts)")
     parser.add_argument("--name", default="readout_ladder",
                         help="record name: results/NAME.json and .png (default readout_ladder)")
+    parser.add_argument("--steps", type=int, default=None, help="steps per run (default the demo's)")
+    parser.add_argument("--batch-size", type=int, default=None, help="sequences per step (default the demo's)")
+    parser.add_argument("--jobs", type=int, default=1, help="scans trained in parallel processes (default 1)")
     parser.add_argument("--report-only", action="store_true", help="train nothing: report the scans "
                         "the trial log already finishes (another run may still be adding to it)")
     a = parser.parse_args()
@@ -299,5 +340,6 @@ if __name__ == "__main__":
     if unknown := sorted((set(one) | set(chosen)) - set(ARMS)):
         parser.error(f"unknown arm(s) {unknown}; choose from {', '.join(ARMS)}")
     rec = run(a.widths, a.seeds, a.out, a.step, a.import_csv, train_missing=not a.report_only,
-              one_seed_widest=one, arms=chosen, equal_seeds=a.equal_seeds, name=a.name)
+              one_seed_widest=one, arms=chosen, equal_seeds=a.equal_seeds, name=a.name,
+              setup=demo_setup(a.steps, a.batch_size), jobs=a.jobs)
     print(json.dumps({k: v for k, v in rec["figures"].items() if k != "arms"}, indent=2))

@@ -233,6 +233,11 @@ def test_readout_ladder_reads_drift_wider_is_better_and_the_default_rule_off_kno
     assert arms["sp"]["lr_opt_drift_octaves"] == pytest.approx(2.0, abs=1e-6)
     assert arms["mup_constant"]["lr_opt_drift_octaves"] == pytest.approx(1.0, abs=1e-6)
     assert arms["mup_fan_in"]["lr_opt_drift_octaves"] == pytest.approx(0.0, abs=1e-6)
+    # the trend: the power-law slope of the optimum (-1, -0.5, 0 per doubling) x 2 doublings
+    for a, want in (("sp", -2.0), ("mup_constant", -1.0), ("mup_fan_in", 0.0)):
+        assert arms[a]["lr_opt_trend_octaves"] == pytest.approx(want, abs=1e-6)
+        lo, hi = arms[a]["lr_opt_trend_ci"]
+        assert lo - 1e-9 <= arms[a]["lr_opt_trend_octaves"] <= hi + 1e-9
     assert [arms[a]["wider_is_better"] for a in ("sp", "mup_constant", "mup_fan_in", "mup_zero")] == [
         True, True, True, False]
     for w, want in ((32, 1.0), (64, 2.05 / 2.1), (128, 1.98 / 2.0)):
@@ -245,6 +250,21 @@ def test_readout_ladder_reads_drift_wider_is_better_and_the_default_rule_off_kno
         lo, hi = got["measured_best_loss_over_sp_ci"]
         assert lo <= got["measured_best_loss_over_sp"] <= hi
     assert s["eligible"] == ["mup_fan_in"]  # constant: 1.05x SP; zero: worse still
+
+
+def test_readout_ladder_measures_the_demos_own_lr_sweep() -> None:
+    """The ladder's proxy is the demo's small size as the demo's LR sweep trains it, so the
+    ladder's verdict is about the demo's setup (its runs are the demo's, bit for bit)."""
+    from benchmarks.readout_ladder import DEMO
+    from mutransfer_cli._demo_sizes import SIZES
+
+    sz = SIZES["small"]
+    assert {k: DEMO[k] for k in ("preset", "base_width", "steps", "batch_size", "seq_len", "eval_sequences",
+                                 "eval_every", "warmup_steps")} == {
+        "preset": sz.preset, "base_width": sz.widths[0], "steps": sz.steps, "batch_size": sz.batch_size,
+        "seq_len": sz.seq_len, "eval_sequences": sz.eval_sequences, "eval_every": sz.steps,
+        "warmup_steps": max(1, sz.steps // 10)}
+    assert DEMO["schedule"] == "cosine" and DEMO["lr_floor"] == 0.1
 
 
 def test_readout_ladder_work_list_equal_seeds_and_base_width_twins() -> None:
@@ -271,15 +291,17 @@ def test_readout_ladder_files_demo_rows_under_named_readouts(tmp_path: Path) -> 
     from benchmarks.mup_vs_sp import import_results
     from benchmarks.readout_ladder import ARMS, DEMO
 
-    base = {"state": "COMPLETE", "preset": "llama-small", "depth": 2, "base_width": 32, "steps": 125,
-            "batch_size": 16, "seq_len": 64, "warmup_steps": 12, "lr_floor": 0.1, "schedule": "cosine",
-            "eval_every": 125, "eval_sequences": 128, "weight_decay": 0.0, "readout_init": "constant",
+    base = {"state": "COMPLETE", "preset": "llama-small", "depth": 2, "base_width": 32,
+            **{k: DEMO[k] for k in ("steps", "batch_size", "seq_len", "warmup_steps", "eval_every",
+                                    "eval_sequences")},
+            "lr_floor": 0.1, "schedule": "cosine", "weight_decay": 0.0, "readout_init": "constant",
             "diverged": False, "wall_s": 3.0, "loss": 2.0}
     rows = [{**base, "parametrization": "mup", "width": 64, "lr": 2.0**-6, "seed": 1, "loss": 2.222},
             {**base, "parametrization": "mup", "width": 64, "lr": 2.0**-6, "seed": 0,
              "readout_init": "fan_in"},
             {**base, "parametrization": "sp", "width": 64, "lr": 2.0**-7, "seed": 0, "loss": 2.2},
-            {**base, "parametrization": "sp", "width": 64, "lr": 2.0**-7, "seed": 1, "warmup_steps": 15}]
+            {**base, "parametrization": "sp", "width": 64, "lr": 2.0**-7, "seed": 1,
+             "warmup_steps": DEMO["warmup_steps"] + 3}]
     csv = tmp_path / "results.csv"
     pd.DataFrame(rows).to_csv(csv, index=False)
     arms = {"sp": ("sp", ARMS["sp"](1.0)), "mup": ("mup_constant", ARMS["mup_constant"](1.0))}
