@@ -190,23 +190,7 @@ def test_batch_is_rounded_to_a_power_of_two_friendly_multiple() -> None:
 # ---- torchtitan -------------------------------------------------------------------------
 
 
-def _titan_llama(cfg: dict, theta: float):
-    L = pytest.importorskip("torchtitan.models.llama3", reason="torchtitan's llama3 needs triton")
-    from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
-
-    dim, v, heads = cfg["hidden_size"], cfg["vocab_size"], cfg["num_attention_heads"]
-    return L.Llama3Model.Config(
-        dim=dim, vocab_size=v,
-        tok_embeddings=Embedding.Config(num_embeddings=v, embedding_dim=dim, param_init=L._EMBEDDING_INIT),
-        norm=RMSNorm.Config(normalized_shape=dim, param_init=L._NORM_INIT),
-        lm_head=Linear.Config(in_features=dim, out_features=v, param_init=L._output_linear_init(dim)),
-        layers=L._build_llama3_layers(
-            fuse_qkv=False, n_layers=cfg["num_hidden_layers"], dim=dim, n_heads=heads,
-            n_kv_heads=cfg["num_key_value_heads"], hidden_dim=cfg["intermediate_size"], attn_backend="flex",
-            rope=ComplexRoPE.Config(dim=dim // heads, max_seq_len=64, theta=theta, scaling="none")))
-
-
-def test_torchtitan_llama3_under_the_export_gives_the_reference_mup_logits(tmp_path) -> None:
+def test_torchtitan_llama3_under_the_export_gives_the_reference_mup_logits(tmp_path, titan_llama) -> None:
     from torchtitan.models.llama3.state_dict_adapter import Llama3StateDictAdapter
 
     from mutransfer.card.engines.torchtitan import torchtitan_name
@@ -225,7 +209,7 @@ def test_torchtitan_llama3_under_the_export_gives_the_reference_mup_logits(tmp_p
     ref = build_target_model(card)
     apply_card(ref, card)
     theta = float(ref.config.rope_parameters["rope_theta"])
-    tt_cfg = _titan_llama(untied, theta)
+    tt_cfg = titan_llama(untied, theta)
     adapter = Llama3StateDictAdapter(tt_cfg, None)
     for hf_name, tt_name in adapter.from_hf_map.items():  # our renames are torchtitan's own
         if tt_name is not None:

@@ -65,25 +65,6 @@ def made(request, tmp_path_factory) -> tuple[str, dict[str, float], dict]:
     return request.param, truth, export_card(card, "torchtitan")
 
 
-def _own_init_llama3():
-    """torchtitan's llama3 of CFG with torchtitan's own param_init (its model_registry's:
-    embedding std 1, heads trunc-normal dim^-1/2, wq/wk/wv/w1 0.02, wo/w2/w3 depth-scaled),
-    q/k/v unfused so that the card's names fit."""
-    from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
-
-    v = CFG["vocab_size"]
-    return L.Llama3Model.Config(
-        dim=W, vocab_size=v,
-        tok_embeddings=Embedding.Config(num_embeddings=v, embedding_dim=W, param_init=L._EMBEDDING_INIT),
-        norm=RMSNorm.Config(normalized_shape=W, param_init=L._NORM_INIT),
-        lm_head=Linear.Config(in_features=W, out_features=v, param_init=L._output_linear_init(W)),
-        layers=L._build_llama3_layers(
-            fuse_qkv=False, n_layers=CFG["num_hidden_layers"], dim=W, n_heads=CFG["num_attention_heads"],
-            n_kv_heads=CFG["num_key_value_heads"], hidden_dim=CFG["intermediate_size"], attn_backend="flex",
-            rope=ComplexRoPE.Config(dim=CFG["head_dim"], max_seq_len=64, theta=CFG["rope_theta"],
-                                    scaling="none")))
-
-
 def _stds(config) -> dict[str, float]:
     torch.manual_seed(0)
     model = config.build()
@@ -110,11 +91,11 @@ def test_model_spec_gives_parametrizations_init_for_every_readout_init(made) -> 
     _check(readout_init, truth, _stds(model_spec(export).model))
 
 
-def test_the_converter_gives_it_on_torchtitans_own_init_too(made) -> None:
+def test_the_converter_gives_it_on_torchtitans_own_init_too(made, titan_llama) -> None:
     """The converter on a llama3 config with torchtitan's own init (the registry's), not
     HF's: the exported init must not be a factor on whatever init the config had."""
     readout_init, truth, export = made
-    own = _own_init_llama3()
+    own = titan_llama(CFG, CFG["rope_theta"])  # torchtitan's own init
     plain = _stds(own)  # torchtitan's own init really is another one
     assert plain["tok_embeddings.weight"] == pytest.approx(1.0, rel=0.03)
     assert plain["lm_head.weight"] == pytest.approx(0.987 * W**-0.5, rel=0.03)  # truncated at 3 std
