@@ -33,10 +33,14 @@ still leaves the candidate's verdict.
         [--arms sp,mup_fan_in] [--equal-seeds] [--step 0.5] [--name NAME] [--jobs 2]
         [--steps N --batch-size B]
 
-``results/readout_ladder.json`` (2026-12-03) is the demo's proxy at the demo's horizon, SP
-and the default ``fan_in`` readout on seeds 0, 1, 2 at every width, a half-octave grid:
-``--seeds 0,1,2 --step 0.5 --arms sp,mup_fan_in --equal-seeds --jobs 2``.
+``results/readout_ladder.json`` (2026-12-03) is the demo's proxy at the demo's horizon, SP,
+the default ``fan_in`` readout and mup's ``constant`` on seeds 0, 1, 2 at every width, a
+half-octave grid: ``--seeds 0,1,2 --step 0.5 --arms sp,mup_fan_in,mup_constant
+--equal-seeds --jobs 2``.
 
+``results/readout_ladder_500_steps.json`` is the same proxy at 500 steps of 8×64, widths 32
+and 256, seeds 0, 1: ``--widths 32,256 --seeds 0,1 --step 0.5 --arms sp,mup_fan_in
+--equal-seeds --steps 500 --name readout_ladder_500_steps``.
 ``results/readout_ladder_demo_equal_seeds.json`` is the demo's earlier horizon (125 steps of
 16×64) over widths 32–256 with SP and the fan-in readout on seeds 0, 1 and a half-octave
 grid: ``--widths 32,64,128,256 --seeds 0,1 --step 0.5 --arms sp,mup_fan_in --equal-seeds
