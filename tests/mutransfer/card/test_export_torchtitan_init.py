@@ -72,9 +72,10 @@ def _stds(config) -> dict[str, float]:
     return {n: float(p.detach().std()) for n, p in model.named_parameters()}
 
 
-def _check(readout_init: str, truth: dict[str, float], got: dict[str, float]) -> None:
-    """Each kind's std (to 3%: >= 44k entries each) is the known one, in our
-    Parametrization and in torchtitan's model; every mismatch is named at once."""
+def _mismatches(readout_init: str, truth: dict[str, float], got: dict[str, float]) -> list[str]:
+    """Each kind's std (to 3%: >= 44k entries each) must be the known one, in our
+    Parametrization (asserted here: it is the ground truth) and in torchtitan's model (each
+    miss returned, so a test names every one at once)."""
     bad = []
     for hf_name, known in KINDS.items():
         known = READOUT[readout_init] if known is None else known
@@ -82,13 +83,14 @@ def _check(readout_init: str, truth: dict[str, float], got: dict[str, float]) ->
         assert truth[hf_name] == pytest.approx(known, rel=0.03, abs=1e-12), ("Parametrization", hf_name)
         if got[tt] != pytest.approx(known, rel=0.03, abs=1e-12):
             bad.append(f"{tt}: std {got[tt]:.4g}, μP's {known:.4g} (x{got[tt] / known:.3g})")
-    assert not bad, "; ".join(bad)
+    return bad
 
 
 def test_model_spec_gives_parametrizations_init_for_every_readout_init(made) -> None:
     """The export's own model (``model_spec``: llama3 with HF's init under the converter)."""
     readout_init, truth, export = made
-    _check(readout_init, truth, _stds(model_spec(export).model))
+    bad = _mismatches(readout_init, truth, _stds(model_spec(export).model))
+    assert not bad, "; ".join(bad)
 
 
 def test_the_converter_gives_it_on_torchtitans_own_init_too(made, titan_llama) -> None:
@@ -99,4 +101,5 @@ def test_the_converter_gives_it_on_torchtitans_own_init_too(made, titan_llama) -
     plain = _stds(own)  # torchtitan's own init really is another one
     assert plain["tok_embeddings.weight"] == pytest.approx(1.0, rel=0.03)
     assert plain["lm_head.weight"] == pytest.approx(0.987 * W**-0.5, rel=0.03)  # truncated at 3 std
-    _check(readout_init, truth, _stds(MuPConverter.Config(mup=export["mup"]).build().convert(own)))
+    bad = _mismatches(readout_init, truth, _stds(MuPConverter.Config(mup=export["mup"]).build().convert(own)))
+    assert not bad, "; ".join(bad)
