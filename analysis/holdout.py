@@ -16,7 +16,11 @@ from .baselines import scaling_baselines
 from .scaling_fit import ScalingLawFit
 from .tau import _arr
 
-__all__ = ["AUDIT_KEYS", "fill_loss_gap", "holdout_audit"]
+__all__ = ["AUDIT_CRITERIA", "AUDIT_KEYS", "audit_verdict", "fill_loss_gap", "holdout_audit"]
+
+#: The held-out audit's bar (docs/architecture.md): the predicted LR within 1.3x of the
+#: measured optimum, and its loss within 0.25% of the best measured run.
+AUDIT_CRITERIA: dict[str, float] = {"lr_ratio": 1.3, "loss_gap": 0.0025}
 
 
 AUDIT_KEYS = ("method", "axis", "pred_lr", "meas_lr", "lr_ratio", "pred_batch_tokens",
@@ -136,3 +140,23 @@ def fill_loss_gap(rows: Sequence[Mapping[str, Any]], losses: Mapping[str, float]
         out.append(r2)
     return out
 
+
+def audit_verdict(rows: Sequence[Mapping[str, Any]],
+                  criteria: Mapping[str, float] = AUDIT_CRITERIA) -> bool | None:
+    """The audit's one verdict on its rows of method ``ours`` (the baselines are shown,
+    not judged): False when any measured LR ratio lies outside ``1/lr_ratio .. lr_ratio``
+    or any measured loss gap (loss / best - 1) exceeds ``loss_gap``; True when every row of
+    ours has both measured and within; None when nothing of ours was audited or something
+    is unmeasured and nothing failed (e.g. an LR 1.1x off whose loss was never trained).
+    """
+    ours = [r for r in rows if r.get("method") == "ours"]
+    lim, gap = float(criteria["lr_ratio"]), float(criteria["loss_gap"])
+    unmeasured = not ours
+    for r in ours:
+        ratio, loss_gap = r.get("lr_ratio"), r.get("loss_gap")
+        if ratio is not None and max(float(ratio), 1.0 / float(ratio)) > lim:
+            return False
+        if loss_gap is not None and float(loss_gap) > gap:
+            return False
+        unmeasured = unmeasured or ratio is None or loss_gap is None
+    return None if unmeasured else True

@@ -67,6 +67,14 @@ class GroupOptimum:
     def log2_x_opt(self) -> float:
         return float(np.log2(self.x_opt))
 
+    def sensitivity_dict(self) -> dict[str, Any]:
+        """The leave-one-seed-out spread as JSON: the refit optimum without each seed,
+        ``ratio`` = max/min of them (null with fewer than 2 seeds)."""
+        if self.sensitivity is not None:
+            return self.sensitivity.to_dict()
+        return {"method": "leave-one-seed-out", "n_seeds": len(self.seeds), "left_out": {}, "n_failed": 0,
+                "ratio": None, "octaves": None}
+
 
 @dataclass(frozen=True)
 class Drift:

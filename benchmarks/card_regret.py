@@ -180,30 +180,38 @@ def proxy_optimum(doc: dict[str, Any]) -> dict[str, float]:
 
 # ------------------------------------------------------------------ the card, as `transfer` writes it
 def write_card(sz: Size, doc: dict[str, Any], opt: dict[str, float], out: Path) -> dict[str, Any]:
-    """The card for the target, made as ``mutransfer transfer`` makes it
-    (:func:`mutransfer.card.build.make_card`: plan, build, warnings, trust block)."""
+    """The card for the target, made by the one library call every caller makes
+    (:func:`mutransfer.card.make.make_card`: every transfer rule, the plan, the warnings and
+    the trust block), from :func:`card_request`."""
+    from mutransfer.card.build import save_card
+    from mutransfer.card.make import make_card
+
+    made = make_card(card_request(sz, doc, opt))
+    save_card(made, out / "card.yaml")
+    return {"card": made.card, "plan": made.plan, "laws": made.laws, "n_params": made.n_params,
+            "n_nonembed": made.n_params_nonembed, "tokens": made.tokens, "width": made.width,
+            "depth": made.depth}
+
+
+def card_request(sz: Size, doc: dict[str, Any], opt: dict[str, float]) -> Any:
+    """The benchmark's transfer as a :class:`mutransfer.card.make.TransferRequest`: the
+    proxy's best LR (with its interval) at its batch and largest budget, a CompleteP proxy of
+    the size's own shape, and a target :data:`RATIOS` wider, deeper and longer-trained."""
     from analysis.scaling_fit import ScalingLawFit
-    from mutransfer.card.build import make_card, save_card
-    from mutransfer.card.target import resolve_target, transfer_builder
+    from mutransfer.card.make import TransferRequest
+    from mutransfer.card.request import RunChoices
     from mutransfer.models.presets import get_preset
-    from mutransfer.parametrize.parametrization import Parametrization
 
     proxy = get_preset(sz.preset).replace(width=sz.width, depth=sz.depth, head_dim=sz.head_dim,
                                           seq_len=sz.seq_len)
-    width, depth = RATIOS["width"] * sz.width, RATIOS["depth"] * sz.depth
-    target = resolve_target(proxy, overrides={"width": width, "depth": depth}, proxy_preset=sz.preset)
-    pz = Parametrization(transfer_builder(target, proxy), width=width, base_width=sz.width, kind="completep",
-                         depth=depth, base_depth=sz.depth)
-    made = make_card(
-        pz, target, proxy_lr=opt["lr"], proxy_lr_interval=[opt["lr_lo"], opt["lr_hi"]],
-        proxy_batch_tokens=opt["batch_tokens"], proxy_tokens=opt["tokens"], seq_len=sz.seq_len,
-        seq_len_from="the target model's seq_len", tokens=float(RATIOS["tokens"] * max(sz.tokens)),
-        laws=ScalingLawFit.from_dict(doc, "the proxy's scaling fit"), decay_shape="linear",
-        source={"preset": sz.preset, "width": sz.width, "depth": sz.depth, "base_width": sz.width,
-                "base_depth": sz.depth, "seq_len": sz.seq_len, "parametrization": "completep"})
-    save_card(made.card, out / "card.yaml")
-    return {"card": made.card, "plan": made.plan, "laws": made.laws, "n_params": made.n_params,
-            "n_nonembed": made.n_params_nonembed, "tokens": made.tokens, "width": width, "depth": depth}
+    return TransferRequest(
+        lr=opt["lr"], lr_interval=(opt["lr_lo"], opt["lr_hi"]), proxy_batch_tokens=opt["batch_tokens"],
+        proxy_tokens=opt["tokens"], preset=sz.preset, proxy_model=proxy, parametrization="completep",
+        base_width=sz.width, base_depth=sz.depth, seq_len=sz.seq_len,
+        overrides={"width": RATIOS["width"] * sz.width, "depth": RATIOS["depth"] * sz.depth},
+        tokens=float(RATIOS["tokens"] * max(sz.tokens)),
+        scaling_fit=ScalingLawFit.from_dict(doc, "the proxy's scaling fit"),
+        run=RunChoices(decay_shape="linear"))
 
 
 # ------------------------------------------------------------------ runs

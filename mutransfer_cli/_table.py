@@ -104,10 +104,3 @@ def scaling_fit(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
 
 
 
-def optimum_sensitivity(o: Any) -> dict[str, Any]:
-    """The leave-one-seed-out spread of one :class:`analysis.GroupOptimum` as JSON: the
-    refit optimum without each seed, ``ratio`` = max/min of them (null with one seed)."""
-    if o.sensitivity is not None:
-        return o.sensitivity.to_dict()
-    return {"method": "leave-one-seed-out", "n_seeds": len(o.seeds), "left_out": {}, "n_failed": 0,
-            "ratio": None, "octaves": None}

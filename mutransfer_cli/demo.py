@@ -24,9 +24,7 @@ Re-running reuses finished trials (the sweeps are Optuna studies in ``OUT/sweep`
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
-import io
 import json
 import time
 from pathlib import Path
@@ -40,7 +38,9 @@ from analysis.optimum import OptimumFit
 from analysis.plots import plot_lr_curves, plot_optimum_vs_width
 from analysis.table import num
 from mutransfer._io import atomic_write_text, check_output
-from mutransfer.card.build import load_card
+from mutransfer.card.build import save_card
+from mutransfer.card.make import TransferRequest, make_card
+from mutransfer.card.request import RunChoices
 from mutransfer.models.source import hf_proxy_config, parse_model
 from mutransfer_cli import main as cli_main
 from mutransfer_cli._common import add_track_flag, positive_int, print_json, tracking
@@ -222,39 +222,37 @@ def _lr_sweep(out: Path, sz: DemoSize, size: str, *, device: str, workers: int |
     return table, specs
 
 
+def demo_request(out: Path, sz: DemoSize, study: str, scaling: dict[str, Any]) -> TransferRequest:
+    """The demo's transfer, as a user would run ``mutransfer transfer`` on its files: the LR
+    sweep's table, the target of ``sz`` (the user's architecture scaled to the target's shape
+    for an ``hf:`` proxy), the scaling laws and the held-out audit when they were made."""
+    sc = sz.scaling
+    if sz.preset.startswith("hf:"):  # the user's architecture, scaled to the target's shape
+        target: dict[str, Any] = {"model": f"hf:{_hf_target_config(out, sz.preset, sc)}",
+                                  "target_seq_len": sc.target_seq_len}
+    else:
+        target = {"preset": sz.preset, "seq_len": sz.seq_len,
+                  "overrides": {"width": sc.target_width, "depth": sc.target_depth, "seq_len": sc.target_seq_len}}
+    fit = scaling.get("fit_path")
+    return TransferRequest(
+        results=str(out / "results.csv"), **target, parametrization="mup", base_width=sz.widths[0],
+        tokens_per_param=sc.tokens_per_param, study=study,
+        storage=f"journal:{out / 'sweep' / 'optuna.journal'}", scaling_fit=fit, audit=scaling.get("audit_path"),
+        run=RunChoices() if fit else RunChoices(batch_sequences=sz.batch_size))  # no laws: the proxy's batch
+
+
 def _card(out: Path, sz: DemoSize, study: str, scaling: dict[str, Any], quiet: bool,
           clock: Clock) -> tuple[dict[str, Any], list[str]]:
-    """Stage 6: the card for the target, written by the ``transfer`` command as a user runs
-    it (its card is :func:`mutransfer.card.build.make_card`'s), from the scaling laws when they
-    were fitted; returns the card and its warnings (the lines ``transfer`` printed)."""
+    """Stage 6: the card for the target, made by the one library call ``mutransfer
+    transfer`` makes too (:func:`mutransfer.card.make.make_card` on :func:`demo_request`),
+    from the scaling laws when they were fitted; returns the card and its warnings."""
     sc = sz.scaling
     log(quiet, f"[6/7] card for the target: {sc.target_depth} blocks of width {sc.target_width}, "
                f"context {sc.target_seq_len}, {sc.tokens_per_param:g} tokens per parameter")
-    if sz.preset.startswith("hf:"):  # the user's architecture, scaled to the target's shape
-        target = ["--model", f"hf:{_hf_target_config(out, sz.preset, sc)}",
-                  "--target-seq-len", str(sc.target_seq_len)]
-    else:
-        target = ["--preset", sz.preset, "--seq-len", str(sz.seq_len), "--set", f"width={sc.target_width}",
-                  "--set", f"depth={sc.target_depth}", "--set", f"seq_len={sc.target_seq_len}"]
-    argv = ["transfer", "--results", str(out / "results.csv"), *target,
-            "--parametrization", "mup", "--base-width", str(sz.widths[0]),
-            "--tokens-per-param", str(sc.tokens_per_param),
-            "--study", study, "--storage", f"journal:{out / 'sweep' / 'optuna.journal'}",
-            "--out", str(out / "card.yaml")]
-    if scaling.get("fit_path"):
-        argv += ["--scaling-fit", scaling["fit_path"]]
-    else:  # no laws: the proxy's batch, as before the scaling stage
-        argv += ["--batch-size", str(sz.batch_size)]
-    if scaling.get("audit_path"):
-        argv += ["--audit", scaling["audit_path"]]
-    err = io.StringIO()
-    quiet_out = contextlib.redirect_stdout(io.StringIO()) if quiet else contextlib.nullcontext()
-    with clock.stage("card"), quiet_out, contextlib.redirect_stderr(err):
-        code = cli_main(argv)
-    if code != 0:
-        raise RuntimeError(f"transfer failed with exit code {code}: {err.getvalue().strip()}")
-    card = load_card(out / "card.yaml")
-    return card, list(card["projected"]["warnings"])
+    with clock.stage("card"):
+        made = make_card(demo_request(out, sz, study, scaling))
+        save_card(made, out / "card.yaml")
+    return made.card, list(made.warnings)
 
 
 def _figures(out: Path, fit: OptimumFit) -> dict[str, str]:

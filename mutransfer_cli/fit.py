@@ -40,7 +40,6 @@ from mutransfer_cli._table import (
     check_level,
     column_flag,
     columns,
-    optimum_sensitivity,
     read_table,
     scaling_fit,
 )
@@ -154,7 +153,7 @@ def fit_optimum(args: argparse.Namespace) -> dict[str, Any]:
             "at_edge": bool(o.at_edge), "edge": o.edge or None, "log2_x_opt": num(o.log2_x_opt),
             "method": o.method, "band": pair(*o.band), "n_x": int(o.x.size),
             "n_rows": int(o.n_rows), "n_diverged": int(o.n_diverged), "n_seeds": len(o.seeds),
-            "sensitivity": optimum_sensitivity(o),
+            "sensitivity": o.sensitivity_dict(),
         })
     return {"kind": "optimum", "x": args.x, "y": args.y, "group_by": group or None,
             "ci_level": args.level, "n_boot": args.n_boot, "band_fraction": args.band,

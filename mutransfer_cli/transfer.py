@@ -5,10 +5,10 @@ The target is a whole model (a preset plus ``--set KEY=VALUE`` overrides, or
 (``--results``, ``--fit`` or ``--lr``), moved to the target's batch and tokens by the
 η*(B, D) law of ``--scaling-fit`` (``mutransfer fit scaling``), which also gives the batch
 B*(D), the weight decay through tau, the warmup and the WSD decay fraction. A depth
-change uses CompleteP's rules. The pieces live in :mod:`mutransfer.card.target` and
-:mod:`mutransfer.card.build`; this module reads flags and files and writes the card, with the proxy
-side in :mod:`mutransfer_cli._transfer_proxy` and the target side in
-:mod:`mutransfer_cli._transfer_target`.
+change uses CompleteP's rules. This module checks the flags, turns them into a
+:class:`mutransfer.card.make.TransferRequest` and makes one call,
+:func:`mutransfer.card.make.make_card`, which applies every transfer rule; then it writes the
+card and prints its trust lines and warnings.
 """
 
 from __future__ import annotations
@@ -16,14 +16,13 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from typing import Any
 
-from analysis.holdout import AUDIT_KEYS
-from mutransfer._io import check_output, read_json
-from mutransfer.card.build import make_card, save_card
-from mutransfer.card.plan import read_scaling_fit
-from mutransfer.card.target import PRECISION, config_dtype, parse_overrides
-from mutransfer.models.presets import DEFAULT_PRESET, PRESETS, get_preset
+from mutransfer._io import check_output
+from mutransfer.card.build import save_card
+from mutransfer.card.make import TransferRequest, make_card
+from mutransfer.card.request import BATCH_RULES, RunChoices
+from mutransfer.card.target import PRECISION, parse_overrides
+from mutransfer.models.presets import DEFAULT_PRESET
 from mutransfer.parametrize.specs import KINDS
 from mutransfer.training.schedules import DECAY_SHAPES, SCHEDULE_KINDS
 from mutransfer_cli._common import (
@@ -36,11 +35,6 @@ from mutransfer_cli._common import (
     positive_int,
     print_json,
 )
-from mutransfer_cli._transfer_identity import check_arch, reconcile_proxy, target_context
-from mutransfer_cli._transfer_proxy import proxy_optimum, read_proxy_config, tuned_proxy
-from mutransfer_cli._transfer_target import check_vocab, target_parametrization
-from sweeps.holdout import CRITERIA
-from sweeps.storage import mask_url
 
 HELP = "project to the target model and token budget and write the transfer card (YAML)"
 
@@ -90,12 +84,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the full-size target as a local transformers config (hf:PATH/config.json, never "
                    "a hub id): the card holds that model's own parameter names; the proxy is the same "
                    "architecture scaled down (--head-rule)")
-    t.add_argument("--head-rule", choices=("keep_head_dim", "keep_heads"), default="keep_head_dim",
+    t.add_argument("--head-rule", choices=("keep_head_dim", "keep_heads"), default=TransferRequest.head_rule,
                    help="with --model: how the scaled-down proxy's heads follow width (keep_head_dim)")
     t.add_argument("--tokenizer", default=None, metavar="NAME",
                    help="the target's tokenizer (recorded as target.tokenizer; a warning when it differs "
                    "from the results table's tokenizer column)")
-    t.add_argument("--weights-dtype", choices=("float32", "bfloat16"), default="float32",
+    t.add_argument("--weights-dtype", choices=tuple(PRECISION), default=TransferRequest.weights_dtype,
                    help="the target's weights: float32 (default; mixed precision: fp32 master weights under "
                    "bf16 autocast) or bfloat16 (pure bf16); recorded as target.dtype, whatever the "
                    "config's torch_dtype says")
@@ -128,7 +122,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     j = p.add_argument_group("projection")
     j.add_argument("--scaling-fit", metavar="FIT.json", default=None,
                    help="laws of `mutransfer fit scaling`: batch, LR vs batch and tokens, tau, warmup, decay")
-    j.add_argument("--batch-rule", choices=("auto", "fit", "anchored", "published"), default="auto",
+    j.add_argument("--batch-rule", choices=BATCH_RULES, default=RunChoices.batch_rule,
                    help="where the batch comes from without --batch-size/--batch-tokens: fit = the "
                    "fitted B*(D); anchored = the proxy's largest bracketed B* grown as the published laws "
                    "grow in D (DeepSeek LLM's D^0.688, interval to Step Law's D^0.571); published = the "
@@ -142,19 +136,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "value exits 2")
     j.add_argument("--audit", metavar="AUDIT.json", default=None,
                    help="held-out audit to record in the card (rows of the audit table)")
-    j.add_argument("--extrapolation-limit", type=positive_float, default=100.0,
-                   help="warn when the target lies this many times beyond the measured range (100)")
+    j.add_argument("--extrapolation-limit", type=positive_float, default=RunChoices.extrapolation_limit,
+                   help=f"warn when the target lies this many times beyond the measured range "
+                   f"({RunChoices.extrapolation_limit:g})")
     j.add_argument("--weight-decay", type=float, default=None,
                    help="weight decay (default: from the fitted tau, else 0)")
     j.add_argument("--wd-mode", choices=("coupled", "independent"), default=None,
                    help="coupled (torch AdamW: per-step decay lr x wd) or independent (wd x schedule); "
                    "default: --proxy-config's, else coupled")
-    j.add_argument("--schedule", default="wsd", help="schedule kind: wsd (default), cosine, linear, "
+    j.add_argument("--schedule", default=RunChoices.schedule, help="schedule kind: wsd (default), cosine, linear, "
                    "constant, inverse_sqrt")
     j.add_argument("--decay-fraction", type=float, default=None,
                    help="WSD cooldown share of the steps (default: fitted, else 0.2)")
-    j.add_argument("--decay-shape", default="1-sqrt", help="WSD cooldown shape (default 1-sqrt)")
-    j.add_argument("--lr-floor", dest="lr_floor", type=float, default=0.0,
+    j.add_argument("--decay-shape", default=RunChoices.decay_shape, help="WSD cooldown shape (default 1-sqrt)")
+    j.add_argument("--lr-floor", dest="lr_floor", type=float, default=RunChoices.lr_floor,
                    help="final LR / peak LR (default 0)")
     j.add_argument("--warmup-tokens", type=positive_float, default=None,
                    help="warmup length in tokens (default: fitted, else 1%% of the budget)")
@@ -172,12 +167,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def check_flags(args: argparse.Namespace) -> None:
-    """Every flag's range, before any work (one ValueError naming the flag)."""
+    """Every flag's range and the flags' contradictions, before any work (one ValueError
+    naming the flag); the transfer rules themselves are :func:`mutransfer.card.make.make_card`'s."""
     if not (args.results or args.fit or args.lr is not None or args.proxy_config):
         raise ValueError("give the proxy's LR: --results, --fit, --lr or --proxy-config")
-    args.preset = args.preset or DEFAULT_PRESET
-    args.parametrization = args.parametrization or "mup"
-    if args.parametrization not in KINDS or args.parametrization == "sp":
+    if args.parametrization is not None and (args.parametrization not in KINDS or args.parametrization == "sp"):
         raise ValueError(f"parametrization {args.parametrization!r} does not transfer; use mup, "
                          "completep or muon")
     if args.schedule not in SCHEDULE_KINDS:
@@ -210,7 +204,6 @@ def check_flags(args: argparse.Namespace) -> None:
                              "would accept")
     if args.warmup_tokens is not None and args.warmup_fraction is not None:
         raise ValueError("give --warmup-tokens or --warmup-fraction, not both")
-    # before the work, never onto an input
     # --set seq_len=N is the one target field a config.json leaves open: its training context
     only_seq = all(str(k).strip() == "seq_len" for k, _ in (
         x if isinstance(x, tuple) else x.partition("=")[::2] for x in args.overrides))
@@ -230,79 +223,41 @@ def check_flags(args: argparse.Namespace) -> None:
                                    ("the --proxy-config", args.proxy_config), ("the --model", model_file)])
 
 
-def run(args: argparse.Namespace) -> int:
-    tuned = read_proxy_config(args) if args.proxy_config else None
-    preset_given = args.preset is not None
-    check_flags(args)
-    proxy = tuned.model if tuned else get_preset(args.preset)
-    lr, lr_ci, projected, source, widths, proxy_b, proxy_d = proxy_optimum(
-        args, args.seq_len or getattr(proxy, "seq_len", 1), tuned)
-    laws = read_scaling_fit(args.scaling_fit) if args.scaling_fit else None
-    # what the rows recorded about the proxy (arch, tokenizer, vocab, context, dtype), never a preset's
-    warnings = reconcile_proxy(args, source, getattr(laws, "proxy_", None), preset_given)
-    if not tuned:
-        proxy = get_preset(args.preset)  # the target starts from the proxy
-    if args.seq_len is not None and hasattr(proxy, "seq_len"):
-        proxy = proxy.replace(seq_len=args.seq_len)
-    proxy_seq = args.seq_len or getattr(proxy, "seq_len", 1)
-    if tuned is None and source.get("proxy_settings"):
-        tuned = tuned_proxy(source["proxy_settings"], lr=lr, model=proxy, batch_tokens=proxy_b,
-                            tokens=proxy_d, args=args, origin=f"--results {args.results}")
-    args.wd_mode = args.wd_mode or "coupled"
-    base_width = args.base_width or (int(min(widths)) if widths else proxy.width)
-    base_depth = args.base_depth or source.pop("proxy_depth", None) or proxy.depth
-    source.pop("proxy_depth", None)
-
-    target, pz, depth_warnings = target_parametrization(args, proxy, base_width, base_depth, tuned)
-    warnings += depth_warnings
-    said = config_dtype(target.config) if target.kind == "hf" else None
-    if said is not None and said != args.weights_dtype:  # a real config's torch_dtype: bfloat16
-        # said out loud, not a card warning: it casts no doubt on the card's numbers
-        print(f"mutransfer transfer: note: the target config's torch_dtype is {said}; the card builds "
-              f"{args.weights_dtype} weights ({PRECISION[args.weights_dtype]}); pass --weights-dtype {said} "
-              f"for {said} weights", file=sys.stderr)
-    cfg = target.config
-    arch_warnings, arch_change = check_arch(args, source, target)
-    warnings += arch_warnings
-    vocab_change = check_vocab(args, proxy, target, source)
-    if target.kind == "hf":
-        set_seq = parse_overrides(args.overrides).get("seq_len")
-        seq_len, seq_from = target_context(args, target, int(proxy_seq), set_seq)
-    else:
-        seq_len = getattr(cfg, "seq_len", 1)
-        seq_from = "--target-seq-len" if args.target_seq_len else "the target model's seq_len"
-    audit = read_audit(args.audit) if args.audit else None
-    study, storage = provenance(args, source)
-    is_preset = not source.get("arch") or source["arch"] in PRESETS
-    source.update({"preset": args.preset if is_preset else None,
-                   "width": int(max(widths)) if widths else base_width,
-                   "depth": base_depth, "base_width": base_width, "base_depth": base_depth,
-                   "seq_len": int(proxy_seq),
-                   **({"proxy_widths": sorted(int(w) for w in widths)} if widths else {}),
-                   "parametrization": args.parametrization, "study": study, "storage": storage})
-    for flag in ("scaling_fit", "audit", "proxy_config"):
-        if getattr(args, flag):
-            source[flag] = str(getattr(args, flag))
-    made = make_card(
-        pz, target, proxy_lr=lr, proxy_lr_interval=lr_ci,
-        proxy_batch_tokens=args.proxy_batch_tokens or proxy_b, proxy_tokens=args.proxy_tokens or proxy_d,
-        seq_len=seq_len, seq_len_from=seq_from,
-        tokens=args.tokens, tokens_per_param=args.tokens_per_param,
-        laws=laws, betas=tuned.betas if tuned else None, eps=tuned.eps if tuned else None,
-        proxy_tau=tuned.tau if tuned else None,
-        beta2_halflife_tokens=getattr(tuned, "beta2_halflife_tokens", None) if tuned else None,
-        role_lr_mults=tuned.lr_mults if tuned else None,
+def request(args: argparse.Namespace) -> TransferRequest:
+    """The flags as the library's :class:`~mutransfer.card.make.TransferRequest`."""
+    overrides = parse_overrides(args.overrides)
+    for flag, key in (("target_width", "width"), ("target_depth", "depth")):
+        value = getattr(args, flag)
+        if value is not None:
+            if key in overrides and overrides[key] != value:
+                raise ValueError(f"--{flag.replace('_', '-')} {value} contradicts --set {key}={overrides[key]}")
+            overrides[key] = value
+    run = RunChoices(
         schedule=args.schedule, decay_shape=args.decay_shape, lr_floor=args.lr_floor,
         batch_tokens=args.batch_tokens, batch_sequences=args.batch_size, dp_size=args.dp_size,
         micro_batch=args.micro_batch, weight_decay=args.weight_decay, wd_mode=args.wd_mode,
         warmup_tokens=args.warmup_tokens, warmup_fraction=args.warmup_fraction,
         decay_fraction=args.decay_fraction, extrapolation_limit=args.extrapolation_limit,
-        batch_rule=args.batch_rule, accept_edge=args.accept_edge, weights_dtype=args.weights_dtype,
-        tokenizer=args.tokenizer, vocab_change=vocab_change, arch_change=arch_change,
-        source=source, projected=projected, audit=audit, provenance={"study": study, "storage": storage},
-        warnings=warnings)
+        batch_rule=args.batch_rule, accept_edge=tuple(args.accept_edge))
+    return TransferRequest(
+        results=args.results, fit=args.fit, group=args.group, lr=args.lr, proxy_config=args.proxy_config,
+        preset=args.preset, parametrization=args.parametrization, base_width=args.base_width,
+        base_depth=args.base_depth, seq_len=args.seq_len, proxy_batch_tokens=args.proxy_batch_tokens,
+        proxy_tokens=args.proxy_tokens, target_preset=args.target_preset, overrides=overrides,
+        model_config=args.model_config, model=args.model, head_rule=args.head_rule, tokenizer=args.tokenizer,
+        weights_dtype=args.weights_dtype, allow_vocab_change=args.allow_vocab_change,
+        target_seq_len=args.target_seq_len, allow_arch_change=args.allow_arch_change, tokens=args.tokens,
+        tokens_per_param=args.tokens_per_param, scaling_fit=args.scaling_fit, audit=args.audit, run=run,
+        study=args.study, storage=args.storage)
+
+
+def run(args: argparse.Namespace) -> int:
+    check_flags(args)
+    made = make_card(request(args))
+    for note in made.notes:
+        print(f"mutransfer transfer: note: {note}", file=sys.stderr)
     card, plan, warnings = made.card, made.plan, made.warnings
-    path = save_card(card, args.out)
+    path = save_card(made, args.out)
     for line in card["trust"]["summary"]:
         print(f"mutransfer transfer: trust: {line}", file=sys.stderr)
     for w in warnings:
@@ -310,8 +265,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(card)
     else:
-        print(f"wrote {path}: base lr {plan.lr:.4g} for {target.kind} width {made.width} depth "
-              f"{made.depth} ({made.n_params / 1e6:.1f}M params), {plan.steps} steps of "
+        seq_len = card["batch"]["seq_len"]
+        print(f"wrote {path}: base lr {plan.lr:.4g} for {card['target']['model'].get('kind', 'model')} "
+              f"width {made.width} depth {made.depth} ({made.n_params / 1e6:.1f}M params), {plan.steps} steps of "
               f"{plan.batch_sequences} x {seq_len} = {plan.batch_tokens} tokens, "
               f"{plan.warmup_steps} warmup steps, weight decay {plan.weight_decay:.4g}")
     if args.strict and warnings:
@@ -319,43 +275,3 @@ def run(args: argparse.Namespace) -> int:
               "inspection, but it is not to be trusted as is", file=sys.stderr)
         return 1
     return 0
-
-
-def provenance(args: argparse.Namespace, source: dict[str, Any]) -> tuple[str | None, str | None]:
-    """Study name (flag, or the results' single study) and the storage without credentials."""
-    study = args.study or source.pop("study", None)
-    storage = None
-    if args.storage:
-        storage = mask_url(args.storage)
-    return study, storage
-
-
-def read_audit(path: str) -> dict[str, Any]:
-    """The held-out audit to record: a JSON list of rows (``analysis.holdout_audit``), or
-    an object with ``holdout`` (rows) and optionally ``passed``. Without ``passed`` the
-    verdict is computed on the rows of method ``ours`` (the baselines are shown, not
-    judged) by :data:`sweeps.holdout.CRITERIA`: LR within 1.3× of the measured optimum and,
-    where measured, a loss gap (loss / best − 1) of at most 0.25%."""
-    doc = read_json(path, "audit file")
-    rows = doc.get("holdout", doc.get("rows")) if isinstance(doc, dict) else doc
-    if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
-        raise ValueError(f"audit file {path!r} holds no audit rows (a list, or {{\"holdout\": [...]}})")
-    for i, r in enumerate(rows):
-        missing = [k for k in AUDIT_KEYS if k not in r]
-        if missing:
-            raise ValueError(f"audit file {path!r}: row {i} lacks {missing} (rows of "
-                             f"analysis.holdout_audit have {', '.join(AUDIT_KEYS)})")
-        for key in ("lr_ratio", "batch_ratio", "loss_gap", "pred_lr", "meas_lr"):
-            v = r.get(key)
-            if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool)
-                                      and math.isfinite(v)):
-                raise ValueError(f"audit file {path!r}: row {i} field {key} must be a finite number "
-                                 f"or null, got {v!r}")
-    passed = doc.get("passed") if isinstance(doc, dict) else None
-    if passed is None:
-        ours = [r for r in rows if r["method"] == "ours" and r["lr_ratio"] is not None]
-        if ours:
-            lim, gap = CRITERIA["lr_ratio"], CRITERIA["loss_gap"]
-            passed = all(1 / lim <= r["lr_ratio"] <= lim
-                         and (r.get("loss_gap") is None or r["loss_gap"] <= gap) for r in ours)
-    return {"holdout": rows, "passed": passed}

@@ -57,9 +57,6 @@ if TYPE_CHECKING:
 
 # analysis is imported inside the functions that fit: it imports pandas and scipy.
 
-#: The target on the CPU proxies (docs/architecture.md): LR within 1.3x of the measured
-#: optimum, loss within 0.25% of the best measured run.
-CRITERIA: dict[str, float] = {"lr_ratio": 1.3, "loss_gap": 0.0025}
 AXES: tuple[str, ...] = ("tokens", "batch_tokens")
 OURS = "ours"
 #: Fresh seeds per axis: two give the gap a standard error.
@@ -197,7 +194,7 @@ def run_holdout(
     the runner pickles (a runner path, or a module-level function). The baselines'
     held-out errors are their LR and batch ratios (their ``loss_gap`` stays None: training
     each of them would cost five more runs per axis)."""
-    from analysis.holdout import fill_loss_gap, holdout_audit
+    from analysis.holdout import AUDIT_CRITERIA, audit_verdict, fill_loss_gap, holdout_audit
 
     fn = load_runner(runner or DEFAULT_RUNNER) if not callable(runner) else runner
     rows = fit_rows(table, spec)
@@ -246,7 +243,7 @@ def run_holdout(
                      "best_loss_selection": best["loss"], "loss_gap_se": se, "seeds": list(seeds),
                      "cpu_s": sum(float(cache[point_key(c)].get("cpu_s", 0.0)) for c in pred_cfgs)})
     result = {"holdout": [plain(r, nonfinite_to_none=True) for r in table_rows],
-             "passed": passed(table_rows), "criteria": dict(CRITERIA),
+             "passed": audit_verdict(table_rows), "criteria": dict(AUDIT_CRITERIA),
              "runs": plain(runs, nonfinite_to_none=True), "study": spec.study_name(),
              "width": spec.width, "seq_len": seq, "seeds": list(seeds)}
     if out_path is not None:
@@ -336,15 +333,6 @@ def _picklable(fn: Any) -> bool:
     except Exception:
         return False
     return True
-
-
-def passed(rows: Sequence[Mapping[str, Any]]) -> bool | None:
-    """Ours within :data:`CRITERIA` on every audited axis (None when nothing was run)."""
-    ours = [r for r in rows if r.get("method") == OURS]
-    if not ours or any(r.get("loss_gap") is None or r.get("lr_ratio") is None for r in ours):
-        return None
-    return all(max(float(r["lr_ratio"]), 1.0 / float(r["lr_ratio"])) <= CRITERIA["lr_ratio"]
-               and float(r["loss_gap"]) <= CRITERIA["loss_gap"] for r in ours)
 
 
 def holdout_summary(result: Mapping[str, Any]) -> dict[str, Any]:

@@ -20,12 +20,14 @@ import hashlib
 import importlib.util
 import json
 import os
-import re
 import time
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from mutransfer.redact import SCHEME as _SCHEME
+from mutransfer.redact import mask_url, parsed_secrets
 
 if TYPE_CHECKING:
     import optuna
@@ -39,62 +41,16 @@ RDB_SCHEMES = ("postgresql", "postgres", "mysql", "sqlite", "mariadb", "oracle",
 STORAGE_ENV = "MUTRANSFER_STORAGE"
 #: Optuna's ``heartbeat_stale_trial_callback``: called with the study and each stale trial.
 StaleCallback = Callable[["optuna.study.Study", "optuna.trial.FrozenTrial"], None]
-_SCHEME = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]+):(?P<slashes>/*)")
-_SECRET_KEYS = re.compile(r"(?i)((?:^|[?&;])(?:password|passwd|pwd|pass|secret|token|sslpassword|"
-                          r"sslkey|api_key|apikey)=)[^&;#]*")
 
-
-def mask_url(url: str) -> str:
-    """``url`` with every secret replaced by ``***``: the password of the user info (also an
-    empty user name, ``://:pw@``, and passwords holding ``@`` or ``/``), and query values such
-    as ``?password=``. The one function every message and record goes through.
-
-    SQLAlchemy's own parser (:func:`sqlalchemy.engine.make_url`) supplies the password and
-    query values it sees, which are then scrubbed wherever they occur; the user info is cut
-    at the *last* ``@`` of the authority, so a raw ``@`` in the password cannot leak a tail.
-    """
-    text = str(url)
-    m = _SCHEME.match(text)
-    if m is None and "@" not in text:
-        return text
-    # without "//" the first "x:" may be a user name (``user:pw@host``): mask from the start
-    cut = m.end() if m is not None and m.group("slashes") else 0
-    head, rest = text[:cut], text[cut:]
-    main, qmark, query = rest.partition("?")
-    at = main.rfind("@")
-    if at >= 0:
-        user, colon, _ = main[:at].partition(":")
-        main = user + (":***" if colon else "") + main[at:]
-    if qmark:
-        query = _SECRET_KEYS.sub(r"\1***", query)
-    masked = head + main + qmark + query
-    for secret in _parsed_secrets(text):
-        if len(secret) >= 3:  # scrub what SQLAlchemy sees too, wherever it shows up
-            masked = masked.replace(secret, "***")
-    return masked
 
 
 def scrub(message: str, url: str) -> str:
     """``message`` with ``url`` and every secret in it masked (driver errors may echo them)."""
     message = message.replace(url, mask_url(url))
-    for secret in _parsed_secrets(url):
+    for secret in parsed_secrets(url):
         if len(secret) >= 3:
             message = message.replace(secret, "***")
     return message
-
-
-def _parsed_secrets(url: str) -> list[str]:
-    try:
-        from sqlalchemy.engine import make_url
-
-        u = make_url(url)
-    except Exception:  # not an SQLAlchemy URL (or SQLAlchemy missing): the regex did it
-        return []
-    out = [u.password] if u.password else []
-    for k, v in u.query.items():
-        if re.fullmatch(r"(?i)password|passwd|pwd|pass|secret|token|sslpassword|api_?key", k):
-            out += [v] if isinstance(v, str) else list(v)
-    return [str(s) for s in out if s]
 
 
 def _check_rdb_url(url: str) -> None:

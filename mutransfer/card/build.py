@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from mutransfer._io import atomic_write_text, plain, read_json, read_yaml_mapping
 from mutransfer._version import __version__
 from mutransfer.card.plan import RunPlan, lr_sensitivity, plan_run
+from mutransfer.card.request import ProxyPoint, RunChoices
 from mutransfer.card.schema import _C, SCHEMA_V2, _filled, _is_number, validate_card
 from mutransfer.card.target import PRECISION
 from mutransfer.card.trust import card_warnings, trust_block
@@ -76,6 +77,26 @@ def build_card(
     revision and date.
     The result has passed :func:`validate_card`.
     """
+    return validate_card(plain(_card_dict(
+        pz, lr=lr, optimizer=optimizer, schedule=schedule, batch=batch, target=target, source=source,
+        projected=projected, audit=audit, provenance=provenance, role_lr_mults=role_lr_mults)))
+
+
+def _card_dict(
+    pz: Parametrization,
+    *,
+    lr: float,
+    optimizer: Mapping[str, Any],
+    schedule: Mapping[str, Any],
+    batch: Mapping[str, Any],
+    target: Mapping[str, Any],
+    source: Mapping[str, Any] | None = None,
+    projected: Mapping[str, Any] | None = None,
+    audit: Mapping[str, Any] | None = None,
+    provenance: Mapping[str, Any] | None = None,
+    role_lr_mults: Mapping[str, float] | None = None,
+) -> dict[str, Any]:
+    """:func:`build_card`'s card before validation (its caller validates it once)."""
     if not (_is_number(lr) and 0 < lr < math.inf):
         raise ValueError(f"card field optimizer.lr: must be a positive finite number, got {lr!r}")
     opt = _filled("optimizer", optimizer)
@@ -127,7 +148,7 @@ def build_card(
         "audit": dict(audit) if audit else {"holdout": [], "passed": None},
         "provenance": prov,
     }
-    return validate_card(plain(card))
+    return card
 
 
 # ---- the card, made ---------------------------------------------------------------------
@@ -135,7 +156,7 @@ def build_card(
 
 @dataclass(frozen=True)
 class MadeCard:
-    """What :func:`make_card` made: the card and what it was made from."""
+    """A made card (:func:`mutransfer.card.make.make_card`) and what it was made from."""
 
     card: dict[str, Any]
     """The validated v2 card, ``trust`` first, ``projected.warnings`` complete."""
@@ -155,40 +176,20 @@ class MadeCard:
     """The target's depth."""
     warnings: list[str]
     """Every warning the card carries (``card["projected"]["warnings"]``)."""
+    notes: list[str] = dataclasses.field(default_factory=list)
+    """What the caller should say that casts no doubt on the card (e.g. the config's dtype)."""
 
 
-def make_card(
+def assemble_card(
     pz: Parametrization,
     target: TargetModel | HFTarget,
+    proxy: ProxyPoint,
+    run: RunChoices = RunChoices(),
     *,
-    proxy_lr: float,
-    proxy_lr_interval: Sequence[float | None] | None = None,
-    proxy_batch_tokens: float | None = None,
-    proxy_tokens: float | None = None,
     seq_len: int,
     tokens: float | None = None,
     tokens_per_param: float | None = None,
     laws: ScalingLawFit | None = None,
-    betas: Sequence[float] | None = None,
-    eps: float | None = None,
-    proxy_tau: float | None = None,
-    beta2_halflife_tokens: float | None = None,
-    role_lr_mults: Mapping[str, float] | None = None,
-    schedule: str = "wsd",
-    decay_shape: str = "1-sqrt",
-    lr_floor: float = 0.0,
-    batch_tokens: float | None = None,
-    batch_sequences: int | None = None,
-    dp_size: int | None = None,
-    micro_batch: int | None = None,
-    weight_decay: float | None = None,
-    wd_mode: str = "coupled",
-    warmup_tokens: float | None = None,
-    warmup_fraction: float | None = None,
-    decay_fraction: float | None = None,
-    extrapolation_limit: float = 100.0,
-    batch_rule: str = "auto",
-    accept_edge: Sequence[str] = (),
     weights_dtype: str = "float32",
     seq_len_from: str | None = None,
     tokenizer: str | None = None,
@@ -200,34 +201,27 @@ def make_card(
     provenance: Mapping[str, Any] | None = None,
     warnings: Sequence[str] = (),
 ) -> MadeCard:
-    """The card ``mutransfer transfer`` writes, made from values already resolved: plan
-    (:func:`~mutransfer.card.plan.plan_run`) → build (:func:`build_card`) → validate → the
-    card's own warnings (:func:`~mutransfer.card.trust.card_warnings`) → trust block
-    (:func:`~mutransfer.card.trust.trust_block`), ``trust`` placed right after ``schema``.
+    """The card assembled from values the transfer rules already resolved
+    (:func:`mutransfer.card.make.make_card` resolves them, and is the one call to make a
+    card): plan (:func:`~mutransfer.card.plan.plan_run`) → build → the card's own warnings
+    (:func:`~mutransfer.card.trust.card_warnings`) → trust block
+    (:func:`~mutransfer.card.trust.trust_block`), ``trust`` placed right after ``schema``
+    → validated once.
 
-    ``pz`` is the target's parametrization, ``target`` its model; the proxy's optimum is
-    ``proxy_lr`` (with its interval) at ``proxy_batch_tokens`` and ``proxy_tokens``.
-    The budget is ``tokens``, else ``tokens_per_param`` × the target's parameters. The
-    tuned proxy's Adam ``betas`` (beta2 then follows the target's batch), ``eps``,
-    weight-decay timescale ``proxy_tau`` and per-role LR multipliers carry over. The
-    run's choices (schedule … batch_rule) are ``plan_run``'s and ``transfer``'s flags.
-    ``projected`` holds what the proxy side measured (optionally ``at_edge`` and the
-    seeds' ``sensitivity``); ``warnings`` what was found before the plan. Nothing is
-    written: :func:`save_card` writes ``result.card``."""
+    ``pz`` is the target's parametrization, ``target`` its model, ``proxy`` the proxy's
+    measured point (its LR, batch, budget and the tuned settings that carry over) and
+    ``run`` the run's choices. The budget is ``tokens``, else ``tokens_per_param`` × the
+    target's parameters. ``projected`` holds what the proxy side measured (optionally
+    ``at_edge`` and the seeds' ``sensitivity``); ``warnings`` what was found before the
+    plan. Nothing is written: :func:`save_card` writes ``result.card``."""
     if (tokens is None) == (tokens_per_param is None):
         raise ValueError("give the target's token budget as tokens or tokens_per_param (one of them)")
     n_params, n_nonembed = target.n_params()
     budget = float(tokens) if tokens is not None else float(tokens_per_param) * n_params  # type: ignore[arg-type]
     width, depth = ((target.width, target.depth) if target.kind == "hf"  # type: ignore[union-attr]
                     else (target.config.width, target.config.depth))  # type: ignore[union-attr]
-    plan = plan_run(
-        proxy_lr=proxy_lr, proxy_lr_interval=proxy_lr_interval, tokens=budget, seq_len=seq_len, laws=laws,
-        proxy_batch_tokens=proxy_batch_tokens, proxy_tokens=proxy_tokens, batch_tokens=batch_tokens,
-        batch_sequences=batch_sequences, dp_size=dp_size, micro_batch=micro_batch, weight_decay=weight_decay,
-        wd_mode=wd_mode, warmup_tokens=warmup_tokens, warmup_fraction=warmup_fraction,
-        decay_fraction=decay_fraction, extrapolation_limit=extrapolation_limit, n_params=n_nonembed,
-        batch_rule=batch_rule, proxy_tau=proxy_tau, accept_edge=tuple(dict.fromkeys(accept_edge)),
-        beta2=betas[1] if betas else 0.95, beta2_halflife_tokens=beta2_halflife_tokens)
+    plan = plan_run(proxy, run, tokens=budget, seq_len=seq_len, laws=laws, n_params=n_nonembed)
+    wd_mode = run.wd_mode or "coupled"
     said = list(warnings) + list(plan.warnings)
     proj = dict(projected or {})
     at_edge = proj.pop("at_edge", None)
@@ -239,19 +233,20 @@ def make_card(
         sensitivity, laws, proxy_batch_tokens=plan.projected["proxy"]["batch_tokens"],
         proxy_tokens=plan.projected["proxy"]["tokens"], batch_tokens=plan.batch_tokens, tokens=budget))
     proj["warnings"] = said
-    wsd = schedule == "wsd"
-    card = build_card(
+    wsd = run.schedule == "wsd"
+    betas, eps = proxy.betas, proxy.eps
+    card = _card_dict(
         pz, lr=plan.lr,
         optimizer={"name": "muon" if pz.kind == "muon" else "adamw", "weight_decay": plan.weight_decay,
                    "wd_mode": wd_mode, "tau": plan.tau, "betas": [betas[0] if betas else 0.9, plan.beta2],
                    **({"eps": eps} if eps is not None else {})},
-        schedule={"kind": schedule, "warmup_steps": plan.warmup_steps, "warmup_tokens": plan.warmup_tokens,
+        schedule={"kind": run.schedule, "warmup_steps": plan.warmup_steps, "warmup_tokens": plan.warmup_tokens,
                   "decay_fraction": plan.decay_fraction if wsd else None,
-                  "decay_shape": decay_shape if wsd else None, "total_steps": plan.steps,
-                  "lr_floor": lr_floor},
+                  "decay_shape": run.decay_shape if wsd else None, "total_steps": plan.steps,
+                  "lr_floor": run.lr_floor},
         batch={"sequences": plan.batch_sequences, "tokens": plan.batch_tokens, "seq_len": seq_len,
-               "dp_size": dp_size, "micro_batch": plan.micro_batch,
-               "grad_accum": plan.batch_sequences // ((dp_size or 1) * plan.micro_batch),
+               "dp_size": run.dp_size, "micro_batch": plan.micro_batch,
+               "grad_accum": plan.batch_sequences // ((run.dp_size or 1) * plan.micro_batch),
                "rounding": plan.projected["batch_split"]["rule"]},
         target={"model": target.to_dict(), "width": width, "depth": depth,
                 **({"vocab_change": dict(vocab_change)} if vocab_change else {}),
@@ -259,17 +254,18 @@ def make_card(
                 **({"tokenizer": tokenizer} if tokenizer else {}),
                 "n_params": n_params, "n_params_nonembed": n_nonembed, "tokens": budget,
                 "tokens_per_param": budget / n_params, "seq_len": seq_len, "seq_len_from": seq_len_from,
-                "dp_size": dp_size, "dtype": weights_dtype, "precision": PRECISION[weights_dtype]},
-        source=source, projected=proj, audit=audit, provenance=provenance, role_lr_mults=role_lr_mults)
+                "dp_size": run.dp_size, "dtype": weights_dtype, "precision": PRECISION[weights_dtype]},
+        source=source, projected=proj, audit=audit, provenance=provenance, role_lr_mults=proxy.role_lr_mults)
+    card = plain(card)  # numpy scalars of a fit, as the checks below and the validator read them
     # What the assembled card says against itself, then how far to trust its values.
     said += [w for w in card_warnings(card) if w not in said]
     card["projected"]["warnings"] = said
     card["trust"] = trust_block(
-        projected=card["projected"], laws=laws, proxy_lr_interval=proxy_lr_interval, proxy_lr=proxy_lr,
-        proxy_batch_tokens=proxy_batch_tokens, proxy_tokens=proxy_tokens, batch_tokens=plan.batch_tokens,
+        projected=card["projected"], laws=laws, proxy_lr_interval=proxy.lr_interval, proxy_lr=proxy.lr,
+        proxy_batch_tokens=proxy.batch_tokens, proxy_tokens=proxy.tokens, batch_tokens=plan.batch_tokens,
         tokens=budget, steps=plan.steps, n_warnings=len(said))
     head = {"schema": card["schema"], "trust": card["trust"]}  # the first thing a reader sees
-    card = validate_card({**head, **{k: v for k, v in card.items() if k not in head}})
+    card = validate_card(plain({**head, **{k: v for k, v in card.items() if k not in head}}))
     return MadeCard(card=card, plan=plan, laws=laws, n_params=n_params, n_params_nonembed=n_nonembed,
                     tokens=budget, width=int(width), depth=int(depth), warnings=said)
 
@@ -277,18 +273,23 @@ def make_card(
 # ---- files ------------------------------------------------------------------------------
 
 
-def save_card(card: Mapping[str, Any], path: str | Path) -> Path:
-    """Validate, then write YAML (or JSON for a ``.json`` path) atomically."""
+def save_card(card: Mapping[str, Any] | MadeCard, path: str | Path) -> Path:
+    """Write a card as UTF-8 YAML (or JSON for a ``.json`` path) atomically. A
+    :class:`MadeCard`'s card was validated when it was made and is written as it is; any
+    other mapping is validated first."""
     import yaml
 
-    card = plain(validate_card(card))  # numpy scalars of a fit would stop YAML mid-write
+    if isinstance(card, MadeCard):
+        card = card.card
+    else:
+        card = plain(validate_card(card))  # numpy scalars of a fit would stop YAML mid-write
     path = Path(path)
     class NoAliasDumper(yaml.SafeDumper):  # a value written twice is written out twice
         def ignore_aliases(self, data: Any) -> bool:
             return True
 
-    text = json.dumps(card, indent=2) + "\n" if path.suffix == ".json" else yaml.dump(
-        card, Dumper=NoAliasDumper, sort_keys=False)
+    text = json.dumps(card, indent=2, ensure_ascii=False) + "\n" if path.suffix == ".json" else yaml.dump(
+        card, Dumper=NoAliasDumper, sort_keys=False, allow_unicode=True)
     return atomic_write_text(path, text)
 
 
@@ -315,4 +316,4 @@ def load_card(path: str | Path) -> dict[str, Any]:
         raise ValueError(f"transfer card {str(path)!r} is nested too deeply to read") from None
 
 
-__all__ = ["build_card", "MadeCard", "make_card", "load_card", "save_card"]
+__all__ = ["assemble_card", "build_card", "MadeCard", "load_card", "save_card"]

@@ -29,10 +29,9 @@ from analysis.tau import PUBLISHED_ETA_LAMBDA, PUBLISHED_ETA_LAMBDA_SOURCE, weig
 from mutransfer._io import read_json
 from mutransfer.card._estimate import _Bounds, _estimate
 from mutransfer.card.batch_plan import _plan_batch, _split_batch, beta2_for, cap_at_critical_batch
+from mutransfer.card.request import ProxyPoint, RunChoices
 
 __all__ = [
-    "BATCH_RULES",
-    "EDGE_VALUES",
     "RunPlan",
     "lr_sensitivity",
     "plan_run",
@@ -108,27 +107,11 @@ class RunPlan:
     """Adam's beta2 for the target (``projected.beta2`` says where it comes from)."""
 
 
-#: Values of the fit that ``--accept-edge`` may take although they are only bounds.
-EDGE_VALUES = ("batch", "lr")
-
-#: How the target's batch is chosen when none is given: ``fit`` = our B*(D); ``anchored`` =
-#: the published laws' growth in D from the proxy's largest bracketed B*
-#: (:func:`analysis.baselines.anchored_published_batch`); ``published`` = the published
-#: laws in the token budget (:func:`analysis.baselines.published_batch`); ``auto`` = ours
-#: unless it is in doubt (:meth:`~analysis.ScalingLawFit.batch_law_doubts`), then the
-#: anchored one when a budget's B* was bracketed, else the published one, flagged.
-BATCH_RULES = ("auto", "fit", "anchored", "published")
-
-
 def _check_plan_inputs(*, batch_rule: str, accept_edge: Sequence[str], laws: ScalingLawFit | None,
                        tokens: float, seq_len: int, batch_sequences: int | None, batch_tokens: float | None,
                        micro_batch: int | None) -> None:
     """The contradictions and bad values :func:`plan_run` refuses, before any work."""
-    if batch_rule not in BATCH_RULES:
-        raise ValueError(f"batch rule must be one of {', '.join(BATCH_RULES)}, got {batch_rule!r}")
     for what in accept_edge:
-        if what not in EDGE_VALUES:
-            raise ValueError(f"--accept-edge must be one of {', '.join(EDGE_VALUES)}, got {what!r}")
         if batch_rule != "fit":
             raise ValueError(f"--accept-edge {what} contradicts --batch-rule {batch_rule}: only --batch-rule "
                              "fit takes the fit's values as they are; drop one")
@@ -311,30 +294,13 @@ def _flags_and_baselines(ext: Mapping[str, float], limit: float, warnings: list[
 
 
 def plan_run(
+    proxy: ProxyPoint,
+    run: RunChoices = RunChoices(),
     *,
-    proxy_lr: float,
-    proxy_lr_interval: Sequence[float | None] | None,
     tokens: float,
     seq_len: int,
     laws: ScalingLawFit | None = None,
-    proxy_batch_tokens: float | None = None,
-    proxy_tokens: float | None = None,
-    batch_tokens: float | None = None,
-    batch_sequences: int | None = None,
-    dp_size: int | None = None,
-    micro_batch: int | None = None,
-    weight_decay: float | None = None,
-    wd_mode: str = "coupled",
-    warmup_tokens: float | None = None,
-    warmup_fraction: float | None = None,
-    decay_fraction: float | None = None,
-    extrapolation_limit: float = 100.0,
     n_params: float | None = None,
-    batch_rule: str = "auto",
-    proxy_tau: float | None = None,
-    accept_edge: Sequence[str] = (),
-    beta2: float = 0.95,
-    beta2_halflife_tokens: float | None = None,
 ) -> RunPlan:
 
     """Project the run of the target from the proxy optimum and (optionally) the laws.
@@ -371,7 +337,7 @@ def plan_run(
     Each projected value carries its interval and its extrapolation factor (target ÷
     largest measured, per axis); beyond ``extrapolation_limit`` a warning says so.
 
-    ``batch_rule`` (:data:`BATCH_RULES`): small proxies measure B* over a few hundred
+    ``run.batch_rule`` (:data:`mutransfer.card.request.BATCH_RULES`): small proxies measure B* over a few hundred
     thousand tokens, and a law fitted there can be 10^5x short of a real budget, or not
     resolved at all (:meth:`~analysis.ScalingLawFit.batch_law_doubts`; inside the limit
     our B*(D) carries it). Then ``auto`` takes the published laws written in the token
@@ -388,6 +354,15 @@ def plan_run(
     it is taken, recorded in ``projected.accepted_edges`` and warned about. Under ``auto``
     an edge batch falls back to the published laws (as above) and an edge LR is a warning.
     """
+    proxy_lr, proxy_lr_interval = proxy.lr, proxy.lr_interval
+    proxy_batch_tokens, proxy_tokens, proxy_tau = proxy.batch_tokens, proxy.tokens, proxy.tau
+    beta2 = proxy.betas[1] if proxy.betas else 0.95
+    beta2_halflife_tokens = proxy.beta2_halflife_tokens
+    batch_tokens, batch_sequences, dp_size, micro_batch = (
+        run.batch_tokens, run.batch_sequences, run.dp_size, run.micro_batch)
+    weight_decay, wd_mode = run.weight_decay, run.wd_mode or "coupled"
+    warmup_tokens, warmup_fraction, decay_fraction = run.warmup_tokens, run.warmup_fraction, run.decay_fraction
+    extrapolation_limit, batch_rule, accept_edge = run.extrapolation_limit, run.batch_rule, run.accept_edge
     _check_plan_inputs(batch_rule=batch_rule, accept_edge=accept_edge, laws=laws, tokens=tokens,
                        seq_len=seq_len, batch_sequences=batch_sequences, batch_tokens=batch_tokens,
                        micro_batch=micro_batch)

@@ -17,7 +17,8 @@ import pytest
 
 import mutransfer_cli
 from sweeps.spec_kinds import LRSweep
-from sweeps.storage import Storage, mask_url, read_storage_file
+from mutransfer.redact import mask_url
+from sweeps.storage import Storage, read_storage_file
 from sweeps.study import prepare, run_sweep
 from sweeps.worker import open_study
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from mutransfer.card.build import load_card, make_card, save_card
+from mutransfer.card.build import load_card, save_card
 from mutransfer.card.plan import read_scaling_fit
 from mutransfer.card.target import resolve_target, transfer_builder
 from mutransfer.card.trust import card_warnings
@@ -36,7 +36,7 @@ def _undated(card: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("tokens", [2e8, 4e6])  # past the fit's limit (warnings), and inside it
-def test_transfer_writes_make_cards_card(tmp_path: Path, tokens: float,
+def test_transfer_writes_make_cards_card(assemble_kw, tmp_path: Path, tokens: float,
                                          capsys: pytest.CaptureFixture[str]) -> None:
     fit = tmp_path / "fit.json"
     fit.write_text(json.dumps(FIT))
@@ -48,7 +48,7 @@ def test_transfer_writes_make_cards_card(tmp_path: Path, tokens: float,
     proxy = get_preset("gpt-tiny")
     target = resolve_target(proxy, overrides={"width": 256}, proxy_preset="gpt-tiny")
     pz = Parametrization(transfer_builder(target, proxy), width=256, base_width=proxy.width, kind="mup")
-    made = make_card(pz, target, proxy_lr=0.01, proxy_batch_tokens=1024, proxy_tokens=2e6,
+    made = assemble_kw(pz, target, proxy_lr=0.01, proxy_batch_tokens=1024, proxy_tokens=2e6,
                      seq_len=proxy.seq_len, seq_len_from="the target model's seq_len", tokens=tokens,
                      laws=read_scaling_fit(str(fit)), extrapolation_limit=10.0,
                      source=written["source"], provenance={"study": None, "storage": None})
@@ -68,14 +68,14 @@ def test_transfer_writes_make_cards_card(tmp_path: Path, tokens: float,
     assert _undated(load_card(tmp_path / "again.yaml")) == _undated(made.card)
 
 
-def test_make_card_takes_one_budget() -> None:
+def test_make_card_takes_one_budget(assemble_kw) -> None:
     proxy = get_preset("gpt-tiny")
     target = resolve_target(proxy, overrides={"width": 128}, proxy_preset="gpt-tiny")
     pz = Parametrization(transfer_builder(target, proxy), width=128, base_width=64, kind="mup")
     for kw in ({}, {"tokens": 1e6, "tokens_per_param": 20.0}):
         with pytest.raises(ValueError, match="tokens or tokens_per_param"):
-            make_card(pz, target, proxy_lr=0.01, seq_len=64, batch_sequences=8, **kw)
-    made = make_card(pz, target, proxy_lr=0.01, seq_len=64, batch_sequences=8, tokens_per_param=20.0)
+            assemble_kw(pz, target, proxy_lr=0.01, seq_len=64, batch_sequences=8, **kw)
+    made = assemble_kw(pz, target, proxy_lr=0.01, seq_len=64, batch_sequences=8, tokens_per_param=20.0)
     assert made.tokens == 20.0 * made.n_params == made.card["target"]["tokens"]
 
 

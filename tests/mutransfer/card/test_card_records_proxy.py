@@ -19,7 +19,6 @@ import pytest
 import mutransfer_cli
 from analysis.scaling_fit import ScalingLawFit
 from mutransfer.card.build import load_card
-from mutransfer.card.plan import plan_run
 
 pytest.importorskip("transformers", reason="the [engines] extra is not installed")
 tokenizers = pytest.importorskip("tokenizers")
@@ -182,13 +181,13 @@ PLAN = {"proxy_lr": 0.01, "proxy_lr_interval": [0.005, 0.02], "seq_len": 64, "pr
         "proxy_tokens": 2e6, "tokens": 2e8, "batch_sequences": 64}
 
 
-def test_an_unoptimised_tau_gives_the_published_decay_named_and_warned() -> None:
+def test_an_unoptimised_tau_gives_the_published_decay_named_and_warned(plan_kw) -> None:
     """tau at the sweep's one lambda ('default λ'): the card's eta·lambda per step is the
     published 4e-5 (not the 1/(tau·steps) that tau would give), the source names the
     recipes, a warning says so, and lambda gets no interval."""
     tau = {"value": 48.5, "ci": [40.0, 55.0], "source": "default λ"}
     laws = ScalingLawFit.from_dict({**LAWS, "tau": tau})
-    plan = plan_run(laws=laws, **PLAN)
+    plan = plan_kw(laws=laws, **PLAN)
     assert plan.lr * plan.weight_decay == pytest.approx(4e-5, rel=1e-12)
     assert plan.tau == pytest.approx(plan.batch_tokens / (4e-5 * 2e8), rel=1e-12)  # B / (eta·lambda·D)
     wd = plan.projected["weight_decay"]
@@ -198,9 +197,9 @@ def test_an_unoptimised_tau_gives_the_published_decay_named_and_warned() -> None
     assert any(w.startswith("weight decay not optimised") and f"{held:.2g}" in w for w in plan.warnings)
 
 
-def test_a_measured_tau_is_held_and_its_lambda_interval_includes_the_lrs() -> None:
+def test_a_measured_tau_is_held_and_its_lambda_interval_includes_the_lrs(plan_kw) -> None:
     laws = ScalingLawFit.from_dict({**LAWS, "tau": {"value": 0.2, "ci": [0.15, 0.3], "source": "measured"}})
-    plan = plan_run(laws=laws, **PLAN)
+    plan = plan_kw(laws=laws, **PLAN)
     b, d = plan.batch_tokens, 2e8
     assert plan.weight_decay == pytest.approx(b / (plan.lr * 0.2 * d), rel=1e-12)
     assert not any("weight decay not optimised" in w for w in plan.warnings)

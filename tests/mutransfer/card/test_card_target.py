@@ -174,17 +174,16 @@ def test_export_refuses_what_an_engine_cannot_carry_unless_dropped(tmp_path, cap
     assert "dropped card field schedule.kind" in capsys.readouterr().err
 
 
-def test_batch_is_rounded_to_a_power_of_two_friendly_multiple() -> None:
-    from mutransfer.card.plan import plan_run
-
-    plan = plan_run(proxy_lr=0.01, proxy_lr_interval=None, tokens=1e9, seq_len=64, batch_tokens=1194 * 64)
+def test_batch_is_rounded_to_a_power_of_two_friendly_multiple(plan_kw) -> None:
+    
+    plan = plan_kw(proxy_lr=0.01, proxy_lr_interval=None, tokens=1e9, seq_len=64, batch_tokens=1194 * 64)
     assert plan.batch_sequences % 8 == 0 and abs(plan.batch_sequences - 1194) <= 4
     assert plan.micro_batch == 8 and "power-of-two default" in plan.projected["batch_split"]["rule"]
-    plan = plan_run(proxy_lr=0.01, proxy_lr_interval=None, tokens=1e9, seq_len=64, batch_tokens=1194 * 64,
+    plan = plan_kw(proxy_lr=0.01, proxy_lr_interval=None, tokens=1e9, seq_len=64, batch_tokens=1194 * 64,
                     dp_size=6, micro_batch=4)
     assert plan.batch_sequences == 1200 and plan.micro_batch == 4  # a multiple of 24
     with pytest.raises(ValueError, match="--batch-size 30 is not a multiple of --dp-size 4"):
-        plan_run(proxy_lr=0.01, proxy_lr_interval=None, tokens=1e9, seq_len=64, batch_sequences=30, dp_size=4)
+        plan_kw(proxy_lr=0.01, proxy_lr_interval=None, tokens=1e9, seq_len=64, batch_sequences=30, dp_size=4)
 
 
 # ---- torchtitan -------------------------------------------------------------------------

@@ -91,27 +91,26 @@ def test_batch_law_in_doubt_falls_back_to_the_published_laws_in_tokens(tmp_path:
     assert "edge of the batch grid at 3 of 4 budgets" in load_card(out)["projected"]["batch_tokens"]["source"]
 
 
-def test_inside_the_limit_our_batch_law_carries_the_batch_even_when_its_exponent_is_uncertain() -> None:
+def test_inside_the_limit_our_batch_law_carries_the_batch_even_when_its_exponent_is_uncertain(plan_kw) -> None:
     """An exponent interval that reaches 0 is a wide interval, not a reason to borrow DeepSeek's
     law: inside the extrapolation limit the card's batch is B*(D) (with a warning saying the
     growth is unresolved); beyond the limit, or with B* at the grid's edge at most budgets,
     the published laws in tokens are the flagged fallback."""
     from analysis.baselines import published_batch
     from analysis.scaling_fit import ScalingLawFit
-    from mutransfer.card.plan import plan_run
-
+    
     loose = {**FIT, "batch": {"coef": 2.0, "exponents": {"tokens": 0.4}, "ci": {"tokens": [-0.05, 0.85]}}}
     laws = ScalingLawFit.from_dict(loose)
     kw = {"proxy_lr": 0.01, "proxy_lr_interval": None, "seq_len": 64, "laws": laws,
           "proxy_batch_tokens": 1024.0, "proxy_tokens": 8e6, "n_params": 5e6}
-    plan = plan_run(tokens=6.4e7, **kw)  # 8x the largest budget, limit 100x
+    plan = plan_kw(tokens=6.4e7, **kw)  # 8x the largest budget, limit 100x
     b_fit = 2.0 * 6.4e7**0.4
     assert "B*(D)" in plan.projected["batch_tokens"]["source"] and "batch_fit" not in plan.projected
     assert plan.batch_sequences == 8 * round(b_fit / 64 / 8)
     assert any("no growth with D is resolved" in w for w in plan.warnings)
     assert not any("batch from DeepSeek" in w for w in plan.warnings)
     # beyond the limit: DeepSeek's, flagged, ours beside it
-    far = plan_run(tokens=6.4e7, extrapolation_limit=4.0, **kw)
+    far = plan_kw(tokens=6.4e7, extrapolation_limit=4.0, **kw)
     b_ds = published_batch(6.4e7)["batch_tokens"]
     assert "DeepSeek" in far.projected["batch_tokens"]["source"] and "8x beyond" in far.warnings[0]
     assert far.projected["batch_fit"]["value"] == pytest.approx(b_fit, rel=1e-9)
@@ -119,7 +118,7 @@ def test_inside_the_limit_our_batch_law_carries_the_batch_even_when_its_exponent
     # B* a bound at 2 of 4 budgets: DeepSeek's, inside the limit too
     edged = ScalingLawFit.from_dict({**loose, "budgets": [{"tokens": t, "edge": e} for t, e in
                                                         ((1e6, "low"), (2e6, ""), (4e6, ""), (8e6, "low"))]})
-    assert "DeepSeek" in plan_run(tokens=6.4e7, **{**kw, "laws": edged}).projected["batch_tokens"]["source"]
+    assert "DeepSeek" in plan_kw(tokens=6.4e7, **{**kw, "laws": edged}).projected["batch_tokens"]["source"]
 
 
 def test_projection_from_the_scaling_fit_has_the_known_answers(tmp_path: Path, capsys) -> None:

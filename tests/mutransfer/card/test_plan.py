@@ -18,7 +18,7 @@ import pytest
 
 from analysis.scaling_fit import ScalingLawFit
 from mutransfer.card.build import load_card
-from mutransfer.card.plan import plan_run, read_scaling_fit
+from mutransfer.card.plan import read_scaling_fit
 from mutransfer_cli import main
 
 SEQ = 64
@@ -51,12 +51,12 @@ def fitted(tmp_path_factory: pytest.TempPathFactory) -> tuple[ScalingLawFit, Pat
     return fit, path
 
 
-def test_plan_equals_the_projection(fitted: tuple[ScalingLawFit, Path]) -> None:
+def test_plan_equals_the_projection(plan_kw, fitted: tuple[ScalingLawFit, Path]) -> None:
     fit, path = fitted
     laws = read_scaling_fit(path)
     assert isinstance(laws, ScalingLawFit)
     proxy_lr = float(fit.predict_lr(B_P, D_P)[0])  # the proxy sits on the law: the plan must land on it
-    plan = plan_run(proxy_lr=proxy_lr, proxy_lr_interval=None, tokens=D_T, seq_len=SEQ, laws=laws,
+    plan = plan_kw(proxy_lr=proxy_lr, proxy_lr_interval=None, tokens=D_T, seq_len=SEQ, laws=laws,
                     proxy_batch_tokens=B_P, proxy_tokens=D_P, batch_rule="fit", n_params=1e7)
     b_star, lo, hi = fit.batch_at(D_T)
     est = plan.projected["batch_tokens"]

@@ -11,7 +11,6 @@ import pytest
 from analysis.baselines import published_batch
 from analysis.scaling_fit import ScalingLawFit
 from mutransfer.card.batch_plan import beta2_for
-from mutransfer.card.plan import plan_run
 from mutransfer.training.config import TrainConfig
 from mutransfer.training.trainer import Trainer
 
@@ -32,10 +31,10 @@ def laws(**extra: object) -> ScalingLawFit:
     return ScalingLawFit.from_dict({**FIT, **extra})
 
 
-def test_batch_in_doubt_is_the_published_law_in_tokens_and_off_range_tpp_warns() -> None:
+def test_batch_in_doubt_is_the_published_law_in_tokens_and_off_range_tpp_warns(plan_kw) -> None:
     # 0.2 tokens per parameter, 10^3x past the budgets: the published laws in D, not B(6·N·D)
     d, n = 8e9, 4e10
-    plan = plan_run(tokens=d, laws=laws(), n_params=n, **KW)
+    plan = plan_kw(tokens=d, laws=laws(), n_params=n, **KW)
     pub = published_batch(d)
     assert plan.projected["batch_tokens"]["value"] == pytest.approx(pub["batch_tokens"])
     assert 0.5 <= plan.batch_tokens / pub["batch_tokens"] <= 2.0  # within 2x of the B(D) laws
@@ -43,13 +42,13 @@ def test_batch_in_doubt_is_the_published_law_in_tokens_and_off_range_tpp_warns()
         pytest.approx(pub["lo"]), pytest.approx(pub["hi"]))
     assert any("0.2 tokens per parameter" in w for w in plan.warnings)
     # 20 tokens per parameter: no such warning
-    assert not any("tokens per parameter" in w for w in plan_run(tokens=d, laws=laws(), n_params=4e8,
+    assert not any("tokens per parameter" in w for w in plan_kw(tokens=d, laws=laws(), n_params=4e8,
                                                                  **KW).warnings)
 
 
-def test_batch_capped_at_the_critical_batch_inside_the_limit_only() -> None:
+def test_batch_capped_at_the_critical_batch_inside_the_limit_only(plan_kw) -> None:
     # B*(8e7) = 2·(8e7)^0.4 = 3,170 tokens; B_crit(8e7) = 0.05·(8e7)^0.5 = 447 tokens: capped
-    plan = plan_run(tokens=8e7, laws=laws(noise_scale=NOISE), batch_rule="fit", **KW)
+    plan = plan_kw(tokens=8e7, laws=laws(noise_scale=NOISE), batch_rule="fit", **KW)
     crit = plan.projected["critical_batch"]
     assert crit["capped"] and crit["value"] == pytest.approx(0.05 * 8e7**0.5)
     assert crit["batch_tokens_before_cap"] == pytest.approx(2.0 * 8e7**0.4)
@@ -57,25 +56,25 @@ def test_batch_capped_at_the_critical_batch_inside_the_limit_only() -> None:
     assert crit["token_cost"] == pytest.approx(1 + plan.batch_tokens / crit["value"])
     assert any("capped there" in w for w in plan.warnings)
     # 10^4x past the GNS law's budgets (limit 100x): reported and warned, not capped
-    far = plan_run(tokens=8e10, laws=laws(noise_scale=NOISE), batch_rule="fit", accept_edge=(), **KW)
+    far = plan_kw(tokens=8e10, laws=laws(noise_scale=NOISE), batch_rule="fit", accept_edge=(), **KW)
     assert not far.projected["critical_batch"]["capped"]
     assert far.projected["batch_tokens"]["value"] == pytest.approx(2.0 * 8e10**0.4)
     # a given batch is never changed
-    given = plan_run(tokens=8e7, laws=laws(noise_scale=NOISE), batch_sequences=64, **KW)
+    given = plan_kw(tokens=8e7, laws=laws(noise_scale=NOISE), batch_sequences=64, **KW)
     assert given.batch_sequences == 64 and not given.projected["critical_batch"]["capped"]
     # no GNS in the fit: no critical batch section
-    assert "critical_batch" not in plan_run(tokens=8e7, laws=laws(), batch_rule="fit", **KW).projected
+    assert "critical_batch" not in plan_kw(tokens=8e7, laws=laws(), batch_rule="fit", **KW).projected
 
 
-def test_lr_held_at_the_largest_measured_batch() -> None:
-    inside = plan_run(tokens=8e6, laws=laws(), batch_sequences=64, **KW)  # 4,096 tokens, measured
+def test_lr_held_at_the_largest_measured_batch(plan_kw) -> None:
+    inside = plan_kw(tokens=8e6, laws=laws(), batch_sequences=64, **KW)  # 4,096 tokens, measured
     assert inside.lr == pytest.approx(0.01 * (4096 / 1024) ** 0.3, rel=1e-12)
-    past = plan_run(tokens=8e6, laws=laws(), batch_sequences=1024, **KW)  # 65,536 tokens: 8x past 8,192
+    past = plan_kw(tokens=8e6, laws=laws(), batch_sequences=1024, **KW)  # 65,536 tokens: 8x past 8,192
     assert past.lr == pytest.approx(0.01 * (8192 / 1024) ** 0.3, rel=1e-12)
     assert any("the LR is that batch's" in w for w in past.warnings)
 
 
-def test_beta2_by_token_half_life() -> None:
+def test_beta2_by_token_half_life(plan_kw) -> None:
     # the proxy's beta2 kept by default, the half-life rule's value beside it
     b = beta2_for(1_286_144, beta2=0.95, proxy_batch_tokens=64)
     assert b["value"] == 0.95 and "not rescaled" in b["source"]
@@ -85,7 +84,7 @@ def test_beta2_by_token_half_life() -> None:
     # opted in: 0.5^(B / t½) at the target's batch
     on = beta2_for(4096, halflife_tokens=t_half)
     assert on["value"] == pytest.approx(0.95 ** 64) and "Marek" in on["source"]
-    plan = plan_run(tokens=8e6, laws=laws(), batch_sequences=64, beta2_halflife_tokens=t_half, **KW)
+    plan = plan_kw(tokens=8e6, laws=laws(), batch_sequences=64, beta2_halflife_tokens=t_half, **KW)
     assert plan.beta2 == pytest.approx(0.5 ** (4096 / t_half)) == plan.projected["beta2"]["value"]
     with pytest.raises(ValueError, match="beta2_halflife_tokens"):
         beta2_for(64, halflife_tokens=-1.0)
@@ -117,7 +116,7 @@ def test_card_warns_when_the_hidden_lr_leaves_the_published_range() -> None:
     assert not any("published LRs" in w for w in card_warnings(card))
 
 
-def test_batch_in_doubt_grows_the_proxys_bracketed_best_batch_as_the_published_laws_grow() -> None:
+def test_batch_in_doubt_grows_the_proxys_bracketed_best_batch_as_the_published_laws_grow(plan_kw) -> None:
     from analysis.baselines import anchored_published_batch
 
     # known answer: the anchor 34 tokens at 16,384 grown 8x in D by D^(0.3271/0.4757) and D^0.571
@@ -139,18 +138,18 @@ def test_batch_in_doubt_grows_the_proxys_bracketed_best_batch_as_the_published_l
     fit = laws(budgets=budgets)
     assert fit.batch_anchor() == {"tokens": 8e6, "batch_tokens": 900.0, "lo": 700.0, "hi": 1200.0}
     d = 6.4e7
-    plan = plan_run(tokens=d, laws=fit, **KW)
+    plan = plan_kw(tokens=d, laws=fit, **KW)
     want = anchored_published_batch(d, 8e6, 900.0, 700.0, 1200.0)
     est = plan.projected["batch_tokens"]
     assert est["value"] == pytest.approx(want["batch_tokens"])
     assert (est["lo"], est["hi"]) == (pytest.approx(want["lo"]), pytest.approx(want["hi"]))
     assert "bracketed B*" in est["source"] and any("bracketed B*" in w for w in plan.warnings)
     # --batch-rule published still takes the published laws; with no bracketed budget, auto does too
-    pub = plan_run(tokens=d, laws=fit, batch_rule="published", **KW)
+    pub = plan_kw(tokens=d, laws=fit, batch_rule="published", **KW)
     assert pub.projected["batch_tokens"]["value"] == pytest.approx(published_batch(d)["batch_tokens"])
     none = laws(budgets=[{**b, "edge": "low"} for b in budgets])
     assert none.batch_anchor() is None
-    assert plan_run(tokens=d, laws=none, **KW).projected["batch_tokens"]["value"] == pytest.approx(
+    assert plan_kw(tokens=d, laws=none, **KW).projected["batch_tokens"]["value"] == pytest.approx(
         published_batch(d)["batch_tokens"])
     with pytest.raises(ValueError, match="anchored needs a budget"):
-        plan_run(tokens=d, laws=none, batch_rule="anchored", **KW)
+        plan_kw(tokens=d, laws=none, batch_rule="anchored", **KW)

@@ -1,10 +1,12 @@
-"""The proxy side of ``mutransfer transfer``: its base LR and where it comes from (an LR
-sweep's table, a ``fit optimum`` document, ``--lr``), and the settings of a tuned proxy
-(``--proxy-config``, or the table's columns) that the card must carry."""
+"""The proxy side of a transfer: its base LR and where it comes from (an LR sweep's table,
+a ``fit optimum`` document, a given LR), and the settings of a tuned proxy (its training
+config, or the table's columns) that the card must carry.
+
+The functions read a request's fields (:class:`mutransfer.card.make.TransferRequest`,
+flattened into the names of ``mutransfer transfer``'s flags) and fill the ones left open."""
 
 from __future__ import annotations
 
-import argparse
 import math
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,10 +20,9 @@ from mutransfer._io import read_json
 from mutransfer.parametrize.specs import Multipliers
 from mutransfer.training.config import TrainConfig, load_config
 from mutransfer.training.trainer import base_sizes
-from mutransfer_cli._table import optimum_sensitivity
 
 
-def proxy_optimum(args: argparse.Namespace, seq_len: int, tuned: TunedProxy | None = None
+def proxy_optimum(args: Any, seq_len: int, tuned: TunedProxy | None = None
                   ) -> tuple[float, list | None, dict, dict, list[float], float | None, float | None]:
     """The proxy's base LR and where it comes from: ``(lr, interval, projected, source,
     proxy widths, proxy batch tokens, proxy tokens)``. The tuned proxy's own LR, batch
@@ -58,7 +59,7 @@ class TunedProxy(NamedTuple):
     tokens: float | None
 
 
-def read_proxy_config(args: argparse.Namespace) -> TunedProxy:
+def read_proxy_config(args: Any) -> TunedProxy:
     """Read ``--proxy-config`` (a TrainConfig file, validated as the trainer validates it)
     and fill the proxy flags left unset from it; a flag that contradicts it -> ValueError
     naming both values. Its weight decay becomes a timescale tau = B / (eta·lambda·D)
@@ -95,7 +96,7 @@ CARRIED = ("input_mult", "output_mult", "attn_mult", "residual_mult", "lr_mult_i
 
 
 def tuned_proxy(values: Mapping[str, Any], *, lr: float, model: Any, batch_tokens: float | None,
-                tokens: float | None, args: argparse.Namespace, origin: str) -> TunedProxy:
+                tokens: float | None, args: Any, origin: str) -> TunedProxy:
     """The proxy settings the card carries (:data:`CARRIED`; absent ones take the
     TrainConfig defaults, checked as the trainer checks them). ``--wd-mode`` left unset
     takes the proxy's; one that contradicts it -> ValueError. A weight decay becomes its
@@ -125,7 +126,7 @@ def tuned_proxy(values: Mapping[str, Any], *, lr: float, model: Any, batch_token
         batch_tokens=batch_tokens, tokens=tokens)
 
 
-def optimum_from_results(args: argparse.Namespace, seq_len: int
+def optimum_from_results(args: Any, seq_len: int
                          ) -> tuple[float, list, dict, dict, list[float], float | None, float | None]:
     """Fit the optimum per width on an LR sweep's table, with the same checks as
     ``mutransfer fit`` (non-numeric lr, NaN loss not marked diverged: one error)."""
@@ -139,7 +140,7 @@ def optimum_from_results(args: argparse.Namespace, seq_len: int
     lr = float(fit.params_[widest])
     lo, hi = (float(v) if math.isfinite(v) else None for v in fit.ci_[widest])  # open side: None
     projected: dict[str, Any] = {"at_edge": bool(fit.group(widest).at_edge),
-                                 "sensitivity": optimum_sensitivity(fit.group(widest))}
+                                 "sensitivity": fit.group(widest).sensitivity_dict()}
     if len(fit.params_) >= 2:
         projected["drift"] = fit.drift("width").to_dict()
     source = {"results": str(args.results), "n_trials": int(len(df)),
