@@ -47,7 +47,7 @@ from analysis.plots import (
     plot_power_law,
 )
 from analysis.powerlaw import PowerLawFit, PowerLawPrediction
-from analysis.project import Estimate, Projection, project
+from analysis.projection import Estimate, Projection, project
 from analysis.results import PROXY_COLUMNS, RESULTS_COLUMNS, check_single_valued, proxy_record, read_results
 from analysis.scaling_fit import ScalingCurves, ScalingLawFit
 from analysis.scaling_plots import (
