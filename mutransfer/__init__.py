@@ -9,7 +9,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from mutransfer._lazy import lazy_exports
+from mutransfer._siblings import check_siblings as _check_siblings
 from mutransfer._version import __version__
+
+# The library imports `analysis`: a user's analysis.py first on sys.path is named here, in one
+# line, not met later as "'analysis' is not a package" (the CLI checks `sweeps` as well).
+_check_siblings(("analysis",))
 
 if TYPE_CHECKING:
     from mutransfer.card.apply import Applied, apply_card
