@@ -47,8 +47,8 @@ from analysis.plots import (
     plot_power_law,
 )
 from analysis.powerlaw import PowerLawFit, PowerLawPrediction
-from analysis.project import Estimate, Projection, project
-from analysis.results import PROXY_COLUMNS, RESULTS_COLUMNS, check_single_valued, proxy_record, read_results
+from analysis.projection import Estimate, Projection, project
+from analysis.results import PROXY_COLUMNS, check_single_valued, proxy_record, read_results
 from analysis.scaling_fit import ScalingCurves, ScalingLawFit
 from analysis.scaling_plots import (
     CriticalBatchComparison,
@@ -88,7 +88,6 @@ __all__ = [
     "weight_decay_for",
     "HOFFMANN_DELTA",
     "HOFFMANN_GRID",
-    "RESULTS_COLUMNS",
     "ChinchillaFit",
     "ComputeOptimal",
     "CriticalBatchFit",

@@ -12,15 +12,7 @@ import pandas as pd
 
 from ._io import require_columns
 
-__all__ = ["PROXY_COLUMNS", "RESULTS_COLUMNS", "check_single_valued", "proxy_record", "read_results"]
-
-#: Column names of the sweeps -> analysis results table (docs/architecture.md, "Results table").
-RESULTS_COLUMNS: tuple[str, ...] = (
-    "study", "trial", "state", "diverged", "parametrization", "width", "depth", "n_params",
-    "n_params_nonembed", "tokens", "steps", "batch_size", "seq_len", "batch_tokens", "lr",
-    "seed", "loss", "train_loss", "gns", "wall_s",
-)
-
+__all__ = ["PROXY_COLUMNS", "check_single_valued", "proxy_record", "read_results"]
 
 #: Columns that say what the proxy was (the trainer's row): its architecture, tokenizer,
 #: vocabulary, context, compute dtype and depth. Every fit records them (:func:`proxy_record`) and

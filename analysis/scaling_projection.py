@@ -24,7 +24,7 @@ from ._fitted import check_is_fitted
 from ._io import finite_or_none as _num
 from ._stats import SeedSpread, check_level, seed_spread
 from .baselines import scaling_baselines
-from .project import Estimate
+from .projection import Estimate
 from .scaling_doc import edge_flags
 from .schedule import ScheduleRules, warmup_from_section
 from .tau import PUBLISHED_ETA_LAMBDA, PUBLISHED_ETA_LAMBDA_SOURCE, _arr, tau_from, weight_decay_for

@@ -9,7 +9,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from mutransfer._lazy import lazy_exports
+from mutransfer._siblings import check_siblings as _check_siblings
 from mutransfer._version import __version__
+
+# The library imports `analysis`: a user's analysis.py first on sys.path is named here, in one
+# line, not met later as "'analysis' is not a package" (the CLI checks `sweeps` as well).
+_check_siblings(("analysis",))
 
 if TYPE_CHECKING:
     from mutransfer.card.apply import Applied, apply_card
@@ -28,7 +33,7 @@ if TYPE_CHECKING:
     from mutransfer.models.presets import get_preset, width_ladder
     from mutransfer.parametrize.base_shapes import load_base_shapes
     from mutransfer.parametrize.fold import fold
-    from mutransfer.parametrize.parametrization import Parametrization, parametrize
+    from mutransfer.parametrize.parametrization import Parametrization, parametrize_model
     from mutransfer.parametrize.specs import Multipliers, ParamSpec, Rule
     from mutransfer.training.checkpoint import load_checkpoint, save_checkpoint
     from mutransfer.training.config import (
@@ -67,7 +72,7 @@ __all__ = [
     # models
     "GPT", "GPTConfig", "MLP", "MLPConfig", "get_preset", "width_ladder",
     # parametrization: the rule table, its multipliers and the folded export
-    "Parametrization", "Multipliers", "Rule", "ParamSpec", "parametrize", "load_base_shapes", "fold",
+    "Parametrization", "Multipliers", "Rule", "ParamSpec", "parametrize_model", "load_base_shapes", "fold",
     # training: the config tree, the trainer, its optimizers, schedules and data
     "TrainConfig", "ModelSection", "ParametrizationSection", "OptimSection", "ScheduleSection",
     "RunSection", "StabilizerSection", "OutputSection", "load_config", "Trainer", "TrainResult", "train",
@@ -113,7 +118,7 @@ __getattr__, __dir__ = lazy_exports(__name__, {
     "mutransfer.models.presets": ("get_preset", "width_ladder"),
     "mutransfer.training.noise_scale": ("NoiseScaleEstimator", "grad_sq_norm"),
     "mutransfer.training.optim": ("build_optimizer", "set_lr", "OptimizerList", "qk_clip"),
-    "mutransfer.parametrize.parametrization": ("Parametrization", "parametrize"),
+    "mutransfer.parametrize.parametrization": ("Parametrization", "parametrize_model"),
     "mutransfer.card.plan": ("plan_run",),
     "mutransfer.training.schedules": (
         "ScheduleConfig", "Schedule", "make_schedule", "BatchRampConfig", "BatchRamp", "NoiseScaleRamp",

@@ -10,7 +10,8 @@ Verb modules are imported only when that verb runs: ``mutransfer --help`` lists 
 with its module's ``HELP``, read from the module's source (:func:`verb_help`) rather than by
 importing it, so the CLI starts fast (no torch, optuna, scipy or pandas). User-input errors raise
 :class:`UsageError` or ``ValueError``; ``main`` prints one line and exits 2, as it does for
-an ``OSError`` (an unwritable output path) that a verb did not catch first.
+an ``OSError`` (an unwritable output path) that a verb did not catch first, and for a user's
+``analysis.py`` or ``sweeps.py`` that shadows our package of that name (:func:`shadowed`).
 """
 
 from __future__ import annotations
@@ -21,8 +22,6 @@ import importlib
 import os
 import sys
 from pathlib import Path
-
-from mutransfer._version import __version__
 
 #: verb -> module, in the order of the user's day.
 MODULES: dict[str, str] = {
@@ -74,6 +73,8 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
         "fit the scaling laws, export a config for the big run.",
     )
 
+    from mutransfer._version import __version__
+
     parser.add_argument("--version", action="version", version=f"mutransfer {__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
     for name, (module, help_) in VERBS.items():
@@ -83,7 +84,26 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def shadowed() -> str | None:
+    """The one error line when a user's ``analysis``/``sweeps`` file or folder comes first on
+    ``sys.path`` (mutransfer._siblings), else None. This module imports nothing of the library
+    at its top, so that ``main`` is reached and says so instead of a traceback."""
+    try:
+        from mutransfer._siblings import check_siblings  # importing mutransfer checks `analysis`
+
+        check_siblings(("analysis", "sweeps"))
+    except ImportError as exc:
+        if getattr(exc, "shadowing", None) is None:
+            raise
+        return str(exc)
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
+    line = shadowed()
+    if line is not None:
+        print(line, file=sys.stderr)
+        return 2
     argv = list(sys.argv[1:] if argv is None else argv)
     verb = next((a for a in argv if not a.startswith("-")), None)
     if verb is not None and verb not in VERBS:

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 def _estimate(value: float, lo: float | None, hi: float | None, level: float, source: str,
               extrapolation: float = 1.0) -> dict[str, Any]:
-    """The projection's value record (as ``analysis.project.Estimate.to_dict()``)."""
+    """The projection's value record (as ``analysis.projection.Estimate.to_dict()``)."""
     return {"value": float(value), "lo": None if lo is None else float(lo),
             "hi": None if hi is None else float(hi), "level": float(level), "source": source,
             "extrapolation": float(extrapolation)}

@@ -515,7 +515,7 @@ class Parametrization(ForwardMultipliers):
                 f" base_width={self.base_width}, depth={self.depth}, base_depth={self.base_depth})")
 
 
-def parametrize(builder: Builder, **kwargs: Any) -> tuple[nn.Module, Parametrization]:
+def parametrize_model(builder: Builder, **kwargs: Any) -> tuple[nn.Module, Parametrization]:
     """Shortcut: ``Parametrization(builder, **kwargs)``, built. Returns (model, pz)."""
     seed = kwargs.pop("seed", None)
     device = kwargs.pop("device", None)
@@ -523,4 +523,4 @@ def parametrize(builder: Builder, **kwargs: Any) -> tuple[nn.Module, Parametriza
     return pz.build(device=device, seed=seed), pz
 
 
-__all__ = ["Parametrization", "parametrize"]
+__all__ = ["Parametrization", "parametrize_model"]
