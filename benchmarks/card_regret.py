@@ -200,13 +200,10 @@ def card_request(sz: Size, doc: dict[str, Any], opt: dict[str, float]) -> Any:
     from analysis.scaling_fit import ScalingLawFit
     from mutransfer.card.make import TransferRequest
     from mutransfer.card.request import RunChoices
-    from mutransfer.models.presets import get_preset
-
-    proxy = get_preset(sz.preset).replace(width=sz.width, depth=sz.depth, head_dim=sz.head_dim,
-                                          seq_len=sz.seq_len)
     return TransferRequest(
         lr=opt["lr"], lr_interval=(opt["lr_lo"], opt["lr_hi"]), proxy_batch_tokens=opt["batch_tokens"],
-        proxy_tokens=opt["tokens"], preset=sz.preset, proxy_model=proxy, parametrization="completep",
+        proxy_tokens=opt["tokens"], preset=sz.preset, parametrization="completep",
+        proxy_overrides={"width": sz.width, "depth": sz.depth, "head_dim": sz.head_dim, "seq_len": sz.seq_len},
         base_width=sz.width, base_depth=sz.depth, seq_len=sz.seq_len,
         overrides={"width": RATIOS["width"] * sz.width, "depth": RATIOS["depth"] * sz.depth},
         tokens=float(RATIOS["tokens"] * max(sz.tokens)),

@@ -22,7 +22,9 @@ if TYPE_CHECKING:
     from mutransfer.card.engines.hf import hf_param_groups
     from mutransfer.card.engines.torchtitan import torchtitan_param_groups
     from mutransfer.card.export import export_card
+    from mutransfer.card.make import TransferRequest, make_card
     from mutransfer.card.plan import plan_run
+    from mutransfer.card.request import ProxyPoint, RunChoices
     from mutransfer.card.schema import validate_card
     from mutransfer.card.target import TargetModel, build_target_model, resolve_target
     from mutransfer.checks.audit import audit
@@ -84,6 +86,7 @@ __all__ = [
     # checks: coordinate check and audit
     "coord_check", "CoordCheckResult", "audit", "AuditResult",
     # the transfer card: target, plan, build, validate, apply, export
+    "TransferRequest", "make_card", "RunChoices", "ProxyPoint",
     "TargetModel", "resolve_target", "build_target_model", "plan_run", "build_card", "save_card",
     "load_card", "validate_card", "apply_card", "Applied", "export_card", "hf_param_groups",
     "torchtitan_param_groups",
@@ -107,6 +110,8 @@ __getattr__, __dir__ = lazy_exports(__name__, {
     "mutransfer.training.corpus": ("build_stdlib_corpus",),
     "mutransfer.training.data": ("DataConfig", "TokenDataset", "load_dataset"),
     "mutransfer.card.export": ("export_card",),
+    "mutransfer.card.make": ("TransferRequest", "make_card"),
+    "mutransfer.card.request": ("RunChoices", "ProxyPoint"),
     "mutransfer.card.engines.hf": ("hf_param_groups",),
     "mutransfer.card.engines.torchtitan": ("torchtitan_param_groups",),
     "mutransfer.parametrize.fold": ("fold",),

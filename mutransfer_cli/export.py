@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         export = export_card(card, args.engine, model=model, dp_size=args.dp_size,
-                             micro_batch=args.micro_batch, drop=args.drop)
+                             micro_batch=args.micro_batch, drop=args.drop, validated=True)
     for w in caught:
         print(f"mutransfer export: warning: {w.message}", file=sys.stderr)
     out = Path(args.out)

@@ -45,6 +45,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--fit", metavar="F.json",
                      help="optimum JSON of `mutransfer fit optimum` (the widest group, or --group)")
     src.add_argument("--lr", type=positive_float, help="use this base LR instead of fitting one")
+    p.add_argument("--lr-interval", type=_interval, default=None, metavar="LO,HI",
+                   help="with --lr: its interval, e.g. from your own sweep (LO or HI may be empty: open)")
     p.add_argument("--group", default=None, metavar="KEY=VALUE[,KEY=VALUE]",
                    help="with --fit: the group to take the optimum from (default: the largest width "
                    "of this parametrization)")
@@ -60,6 +62,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    f"{DEFAULT_PRESET})")
     g.add_argument("--parametrization", "-p", default=None,
                    help="mup | completep | muon (default: --proxy-config's, else mup)")
+    g.add_argument("--proxy-set", dest="proxy_overrides", action="append", type=key_value, default=[],
+                   metavar="KEY=VALUE",
+                   help="a proxy model field where it differs from --preset's (repeatable), e.g. "
+                   "--proxy-set head_dim=16: μP's attention scale is anchored at the proxy's head dim")
     g.add_argument("--base-width", type=positive_int, default=None,
                    help="base width of the sweep (default: the smallest width in the results)")
     g.add_argument("--base-depth", type=positive_int, default=None,
@@ -166,6 +172,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "the exit status says it is not to be trusted as is")
 
 
+def _interval(text: str) -> tuple[float | None, float | None]:
+    """``"LO,HI"`` -> (LO, HI), each a positive number or empty (an open side: None)."""
+    parts = text.split(",")
+    if len(parts) != 2:
+        raise argparse.ArgumentTypeError(f"--lr-interval takes LO,HI, got {text!r}")
+    out = []
+    for part in parts:
+        part = part.strip()
+        if not part:
+            out.append(None)
+            continue
+        try:
+            v = float(part)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"--lr-interval takes LO,HI numbers, got {text!r}") from None
+        if not (math.isfinite(v) and v > 0):
+            raise argparse.ArgumentTypeError(f"--lr-interval takes positive finite numbers, got {text!r}")
+        out.append(v)
+    return out[0], out[1]
+
+
 def check_flags(args: argparse.Namespace) -> None:
     """Every flag's range and the flags' contradictions, before any work (one ValueError
     naming the flag); the transfer rules themselves are :func:`mutransfer.card.make.make_card`'s."""
@@ -188,6 +215,8 @@ def check_flags(args: argparse.Namespace) -> None:
             raise ValueError(f"{flag} must be a finite number {bound}, got {value!r}")
     if args.group and not args.fit:
         raise ValueError("--group only goes with --fit")
+    if args.lr_interval is not None and args.lr is None:
+        raise ValueError("--lr-interval only goes with --lr")
     if args.batch_size is not None and args.batch_tokens is not None:
         raise ValueError("give --batch-size or --batch-tokens, not both")
     for what in dict.fromkeys(args.accept_edge):  # a bound taken as a value: only with the fit's rule
@@ -240,8 +269,9 @@ def request(args: argparse.Namespace) -> TransferRequest:
         decay_fraction=args.decay_fraction, extrapolation_limit=args.extrapolation_limit,
         batch_rule=args.batch_rule, accept_edge=tuple(args.accept_edge))
     return TransferRequest(
-        results=args.results, fit=args.fit, group=args.group, lr=args.lr, proxy_config=args.proxy_config,
-        preset=args.preset, parametrization=args.parametrization, base_width=args.base_width,
+        results=args.results, fit=args.fit, group=args.group, lr=args.lr, lr_interval=args.lr_interval, proxy_config=args.proxy_config,
+        preset=args.preset, proxy_overrides=parse_overrides(args.proxy_overrides),
+        parametrization=args.parametrization, base_width=args.base_width,
         base_depth=args.base_depth, seq_len=args.seq_len, proxy_batch_tokens=args.proxy_batch_tokens,
         proxy_tokens=args.proxy_tokens, target_preset=args.target_preset, overrides=overrides,
         model_config=args.model_config, model=args.model, head_rule=args.head_rule, tokenizer=args.tokenizer,

@@ -42,16 +42,19 @@ ENGINES: tuple[str, ...] = ("hf", "torchtitan", "megatron")
 
 def export_card(card: Mapping[str, Any], engine: str, model: nn.Module | None = None, *,
                 dp_size: int | None = None, micro_batch: int | None = None,
-                drop: Iterable[str] = ()) -> dict[str, Any]:
+                drop: Iterable[str] = (), validated: bool = False) -> dict[str, Any]:
     """The card as ``engine``'s config (see the module docstring), after
-    :func:`mutransfer.card.schema.validate_card`. With ``model``, the card must describe it (names
+    :func:`mutransfer.card.schema.validate_card` (skipped with ``validated=True``, for a card
+    :func:`~mutransfer.card.build.load_card` or ``make_card`` has just validated: one
+    validation per export). With ``model``, the card must describe it (names
     and shapes; the first mismatch is named). ``dp_size``/``micro_batch`` split the card's
     global batch (:func:`mutransfer.card.engines._common.split_batch`); ``drop`` names card fields
     the engine may leave out (each recorded in ``dropped``), any other field it cannot
     carry is a ValueError naming it."""
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
-    card = validate_card(card)
+    if not validated:
+        card = validate_card(card)
     if model is not None:
         check_model(model, card)
     drop = tuple(drop)

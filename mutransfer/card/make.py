@@ -23,7 +23,7 @@ from mutransfer.card.plan import read_scaling_fit
 from mutransfer.card.proxy import proxy_optimum, read_proxy_config, tuned_proxy
 from mutransfer.card.request import ProxyPoint, RunChoices
 from mutransfer.card.rules import check_arch, check_vocab, reconcile_proxy, target_context, target_parametrization
-from mutransfer.card.target import PRECISION, config_dtype, parse_overrides
+from mutransfer.card.target import PRECISION, config_dtype, parse_overrides, resolve_target
 from mutransfer.models.presets import DEFAULT_PRESET, PRESETS, get_preset
 from mutransfer.parametrize.specs import KINDS
 from mutransfer.redact import mask_url
@@ -57,8 +57,9 @@ class TransferRequest:
     # ---- the proxy
     preset: str | None = None
     """The proxy's preset, as the sweep used (None: the rows', the proxy config's, else the default)."""
-    proxy_model: Any = None
-    """The proxy's model config (a GPTConfig/MLPConfig) instead of a preset's (library only)."""
+    proxy_overrides: Mapping[str, Any] = field(default_factory=dict)
+    """The proxy's model fields where they differ from its preset's (e.g. ``head_dim``: μP's
+    attention scale is anchored at the proxy's head dim)."""
     parametrization: str | None = None
     """mup | completep | muon (None: the proxy config's, else mup)."""
     base_width: int | None = None
@@ -137,7 +138,7 @@ def _flags(req: TransferRequest) -> SimpleNamespace:
     """The request as the rules read it: one namespace in the names of ``transfer``'s flags,
     whose open fields the rules fill (the proxy's preset, context, parametrization)."""
     ns = SimpleNamespace(**{f.name: getattr(req, f.name) for f in fields(req)
-                            if f.name not in ("run", "lr_interval", "proxy_model")})
+                            if f.name not in ("run", "lr_interval", "proxy_overrides")})
     run = req.run
     ns.overrides = list(parse_overrides(list(dict(req.overrides).items())).items())
     ns.target_width = ns.target_depth = None
@@ -175,7 +176,9 @@ def make_card(req: TransferRequest) -> MadeCard:
     set_seq = dict(args.overrides).get("seq_len")
     if req.target_seq_len is not None and set_seq is not None and set_seq != req.target_seq_len:
         raise ValueError(f"target_seq_len {req.target_seq_len} contradicts the override seq_len={set_seq}")
-    proxy = tuned.model if tuned else (req.proxy_model or get_preset(args.preset))
+    if req.proxy_overrides and tuned:
+        raise ValueError("proxy_overrides contradicts proxy_config: the tuned config names the proxy's shape")
+    proxy = tuned.model if tuned else _proxy_model(args.preset, req.proxy_overrides)
     lr, lr_ci, projected, source, widths, proxy_b, proxy_d = proxy_optimum(
         args, args.seq_len or getattr(proxy, "seq_len", 1), tuned)
     if req.lr_interval is not None:
@@ -185,7 +188,7 @@ def make_card(req: TransferRequest) -> MadeCard:
     # what the rows recorded about the proxy (arch, tokenizer, vocab, context, dtype), never a preset's
     warnings = reconcile_proxy(args, source, getattr(laws, "proxy_", None), preset_given)
     if not tuned:
-        proxy = req.proxy_model or get_preset(args.preset)  # the target starts from the proxy
+        proxy = _proxy_model(args.preset, req.proxy_overrides)  # the target starts from the proxy
     if args.seq_len is not None and hasattr(proxy, "seq_len"):
         proxy = proxy.replace(seq_len=args.seq_len)
     proxy_seq = args.seq_len or getattr(proxy, "seq_len", 1)
@@ -243,6 +246,14 @@ def make_card(req: TransferRequest) -> MadeCard:
         tokenizer=req.tokenizer, vocab_change=vocab_change, arch_change=arch_change, source=source,
         projected=projected, audit=audit, provenance={"study": study, "storage": storage}, warnings=warnings)
     return replace(made, notes=notes)
+
+
+def _proxy_model(preset: str, overrides: Mapping[str, Any]) -> Any:
+    """The proxy's model config: its preset's, with ``overrides`` (checked as a target's)."""
+    cfg = get_preset(preset)
+    if not overrides:
+        return cfg
+    return resolve_target(cfg, overrides=dict(overrides), proxy_preset=preset).config
 
 
 def _audit_doc(doc: Any, where: str) -> dict[str, Any]:

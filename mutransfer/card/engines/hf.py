@@ -17,7 +17,7 @@ from typing import Any
 import torch.nn as nn
 
 from mutransfer.card.engines._common import Drops, _groups, _lr_floor, check_fields, check_model, split_batch
-from mutransfer.card.schema import schedule_config, validate_card
+from mutransfer.card.schema import schedule_config
 from mutransfer.card.target import PRECISION
 from mutransfer.training.schedules import Schedule
 
@@ -75,7 +75,6 @@ def export_hf(card: Mapping[str, Any], *, dp_size: int | None = None, micro_batc
     import transformers
 
 
-    card = validate_card(card)
     dtype = card["target"].get("dtype") or "float32"
     drops = Drops("hf", drop)
     groups = _groups(card)

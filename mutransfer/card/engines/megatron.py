@@ -49,7 +49,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from mutransfer.card.engines._common import Drops, _groups, _lr_floor, _steps, check_fields, split_batch
-from mutransfer.card.schema import validate_card
 
 # Field names read from megatron-core 0.19.2's source (transformer/transformer_config.py,
 # models/gpt/gpt_model.py, optimizer/optimizer_config.py, and Megatron-LM's
@@ -317,7 +316,6 @@ def export_megatron(card: Mapping[str, Any], *, dp_size: int | None = None, micr
     A card field Megatron cannot express raises ValueError naming it (and every other such
     field), unless ``drop`` names it: then it is listed in the export's ``dropped`` and a
     warning is issued; a ``drop`` that names nothing the export met is an error too."""
-    card = validate_card(card)  # as the hf and torchtitan exports: the defaults filled in
     drops = Drops("megatron", drop)
     pz, opt, s = card["parametrization"], card["optimizer"], card["schedule"]
     if pz.get("kind") not in ("mup", "completep") or pz.get("rules", "adam") != "adam":

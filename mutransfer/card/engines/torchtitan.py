@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from mutransfer.card.engines._common import Drops, _groups, _lr_floor, check_fields, split_batch
-from mutransfer.card.schema import schedule_config, validate_card
+from mutransfer.card.schema import schedule_config
 from mutransfer.training.schedules import Schedule
 
 #: Hugging Face Llama name -> torchtitan llama3 name (first match wins), the renames of
@@ -205,7 +205,6 @@ def export_torchtitan(card: Mapping[str, Any], *, dp_size: int | None = None, mi
                       drop: Iterable[str] = ()) -> dict[str, Any]:
     """``optimizer``, ``lr_scheduler`` and ``training`` sections in torchtitan's field
     names, and the ``mup`` section for :class:`mutransfer.card.engines.torchtitan_model.MuPConverter`."""
-    card = validate_card(card)
     drops = Drops("torchtitan", drop)
     groups = _groups(card)
     arch = llama3_architecture(card)  # refuses what the llama3 cannot build, before anything else
