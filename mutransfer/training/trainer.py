@@ -19,8 +19,9 @@ from typing import Any, Literal
 import torch
 import torch.nn.functional as F
 
+from mutransfer.models.builder import logits_of
 from mutransfer.models.gpt import GPT, GPTConfig
-from mutransfer.models.source import build_model, logits_of
+from mutransfer.models.source import build_model
 from mutransfer.parametrize.parametrization import Parametrization
 from mutransfer.parametrize.specs import Multipliers
 from mutransfer.training.checkpoint import (
