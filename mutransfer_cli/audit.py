@@ -161,7 +161,7 @@ def _ours(spec: str, base_width: int) -> Any:
     Runs in the audit's child process (see :func:`_audit`)."""
     from mutransfer.models.source import build_model, parse_model
     from mutransfer.parametrize.parametrization import Parametrization
-    from mutransfer.training.config import ModelSection
+    from mutransfer.training.model_section import ModelSection
     from mutransfer.training.optim import build_optimizer
 
     source = parse_model(spec)

@@ -13,8 +13,8 @@ from mutransfer.models.mlp import MLP
 from mutransfer.models.presets import get_preset
 from mutransfer.models.source import build_model, parse_model
 from mutransfer.parametrize.specs import KINDS, Rule
-from mutransfer.training.config import ModelSection
 from mutransfer.training.data import DataConfig, load_dataset
+from mutransfer.training.model_section import ModelSection
 from mutransfer_cli._common import (
     add_output_flags,
     int_list,

@@ -10,7 +10,7 @@ from mutransfer.models.presets import DEFAULT_PRESET, get_preset
 from mutransfer.models.source import build_model, parse_model
 from mutransfer.parametrize.parametrization import Parametrization
 from mutransfer.parametrize.rules import rules_table
-from mutransfer.training.config import ModelSection
+from mutransfer.training.model_section import ModelSection
 from mutransfer_cli._common import MAX_DEPTH, MAX_WIDTH, bounded_int, print_json
 
 #: explain builds the model in memory (fp32): refuse one above this many parameters

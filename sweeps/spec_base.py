@@ -160,7 +160,7 @@ class SweepSpec:
         if not widths:
             return
         if self.model is not None:  # the config checks an hf: model at each width
-            from mutransfer.training.config import ModelSection
+            from mutransfer.training.model_section import ModelSection
 
             for w in sorted(widths):
                 try:
@@ -300,7 +300,7 @@ def default_seq_len(spec: SweepSpec) -> int:
     spec's model (the preset's capped at an hf: config's own context)."""
     if spec.model is None:
         return int(preset_attr(spec.preset, "seq_len", 64))
-    from mutransfer.training.config import ModelSection
+    from mutransfer.training.model_section import ModelSection
 
     section = ModelSection(preset=spec.preset, source=spec.model, head_rule=spec.base.get("head_rule"))
     return section.shape().seq_len
