@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 from mutransfer._version import __version__
+from mutransfer.contain import BUILD_TIMEOUT_ENV, DEFAULT_BUILD_TIMEOUT
 
 #: verb -> module, in the order of the user's day.
 MODULES: dict[str, str] = {
@@ -101,8 +102,6 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(VERBS[args.verb][0])
     # A module:function model builder is first imported and built in a child process
     # (mutransfer.contain): one that exits or hangs is an error line, not this verb's end.
-    from mutransfer.contain import BUILD_TIMEOUT_ENV, DEFAULT_BUILD_TIMEOUT
-
     set_timeout = BUILD_TIMEOUT_ENV not in os.environ
     if set_timeout:
         os.environ[BUILD_TIMEOUT_ENV] = f"{DEFAULT_BUILD_TIMEOUT:g}"
