@@ -58,7 +58,8 @@ def check_family(name: str, lr: float | None, seeds: int, folder: Path) -> dict[
     import torch
 
     from mutransfer.checks.coord_check import coord_check, default_lr
-    from mutransfer.models.source import build_model, logits_of, parse_model
+    from mutransfer.models.builder import logits_of
+    from mutransfer.models.source import build_model, parse_model
     from mutransfer.training.data import DataConfig, load_dataset
 
     fields, rule, widths = FAMILIES[name]

@@ -39,7 +39,6 @@ if TYPE_CHECKING:
     from mutransfer.parametrize.specs import Multipliers, ParamSpec, Rule
     from mutransfer.training.checkpoint import load_checkpoint, save_checkpoint
     from mutransfer.training.config import (
-        ModelSection,
         OptimSection,
         OutputSection,
         ParametrizationSection,
@@ -54,6 +53,7 @@ if TYPE_CHECKING:
     from mutransfer.training.fused import train_fused
     from mutransfer.training.fused_wsd import train_fused_wsd_branches
     from mutransfer.training.memory import MemoryEstimate, training_memory
+    from mutransfer.training.model_section import ModelSection
     from mutransfer.training.noise_scale import NoiseScaleEstimator, grad_sq_norm
     from mutransfer.training.optim import OptimizerList, build_optimizer, qk_clip, set_lr
     from mutransfer.training.schedules import (
@@ -103,9 +103,10 @@ __getattr__, __dir__ = lazy_exports(__name__, {
     "mutransfer.card.schema": ("validate_card",),
     "mutransfer.training.checkpoint": ("save_checkpoint", "load_checkpoint"),
     "mutransfer.training.config": (
-        "TrainConfig", "ModelSection", "ParametrizationSection", "OptimSection", "ScheduleSection",
+        "TrainConfig", "ParametrizationSection", "OptimSection", "ScheduleSection",
         "RunSection", "StabilizerSection", "OutputSection", "load_config",
     ),
+    "mutransfer.training.model_section": ("ModelSection",),
     "mutransfer.checks.coord_check": ("coord_check", "CoordCheckResult"),
     "mutransfer.training.corpus": ("build_stdlib_corpus",),
     "mutransfer.training.data": ("DataConfig", "TokenDataset", "load_dataset"),

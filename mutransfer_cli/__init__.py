@@ -73,7 +73,7 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
         "fit the scaling laws, export a config for the big run.",
     )
 
-    from mutransfer._version import __version__
+    from mutransfer._version import __version__  # after the shadowing check (main)
 
     parser.add_argument("--version", action="version", version=f"mutransfer {__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(VERBS[args.verb][0])
     # A module:function model builder is first imported and built in a child process
     # (mutransfer.contain): one that exits or hangs is an error line, not this verb's end.
-    from mutransfer.contain import BUILD_TIMEOUT_ENV, DEFAULT_BUILD_TIMEOUT
+    from mutransfer.contain import BUILD_TIMEOUT_ENV, DEFAULT_BUILD_TIMEOUT  # after the shadowing check
 
     set_timeout = BUILD_TIMEOUT_ENV not in os.environ
     if set_timeout:

@@ -10,6 +10,8 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from mutransfer.training.tracking import TRACK_ENV, parse_track
+
 
 def key_value(text: str) -> tuple[str, str]:
     """The one ``--set KEY=VALUE`` flag of every verb (train, sweep, transfer):
@@ -152,8 +154,6 @@ def tracking(text: str | None, out: str | os.PathLike[str] | None) -> Iterator[A
     if text is None:
         yield None
         return
-    from mutransfer.training.tracking import TRACK_ENV, parse_track
-
     spec = parse_track(text, out)
     old = os.environ.get(TRACK_ENV)
     os.environ[TRACK_ENV] = spec.to_env()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from mutransfer.contain import run_child
+from mutransfer.entry import load_entry
 from mutransfer_cli._common import int_list, positive_float, positive_int, print_json, seed_list
 
 HELP = "audit a muP implementation: per-parameter width exponents vs the rule table, verdict"
@@ -95,8 +97,6 @@ def run_contained(options: dict[str, Any], timeout: float) -> tuple[str, Any]:
     Returns ``("done", result)`` only for a finished audit; anything else (an exception of
     any type, ``sys.exit``, a crash, the timeout) is ``("error", message)``: a first line
     naming the entry, then its traceback tail."""
-    from mutransfer.contain import run_child
-
     entry = options["entry"]
     out = run_child(_child, {k: v for k, v in options.items() if k != "func"}, timeout)
     if out.kind == "timeout":
@@ -138,8 +138,7 @@ def _child(options: dict[str, Any]) -> list[Any]:
 def _audit(options: dict[str, Any]) -> dict[str, Any]:
     # imported here, in the spawned child that runs the audit: the parent process only
     # waits for its answer and never loads torch
-    from mutransfer.checks.audit import audit
-    from mutransfer.entry import load_entry
+    from mutransfer.checks.audit import audit  # lazy: torch (the child's import, see above)
 
     if options["user_code"]:
         builder = load_entry(options["entry"])
@@ -159,10 +158,10 @@ def _ours(spec: str, base_width: int) -> Any:
     """``builder(width) -> (model, optimizer)``: the model ``spec`` (``hf:PATH`` or a preset)
     under mutransfer's own μP and AdamW (LR 1e-2), at its own depth and a 256-token vocab.
     Runs in the audit's child process (see :func:`_audit`)."""
-    from mutransfer.models.source import build_model, parse_model
-    from mutransfer.parametrize.parametrization import Parametrization
-    from mutransfer.training.config import ModelSection
-    from mutransfer.training.optim import build_optimizer
+    from mutransfer.models.source import build_model, parse_model  # lazy: torch (child)
+    from mutransfer.parametrize.parametrization import Parametrization  # lazy: torch (child)
+    from mutransfer.training.model_section import ModelSection  # lazy: torch (child)
+    from mutransfer.training.optim import build_optimizer  # lazy: torch (child)
 
     source = parse_model(spec)
     _, depth = ModelSection(source=source.spec()).own_shape()

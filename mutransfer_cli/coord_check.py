@@ -7,13 +7,14 @@ from typing import Any
 
 from mutransfer._io import check_fresh_dir, check_output
 from mutransfer.checks.coord_check import LR_PER_INIT_STD, coord_check, default_lr, init_std
+from mutransfer.models.builder import logits_of
 from mutransfer.models.gpt import GPT, GPTConfig
 from mutransfer.models.mlp import MLP
 from mutransfer.models.presets import get_preset
-from mutransfer.models.source import build_model, logits_of, parse_model
+from mutransfer.models.source import build_model, parse_model
 from mutransfer.parametrize.specs import KINDS, Rule
-from mutransfer.training.config import ModelSection
 from mutransfer.training.data import DataConfig, load_dataset
+from mutransfer.training.model_section import ModelSection
 from mutransfer_cli._common import (
     add_output_flags,
     int_list,

@@ -7,10 +7,10 @@ import argparse
 from mutransfer.models.gpt import GPT, GPTConfig
 from mutransfer.models.mlp import MLP
 from mutransfer.models.presets import DEFAULT_PRESET, get_preset
-from mutransfer.models.source import build_model, parse_model
+from mutransfer.models.source import build_model, parse_model, valid_widths, widths_hint
 from mutransfer.parametrize.parametrization import Parametrization
 from mutransfer.parametrize.rules import rules_table
-from mutransfer.training.config import ModelSection
+from mutransfer.training.model_section import ModelSection
 from mutransfer_cli._common import MAX_DEPTH, MAX_WIDTH, bounded_int, print_json
 
 #: explain builds the model in memory (fp32): refuse one above this many parameters
@@ -74,8 +74,6 @@ def _explain_user_model(args: argparse.Namespace, source: object, rule_set: str)
     table's init std is then the rule's); the parametrization builds the base and its
     delta for real, so an hf: base defaults to the smallest width the head rule allows."""
     import torch
-
-    from mutransfer.models.source import valid_widths, widths_hint
 
     if args.tie_embeddings:
         raise ValueError("--tie-embeddings is for the built-in GPT; an hf: config says it itself")

@@ -25,6 +25,8 @@ from typing import Any
 import yaml
 
 from mutransfer._io import atomic_write_text, check_output
+from mutransfer.card.target import parse_overrides
+from mutransfer.training.tracking import parse_track
 from mutransfer_cli._common import (
     MAX_SEED,
     add_track_flag,
@@ -34,6 +36,7 @@ from mutransfer_cli._common import (
     seed_list,
     tracking,
 )
+from mutransfer_cli._slurm import SlurmJob, job_script, sbatch_path, storage_args, submit
 from sweeps.extend import DEFAULT_MAX_EXTEND, Bounds, run_bracketed
 from sweeps.fusion import check_fuse
 from sweeps.holdout import FRESH_SEEDS, check_holdout, holdout_summary, run_holdout
@@ -333,10 +336,6 @@ def _add_results_flags(e: argparse.ArgumentParser) -> None:
 
 
 def _spec_from_args(args: argparse.Namespace, kind: str) -> Any:
-    # mutransfer.card.target loads torch: only a verb that builds a spec pays for it (its checks
-    # load the trainer's config anyway), not `sweep status` or `sweep results`
-    from mutransfer.card.target import parse_overrides
-
     data: dict[str, Any] = {}
     if args.spec:
         load_spec(args.spec, kind)  # validates the file alone, naming its bad fields
@@ -530,14 +529,10 @@ def _run_sweep(args: argparse.Namespace, kind: str) -> int:
 def _launch(args: argparse.Namespace, storage: Any) -> int:
     """``sweep launch --slurm``: the job script of ``--workers`` workers joining the study,
     printed (``--dry-run``) or written to OUT/slurm/ and submitted with ``sbatch``."""
-    from mutransfer_cli._slurm import SlurmJob, job_script, sbatch_path, storage_args, submit
-
     if (args.launcher or "") != "slurm":
         raise ValueError("choose where the workers run: --slurm (or --launcher slurm)")
     track = None
     if args.track is not None:
-        from mutransfer.training.tracking import parse_track
-
         spec = parse_track(args.track, args.out)
         track = f"{spec.kind}:{spec.target}"
     where = storage_args(storage, args.storage_file)  # a secret never goes into the script

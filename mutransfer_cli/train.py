@@ -11,6 +11,7 @@ from typing import Any
 
 from mutransfer._io import atomic_write_text, check_fresh_dir, check_output
 from mutransfer.training.config import TrainConfig, load_config
+from mutransfer.training.tracking import parse_track, tracked
 from mutransfer.training.train import train, train_wsd_branches
 from mutransfer_cli._common import add_output_flags, add_track_flag, float_list, key_value
 
@@ -95,8 +96,6 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--wsd-branches cannot be combined with --resume")
     callback, tracker = None, None
     if args.track is not None:
-        from mutransfer.training.tracking import parse_track, tracked
-
         track = parse_track(args.track, cfg.output.out_dir)
         name = Path(cfg.output.out_dir).resolve().name if cfg.output.out_dir else (
             f"{cfg.parametrization.kind},lr={cfg.optim.lr:.4g},seed={cfg.run.seed}")

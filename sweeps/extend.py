@@ -26,6 +26,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from analysis.optimum import OptimumFit
+from analysis.scaling_fit import ScalingLawFit
 from sweeps import attrs
 from sweeps.holdout import fit_rows
 from sweeps.resolve import train_config
@@ -187,8 +189,6 @@ def _finished(table: pd.DataFrame) -> pd.DataFrame:
 
 def _scaling_plan(spec: ScalingSweep, table: pd.DataFrame, tried: _Tried, bounds: Bounds,
                   rep: Bracketing) -> list[tuple[str, dict[str, Any]]]:
-    from analysis.scaling_fit import ScalingLawFit
-
     try:
         fit = ScalingLawFit(n_boot=0).fit(fit_rows(_finished(table), spec))
     except ValueError as exc:
@@ -293,8 +293,6 @@ def _next_lr(spec: SweepSpec, at: list[dict[str, Any]], e: float, side: str, whe
 # ------------------------------------------------------------------ lr sweep
 def _lr_plan(spec: LRSweep, table: pd.DataFrame, tried: _Tried, bounds: Bounds,
              rep: Bracketing) -> list[tuple[str, dict[str, Any]]]:
-    from analysis.optimum import OptimumFit
-
     df = _finished(table)
     keys = [k for k in spec.group_keys() if k in df.columns]
     try:

@@ -73,7 +73,7 @@ def point_fusion_key(spec: SweepSpec, point: Mapping[str, Any]) -> tuple[Any, ..
     or its config does not even resolve: the unfused path then records the error). Its
     ``wsd_branches`` (the runner's, not the trainer's) are part of it: trials fuse their
     WSD trunks only when they branch at the same fractions."""
-    from mutransfer.training.fusion import fusion_key, unsupported_reason
+    from mutransfer.training.fusion import fusion_key, unsupported_reason  # lazy: torch
 
     try:
         cfg = train_config(spec, point)
@@ -91,7 +91,7 @@ def group_size(fuse: Fuse, spec: SweepSpec, point: Mapping[str, Any]) -> int:
     if fuse is None:
         return 1
     if fuse == AUTO:
-        from mutransfer.training.fusion import choose_k
+        from mutransfer.training.fusion import choose_k  # lazy: torch
 
         try:
             return choose_k(train_config(spec, point))

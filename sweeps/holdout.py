@@ -46,6 +46,8 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from analysis.holdout import AUDIT_CRITERIA, audit_verdict, fill_loss_gap, holdout_audit
+from analysis.scaling_fit import ScalingLawFit
 from mutransfer._io import atomic_write_text, plain
 from sweeps.progress import Progress
 from sweeps.runners import DEFAULT_RUNNER, fused_runner_for, load_runner
@@ -55,7 +57,6 @@ from sweeps.spec_scaling import ScalingSweep
 if TYPE_CHECKING:
     import pandas as pd
 
-# analysis is imported inside the functions that fit: it imports pandas and scipy.
 
 AXES: tuple[str, ...] = ("tokens", "batch_tokens")
 OURS = "ours"
@@ -92,7 +93,6 @@ def heldout_point(rows: pd.DataFrame, axis: str, row: Mapping[str, Any],
     if axis == "batch_tokens":
         return {"tokens": d_max, "batch_tokens": float(rows["batch_tokens"].max()),
                 "lr": float(row["pred_lr"])}
-    from analysis.scaling_fit import ScalingLawFit
 
     train = rows[rows["tokens"] < d_max]
     fit = ScalingLawFit(n_boot=0).fit(train, **dict(fit_kwargs or {}))
@@ -194,7 +194,6 @@ def run_holdout(
     the runner pickles (a runner path, or a module-level function). The baselines'
     held-out errors are their LR and batch ratios (their ``loss_gap`` stays None: training
     each of them would cost five more runs per axis)."""
-    from analysis.holdout import AUDIT_CRITERIA, audit_verdict, fill_loss_gap, holdout_audit
 
     fn = load_runner(runner or DEFAULT_RUNNER) if not callable(runner) else runner
     rows = fit_rows(table, spec)

@@ -59,7 +59,7 @@ def to_train_config(config: Mapping[str, Any]) -> Any:
     try:
         hash(items)
     except TypeError:
-        from mutransfer.training.config import TrainConfig
+        from mutransfer.training.config import TrainConfig  # lazy: torch (see the module docstring)
 
         return TrainConfig.from_flat(config)
     return _to_train_config(items)
@@ -67,7 +67,7 @@ def to_train_config(config: Mapping[str, Any]) -> Any:
 
 @functools.lru_cache(maxsize=1024)
 def _to_train_config(items: tuple[tuple[str, type, Any], ...]) -> Any:
-    from mutransfer.training.config import TrainConfig
+    from mutransfer.training.config import TrainConfig  # lazy: torch (see the module docstring)
 
     return TrainConfig.from_flat({k: v for k, _, v in items})
 
@@ -104,7 +104,7 @@ def check_trials(spec: SweepSpec) -> int:
 
 def _default_batch_size() -> int:
     """TrainConfig's default batch size: its section dataclass's field default."""
-    from mutransfer.training.config import ALIASES, SECTIONS
+    from mutransfer.training.config import ALIASES, SECTIONS  # lazy: torch (see the module docstring)
 
     sec, name = ALIASES["batch_size"]
     return next(int(f.default) for f in dataclasses.fields(SECTIONS[sec]) if f.name == name)  # type: ignore[arg-type]

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from mutransfer.training.tracking import env_spec, run_name, tracked
 from sweeps.resolve import to_train_config
 
 # mutransfer.training.train and mutransfer.training.fused are imported inside the runners that train: they
@@ -93,7 +94,7 @@ def load_runner(path: str) -> Runner:
 def train_runner(config: dict[str, Any], report: Report, *, progress: bool = False) -> dict[str, Any]:
     """Train ``config`` (TrainConfig fields) with ``mutransfer.training.train`` and return its row.
     With ``$MUTRANSFER_TRACK`` set (``--track``), the run is tracked (:func:`_tracking`)."""
-    from mutransfer.training.train import train
+    from mutransfer.training.train import train  # lazy: torch
 
     config = dict(config)
     branches = config.pop("wsd_branches", None)
@@ -116,8 +117,6 @@ def _tracking(callback: Any, config: dict[str, Any], report: Report) -> tuple[An
     The run is named by the trial's grid point (``report.point``, set by the worker; with
     the LR added when an adaptive sampler chose it), and carries its config, point and
     trial number."""
-    from mutransfer.training.tracking import env_spec, run_name, tracked
-
     spec = env_spec()
     if spec is None:
         return callback, None
@@ -136,7 +135,7 @@ def _train_wsd_row(cfg: Any, fractions: Any, report: Report, *, progress: bool =
     """One trial, several token budgets: WSD branches at ``fractions`` of ``cfg.steps``
     (:func:`mutransfer.training.train.train_wsd_branches`); the row is :func:`_wsd_row`'s. With
     ``config`` (the trial's), tracked as :func:`train_runner` tracks."""
-    from mutransfer.training.train import train_wsd_branches
+    from mutransfer.training.train import train_wsd_branches  # lazy: torch
 
     fracs = _wsd_fractions(fractions)
     c0 = time.process_time()
@@ -223,10 +222,10 @@ def train_fused_runner(configs: list[dict[str, Any]], reports: list[Report]
     fused, or is alone in its group, goes through the unfused trainer. A sub-group that
     raises fails only its own members (their entry is the exception).
     """
-    from mutransfer.training.fused import train_fused
-    from mutransfer.training.fused_wsd import train_fused_wsd_branches
-    from mutransfer.training.fusion import partition, unsupported_reason
-    from mutransfer.training.train import train
+    from mutransfer.training.fused import train_fused  # lazy: torch
+    from mutransfer.training.fused_wsd import train_fused_wsd_branches  # lazy: torch
+    from mutransfer.training.fusion import partition, unsupported_reason  # lazy: torch
+    from mutransfer.training.train import train  # lazy: torch
 
     if len(configs) != len(reports):
         raise ValueError(f"got {len(reports)} report functions for {len(configs)} configs")

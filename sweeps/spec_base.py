@@ -35,7 +35,7 @@ PSEUDO_FIELDS: frozenset[str] = frozenset({"tokens", "wsd_branches"})
 def train_config_fields() -> frozenset[str]:
     """Names a sweep may set: TrainConfig's flat field names (:data:`mutransfer.training.config.ALIASES`,
     built from its section dataclasses)."""
-    from mutransfer.training.config import ALIASES
+    from mutransfer.training.config import ALIASES  # lazy: torch; sweeps.spec loads none
 
     return frozenset(ALIASES)
 
@@ -114,7 +114,7 @@ class SweepSpec:
     def __post_init__(self) -> None:
         object.__setattr__(self, "base", dict(self.base or {}))
         if self.model is not None and not _TRUSTED:
-            from mutransfer.models.source import parse_model
+            from mutransfer.models.source import parse_model  # lazy: torch; sweeps.spec loads none
 
             if not isinstance(self.model, str):
                 raise ValueError(f"model must be a preset name, hf:PATH or module:function, "
@@ -160,7 +160,7 @@ class SweepSpec:
         if not widths:
             return
         if self.model is not None:  # the config checks an hf: model at each width
-            from mutransfer.training.config import ModelSection
+            from mutransfer.training.model_section import ModelSection  # lazy: torch; sweeps.spec loads none
 
             for w in sorted(widths):
                 try:
@@ -170,7 +170,7 @@ class SweepSpec:
                     raise ValueError(f"width {w} does not fit model {self.model}: {exc}") from None
             self._probe_builder(sorted(widths))
             return
-        from mutransfer.models.presets import get_preset
+        from mutransfer.models.presets import get_preset  # lazy: torch; sweeps.spec loads none
 
         cfg = get_preset(self.preset)
         overrides = {k: self.base[k] for k in ("head_dim", "seq_len") if k in self.base}
@@ -188,7 +188,7 @@ class SweepSpec:
         """A ``module:function`` model is built at every width (on the meta device; for
         real at the smallest), so a builder that raises or gives no logits is refused
         before any study exists, not trial by trial."""
-        from mutransfer.models.source import build_model, parse_model
+        from mutransfer.models.source import build_model, parse_model  # lazy: torch; sweeps.spec loads none
 
         src = parse_model(str(self.model))
         if src.kind != "builder":
@@ -300,7 +300,7 @@ def default_seq_len(spec: SweepSpec) -> int:
     spec's model (the preset's capped at an hf: config's own context)."""
     if spec.model is None:
         return int(preset_attr(spec.preset, "seq_len", 64))
-    from mutransfer.training.config import ModelSection
+    from mutransfer.training.model_section import ModelSection  # lazy: torch; sweeps.spec loads none
 
     section = ModelSection(preset=spec.preset, source=spec.model, head_rule=spec.base.get("head_rule"))
     return section.shape().seq_len
@@ -310,7 +310,7 @@ def preset_attr(preset: str, name: str, fallback: Any) -> Any:
     """Attribute ``name`` of preset ``preset``'s model config; ``fallback`` when the preset
     has no such attribute (an MLP has no ``seq_len``) or no such preset exists (the trial's
     config then names the unknown preset)."""
-    from mutransfer.models.presets import get_preset
+    from mutransfer.models.presets import get_preset  # lazy: torch; sweeps.spec loads none
 
     try:
         cfg = get_preset(preset)

@@ -318,7 +318,7 @@ class ScalingSweep(SweepSpec, LRMixin):
     def _check_points(self) -> None:
         """Every grid point resolves to a valid TrainConfig and every WSD branch has a
         stable phase: checked before any study exists (one error naming the point)."""
-        from mutransfer.models.presets import get_preset
+        from mutransfer.models.presets import get_preset  # lazy: torch; sweeps.spec loads none
 
         cfg = get_preset(self.preset)
         if "seq_len" not in self.base and not hasattr(cfg, "seq_len") and self.model is None:
@@ -326,7 +326,7 @@ class ScalingSweep(SweepSpec, LRMixin):
         seq = self.seq_len()
         d_min, d_max = self.budgets()[0], self.budgets()[-1]
         decay = float(self.base.get("decay_fraction", 0.2))
-        from mutransfer.training.config import TrainConfig
+        from mutransfer.training.config import TrainConfig  # lazy: torch; sweeps.spec loads none
         seen: set[tuple[Any, ...]] = set()
         for p in self.points():
             b = int(p["batch_size"])

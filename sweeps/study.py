@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mutransfer._io import atomic_write_text
+from mutransfer.training.device import resolve_device
 from sweeps import attrs
 from sweeps.attrs import STUDY_ATTR
 from sweeps.fusion import Fuse, check_fuse, check_spec_fusible
@@ -172,8 +173,6 @@ def trainer_device(name: str = "auto") -> str | None:
     """The device the trainers pick for ``name`` when the sweep names none: ``cuda`` when
     ``auto`` finds a GPU (so the sweep starts one worker per GPU, each pinned to its own,
     instead of one per CPU core all landing on GPU 0), else None (CPU workers)."""
-    from mutransfer.training.device import resolve_device
-
     return "cuda" if name == "auto" and resolve_device("auto").type == "cuda" else None
 
 

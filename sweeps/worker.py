@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 from sweeps import attrs
 from sweeps.attrs import STUDY_ATTR
 from sweeps.fusion import Fuse, check_fuse, check_spec_fusible, claim_group, is_fused
+from sweeps.progress import StudyBar, study_counts
 from sweeps.recovery import RequeueCallback, sweep_stale
 from sweeps.runners import DEFAULT_RUNNER, Runner, fused_runner_for, load_runner
 from sweeps.spec import spec_from_dict
@@ -254,8 +255,6 @@ def serve(storage: Storage | str, study_name: str | None, *, worker_index: int =
     die with a spawning parent, :func:`work` until no trial is left, print the outcomes.
     ``progress``: the whole study's progress on stderr (:class:`sweeps.progress.StudyBar`;
     in a SLURM task's log, a line every progress interval)."""
-    from sweeps.progress import StudyBar, study_counts
-
     die_with_parent()
     bar = None
     if progress:

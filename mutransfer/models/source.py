@@ -14,8 +14,9 @@
 :func:`build_model` builds any of them at a width and depth; for ``hf:`` the proxy's
 config comes from :func:`hf_proxy_config` (width sets the hidden size, the MLP keeps its
 ratio, heads follow ``head_rule``, depth sets the layer count; vocab and context stay the
-user's). :attr:`ModelSource.model_id` is the short stable name in the results table's
-``model`` column.
+user's; where each family keeps those sizes: :mod:`mutransfer.models.hf_families`); a
+builder is loaded, contained and called by :mod:`mutransfer.models.builder`.
+:attr:`ModelSource.model_id` is the short stable name in the results table's ``model`` column.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import dataclasses
 import hashlib
 import json
 import math
-import os
 import re
 import typing
 from collections.abc import Mapping
@@ -36,9 +36,9 @@ from typing import Any, Literal
 import torch
 import torch.nn as nn
 
-from mutransfer.contain import BUILD_TIMEOUT_ENV, run_child
-from mutransfer.entry import load_entry
+from mutransfer.models.builder import call_builder, contain_builder, load_builder
 from mutransfer.models.gpt import GPT, GPTConfig
+from mutransfer.models.hf_families import hf_fields
 from mutransfer.models.mlp import MLP
 from mutransfer.models.presets import PRESETS, get_preset
 
@@ -167,7 +167,7 @@ def parse_model(text: str, head_rule: str = "keep_head_dim") -> ModelSource:
                              "hf:PATH (a local config.json) or module:function")
         return ModelSource("preset", name, rule)
     contain_builder(text)  # its import first runs in a child when the CLI asks (mutransfer.contain)
-    _load_builder(text)
+    load_builder(text)
     return ModelSource("builder", text, rule)
 
 
@@ -293,42 +293,6 @@ def load_hf_config(path: str | Path) -> Any:
     return parse_model(f"hf:{path}").hf_config()
 
 
-@dataclass(frozen=True)
-class HFFields:
-    """Where a model family keeps its shape in its config (None: it has no such field)."""
-
-    hidden: str
-    """Hidden size d_model."""
-    layers: str
-    """Number of blocks."""
-    heads: str
-    """Attention (query) heads."""
-    kv_heads: str | None
-    """Key/value heads (GQA); None: as many as query heads."""
-    intermediate: str | None
-    """MLP (per-expert) hidden size; kept at its ratio to the hidden size."""
-    head_dim: str | None
-    """An explicit head-dim field; None: head_dim = hidden / heads."""
-
-
-_LLAMA_LIKE = HFFields("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-                       "intermediate_size", "head_dim")
-#: model_type regex -> its fields, first match wins (Llama, Qwen2/3, Mistral, Mixtral,
-#: Gemma/Gemma2/Gemma3, Phi3, OLMo/OLMo2 share the last row).
-HF_FIELDS: tuple[tuple[str, HFFields], ...] = (
-    (r"^(gpt2|gpt_bigcode)$", HFFields("n_embd", "n_layer", "n_head", None, "n_inner", None)),
-    (r"^gpt_neox", HFFields("hidden_size", "num_hidden_layers", "num_attention_heads", None,
-                            "intermediate_size", None)),
-    (r"^phi3$", HFFields("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-                         "intermediate_size", None)),
-    (r".*", _LLAMA_LIKE),
-)
-
-
-def hf_fields(model_type: str) -> HFFields:
-    """The :data:`HF_FIELDS` row of ``model_type`` (first match wins)."""
-    return next(f for pattern, f in HF_FIELDS if re.search(pattern, model_type))
-
 
 def _scaled(value: int, width: int, hidden: int, field: str, model_type: str) -> int:
     """value × width / hidden as an exact positive integer, else ValueError naming ``field``."""
@@ -449,29 +413,7 @@ def hf_shape(config: Any) -> tuple[int, int, int | None]:
     return int(getattr(config, f.hidden)), int(getattr(config, f.layers)), ctx
 
 
-# ---- builders ------------------------------------------------------------------------------
-
-
-def _load_builder(spec: str) -> Any:
-    try:
-        return load_entry(spec)
-    except ValueError as exc:
-        why = str(exc).replace(f"entry point {spec!r}", "").strip(": ")
-        raise ValueError(f"model builder {spec!r}: {why}") from None
-
-
-def logits_of(output: Any, name: str = "the model") -> torch.Tensor:
-    """The logits in a model's output: the tensor itself, its ``.logits`` (transformers),
-    or the first item of a tuple (our GPT's ``(logits, loss)``); else ValueError naming ``name``."""
-    if isinstance(output, torch.Tensor):
-        return output
-    logits = getattr(output, "logits", None)
-    if isinstance(logits, torch.Tensor):
-        return logits
-    if isinstance(output, (tuple, list)) and output and isinstance(output[0], torch.Tensor):
-        return output[0]
-    raise ValueError(f"{name} returned {type(output).__name__}, not logits: return a [B, T, V] tensor "
-                     "or an output with .logits")
+# ---- building a named model ----------------------------------------------------------------
 
 
 def build_model(source: ModelSource, width: int, depth: int, *, vocab_size: int | None = None,
@@ -480,7 +422,8 @@ def build_model(source: ModelSource, width: int, depth: int, *, vocab_size: int 
 
     A builder's model is probed with one forward of two tokens (unless built on the meta
     device) so that a builder that raises, returns no module or no [B, T, V] logits is a
-    ValueError naming ``module:function`` here, not a crash mid-run."""
+    ValueError naming ``module:function`` here, not a crash mid-run
+    (:func:`mutransfer.models.builder.call_builder`)."""
     if source.kind == "preset":
         cfg = get_preset(source.ref)
         if isinstance(cfg, GPTConfig):
@@ -508,109 +451,18 @@ def build_model(source: ModelSource, width: int, depth: int, *, vocab_size: int 
         # the trainer's run.dtype decides autocast, never a silent pure-bf16 proxy
         model = tf.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     else:
-        contain_builder(source.ref, width, depth)  # the first build runs in a child first (CLI)
-        fn = _load_builder(source.ref)
-        try:
-            model = fn(width, depth)
-        except SystemExit as exc:  # not an Exception: it would end the verb with its code, silently
-            raise ValueError(f"model builder {source.ref!r} called sys.exit({exc.code!r}) at width={width}, "
-                             f"depth={depth}; a builder must return the model") from None
-        except Exception as exc:  # noqa: BLE001 - the user's code failing is their input
-            raise ValueError(f"model builder {source.ref!r} raised {type(exc).__name__} at width={width}, "
-                             f"depth={depth}: {exc}") from None
-        if not isinstance(model, nn.Module):
-            raise ValueError(f"model builder {source.ref!r} returned {type(model).__name__}, "
-                             "not an nn.Module")
-        _probe(source, model, vocab_size)
+        model = call_builder(source.ref, width, depth, vocab_size)
     return model.to(device) if device is not None else model
-
-
-def _probe(source: ModelSource, model: nn.Module, vocab_size: int | None) -> None:
-    p = next(iter(model.parameters()), None)
-    if p is None or p.device.type == "meta":
-        return
-    x = torch.zeros(1, 2, dtype=torch.long, device=p.device)
-    was = model.training
-    try:
-        with torch.no_grad():
-            out = model(x)
-    except Exception as exc:  # noqa: BLE001
-        raise ValueError(f"model builder {source.ref!r}: its model fails on token ids [1, 2]: "
-                         f"{type(exc).__name__}: {exc}") from None
-    finally:
-        model.train(was)
-    logits = logits_of(out, f"model builder {source.ref!r}")
-    if logits.dim() != 3 or tuple(logits.shape[:2]) != (1, 2) or (
-            vocab_size is not None and logits.shape[-1] < vocab_size):
-        want = f"[1, 2, {vocab_size or 'V'}]"
-        raise ValueError(f"model builder {source.ref!r}: logits of token ids [1, 2] have shape "
-                         f"{list(logits.shape)}, not {want}")
-
-
-# ---- a builder's first import and build, contained (mutransfer.contain) -------------------
-
-_CHECKED: set[tuple[str, int | None, int | None]] = set()
-
-
-def contain_builder(spec: str, width: int | None = None, depth: int | None = None) -> None:
-    """When :data:`BUILD_TIMEOUT_ENV` is set (the CLI sets it): :func:`check_builder`, once
-    per process for the import and once for the first build of ``spec``. Else nothing."""
-    timeout = os.environ.get(BUILD_TIMEOUT_ENV)
-    key = (spec, None, None) if width is None else (spec, -1, -1)
-    if not timeout or key in _CHECKED:
-        return
-    check_builder(spec, width, depth, timeout=float(timeout))
-    _CHECKED.add(key)
-
-
-def check_builder(spec: str, width: int | None, depth: int | None, *, timeout: float) -> None:
-    """Import the builder ``spec`` (``module:function``) and, with ``width``, build its model
-    once at ``width``/``depth``, in a child process, before this process runs it: a builder
-    that exits (``sys.exit``, ``os._exit``), hangs past ``timeout`` s or raises is one
-    ValueError naming it and what it did."""
-    at = "at import" if width is None else f"building its model at width={width}, depth={depth}"
-    out = run_child(_build_once, {"spec": spec, "width": width, "depth": depth}, timeout)
-    if out.kind == "timeout":
-        raise ValueError(f"model builder {spec!r} did not finish {at} within {timeout:g} s; it was "
-                         f"stopped (set {BUILD_TIMEOUT_ENV}=SECONDS if it is only slow)")
-    if out.kind == "ended":
-        raise ValueError(f"model builder {spec!r} ended the process (exit code {out.exit_code}) {at}")
-    kind, text = out.value
-    if kind == "exit":
-        raise ValueError(f"model builder {spec!r} called sys.exit({text}) {at}; a builder must "
-                         "return the model")
-    if kind == "error":
-        raise ValueError(text)
-
-
-def _build_once(options: Mapping[str, Any]) -> list[Any]:
-    spec = options["spec"]
-    try:
-        source = parse_model(spec)
-        if options["width"] is not None:
-            build_model(source, int(options["width"]), int(options["depth"]))
-    except SystemExit as exc:
-        return ["exit", repr(exc.code)]
-    except ValueError as exc:  # ours: already names the builder
-        return ["error", str(exc).splitlines()[0] if str(exc) else "ValueError"]
-    except BaseException as exc:  # noqa: BLE001 - any failure of user code is reported
-        first = f"{type(exc).__name__}: {exc}".splitlines()[0]
-        return ["error", f"model builder {spec!r} raised {first}"]
-    return ["ok", ""]
 
 
 __all__ = [
     "HEAD_RULES",
-    "HF_FIELDS",
-    "HFFields",
     "HeadRule",
     "ModelSource",
     "build_model",
-    "hf_fields",
     "hf_proxy_config",
     "hf_shape",
     "load_hf_config",
-    "logits_of",
     "parse_model",
     "valid_widths",
     "widths_hint",

@@ -1,7 +1,8 @@
 """What every config section shares: the frozen-dataclass section decorator, the field
 checks (choices from ``Literal`` types, positive numbers, bounded integers), the flat names
 that differ from a field's own, and the parsing of ``--set`` strings by a field's type.
-The sections themselves are in :mod:`mutransfer.training.config`."""
+The sections themselves are in :mod:`mutransfer.training.config` (the model's in
+:mod:`mutransfer.training.model_section`)."""
 
 from __future__ import annotations
 

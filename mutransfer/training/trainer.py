@@ -19,8 +19,9 @@ from typing import Any, Literal
 import torch
 import torch.nn.functional as F
 
+from mutransfer.models.builder import logits_of
 from mutransfer.models.gpt import GPT, GPTConfig
-from mutransfer.models.source import build_model, logits_of
+from mutransfer.models.source import build_model
 from mutransfer.parametrize.parametrization import Parametrization
 from mutransfer.parametrize.specs import Multipliers
 from mutransfer.training.checkpoint import (
@@ -31,9 +32,10 @@ from mutransfer.training.checkpoint import (
     set_rng_state,
     state_dict_error,
 )
-from mutransfer.training.config import ModelShape, TrainConfig
+from mutransfer.training.config import TrainConfig
 from mutransfer.training.data import DataConfig, TokenDataset, load_dataset
 from mutransfer.training.device import dist_env, flush_denormals, resolve_device
+from mutransfer.training.model_section import ModelShape
 from mutransfer.training.noise_scale import NoiseScaleEstimator, grad_sq_norm
 from mutransfer.training.optim import attention_modules, build_optimizer, qk_clip, set_lr
 from mutransfer.training.schedules import Schedule, make_schedule
@@ -75,7 +77,7 @@ def sequence_losses(logits_BTV: torch.Tensor, targets_BT: torch.Tensor) -> torch
 
 def base_sizes(cfg: TrainConfig, gcfg: GPTConfig | ModelShape) -> tuple[int, int]:
     """(base width, base depth) of a run of ``cfg`` on ``gcfg`` (a GPTConfig, or any
-    model's :class:`~mutransfer.training.config.ModelShape`): as set, else the model's own as given
+    model's :class:`~mutransfer.training.model_section.ModelShape`): as set, else the model's own as given
     (the preset's, an hf: config's; a builder's: the preset's), or the run's if smaller."""
     (own_width, own_depth), pz = cfg.model.own_shape(), cfg.parametrization
     return (pz.base_width or min(own_width, gcfg.width), pz.base_depth or min(own_depth, gcfg.depth))

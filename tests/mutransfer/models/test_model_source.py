@@ -16,12 +16,12 @@ import torch
 
 tf = pytest.importorskip("transformers", reason="the [engines] extra (transformers) is not installed")
 
+from mutransfer.models.builder import logits_of  # noqa: E402
 from mutransfer.models.source import (  # noqa: E402
     ModelSource,
     build_model,
     hf_proxy_config,
     load_hf_config,
-    logits_of,
     parse_model,
 )
 
