@@ -122,12 +122,19 @@ def check_arch(args: Any, source: dict[str, Any], target: Any) -> tuple[list[str
 def target_context(args: Any, target: Any, proxy_seq: int, set_seq: int | None
                    ) -> tuple[int, str]:
     """(the target's context, where it came from) of an ``hf:`` target:
-    ``--target-seq-len`` or ``--set seq_len=N``, else the config's
-    ``max_position_embeddings``, else the proxy's."""
+    ``--target-seq-len`` or ``--set seq_len=N``, else the context the config says it was
+    pretrained at, ``rope_scaling.original_max_position_embeddings`` (Llama 3.1+ configs carry
+    the extended 131,072 in ``max_position_embeddings`` and the 8,192 of pretraining there),
+    else ``max_position_embeddings``, else the proxy's."""
     if args.target_seq_len is not None:
         return int(args.target_seq_len), "--target-seq-len"
     if set_seq is not None:
         return int(set_seq), "--set seq_len"
+    scaling = getattr(target.config, "rope_scaling", None) or getattr(target.config, "rope_parameters", None)
+    original = scaling.get("original_max_position_embeddings") if isinstance(scaling, dict) else None
+    if isinstance(original, int) and not isinstance(original, bool) and original > 0:
+        return original, ("the config's rope_scaling.original_max_position_embeddings, its pretraining "
+                          "context (no --target-seq-len)")
     ctx = hf_shape(target.config)[2]
     if ctx is not None:
         return int(ctx), "the config's max_position_embeddings (no --target-seq-len)"

@@ -223,3 +223,30 @@ def test_the_card_file_is_readable_utf8(tmp_path: Path) -> None:
     assert "\\x" not in text and "\\u" not in text
     assert "×" in text or "μ" in text  # the card's own words, as written
     assert _same(load_card(tmp_path / "card.yaml")) == _same(made.card)
+
+
+LLAMA_3_2_1B = {  # the released config's shape and rope scaling (no weights: built on meta)
+    "model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 2048,
+    "intermediate_size": 8192, "num_hidden_layers": 16, "num_attention_heads": 32, "num_key_value_heads": 8,
+    "head_dim": 64, "vocab_size": 128256, "max_position_embeddings": 131072, "rope_theta": 500000.0,
+    "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "tie_word_embeddings": True, "rms_norm_eps": 1e-5, "hidden_act": "silu", "torch_dtype": "bfloat16",
+}
+
+
+def test_a_llama_3_2_targets_its_pretraining_context_not_the_extended_one(tmp_path: Path) -> None:
+    """Llama 3.x configs carry the extended 131,072 in max_position_embeddings; they were
+    pretrained at 8,192 (rope_scaling.original_max_position_embeddings). A batch of 4 x 64
+    ranks of 131,072 tokens was 33.5M tokens."""
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(LLAMA_3_2_1B))
+    made = make_card(TransferRequest(lr=0.01, preset="llama-small", base_width=256, model=f"hf:{cfg}",
+                                     allow_vocab_change=True, tokens_per_param=20.0,
+                                     run=RunChoices(batch_sequences=128)))
+    assert made.card["batch"]["seq_len"] == made.card["target"]["seq_len"] == 8192
+    assert "original_max_position_embeddings" in made.card["target"]["seq_len_from"]
+    given = make_card(TransferRequest(lr=0.01, preset="llama-small", base_width=256, model=f"hf:{cfg}",
+                                      allow_vocab_change=True, tokens_per_param=20.0, target_seq_len=4096,
+                                      run=RunChoices(batch_sequences=128)))
+    assert given.card["batch"]["seq_len"] == 4096
