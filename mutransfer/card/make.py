@@ -141,7 +141,6 @@ def _flags(req: TransferRequest) -> SimpleNamespace:
                             if f.name not in ("run", "lr_interval", "proxy_overrides")})
     run = req.run
     ns.overrides = list(parse_overrides(list(dict(req.overrides).items())).items())
-    ns.target_width = ns.target_depth = None
     ns.batch_size, ns.batch_tokens = run.batch_sequences, run.batch_tokens
     ns.wd_mode, ns.accept_edge, ns.batch_rule = run.wd_mode, list(run.accept_edge), run.batch_rule
     ns.scaling_fit = req.scaling_fit if isinstance(req.scaling_fit, (str, Path)) else (

@@ -206,16 +206,10 @@ def check_vocab(args: Any, proxy: Any, target: Any, source: dict[str, Any]
 
 
 def target_overrides(args: Any) -> dict[str, Any]:
-    """The target's model fields: the ``--set`` pairs as the library reads them
-    (:func:`mutransfer.card.target.parse_overrides`), plus the ``--target-width``/``--target-depth``
-    shorthands and the proxy's ``--seq-len`` (the target's context unless it is set)."""
+    """The target's model fields: the request's overrides as the library reads them
+    (:func:`mutransfer.card.target.parse_overrides`), its ``target_seq_len`` and the proxy's
+    context (the target's unless it is set)."""
     out = parse_overrides(args.overrides)
-    for flag, key in (("target_width", "width"), ("target_depth", "depth")):
-        value = getattr(args, flag)
-        if value is not None:
-            if key in out and out[key] != value:
-                raise ValueError(f"--{flag.replace('_', '-')} {value} contradicts --set {key}={out[key]}")
-            out[key] = value
     if getattr(args, "target_seq_len", None) is not None:
         out["seq_len"] = args.target_seq_len
     if args.seq_len is not None and args.model_config is None:
