@@ -1,7 +1,6 @@
-"""One proxy training run, step by step: :class:`Trainer` builds the parametrized
-proxy, its param groups (:meth:`mutransfer.parametrize.parametrization.Parametrization.param_groups`),
-its schedule and stabilizers, and runs, evaluates, checkpoints and resumes it (see
-:mod:`mutransfer.training.train` for the contract)."""
+"""One proxy training run, step by step: :class:`Trainer` builds the parametrized proxy, its
+param groups (``Parametrization.param_groups``), its schedule and stabilizers, and runs,
+evaluates, checkpoints and resumes it (:mod:`mutransfer.training.train`: the contract)."""
 
 from __future__ import annotations
 
