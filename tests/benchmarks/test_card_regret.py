@@ -55,7 +55,7 @@ def test_the_card_targets_8x_width_4x_depth_8x_tokens_with_the_fitted_laws(tmp_p
     assert b_t > 128
     assert card["optimizer"]["lr"] == pytest.approx(opt["lr"] * (128 / 32) ** 0.5 * 8**-0.25, rel=1e-12)
     assert cw["plan"].lr == card["optimizer"]["lr"] and cw["tokens"] == 8 * D_MAX
-    # the card users get (mutransfer.card.build.make_card): trust first, and the card's own
+    # the card users get (mutransfer.card.make.make_card): trust first, and the card's own
     # warnings among the projection's, counted in the trust block
     from mutransfer.card.trust import card_warnings
 

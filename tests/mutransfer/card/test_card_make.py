@@ -1,6 +1,7 @@
-"""mutransfer.card.build.make_card: the one place a card is made (plan -> build -> validate ->
-warnings -> trust block). ``mutransfer transfer`` only resolves its flags and calls it, so
-the card it writes is make_card's for the same inputs (the oracle below)."""
+"""mutransfer.card.build.assemble_card: the card assembled from resolved values (plan ->
+build -> warnings -> trust block -> validated once). ``mutransfer transfer`` makes its card
+through make_card, which resolves the rules and calls it, so the card it writes is the
+assembly's for the same inputs (the oracle below)."""
 
 from __future__ import annotations
 
