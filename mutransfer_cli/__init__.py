@@ -34,6 +34,7 @@ MODULES: dict[str, str] = {
     "fit": "mutransfer_cli.fit",
     "plot": "mutransfer_cli.plot",
     "demo": "mutransfer_cli.demo",
+    "tune": "mutransfer_cli.tune",
     "transfer": "mutransfer_cli.transfer",
     "memory": "mutransfer_cli.memory",
     "fold": "mutransfer_cli.fold",

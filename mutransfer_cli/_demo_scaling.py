@@ -40,8 +40,9 @@ def scaling_stage(out: Path, sz: DemoSize, size: str, fit: Any, *, device: str, 
                         batch_sizes=sc.batch_sizes, tokens=sc.tokens, seeds=(0,), lr_center=lr_center,
                         lr_center_batch=sz.batch_size, log2_lr_offsets=sc.log2_lr_offsets,
                         eval_sequences=sc.eval_sequences,
-                        base={"seq_len": sz.seq_len, "threads": 1 if device == "cpu" else None},
-                        name=f"demo-{size}-scaling")
+                        base={"seq_len": sz.seq_len, "threads": 1 if device == "cpu" else None,
+                              **dict(sz.train_extra)},
+                        name=f"demo-{size}-scaling" if not size.startswith("tune") else f"{size}-scaling")
     n = len(spec.points())
     log(quiet, f"[4/7] scaling sweep: {n} trials at width {width} (+ {sc.check_width}): budgets "
                 f"{[f'{t:.3g}' for t in spec.budgets()]} tokens as WSD branches, batches "

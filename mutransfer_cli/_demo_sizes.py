@@ -61,6 +61,8 @@ class DemoSize:
     """Held-out sequences each LR-sweep run is scored on (one set for every run)."""
     coord_widths: tuple[int, ...]
     scaling: ScalingStage
+    train_extra: tuple[tuple[str, object], ...] = ()
+    """More TrainConfig fields for every run of every stage (``tune --set data=...``)."""
     lr_max_extend: int = 2
     """An arm's optimum at the edge of its LR grid at some width gets up to this many grid
     points past that edge, until bracketed (:mod:`sweeps.extend`; the same rule for SP and

@@ -1,0 +1,277 @@
+"""The stages of ``mutransfer tune`` (:mod:`mutransfer_cli.tune` says what each does)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+
+from analysis.optimum import OptimumFit
+from mutransfer._io import atomic_write_text
+from mutransfer.card.build import save_card
+from mutransfer.card.make import TransferRequest, make_card
+from mutransfer.card.target import parse_overrides
+from mutransfer.card.trust import objections
+from mutransfer.models.presets import get_preset
+from mutransfer.models.source import hf_shape, parse_model, valid_widths
+from mutransfer.training.config import TrainConfig
+from mutransfer.training.train import train
+from mutransfer_cli import main as cli_main
+from mutransfer_cli._demo_scaling import scaling_stage
+from mutransfer_cli._demo_sizes import DemoSize, ScalingStage, model_kw
+from mutransfer_cli._demo_stage import Clock, log
+from sweeps.budget import CostModel, TunePlan, plan_budget
+from sweeps.extend import Bounds, run_bracketed
+from sweeps.results import results_table, write_table
+from sweeps.spec_kinds import LRSweep
+from sweeps.study import default_workers
+from sweeps.worker import open_study
+
+#: Steps of the two probe runs at the base width (their difference is the per-step cost),
+#: after a first run of the shortest length that loads the data and warms the allocator.
+PROBE_STEPS = (8, 40)
+
+
+def _proxy(args: argparse.Namespace) -> tuple[str, int, int, list[int], int | None]:
+    """(model spec for the sweeps, base width, depth, valid widths, target context or None)."""
+    if args.model:
+        src = parse_model(args.model, args.head_rule)
+        cfg = src.hf_config()
+        width_t, _, ctx = hf_shape(cfg)
+        widths = valid_widths(cfg, args.head_rule, upto=int(width_t))
+        base = args.width or next((w for w in widths if w >= 64), widths[0])
+        return src.spec(), int(base), int(args.depth or 2), widths, ctx
+    cfg = get_preset(args.preset)
+    step = getattr(cfg, "head_dim", 1) or 1
+    top = max(args.target_width or cfg.width, cfg.width) * 8
+    widths = [w for w in range(step, top + 1, step)]
+    return args.preset, int(args.width or cfg.width), int(args.depth or cfg.depth), widths, None
+
+
+def _flat(model: str, width: int, depth: int, extra: dict[str, Any], **kw: Any) -> dict[str, Any]:
+    src = {"source": model} if model.startswith("hf:") else {"preset": model}
+    return {**src, "width": width, "depth": depth, "parametrization": "mup", "base_width": width,
+            "base_depth": depth, **extra, **kw}
+
+
+def probe(model: str, width0: int, width1: int, depth: int, extra: dict[str, Any], batch: int,
+          seq_len: int, device: str) -> CostModel:
+    """Seconds per training token at two widths, from short runs (the setup measured apart:
+    two lengths at the base width)."""
+    times = {}
+    runs = ((width0, PROBE_STEPS[0]), (width0, PROBE_STEPS[0]), (width0, PROBE_STEPS[1]), (width1, PROBE_STEPS[1]))
+    for w, steps in runs:  # the first run of each length is replaced by the second: warm-up
+        cfg = TrainConfig.from_flat(_flat(model, w, depth, extra, steps=steps, batch_size=batch, seq_len=seq_len,
+                                          lr=2.0**-6, eval_every=steps, eval_sequences=8, device=device,
+                                          threads=1 if device == "cpu" else None, base_width=min(w, width0)))
+        t0 = time.perf_counter()
+        train(cfg)
+        times[(w, steps)] = time.perf_counter() - t0
+    tok = batch * seq_len * (PROBE_STEPS[1] - PROBE_STEPS[0])
+    s0 = max(1e-9, (times[(width0, PROBE_STEPS[1])] - times[(width0, PROBE_STEPS[0])]) / tok)
+    overhead = max(0.0, times[(width0, PROBE_STEPS[0])] - s0 * batch * seq_len * PROBE_STEPS[0])
+    s1 = max(s0, (times[(width1, PROBE_STEPS[1])] - overhead) / (batch * seq_len * PROBE_STEPS[1]))
+    return CostModel(width0=width0, seconds_per_token0=s0, width1=width1, seconds_per_token1=s1,
+                     overhead_s=overhead)
+
+
+def _plan(args: argparse.Namespace, out: Path, device: str, workers: int, quiet: bool
+          ) -> tuple[TunePlan, dict[str, Any]]:
+    """The plan, reused from ``plan.json`` when the inputs are the same (a re-run resumes)."""
+    model, base, depth, widths, ctx = _proxy(args)
+    extra = parse_overrides(args.overrides)
+    seq_len = int(extra.pop("seq_len", 64))
+    inputs = {"model": model, "base_width": base, "depth": depth, "extra": extra, "seq_len": seq_len,
+              "budget_s": args.budget, "workers": workers, "device": device}
+    path = out / "plan.json"
+    if path.exists():
+        doc = json.loads(path.read_text())
+        if doc.get("inputs") == json.loads(json.dumps(inputs)):
+            log(quiet, f"[plan] resuming the plan in {path}")
+            return TunePlan.from_dict(doc["plan"]), doc
+    # the widest width the ladder may climb to, so the cost of every ladder width is
+    # interpolated between two measured ones, never extrapolated
+    wider = max((w for w in widths if 2 * base <= w <= 8 * base), default=None)
+    if wider is None:
+        raise ValueError(f"no width of at least 2x the base width {base} fits this model")
+    log(quiet, f"[plan] probing the cost of a run at widths {base} and {wider}")
+    cost = probe(model, base, wider, depth, extra, 8, seq_len, device)
+    plan = plan_budget(cost, budget_s=args.budget, workers=workers, base_width=base, valid_widths=widths,
+                       seq_len=seq_len)
+    doc = {"inputs": inputs, "cost": dataclasses.asdict(cost), "plan": plan.to_dict(), "target_context": ctx}
+    atomic_write_text(path, json.dumps(doc, indent=2) + "\n")
+    return plan, doc
+
+
+def _size(plan: TunePlan, model: str, extra: dict[str, Any], centre: float, args: argparse.Namespace,
+          depth: int) -> DemoSize:
+    """The plan in the shape the demo's scaling stage reads."""
+    sc = ScalingStage(batch_sizes=plan.scaling_batch_sizes, tokens=plan.scaling_tokens,
+                      log2_lr_offsets=plan.scaling_offsets, check_width=plan.check_width, eval_sequences=128,
+                      target_width=args.target_width or plan.base_width, target_depth=args.target_depth or depth,
+                      target_seq_len=args.target_seq_len or plan.seq_len, max_extend=2, batch_range=(1, 64),
+                      audit_seeds=plan.audit_seeds)
+    return DemoSize(preset=model, widths=plan.widths, log2_lr_center=centre, log2_lr_offsets=plan.ladder_offsets,
+                    sp_lr_width_exponent=0.0, seeds=plan.seeds, steps=plan.steps, batch_size=plan.batch_size,
+                    seq_len=plan.seq_len, eval_sequences=128, coord_widths=plan.widths[:3], scaling=sc,
+                    train_extra=tuple((k, v) for k, v in extra.items() if k != "depth") + (("depth", depth),))
+
+
+def _lr_runs(out: Path, name: str, model: str, widths: tuple[int, ...], seeds: tuple[int, ...],
+             log2_lrs: tuple[float, ...], plan: TunePlan, extra: dict[str, Any], depth: int, *, device: str,
+             workers: int | None, quiet: bool, max_extend: int) -> pd.DataFrame:
+    """μP's LR grid at ``widths``, widened past an edge optimum until bracketed."""
+    base = {"steps": plan.steps, "batch_size": plan.batch_size, "seq_len": plan.seq_len,
+            "base_width": plan.base_width, "eval_every": plan.steps, "eval_sequences": 128,
+            "warmup_steps": max(1, plan.steps // 10), "schedule": "cosine", "lr_floor": 0.1,
+            "threads": 1 if device == "cpu" else None, "depth": depth, **extra}
+    spec = LRSweep(**model_kw(model), widths=widths, parametrizations=("mup",), seeds=seeds,
+                   lrs=tuple(2.0**x for x in log2_lrs), base=base, name=name)
+    sweep, _ = run_bracketed(spec, Bounds(max_extend=max_extend), out=out / "sweep", workers=workers,
+                             device=device, quiet=quiet)
+    study, _ = open_study(sweep.plan.storage, sweep.plan.study_name)
+    return results_table(study)
+
+
+def run_tune(args: argparse.Namespace) -> int:
+    """Plan, check, search, ladder, scaling, card (or the reasons there is none)."""
+    t0 = time.perf_counter()
+    out, quiet = Path(args.out), args.quiet
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "figures").mkdir(exist_ok=True)
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+    n_workers = args.workers or default_workers(device, 1 << 30)
+    clock = Clock(quiet=quiet)
+    plan, doc = _plan(args, out, device, n_workers, quiet)
+    model, depth, extra = doc["inputs"]["model"], doc["inputs"]["depth"], dict(doc["inputs"]["extra"])
+    for key, why in plan.reasons.items():
+        log(quiet, f"[plan] {key}: {why}")
+    est = plan.estimate_s
+    log(quiet, f"[plan] estimated {sum(est.values()):.0f} s on {n_workers} worker(s) "
+               f"({', '.join(f'{k} {v:.0f} s' for k, v in est.items())}) of a {args.budget:.0f} s budget")
+    report: dict[str, Any] = {"plan": plan.to_dict(), "cost": doc["cost"], "inputs": doc["inputs"]}
+
+    log(quiet, f"[1/5] coordinate check of muP at widths {list(plan.widths[:3])}")
+    with clock.stage("coord_check"):
+        cdir = out / "coord_check"
+        code = cli_main(["coord-check", "--model", model, "-p", "mup", "--widths",
+                         ",".join(map(str, plan.widths[:3])), "--steps", "4", "--n-seeds", "2",
+                         "--seq-len", str(min(plan.seq_len, 64)), "--out", str(cdir), "--overwrite", "--quiet"])
+    coord = json.loads((cdir / "coord_check.json").read_text()) if code in (0, 1) else {"passed": False}
+    report["coord_check"] = {"passed": coord.get("passed")}
+    if not coord.get("passed"):
+        return _refuse(out, report, [f"the coordinate check of muP failed at widths {list(plan.widths[:3])} "
+                                     f"(see {cdir}): the parametrization is not width-stable on this model"],
+                       quiet, t0)
+
+    log(quiet, f"[2/5] coarse LR search at width {plan.base_width}: 2^{plan.search_log2_lrs[0]:g}.."
+               f"2^{plan.search_log2_lrs[-1]:g}, widened until bracketed (est {est['search']:.0f} s)")
+    with clock.stage("search", parallel=n_workers, reports=True):
+        found = _lr_runs(out, "tune-search", model, (plan.base_width,), (0,), plan.search_log2_lrs, plan, extra,
+                         depth, device=device, workers=args.workers, quiet=quiet, max_extend=3)
+        ok = found[~found["diverged"].astype(bool)]
+        centre = round(4 * math.log2(float(ok.loc[ok["loss"].idxmin(), "lr"]))) / 4
+    report["search"] = {"centre_log2_lr": centre, "n_runs": int(len(found))}
+
+    log(quiet, f"[3/5] LR x width ladder: widths {list(plan.widths)}, {len(plan.seeds)} seeds, LRs 2^{centre:g} "
+               f"+- {max(plan.ladder_offsets):g} octave (est {est['ladder']:.0f} s)")
+    with clock.stage("ladder", parallel=n_workers, reports=True):
+        table = _lr_runs(out, "tune-ladder", model, plan.widths, plan.seeds,
+                         tuple(centre + o for o in plan.ladder_offsets), plan, extra, depth, device=device,
+                         workers=args.workers, quiet=quiet, max_extend=2)
+        write_table(table, out / "results.csv")
+        fit = OptimumFit(x="lr", y="loss", group_by=("parametrization", "width"), n_boot=500).fit(table)
+        drift = fit.drift("width", where={"parametrization": "mup"})
+    report["ladder"] = {"optimum_per_width": {str(int(k[1])): float(v) for k, v in fit.params_.items()},
+                        "drift_octaves": drift.to_dict()}
+
+    log(quiet, f"[4/5] scaling sweep: budgets {list(plan.scaling_tokens)} tokens, batches "
+               f"{list(plan.scaling_batch_sizes)}, and the held-out audit (est {est['scaling']:.0f} s)")
+    sz = _size(plan, model, extra, centre, args, depth)
+    scaling = scaling_stage(out, sz, "tune", fit, device=device, workers=args.workers, n_workers=n_workers,
+                            quiet=quiet, clock=clock)
+    scaling.pop("images", None)
+    report["scaling"] = {k: scaling.get(k) for k in ("laws", "budget_optima", "error", "audit_path", "fit_path")}
+    report["audit"] = (scaling.get("audit") or {}).get("passed")
+    if not scaling.get("fit_path"):
+        return _refuse(out, report, [f"the scaling laws could not be fitted: {scaling.get('error')}"], quiet, t0)
+
+    log(quiet, "[5/5] the card")
+    with clock.stage("card"):
+        target: dict[str, Any] = ({"model": args.model, "head_rule": args.head_rule} if args.model else
+                                  {"preset": args.preset, "overrides": {"width": args.target_width,
+                                                                        "depth": args.target_depth}})
+        made = make_card(TransferRequest(
+            results=str(out / "results.csv"), **target, base_width=plan.base_width, base_depth=depth,
+            seq_len=plan.seq_len, tokens=args.tokens, tokens_per_param=args.tokens_per_param,
+            target_seq_len=args.target_seq_len, allow_vocab_change=args.allow_vocab_change,
+            scaling_fit=scaling["fit_path"], audit=scaling.get("audit_path"), study="tune-ladder",
+            storage=f"journal:{out / 'sweep' / 'optuna.journal'}"))
+    against = objections(made.card)
+    report["card"] = {"warnings": made.warnings, "objections": against, "lr": made.plan.lr,
+                      "batch_tokens": made.plan.batch_tokens, "steps": made.plan.steps,
+                      "trust": made.card["trust"]["summary"]}
+    report["stages"] = clock.stages
+    if against:
+        save_card(made, out / "card.rejected.yaml")
+        return _refuse(out, report, against, quiet, t0, made.card)
+    path = save_card(made, out / "card.yaml")
+    report["wall_s"] = time.perf_counter() - t0
+    _write_report(out, report, accepted=True)
+    log(quiet, f"done in {report['wall_s']:.0f} s: wrote {path} (base LR {made.plan.lr:.4g}, "
+               f"{made.plan.steps} steps of {made.plan.batch_tokens} tokens); {len(made.warnings)} warning(s); "
+               f"see {out / 'report.md'}")
+    return 0
+
+
+def _to_run(card: dict[str, Any] | None, reasons: list[str]) -> list[str]:
+    """What to run next, from the card's own trust block and the reasons."""
+    out = []
+    best = ((card or {}).get("trust") or {}).get("narrows_most")
+    if best:
+        out.append(f"{best['measurement']}: narrows the LR interval to about {best['lr_factor']:.3g}x")
+    if any("audit" in r for r in reasons):
+        out.append("more seeds in the held-out audit, or a larger budget so the held-out budget is longer")
+    if not out:
+        out.append("a larger --budget: longer scaling budgets move the laws' anchor closer to the target")
+    return out
+
+
+def _refuse(out: Path, report: dict[str, Any], reasons: list[str], quiet: bool, t0: float,
+            card: dict[str, Any] | None = None) -> int:
+    """No card: the report says why and what to run; exit status 1."""
+    report["refused"] = reasons
+    report["to_run"] = _to_run(card, reasons)
+    report["wall_s"] = time.perf_counter() - t0
+    _write_report(out, report, accepted=False)
+    for r in reasons:
+        print(f"mutransfer tune: objection: {r}", file=sys.stderr)
+    for r in report["to_run"]:
+        print(f"mutransfer tune: to run: {r}", file=sys.stderr)
+    print(f"mutransfer tune: no card.yaml written (see {out / 'report.md'})", file=sys.stderr)
+    return 1
+
+
+def _write_report(out: Path, report: dict[str, Any], *, accepted: bool) -> None:
+    atomic_write_text(out / "tune.json", json.dumps(report, indent=2, default=str) + "\n")
+    lines = ["# mutransfer tune", "", f"Card: {'written (card.yaml)' if accepted else 'not written'}.", ""]
+    for key, why in report["plan"].get("reasons", {}).items():
+        lines.append(f"- plan, {key}: {why}")
+    if report.get("ladder"):
+        lines += ["", "## LR ladder (muP)", ""]
+        lines += [f"- width {w}: optimum {v:.4g}" for w, v in report["ladder"]["optimum_per_width"].items()]
+    if report.get("card"):
+        lines += ["", "## Card", ""] + [f"- {s}" for s in report["card"]["trust"]]
+        lines += [f"- warning: {w}" for w in report["card"]["warnings"]]
+    if report.get("refused"):
+        lines += ["", "## Why no card", ""] + [f"- {r}" for r in report["refused"]]
+        lines += ["", "## To run", ""] + [f"- {r}" for r in report["to_run"]]
+    atomic_write_text(out / "report.md", "\n".join(lines) + "\n")

@@ -1,0 +1,95 @@
+"""``mutransfer tune``: from a model and a compute budget to a card the tool stands behind.
+
+One command places the proxy runs itself:
+
+1. **plan** (:func:`sweeps.budget.plan_budget`): two short probe runs measure the seconds
+   per token at the base width and twice it; the budget is split over the stages and each
+   stage's runs sized to fill its share; every choice is recorded with its reason
+   (``plan.json``). A re-run with the same inputs reuses the plan and resumes the sweeps.
+2. **coordinate check** of μP at the ladder's widths: a gate (a failure stops here).
+3. **coarse LR search** at the base width (every 2 octaves, widened until bracketed): the
+   centre of the ladder's grid, so no LR is copied by hand.
+4. **LR x width ladder** (μP, 2 seeds, 3 LRs half an octave apart around the centre,
+   widened past an edge optimum): μP's optimum and its drift.
+5. **LR x batch x budget sweep** at the base width with its width check and the held-out
+   audit (the demo's scaling stage): the η*(B, D) and B*(D) laws.
+6. **card** (:func:`mutransfer.card.make.make_card`): written only when the audit passed
+   and :func:`mutransfer.card.trust.objections` has nothing against it; otherwise the
+   report names what is wrong and what to run, ``card.yaml`` is not written, and the exit
+   status is 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from mutransfer._io import check_output
+from mutransfer_cli._common import key_value, positive_float, positive_int
+from mutransfer_cli._tune_run import run_tune
+
+HELP = "tune a proxy within a compute budget and write the card for the target (or say why not)"
+
+#: Budget units: seconds, minutes, hours.
+_UNITS = {"s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+def budget_seconds(text: str) -> float:
+    """``"60m"``, ``"1.5h"``, ``"900s"`` or ``"900"`` (seconds) -> seconds."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(s|m|min|h)?\s*", str(text))
+    if not m:
+        raise argparse.ArgumentTypeError(f"--budget takes a time like 60m, 1.5h or 900s, got {text!r}")
+    value = float(m.group(1)) * _UNITS[m.group(2) or "s"]
+    if not (math.isfinite(value) and 0 < value <= 30 * 86400):
+        raise argparse.ArgumentTypeError(f"--budget must be between 0 and 30 days, got {text!r}")
+    return value
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    m = p.add_mutually_exclusive_group(required=True)
+    m.add_argument("--model", metavar="hf:PATH", help="the full-size target as a local transformers "
+                   "config.json: the proxies are it narrowed (--head-rule), the card is for it")
+    m.add_argument("--preset", help="a built-in proxy (llama-small, gpt-tiny, ...); the target is it at "
+                   "--target-width x --target-depth")
+    p.add_argument("--head-rule", choices=("keep_head_dim", "keep_heads"), default="keep_head_dim",
+                   help="with --model: how the proxies' heads follow width (keep_head_dim)")
+    p.add_argument("--width", type=positive_int, default=None,
+                   help="the base width of the proxies (default: the preset's, or the smallest width of "
+                   "--model's config at or above 64)")
+    p.add_argument("--depth", type=positive_int, default=None,
+                   help="the proxies' depth (default: the preset's; --model: 2)")
+    p.add_argument("--set", dest="overrides", action="append", type=key_value, default=[], metavar="KEY=VALUE",
+                   help="a proxy training field for every run (repeatable): data=tokens.bin, seq_len=N, ...")
+    t = p.add_argument_group("target")
+    t.add_argument("--target-width", type=positive_int, default=None, help="with --preset: the target's width")
+    t.add_argument("--target-depth", type=positive_int, default=None, help="with --preset: the target's depth")
+    t.add_argument("--target-seq-len", type=positive_int, default=None,
+                   help="the target's context (default: the config's pretraining context, else the proxy's)")
+    b = t.add_mutually_exclusive_group(required=True)
+    b.add_argument("--tokens", type=positive_float, help="the target's training tokens")
+    b.add_argument("--tokens-per-param", type=positive_float, help="the target's tokens per parameter")
+    t.add_argument("--allow-vocab-change", action="store_true",
+                   help="accept a target vocabulary other than the proxies' data's (recorded in the card)")
+    r = p.add_argument_group("budget and workers")
+    r.add_argument("--budget", type=budget_seconds, required=True,
+                   help="wall time for the whole tune on these workers: 60m, 1.5h, 900s")
+    r.add_argument("--device", default="auto", help="auto | cpu | cuda (default auto)")
+    r.add_argument("--workers", type=positive_int, default=None,
+                   help="sweep workers (default: one per CPU core, one per GPU)")
+    p.add_argument("--out", required=True, help="output folder (re-running it resumes)")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+
+
+def run(args: argparse.Namespace) -> int:
+    check_output(args.out, directory=True)
+    if args.preset and (args.target_width is None or args.target_depth is None):
+        raise ValueError("--preset needs the target's --target-width and --target-depth")
+    if args.model and (args.target_width or args.target_depth):
+        raise ValueError("--model names the whole target; drop --target-width/--target-depth")
+    return run_tune(args)

@@ -1,0 +1,189 @@
+"""A compute budget turned into the proxy runs that ``mutransfer tune`` makes: how many
+widths the LR ladder climbs, how long its runs are, and the token budgets and batches of
+the scaling sweep, each choice with its reason.
+
+The cost of one run is measured, not guessed: :class:`CostModel` holds the seconds per
+training token at two widths (a short probe run at each) and interpolates as a power of
+the width between and past them. :func:`plan_budget` splits the budget over the stages
+(:data:`SHARES`) and sizes each stage's runs to fill its share on the given workers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["SHARES", "CostModel", "TunePlan", "plan_budget"]
+
+#: The budget's split over the stages: the coordinate check and the coarse LR search at the
+#: base width; the LR x width ladder (μP's optimum and its drift); the LR x batch x budget
+#: sweep and its held-out audit (the laws that move the LR and batch to the target). The
+#: scaling stage gets the most: the card's LR interval is its laws' interval.
+SHARES: dict[str, float] = {"search": 0.10, "ladder": 0.35, "scaling": 0.55}
+#: The coarse search's LRs at the base width (log2): every 2 octaves over 2^-12..2^-2,
+#: widened past an edge until bracketed.
+SEARCH_LOG2_LRS: tuple[float, ...] = (-12.0, -10.0, -8.0, -6.0, -4.0, -2.0)
+#: The ladder's LR grid around the searched centre (octaves), both seeds.
+LADDER_OFFSETS: tuple[float, ...] = (-0.5, 0.0, 0.5)
+#: The scaling sweep's LR grid around sqrt(B) scaling of the ladder's optimum (octaves).
+SCALING_OFFSETS: tuple[float, ...] = (-1.0, -0.5, 0.0, 0.5, 1.0)
+#: Runs of an edge optimum's extension, as a share of a grid (1.4: up to 2 more points per 5).
+EXTENSION_SLACK = 1.4
+#: The fewest steps a ladder run may have: below it the optimum is the warmup's.
+MIN_STEPS = 100
+#: The most steps a ladder run needs: past it, more widths or seeds buy more.
+MAX_STEPS = 2000
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Seconds one worker spends per training token at a width, from two measured widths:
+    s(w) = s0 · (w / w0)^p, p from the two probes (clipped to [0, 2]: between constant
+    per-token cost, overhead-bound, and the quadratic cost of the hidden matrices)."""
+
+    width0: int
+    """The base width, probed."""
+    seconds_per_token0: float
+    """Seconds per training token at ``width0`` (one worker, setup excluded)."""
+    width1: int
+    """A wider width, probed."""
+    seconds_per_token1: float
+    """Seconds per training token at ``width1``."""
+    overhead_s: float = 0.0
+    """Seconds of one run beyond its tokens (model build, data, evaluation)."""
+
+    @property
+    def exponent(self) -> float:
+        p = math.log(self.seconds_per_token1 / self.seconds_per_token0) / math.log(self.width1 / self.width0)
+        return min(2.0, max(0.0, p))
+
+    def seconds_per_token(self, width: int) -> float:
+        return self.seconds_per_token0 * (width / self.width0) ** self.exponent
+
+    def run_s(self, width: int, tokens: float) -> float:
+        """Seconds of one run of ``tokens`` at ``width`` on one worker."""
+        return self.overhead_s + tokens * self.seconds_per_token(width)
+
+
+@dataclass(frozen=True)
+class TunePlan:
+    """The runs ``tune`` makes, and why."""
+
+    base_width: int
+    widths: tuple[int, ...]
+    """The LR ladder's widths, the base first."""
+    seeds: tuple[int, ...]
+    steps: int
+    """Steps of every ladder and search run."""
+    batch_size: int
+    seq_len: int
+    search_log2_lrs: tuple[float, ...]
+    ladder_offsets: tuple[float, ...]
+    scaling_batch_sizes: tuple[int, ...]
+    scaling_tokens: tuple[int, ...]
+    """The scaling sweep's budgets: the largest is trained, the others are its WSD branches."""
+    scaling_offsets: tuple[float, ...]
+    check_width: int
+    audit_seeds: int
+    estimate_s: dict[str, float] = field(default_factory=dict)
+    """The plan's own estimate of each stage's wall seconds on the workers."""
+    reasons: dict[str, str] = field(default_factory=dict)
+    """Each choice and why it was made."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TunePlan:
+        tuples = ("widths", "seeds", "search_log2_lrs", "ladder_offsets", "scaling_batch_sizes",
+                  "scaling_tokens", "scaling_offsets")
+        return cls(**{k: tuple(v) if k in tuples else v for k, v in d.items()})
+
+
+def _pow2_floor(x: float) -> int:
+    return 1 << max(0, int(math.floor(math.log2(max(x, 1.0)))))
+
+
+def plan_budget(cost: CostModel, *, budget_s: float, workers: int, base_width: int,
+                valid_widths: Sequence[int], seq_len: int, batch_size: int = 8,
+                seeds: Sequence[int] = (0, 1), max_doublings: int = 3) -> TunePlan:
+    """The proxy runs a ``budget_s`` wall-second budget on ``workers`` buys.
+
+    - Ladder: the base width and up to ``max_doublings`` doublings of it (only widths in
+      ``valid_widths``); each width runs 3 LRs x the seeds (x :data:`EXTENSION_SLACK`). The
+      steps are what the ladder's share buys; below :data:`MIN_STEPS` the widest width is
+      dropped, and with only the base and one doubling left the budget is refused, saying
+      what it would take.
+    - Search: :data:`SEARCH_LOG2_LRS` at the base width, one seed, the ladder's steps.
+    - Scaling: batches 1..16 sequences, 4 budgets a factor 2 apart (the largest trained,
+      the others WSD branches of it), 5 LRs, one seed, a check at twice the base width at
+      the middle batch, and the held-out audit (about 8 runs of the largest budget): the
+      largest budget is what the scaling share buys, a power of two. The smallest budget
+      must give the largest batch 8 steps; batches are dropped from the top until it does.
+    """
+    if not (math.isfinite(budget_s) and budget_s > 0):
+        raise ValueError(f"budget must be a positive number of seconds, got {budget_s!r}")
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers!r}")
+    if base_width not in valid_widths:
+        raise ValueError(f"base width {base_width} is not a width this model can take ({list(valid_widths)[:8]})")
+    seeds = tuple(seeds)
+    worker_s = budget_s * workers
+    reasons: dict[str, str] = {}
+    ladder_s = SHARES["ladder"] * worker_s
+    widths = [base_width * 2**k for k in range(max_doublings + 1) if base_width * 2**k in set(valid_widths)]
+    tok_per_step = batch_size * seq_len
+
+    def steps_for(ws: Sequence[int]) -> float:
+        runs_per_width = len(LADDER_OFFSETS) * len(seeds) * EXTENSION_SLACK
+        per_step = sum(runs_per_width * cost.seconds_per_token(w) * tok_per_step for w in ws)
+        over = sum(runs_per_width * cost.overhead_s for _ in ws)
+        return (ladder_s - over) / per_step if per_step > 0 else 0.0
+
+    while len(widths) > 2 and steps_for(widths) < MIN_STEPS:
+        widths.pop()
+    steps = steps_for(widths)
+    if len(widths) < 2 or steps < MIN_STEPS:
+        need = MIN_STEPS / max(steps, 1e-9) * budget_s if steps > 0 else float("inf")
+        raise ValueError(f"a budget of {budget_s:.0f} s on {workers} worker(s) buys ladder runs of "
+                         f"{max(steps, 0):.0f} steps at widths {widths}: fewer than {MIN_STEPS}; give at "
+                         f"least {need:.0f} s (--budget), more workers, or a narrower base width")
+    steps_i = int(min(MAX_STEPS, steps))
+    reasons["widths"] = (f"{len(widths)} widths ({widths[-1] // widths[0]}x): the most doublings whose ladder "
+                         f"runs get >= {MIN_STEPS} steps in the ladder's {SHARES['ladder']:.0%} of the budget")
+    reasons["steps"] = (f"{steps_i} steps of {batch_size} x {seq_len} tokens: what the ladder's share buys "
+                        f"for {len(LADDER_OFFSETS)} LRs x {len(seeds)} seeds per width"
+                        + (f" (capped at {MAX_STEPS})" if steps > MAX_STEPS else ""))
+
+    check_width = base_width * 2 if base_width * 2 in set(valid_widths) else base_width
+    scaling_s = SHARES["scaling"] * worker_s
+    batches = [1, 2, 4, 8, 16]
+    while True:
+        runs = (len(SCALING_OFFSETS) * len(batches) * EXTENSION_SLACK + 8
+                + len(SCALING_OFFSETS) * cost.seconds_per_token(check_width) / cost.seconds_per_token(base_width))
+        d_max = _pow2_floor((scaling_s / runs - cost.overhead_s) / cost.seconds_per_token(base_width))
+        if d_max // 8 >= 8 * max(batches) * seq_len or len(batches) <= 3:
+            break
+        batches.pop()
+    if d_max // 8 < 8 * max(batches) * seq_len:
+        raise ValueError(f"a budget of {budget_s:.0f} s buys scaling runs of {d_max} tokens: its smallest "
+                         f"budget gives batch {max(batches)} fewer than 8 steps; give a larger --budget")
+    tokens = tuple(d_max // 2**k for k in (3, 2, 1, 0))
+    reasons["scaling_tokens"] = (f"budgets {tokens[0]}..{tokens[-1]} tokens: the largest power of two the "
+                                 f"scaling share ({SHARES['scaling']:.0%}) buys for {len(batches)} batches x "
+                                 f"{len(SCALING_OFFSETS)} LRs, the width check and the audit")
+    reasons["scaling_batches"] = (f"batches {batches} sequences: B* of small proxies sits at a few sequences; "
+                                  "the grid is extended past an edge optimum")
+    est = {
+        "search": len(SEARCH_LOG2_LRS) * EXTENSION_SLACK * cost.run_s(base_width, steps_i * tok_per_step) / workers,
+        "ladder": sum(len(LADDER_OFFSETS) * len(seeds) * EXTENSION_SLACK * cost.run_s(w, steps_i * tok_per_step)
+                      for w in widths) / workers,
+        "scaling": runs * cost.run_s(base_width, d_max) / workers,
+    }
+    return TunePlan(base_width=base_width, widths=tuple(widths), seeds=seeds, steps=steps_i,
+                    batch_size=batch_size, seq_len=seq_len, search_log2_lrs=SEARCH_LOG2_LRS,
+                    ladder_offsets=LADDER_OFFSETS, scaling_batch_sizes=tuple(batches), scaling_tokens=tokens,
+                    scaling_offsets=SCALING_OFFSETS, check_width=check_width, audit_seeds=2,
+                    estimate_s=est, reasons=reasons)
