@@ -8,7 +8,9 @@ B*(D), the weight decay through tau, the warmup and the WSD decay fraction. A de
 change uses CompleteP's rules. This module checks the flags, turns them into a
 :class:`mutransfer.card.make.TransferRequest` and makes one call,
 :func:`mutransfer.card.make.make_card`, which applies every transfer rule; then it writes the
-card and prints its trust lines and warnings.
+card and prints its trust lines and warnings. ``--strict`` writes no card the tool does not
+stand behind (a warning, or :func:`mutransfer.card.trust.objections`): a file left at
+``--out`` would be launched whatever the exit status said.
 """
 
 from __future__ import annotations
@@ -16,12 +18,14 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from pathlib import Path
 
 from mutransfer._io import check_output
 from mutransfer.card.build import save_card
 from mutransfer.card.make import TransferRequest, make_card
 from mutransfer.card.request import BATCH_RULES, RunChoices
 from mutransfer.card.target import PRECISION, parse_overrides
+from mutransfer.card.trust import objections
 from mutransfer.models.presets import DEFAULT_PRESET
 from mutransfer.parametrize.specs import KINDS
 from mutransfer.training.schedules import DECAY_SHAPES, SCHEDULE_KINDS
@@ -167,9 +171,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     o.add_argument("--out", required=True, help="card path (.yaml, or .json)")
     o.add_argument("--json", action="store_true", help="also print the card as JSON")
     o.add_argument("--strict", action="store_true",
-                   help="exit 1 when the card carries any warning (failed audit, extrapolation, a change of "
-                   "context, vocabulary or tokenizer, ...): the card is still written, for inspection, but "
-                   "the exit status says it is not to be trusted as is")
+                   help="write the card only if the tool stands behind it: with any warning (extrapolation, "
+                   "a change of context, vocabulary or tokenizer, ...) or objection (a value outside its "
+                   "own interval, an LR 10x off the published ones, a held-out audit failed or missing) "
+                   "it prints each one, writes no card and exits 1")
 
 
 def _interval(text: str) -> tuple[float | None, float | None]:
@@ -287,6 +292,18 @@ def run(args: argparse.Namespace) -> int:
     for note in made.notes:
         print(f"mutransfer transfer: note: {note}", file=sys.stderr)
     card, plan, warnings = made.card, made.plan, made.warnings
+    against = objections(card) if args.strict else []
+    if args.strict and (warnings or against):  # a card not stood behind is not left to be launched
+        for w in warnings:
+            print(f"mutransfer transfer: warning: {w}", file=sys.stderr)
+        for o in against:
+            print(f"mutransfer transfer: objection: {o}", file=sys.stderr)
+        older = (" (the file already there is an older card, left as it was)" if Path(args.out).exists()
+                 else "")
+        print(f"mutransfer transfer: --strict: {len(against)} objection(s), {len(warnings)} warning(s): no card "
+              f"was written to {args.out}{older}; address each line above, or run without --strict to "
+              "write the card for inspection", file=sys.stderr)
+        return 1
     path = save_card(made, args.out)
     for line in card["trust"]["summary"]:
         print(f"mutransfer transfer: trust: {line}", file=sys.stderr)
@@ -300,8 +317,4 @@ def run(args: argparse.Namespace) -> int:
               f"width {made.width} depth {made.depth} ({made.n_params / 1e6:.1f}M params), {plan.steps} steps of "
               f"{plan.batch_sequences} x {seq_len} = {plan.batch_tokens} tokens, "
               f"{plan.warmup_steps} warmup steps, weight decay {plan.weight_decay:.4g}")
-    if args.strict and warnings:
-        print(f"mutransfer transfer: --strict: {len(warnings)} warning(s); {path} was written for "
-              "inspection, but it is not to be trusted as is", file=sys.stderr)
-        return 1
     return 0

@@ -26,11 +26,21 @@ __all__ = [
     "beta2_for",
     "cap_at_critical_batch",
     "default_micro_batch",
+    "whole_sequences",
 ]
 
 #: Tokens per parameter inside which the published batch laws were fitted and agree (their
 #: forms in C = 6·N·D and in D part outside it; at 0.2 tokens per parameter by 4.5x).
 TOKENS_PER_PARAM_RANGE = (2.0, 200.0)
+
+
+def whole_sequences(lo: float | None, hi: float | None, seq_len: int) -> tuple[float | None, float | None]:
+    """A batch interval (tokens) rounded out to whole sequences of ``seq_len`` tokens (at
+    least one): a batch is a count of sequences, and an interval narrower than one sequence
+    (a law inside its measured range) would hold no batch a run can have. An open side
+    (None) stays open."""
+    return (None if lo is None else max(1, math.floor(lo / seq_len * (1 + 1e-12))) * seq_len,
+            None if hi is None else math.ceil(hi / seq_len * (1 - 1e-12)) * seq_len)
 
 
 def default_micro_batch(sequences: int, dp_size: int = 1) -> int:
@@ -191,24 +201,61 @@ def _plan_batch(laws: ScalingLawFit | None, *, tokens: float, seq_len: int, batc
     return b_est, b_est["value"] / seq_len, fit_est
 
 
-def _split_batch(raw_seqs: float, batch_sequences: int | None, dp: int, micro_batch: int | None
-                 ) -> dict[str, Any]:
-    """The batch in whole sequences and its split over ``dp`` ranks (``projected.batch_split``)."""
+def _split_batch(raw_seqs: float, batch_sequences: int | None, dp: int, micro_batch: int | None, *,
+                 within: tuple[float | None, float | None] = (None, None),
+                 warnings: list[str] | None = None) -> dict[str, Any]:
+    """The batch in whole sequences and its split over ``dp`` ranks (``projected.batch_split``).
+
+    A projected batch is rounded to a multiple of the split's unit (dp_size × micro_batch,
+    else dp_size × a power of two <= 8) after its interval ``within`` (sequences; a side
+    None is open) was computed, so the nearest multiple can fall outside it: the demo's
+    1,269,760 tokens over an interval ending at 1,266,413. The multiple nearest the
+    projection inside the interval is taken when one exists (without ``--micro-batch`` a
+    smaller power of two is tried first); when none does, the flags force the batch out,
+    and ``warnings`` gets a line naming them."""
+    lo, hi = within
     if batch_sequences is not None:
         seqs, unit = batch_sequences, dp * (micro_batch or 1)
         how = "given (--batch-size)"
     else:
         if micro_batch is not None:
-            unit, how = dp * micro_batch, f"a multiple of --dp-size {dp} × --micro-batch {micro_batch}"
+            units = [(dp * micro_batch, f"a multiple of --dp-size {dp} × --micro-batch {micro_batch}")]
         else:
             pow2 = 8
             while pow2 > 1 and raw_seqs / dp < pow2:
                 pow2 //= 2
-            unit = dp * pow2
-            how = (f"a multiple of dp_size {dp} × {pow2} (power-of-two default: no --micro-batch given)")
-        seqs = max(unit, int(round(raw_seqs / unit)) * unit)
+            units = [(dp * p, f"a multiple of dp_size {dp} × {p} (power-of-two default: no --micro-batch given)")
+                     for p in (pow2, pow2 // 2, pow2 // 4, pow2 // 8) if p >= 1]
+        for unit, how in units:
+            seqs = _multiple_within(raw_seqs, unit, lo, hi)
+            if seqs is not None:
+                break
+        else:
+            unit, how = units[0]
+            seqs = max(unit, int(round(raw_seqs / unit)) * unit)
+            if warnings is not None:
+                span = f"[{'open' if lo is None else f'{lo:.6g}'}, {'open' if hi is None else f'{hi:.6g}'}]"
+                flags = (f"--dp-size {dp} × --micro-batch {micro_batch}" if micro_batch is not None
+                         else f"--dp-size {dp}")
+                why = (f"{flags} ({unit} sequences per step) leaves no multiple inside it, so the flags "
+                       f"force it out (and the steps with it); a smaller "
+                       f"{'--micro-batch or ' if micro_batch is not None else ''}--dp-size fits")
+                warnings.append(f"the batch of {seqs} sequences lies outside its own interval {span} "
+                                f"(sequences): {why}")
     micro = micro_batch or default_micro_batch(seqs, dp)
     return {"sequences": seqs, "dp_size": dp, "micro_batch": micro,
             "grad_accum": seqs // (dp * micro), "rounded_to": unit, "rule": how,
             "micro_batch_source": "given (--micro-batch)" if micro_batch else
             "default: the largest power of two <= 8 dividing each rank's share"}
+
+
+def _multiple_within(raw: float, unit: int, lo: float | None, hi: float | None) -> int | None:
+    """The positive multiple of ``unit`` nearest ``raw`` inside [lo, hi] (a side None is
+    open; a relative 1e-9 slack for the float interval), or None when there is none."""
+    slack = 1e-9
+    first = unit if lo is None else max(unit, math.ceil(lo * (1 - slack) / unit) * unit)
+    last = None if hi is None else math.floor(hi * (1 + slack) / unit) * unit
+    if last is not None and last < first:
+        return None
+    near = max(first, int(round(raw / unit)) * unit)
+    return near if last is None else min(near, last)

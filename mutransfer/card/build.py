@@ -263,7 +263,7 @@ def assemble_card(
     card["trust"] = trust_block(
         projected=card["projected"], laws=laws, proxy_lr_interval=proxy.lr_interval, proxy_lr=proxy.lr,
         proxy_batch_tokens=proxy.batch_tokens, proxy_tokens=proxy.tokens, batch_tokens=plan.batch_tokens,
-        tokens=budget, steps=plan.steps, n_warnings=len(said))
+        tokens=budget, steps=plan.steps, n_warnings=len(said), seq_len=seq_len)
     head = {"schema": card["schema"], "trust": card["trust"]}  # the first thing a reader sees
     card = validate_card(plain({**head, **{k: v for k, v in card.items() if k not in head}}))
     return MadeCard(card=card, plan=plan, laws=laws, n_params=n_params, n_params_nonembed=n_nonembed,

@@ -236,6 +236,7 @@ def make_card(req: TransferRequest) -> MadeCard:
     point = ProxyPoint(
         lr=lr, lr_interval=lr_ci, batch_tokens=req.proxy_batch_tokens or proxy_b,
         tokens=req.proxy_tokens or proxy_d, tau=tuned.tau if tuned else None,
+        weight_decay=tuned.weight_decay if tuned else None,
         betas=tuple(tuned.betas) if tuned else None, eps=tuned.eps if tuned else None,
         beta2_halflife_tokens=getattr(tuned, "beta2_halflife_tokens", None) if tuned else None,
         role_lr_mults=tuned.lr_mults if tuned else {})

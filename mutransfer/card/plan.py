@@ -28,7 +28,13 @@ from analysis.scaling_projection import extrapolation_factor
 from analysis.tau import PUBLISHED_ETA_LAMBDA, PUBLISHED_ETA_LAMBDA_SOURCE, weight_decay_for
 from mutransfer._io import read_json
 from mutransfer.card._estimate import _Bounds, _estimate
-from mutransfer.card.batch_plan import _plan_batch, _split_batch, beta2_for, cap_at_critical_batch
+from mutransfer.card.batch_plan import (
+    _plan_batch,
+    _split_batch,
+    beta2_for,
+    cap_at_critical_batch,
+    whole_sequences,
+)
 from mutransfer.card.request import ProxyPoint, RunChoices
 
 __all__ = [
@@ -186,7 +192,7 @@ def _plan_lr(laws: ScalingLawFit | None, *, proxy_lr: float, proxy_lr_interval: 
 def _plan_weight_decay(laws: ScalingLawFit | None, *, weight_decay: float | None, wd_mode: str,
                        proxy_tau: float | None, lr: float, b_tok: int, tokens: float, level: float,
                        ext: Mapping[str, float], lr_interval: tuple[float | None, float | None] = (None, None),
-                       warnings: list[str] | None = None
+                       warnings: list[str] | None = None, proxy_weight_decay: float | None = None
                        ) -> tuple[float, float | None, dict[str, Any], Any]:
     """(weight decay, tau, their estimates): given; from tau* measured over a weight-decay
     axis, held fixed, lambda = B / (eta · tau · D) (:func:`analysis.tau.weight_decay_for`;
@@ -194,7 +200,10 @@ def _plan_weight_decay(laws: ScalingLawFit | None, *, weight_decay: float | None
     the LR's (lambda* moves as 1/eta*); from a tuned proxy's tau (``--proxy-config``); from a
     scaling sweep at one weight decay (its tau never optimised): the published per-step
     eta·lambda (:data:`analysis.tau.PUBLISHED_ETA_LAMBDA`), its source named, its interval
-    unknown, and a warning in ``warnings``; else 0."""
+    unknown, and a warning in ``warnings``; with none of these the same published rule,
+    warned about (never a silent 0), unless the tuned proxy's own weight decay
+    (``proxy_weight_decay``) was 0: its LR was tuned without decay, so the target keeps 0.
+    A given 0 stays 0, its source ``given``."""
     warnings = [] if warnings is None else warnings
     eta = 1.0 if wd_mode == "independent" else lr
     formula = f"lambda = B / ({'' if wd_mode == 'independent' else 'eta · '}tau · D)"
@@ -229,16 +238,21 @@ def _plan_weight_decay(laws: ScalingLawFit | None, *, weight_decay: float | None
         return wd, proxy_tau, _estimate(wd, None, None, level, f"{formula}, tau {proxy_tau:.4g} of the tuned "
                                         "proxy"), _estimate(proxy_tau, None, None, level,
                                                             "the tuned proxy's weight decay (--proxy-config)")
-    if laws is None or laws.tau is None:
-        return 0.0, None, _estimate(0.0, None, None, level, "default (no --weight-decay, no tau in a scaling "
-                                    "fit)"), None
-    # Not optimised: a tau at the sweep's one lambda says nothing about the best tau (it moves
-    # with whatever LR the proxy had), so the per-step decay of published recipes stands in.
+    if proxy_weight_decay == 0:  # tuned (or trained) without decay: no timescale to keep
+        return 0.0, None, _estimate(0.0, None, None, level, "the tuned proxy's weight decay 0 (its LR was "
+                                    "tuned without decay)"), None
+    # Not measured: a tau at the sweep's one lambda says nothing about the best tau (it moves
+    # with whatever LR the proxy had), and no tau at all says less, so the per-step decay of
+    # published recipes stands in, never a silent 0.
     wd = PUBLISHED_ETA_LAMBDA / eta
     tau = b_tok / (eta * wd * tokens)
-    sweep_eta_lam = 1.0 / (laws.tau * tokens / b_tok)
-    why = (f"the scaling sweep ran one weight decay, so its tau {laws.tau:.4g} was not optimised (held "
-           f"fixed it would give eta·lambda {sweep_eta_lam:.2g} per step)")
+    if laws is not None and laws.tau is not None:
+        sweep_eta_lam = 1.0 / (laws.tau * tokens / b_tok)
+        why = (f"the scaling sweep ran one weight decay, so its tau {laws.tau:.4g} was not optimised (held "
+               f"fixed it would give eta·lambda {sweep_eta_lam:.2g} per step)")
+    else:
+        why = ("none was given (--weight-decay), measured (a scaling fit's tau) or tuned (--proxy-config, "
+               "or the results' weight_decay with their batch and budget)")
     warnings.append(f"weight decay not optimised: {why}; the card takes the {PUBLISHED_ETA_LAMBDA_SOURCE}, "
                     f"so lambda {wd:.3g} at LR {lr:.3g}; measure tau with `sweep scaling --weight-decays` or "
                     "give --weight-decay")
@@ -383,7 +397,12 @@ def plan_run(
                                  warnings=warnings)
     if crit is not None and crit["capped"]:
         raw_seqs = b_est["value"] / seq_len
-    split = _split_batch(raw_seqs, batch_sequences, dp, micro_batch)
+    # rounded inside the batch's own interval, in whole sequences (as the trust block gives
+    # it), where the split allows; the steps follow it in
+    within = whole_sequences(b_est.get("lo"), b_est.get("hi"), seq_len)
+    within = tuple(None if v is None else v / seq_len for v in within)
+    split = _split_batch(raw_seqs, batch_sequences, dp, micro_batch, within=within,  # type: ignore[arg-type]
+                         warnings=warnings)
     seqs, micro = split["sequences"], split["micro_batch"]
     b_tok = seqs * seq_len
     if laws is not None:
@@ -399,7 +418,8 @@ def plan_run(
                           tokens=tokens, level=level, ext=ext, bound=bound, warnings=warnings,
                           ext_limit=extrapolation_limit)
     wd, tau, wd_est, tau_est = _plan_weight_decay(laws, weight_decay=weight_decay, wd_mode=wd_mode,
-                                                  proxy_tau=proxy_tau, lr=lr, b_tok=b_tok, tokens=tokens,
+                                                  proxy_tau=proxy_tau, proxy_weight_decay=proxy.weight_decay,
+                                                  lr=lr, b_tok=b_tok, tokens=tokens,
                                                   level=level, ext=ext, warnings=warnings,
                                                   lr_interval=(lr_est["lo"], lr_est["hi"]))
     w, w_est, dec, d_est = _plan_schedule(laws, warmup_tokens=warmup_tokens, warmup_fraction=warmup_fraction,

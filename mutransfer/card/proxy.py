@@ -57,6 +57,7 @@ class TunedProxy(NamedTuple):
     tau: float | None
     batch_tokens: float | None
     tokens: float | None
+    weight_decay: float | None = None
 
 
 def read_proxy_config(args: Any) -> TunedProxy:
@@ -123,7 +124,7 @@ def tuned_proxy(values: Mapping[str, Any], *, lr: float, model: Any, batch_token
         lr_mults={"input": float(par.lr_mult_input), "output": float(par.lr_mult_output),
                   "vector": float(par.lr_mult_vector)},
         betas=[float(opt.beta1), float(opt.beta2)], eps=float(opt.eps), tau=tau,
-        batch_tokens=batch_tokens, tokens=tokens)
+        batch_tokens=batch_tokens, tokens=tokens, weight_decay=float(opt.weight_decay))
 
 
 def optimum_from_results(args: Any, seq_len: int

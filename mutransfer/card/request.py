@@ -121,6 +121,9 @@ class ProxyPoint:
     """The token budget the LR was tuned at."""
     tau: float | None = None
     """The tuned proxy's AdamW timescale (a fraction of its run), which the target keeps."""
+    weight_decay: float | None = None
+    """The tuned proxy's weight decay lambda (None: not tuned); a 0 has no timescale tau,
+    and the target keeps 0 rather than a published rule's decay."""
     betas: tuple[float, float] | None = None
     """The tuned proxy's Adam betas; None: (0.9, 0.95). beta2 then follows the target's batch."""
     eps: float | None = None
@@ -144,6 +147,7 @@ class ProxyPoint:
         _number("proxy batch_tokens", self.batch_tokens, open_low=True)
         _number("proxy tokens", self.tokens, open_low=True)
         _number("proxy tau", self.tau, open_low=True)
+        _number("proxy weight_decay", self.weight_decay)
         _number("proxy eps", self.eps, open_low=True)
         _number("proxy beta2_halflife_tokens", self.beta2_halflife_tokens, open_low=True)
         if self.betas is not None:

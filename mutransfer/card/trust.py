@@ -15,7 +15,16 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["EXTRA_FACTOR", "MEASURED_DEPTH_MOVE", "card_warnings", "trust_block"]
+from mutransfer.card.batch_plan import whole_sequences
+
+__all__ = [
+    "EXTRA_FACTOR",
+    "MEASURED_DEPTH_MOVE",
+    "STAND_BEHIND_LR_FACTOR",
+    "card_warnings",
+    "objections",
+    "trust_block",
+]
 
 #: How much larger than the largest measured value the extra measurement of
 #: :func:`trust_block` is (a budget, or a batch, 4× the largest).
@@ -99,7 +108,10 @@ def card_warnings(card: Mapping[str, Any]) -> list[str]:
 PUBLISHED_LR_SLACK = 2.0
 
 
-def _published_lr_warning(card: Mapping[str, Any]) -> list[str]:
+def _published_lr_gap(card: Mapping[str, Any]) -> tuple[float, float, float, str, float] | None:
+    """(the hidden matrices' Adam LR, the published LRs' low and high end, ``above`` or
+    ``below``, how many times outside that range; 1 inside it), or None when the card has
+    no hidden Adam group or no published baseline (``projected.baselines``)."""
     base = (card.get("projected") or {}).get("baselines") or {}
     pub = {k: float(base[k]["lr"]) for k in ("deepseek", "step_law")
            if isinstance(base.get(k), Mapping) and _num(base[k].get("lr"))}
@@ -107,15 +119,81 @@ def _published_lr_warning(card: Mapping[str, Any]) -> list[str]:
               if isinstance(g, Mapping) and g.get("role") == "hidden" and g.get("optimizer") == "adamw"
               and _num(g.get("lr"))]
     if not (pub and hidden):
-        return []
+        return None
     h, lo, hi = max(hidden), min(pub.values()), max(pub.values())
-    if lo / PUBLISHED_LR_SLACK <= h <= hi * PUBLISHED_LR_SLACK:
-        return []
     side, f = ("above", h / hi) if h > hi else ("below", lo / h)
+    return h, lo, hi, side, max(f, 1.0)
+
+
+def _published_lr_warning(card: Mapping[str, Any]) -> list[str]:
+    gap = _published_lr_gap(card)
+    if gap is None or gap[4] <= PUBLISHED_LR_SLACK:
+        return []
+    h, lo, hi, side, f = gap
     return [f"the hidden matrices' LR {h:.3g} is {f:.3g}x {side} the published LRs at this size "
             f"({lo:.3g}-{hi:.3g}: DeepSeek LLM eta(C), Step Law eta(N, D), both for standard-parametrization "
             "models): the projection moved it further than those laws would; check the LR law's batch and "
             "budget exponents (projected.lr) before the run"]
+
+
+#: How far (×, either side) the hidden matrices' Adam LR may sit from the published LRs at
+#: the target's size before the tool no longer stands behind the card (:func:`objections`):
+#: the laws differ from each other by up to ~3x at 1B scale and a μP projection may
+#: legitimately sit a few times off them, but 10x is more than any of that explains.
+STAND_BEHIND_LR_FACTOR = 10.0
+
+#: The card's values that must lie inside their own trust intervals, with where the card
+#: holds each one (section, field).
+_HELD_VALUES = {"lr": ("optimizer", "lr"), "batch_tokens": ("batch", "tokens"),
+                "steps": ("schedule", "total_steps"), "weight_decay": ("optimizer", "weight_decay")}
+
+
+def objections(card: Mapping[str, Any]) -> list[str]:
+    """Why the tool does not stand behind ``card``, one sentence each; empty: it does.
+
+    Warnings say what to check; an objection says the card's own numbers contradict
+    themselves or were never confirmed, so it should not be launched as is:
+
+    - a value (``lr``, ``batch_tokens``, ``steps``, ``weight_decay``) outside its own
+      ``trust.intervals`` entry (both sides known; the card's field, e.g.
+      ``optimizer.lr``, is the value checked);
+    - the hidden matrices' Adam LR more than :data:`STAND_BEHIND_LR_FACTOR`× from the
+      published LRs at the target's size (``projected.baselines``: DeepSeek LLM, Step Law);
+    - the held-out audit not passed (``audit.passed`` false: failed; null or absent: missing
+      or incomplete), since only the audit measured the projection at a point it was not
+      fitted on.
+
+    A wide LR interval is not an objection (the interval says it; a warning may)."""
+    out: list[str] = []
+    intervals = (card.get("trust") or {}).get("intervals") or {}
+    for key, (section, name) in _HELD_VALUES.items():
+        iv = intervals.get(key)
+        if not isinstance(iv, Mapping):
+            continue
+        held = (card.get(section) or {}).get(name, iv.get("value"))
+        lo, hi = iv.get("lo"), iv.get("hi")
+        if not (isinstance(held, (int, float)) and _num(lo) and _num(hi)):
+            continue
+        if not lo * (1 - 1e-9) <= held <= hi * (1 + 1e-9):
+            out.append(f"{section}.{name} {held:.6g} lies outside its own interval [{lo:.6g}, {hi:.6g}] "
+                       f"(trust.intervals.{key}): the card contradicts its own projection")
+    gap = _published_lr_gap(card)
+    if gap is not None and gap[4] > STAND_BEHIND_LR_FACTOR:
+        h, lo, hi, side, f = gap
+        out.append(f"the hidden matrices' Adam LR {h:.3g} is {f:.3g}x {side} the published LRs at the target's "
+                   f"size ({lo:.3g}-{hi:.3g}, projected.baselines deepseek/step_law), more than "
+                   f"{STAND_BEHIND_LR_FACTOR:g}x")
+    passed = (card.get("audit") or {}).get("passed")
+    if passed is False:
+        out.append("the held-out audit failed (audit.passed: false): the projection missed the optimum "
+                   "measured at a point it was not fitted on")
+    elif passed is not True:
+        rows = (card.get("audit") or {}).get("holdout") or []
+        out.append("the held-out audit is " + ("incomplete (audit.passed: null: a value it needs was not "
+                                               "measured)" if rows else "missing (no --audit)")
+                   + ": nothing measured the projection at a point it was not fitted on; run `sweep scaling "
+                   "--holdout` and pass its AUDIT.json as --audit")
+    return out
 
 
 def _num(v: Any) -> bool:
@@ -141,13 +219,17 @@ def trust_block(
     steps: int,
     n_warnings: int,
     extra: float = EXTRA_FACTOR,
+    seq_len: int | None = None,
 ) -> dict[str, Any]:
     """The card's ``trust`` section: the interval of each projected value and the one extra
     measurement that narrows the LR interval most.
 
     Intervals are the projection's own (``projected``): LR, batch (tokens), weight decay;
     steps follow from the batch's (ceil(D / B_hi), ceil(D / B_lo)); the token budget is
-    chosen, so its interval is the value. ``factor`` = hi / lo.
+    chosen, so its interval is the value. ``factor`` = hi / lo. With ``seq_len`` the batch's
+    interval is rounded out to whole sequences
+    (:func:`~mutransfer.card.batch_plan.whole_sequences`), as the planner rounds the batch
+    inside it: a batch inside it has its steps inside theirs.
 
     Extra measurements (with a :class:`analysis.scaling_fit.ScalingLawFit`, ``extra`` = 4):
 
@@ -170,7 +252,9 @@ def trust_block(
     lr = projected.get("lr") or {}
     lr_iv = _interval(lr.get("value", proxy_lr), lr.get("lo"), lr.get("hi"), str(lr.get("source", "")))
     bt = projected.get("batch_tokens") or {}
-    b_iv = _interval(batch_tokens, bt.get("lo"), bt.get("hi"), str(bt.get("source", "")))
+    b_lo, b_hi = (bt.get("lo"), bt.get("hi")) if seq_len is None else whole_sequences(bt.get("lo"), bt.get("hi"),
+                                                                                       seq_len)
+    b_iv = _interval(batch_tokens, b_lo, b_hi, str(bt.get("source", "")))
     s_lo = math.ceil(tokens / b_iv["hi"]) if b_iv["hi"] else None
     s_hi = math.ceil(tokens / b_iv["lo"]) if b_iv["lo"] else None
     s_iv = _interval(steps, s_lo, s_hi, "token budget / batch")
@@ -200,7 +284,10 @@ def trust_block(
             b_new = min(extra * b_max, batch_tokens)
             options.append({"measurement": f"a batch at {extra:g}× the largest measured ({b_new:.3g} tokens)",
                             "lr_factor": lr_factor(b_new, proxy_tokens), "batch_factor": b_iv["factor"]})
-    ranked = [o for o in options if o["lr_factor"] is not None]
+    # an option narrows only what it makes narrower: one at or above the LR interval's own
+    # factor (its anchor's law over a batch the card's LR is held below) would widen it
+    ranked = [o for o in options if o["lr_factor"] is not None and lr_iv["factor"] is not None
+              and o["lr_factor"] < lr_iv["factor"]]
     best = min(ranked, key=lambda o: o["lr_factor"]) if ranked else None
     summary = [f"{level:.0%} intervals" + (f"; {n_warnings} warning(s) below" if n_warnings else "")]
     for key, name in (("lr", "base LR"), ("batch_tokens", "batch (tokens)"), ("steps", "steps"),
@@ -212,6 +299,10 @@ def trust_block(
     if best is not None and lr_iv["factor"] is not None:
         summary.append(f"narrows most: {best['measurement']} narrows the LR interval from "
                        f"{lr_iv['factor']:.3g}× to about {best['lr_factor']:.3g}×")
+    elif options and lr_iv["factor"] is not None:
+        summary.append(f"narrows most: no extra budget or batch narrows the LR interval ({lr_iv['factor']:.3g}×: "
+                       "the options above leave it as wide or wider); more seeds at the proxy, or a proxy "
+                       "LR sweep with a finer grid, would")
     elif laws is None:
         summary.append("narrows most: a scaling sweep (sweep scaling, fit scaling): without it the LR is "
                        "not moved to the target's batch and budget, and its interval is the proxy sweep's")

@@ -44,7 +44,8 @@ def titan_llama() -> Callable[[dict[str, Any], float], Any]:
 # the rest to the function, so a misspelt keyword is still a TypeError.
 #: Flat keyword -> ProxyPoint field.
 PROXY = {"proxy_lr": "lr", "proxy_lr_interval": "lr_interval", "proxy_batch_tokens": "batch_tokens",
-         "proxy_tokens": "tokens", "proxy_tau": "tau", "betas": "betas", "eps": "eps",
+         "proxy_tokens": "tokens", "proxy_tau": "tau", "proxy_weight_decay": "weight_decay",
+         "betas": "betas", "eps": "eps",
          "beta2_halflife_tokens": "beta2_halflife_tokens", "role_lr_mults": "role_lr_mults"}
 
 

@@ -171,7 +171,9 @@ def test_batch_rule_fit_refuses_an_edge_batch_unless_accepted_and_recorded(tmp_p
     assert card["projected"]["accepted_edges"] == {"batch": ["budgets[0].edge 'low' (budget 1e+06 tokens)"]}
     assert any("--accept-edge batch" in w for w in card["projected"]["warnings"])
     b_fit = 2.0 * 4e6**0.4  # the fitted B*(D) in tokens, rounded to a multiple of 8 sequences of 64
-    assert card["batch"]["sequences"] == max(8, round(b_fit / 64 / 8) * 8)
+    # 13.7 sequences in an interval of [13, 14] whole sequences: no multiple of 8 or 4 inside it,
+    # so the multiple of 2 nearest it (16, the nearest multiple of 8, lay outside)
+    assert card["batch"]["sequences"] == 14 and round(b_fit / 64 / 8) * 8 == 16
     # auto keeps today's rule: 1 edge of 4 budgets is not in doubt, so the fitted batch, no refusal
     code, err = run([*base[:-4], "--out", str(out)], capsys)
     assert code == 0, err
@@ -238,7 +240,7 @@ def test_each_warning_fires_on_its_input_and_not_on_a_clean_one(tmp_path: Path, 
     out = tmp_path / "card.yaml"
     opt = str(_optimum_fit(tmp_path))
     base = ["transfer", "--fit", opt, "--preset", "gpt-tiny", "--base-width", "32", "--tokens", "1e6",
-            "--batch-size", "16", "--out", str(out)]
+            "--batch-size", "16", "--weight-decay", "0.1", "--out", str(out)]
     code, err = run([*base, "--set", "width=64", "--audit", str(_audit(tmp_path, True))], capsys)
     assert code == 0 and "warning" not in err, err  # clean: the widest measured width, audit passed
     assert load_card(out)["projected"]["warnings"] == []
@@ -255,10 +257,18 @@ def test_each_warning_fires_on_its_input_and_not_on_a_clean_one(tmp_path: Path, 
         assert code == 0 and f"warning: {words}" in err, (flags, err)
         card = load_card(out)
         assert any(words in w for w in card["projected"]["warnings"]) and card["trust"]["warnings"] >= 1
+        out.unlink()
         code, err = run([*base, *flags, "--strict"], capsys)
-        assert code == 1 and "--strict" in err and out.exists()  # written for inspection, exit 1
+        assert code == 1 and "--strict" in err and f"warning: {words}" in err, err
+        assert not out.exists() and "no card was written" in err  # a card not stood behind is not left
+    passed = ["--set", "width=64", "--audit", str(_audit(tmp_path, True))]
+    code, err = run([*base, *passed, "--strict"], capsys)
+    assert code == 0 and out.exists(), err
+    # no audit: no warning, but an objection (nothing measured the projection held out)
+    out.unlink()
     code, err = run([*base, "--set", "width=64", "--strict"], capsys)
-    assert code == 0, err
+    assert code == 1 and "objection: the held-out audit is missing" in err and not out.exists(), err
+    assert "transfer: warning:" not in err
 
 
 def test_tokenizer_and_batch_split_warnings_on_crafted_cards(good: dict[str, Any]) -> None:

@@ -74,8 +74,9 @@ def test_batch_law_in_doubt_falls_back_to_the_published_laws_in_tokens(tmp_path:
     b_ds = 0.0869 * 2e8**0.6876  # DeepSeek's B_opt at the compute whose optimal data is D
     assert pub["batch_tokens"] == pytest.approx(b_ds, rel=2e-3)
     assert pub["lo"] == pytest.approx(0.58 * 2e8**0.571) and pub["hi"] == pub["batch_tokens"]
-    # in sequences, rounded to a multiple of 8 (dp 1, no --micro-batch)
-    assert card["batch"]["sequences"] == max(8, round(pub["batch_tokens"] / 64 / 8) * 8)
+    # in sequences, rounded to a multiple of 8 (dp 1, no --micro-batch) inside its interval,
+    # whose top the published value is: rounded down
+    assert card["batch"]["sequences"] == max(8, math.floor(pub["batch_tokens"] / 64 / 8) * 8)
     assert card["projected"]["batch_tokens"]["lo"] == pytest.approx(pub["lo"])
     assert n > 0
     proj = card["projected"]
@@ -114,7 +115,7 @@ def test_inside_the_limit_our_batch_law_carries_the_batch_even_when_its_exponent
     b_ds = published_batch(6.4e7)["batch_tokens"]
     assert "DeepSeek" in far.projected["batch_tokens"]["source"] and "8x beyond" in far.warnings[0]
     assert far.projected["batch_fit"]["value"] == pytest.approx(b_fit, rel=1e-9)
-    assert far.batch_sequences == 8 * round(b_ds / 64 / 8)
+    assert far.batch_sequences == 8 * math.floor(b_ds / 64 / 8)  # the top of its interval: rounded down
     # B* a bound at 2 of 4 budgets: DeepSeek's, inside the limit too
     edged = ScalingLawFit.from_dict({**loose, "budgets": [{"tokens": t, "edge": e} for t, e in
                                                         ((1e6, "low"), (2e6, ""), (4e6, ""), (8e6, "low"))]})
@@ -245,7 +246,8 @@ def test_depth_change_uses_completep_and_warns_for_a_mup_proxy(tmp_path: Path, c
     assert scales["blocks.7.mlp"] == pytest.approx(0.25)
     # A completep proxy moved in depth: no warning.
     code, err = transfer([*PROXY, "-p", "completep", "--base-width", "32", "--set", "depth=8",
-                          "--tokens", "1e7", "--batch-size", "16", "--out", str(out)], capsys)
+                          "--tokens", "1e7", "--batch-size", "16", "--weight-decay", "0.1", "--out", str(out)],
+                         capsys)
     assert code == 0 and "warning" not in err
 
 
