@@ -1,0 +1,68 @@
+"""mutransfer tune: a budget in, the proxy runs placed by the plan, and a card only when
+nothing objects to it (else the report says why and what to run, and the exit status is 1)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from mutransfer_cli import main
+from mutransfer_cli.tune import budget_seconds
+
+ARGS = ["tune", "--preset", "llama-small", "--width", "32", "--depth", "2", "--target-width", "128",
+        "--target-depth", "4", "--tokens", "262144", "--workers", "2"]
+
+
+def test_budget_units() -> None:
+    assert budget_seconds("60m") == 3600 and budget_seconds("1.5h") == 5400 and budget_seconds("900") == 900
+    for bad in ("soon", "-5m", "0", "31d"):
+        with pytest.raises(Exception, match="--budget"):
+            budget_seconds(bad)
+
+
+def test_bad_budgets_exit_2_naming_them(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*ARGS, "--budget", "soon", "--out", str(tmp_path / "a")]) == 2
+    assert "--budget" in capsys.readouterr().err
+    # a budget that buys no ladder worth running: refused before any sweep, with what it would take
+    assert main([*ARGS, "--budget", "2s", "--out", str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err
+    assert "give at least" in err and not (tmp_path / "b" / "results.csv").exists()
+
+
+@pytest.mark.slow
+def test_tune_places_its_runs_and_writes_a_card_only_when_nothing_objects(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "tune"
+    code = main([*ARGS, "--budget", "90s", "--out", str(out), "--quiet"])
+    assert code in (0, 1)
+    plan = json.loads((out / "plan.json").read_text())
+    # every choice was made by the plan from the measured cost, with its reason
+    assert plan["cost"]["seconds_per_token0"] > 0 and plan["cost"]["overhead_s"] >= 0
+    assert set(plan["plan"]["reasons"]) >= {"widths", "steps", "scaling_tokens", "scaling_batches"}
+    ladder = pd.read_csv(out / "results.csv")
+    assert sorted(ladder["width"].unique()) == plan["plan"]["widths"]
+    assert set(ladder["seed"]) == set(plan["plan"]["seeds"]) and set(ladder["steps"]) == {plan["plan"]["steps"]}
+    report = json.loads((out / "tune.json").read_text())
+    # the ladder's LRs are centred on the coarse search's optimum, not on a number given by hand
+    centre = report["search"]["centre_log2_lr"]
+    assert min(abs(math.log2(x) - centre) for x in ladder["lr"]) < 1e-9
+    if code == 0:
+        card = yaml.safe_load((out / "card.yaml").read_text())
+        assert card["audit"]["passed"] is True and not report["card"]["objections"]
+        assert not (out / "card.rejected.yaml").exists()
+    else:
+        assert not (out / "card.yaml").exists() and (out / "card.rejected.yaml").exists()
+        assert report["refused"] and report["to_run"]
+        assert "Why no card" in (out / "report.md").read_text()
+        err = capsys.readouterr().err
+        assert "objection:" in err and "no card.yaml written" in err
+    # a re-run resumes: the same plan, no new trials, the same verdict
+    n = len(ladder)
+    assert main([*ARGS, "--budget", "90s", "--out", str(out), "--quiet"]) == code
+    assert len(pd.read_csv(out / "results.csv")) == n
+    assert json.loads((out / "plan.json").read_text()) == plan

@@ -1,0 +1,65 @@
+"""sweeps.budget: a compute budget planned into proxy runs, on known cost models."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from sweeps.budget import MIN_STEPS, SHARES, CostModel, TunePlan, plan_budget
+
+WIDTHS = list(range(16, 2049, 16))
+
+
+def _cost(s0: float = 1e-5, p: float = 1.0, overhead: float = 0.5) -> CostModel:
+    return CostModel(width0=32, seconds_per_token0=s0, width1=256, seconds_per_token1=s0 * 8**p, overhead_s=overhead)
+
+
+def test_the_cost_model_interpolates_as_a_power_of_the_width() -> None:
+    c = _cost(p=1.5)
+    assert c.exponent == pytest.approx(1.5)
+    assert c.seconds_per_token(64) == pytest.approx(1e-5 * 2**1.5)
+    assert c.run_s(32, 1e6) == pytest.approx(0.5 + 10.0)
+    # a cheaper wider probe (noise) is not a negative exponent, a steeper one is capped at 2
+    assert CostModel(32, 1e-5, 64, 0.5e-5).exponent == 0.0
+    assert CostModel(32, 1e-5, 64, 8e-5).exponent == 2.0
+
+
+@pytest.mark.parametrize("budget", [600.0, 3600.0, 4 * 3600.0])
+def test_the_plan_fills_its_budget_and_each_stage_its_share(budget: float) -> None:
+    cost = _cost()
+    plan = plan_budget(cost, budget_s=budget, workers=2, base_width=32, valid_widths=WIDTHS, seq_len=64)
+    assert plan.widths[0] == 32 and all(b == 2 * a for a, b in zip(plan.widths, plan.widths[1:]))
+    assert plan.steps >= MIN_STEPS
+    # every stage's estimate within its share of the budget (the steps are floored, so at most)
+    for stage, share in SHARES.items():
+        assert plan.estimate_s[stage] <= share * budget * 1.001, stage
+    assert sum(plan.estimate_s.values()) <= budget
+    # the scaling budgets: powers of two a factor 2 apart, the smallest giving the largest batch 8 steps
+    toks = plan.scaling_tokens
+    assert all(math.log2(t).is_integer() for t in toks) and all(b == 2 * a for a, b in zip(toks, toks[1:]))
+    assert toks[0] >= 8 * max(plan.scaling_batch_sizes) * plan.seq_len
+    assert set(plan.reasons) >= {"widths", "steps", "scaling_tokens", "scaling_batches"}
+    assert TunePlan.from_dict(plan.to_dict()) == plan  # plan.json round-trips
+
+
+def test_a_larger_budget_buys_more_not_less() -> None:
+    small = plan_budget(_cost(), budget_s=600, workers=2, base_width=32, valid_widths=WIDTHS, seq_len=64)
+    large = plan_budget(_cost(), budget_s=6000, workers=2, base_width=32, valid_widths=WIDTHS, seq_len=64)
+    assert len(large.widths) >= len(small.widths)
+    assert large.steps >= small.steps and large.scaling_tokens[-1] >= small.scaling_tokens[-1]
+
+
+def test_a_budget_too_small_is_refused_with_what_it_would_take() -> None:
+    with pytest.raises(ValueError, match=r"fewer than 100; give at least \d+ s"):
+        plan_budget(_cost(s0=1e-3), budget_s=60, workers=1, base_width=32, valid_widths=WIDTHS, seq_len=64)
+    with pytest.raises(ValueError, match="budget must be a positive"):
+        plan_budget(_cost(), budget_s=0, workers=1, base_width=32, valid_widths=WIDTHS, seq_len=64)
+    with pytest.raises(ValueError, match="not a width this model can take"):
+        plan_budget(_cost(), budget_s=600, workers=1, base_width=33, valid_widths=WIDTHS, seq_len=64)
+
+
+def test_widths_the_model_cannot_take_are_skipped() -> None:
+    plan = plan_budget(_cost(), budget_s=3600, workers=2, base_width=32, valid_widths=[32, 64, 256],
+                       seq_len=64)
+    assert plan.widths == (32, 64, 256)  # 128 skipped: no such proxy
