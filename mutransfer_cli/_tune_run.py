@@ -18,7 +18,7 @@ from analysis.optimum import OptimumFit
 from mutransfer._io import atomic_write_text
 from mutransfer.card.build import save_card
 from mutransfer.card.make import TransferRequest, make_card
-from mutransfer.card.target import parse_overrides
+from mutransfer.card.target import model_fields, parse_overrides
 from mutransfer.card.trust import objections
 from mutransfer.models.presets import get_preset
 from mutransfer.models.source import hf_shape, parse_model, valid_widths
@@ -206,9 +206,12 @@ def run_tune(args: argparse.Namespace) -> int:
 
     log(quiet, "[5/5] the card")
     with clock.stage("card"):
+        # a preset proxy's model fields given with --set (head_dim, ...) are the proxy's, and so
+        # the target's too, which starts from the proxy
+        shape = {k: v for k, v in extra.items() if k in model_fields("gpt") - {"kind", "preset", "depth"}}
         target: dict[str, Any] = ({"model": args.model, "head_rule": args.head_rule} if args.model else
-                                  {"preset": args.preset, "overrides": {"width": args.target_width,
-                                                                        "depth": args.target_depth}})
+                                  {"preset": args.preset, "proxy_overrides": shape,
+                                   "overrides": {"width": args.target_width, "depth": args.target_depth}})
         made = make_card(TransferRequest(
             results=str(out / "results.csv"), **target, base_width=plan.base_width, base_depth=depth,
             seq_len=plan.seq_len, tokens=args.tokens, tokens_per_param=args.tokens_per_param,
