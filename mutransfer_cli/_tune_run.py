@@ -90,7 +90,7 @@ def _plan(args: argparse.Namespace, out: Path, device: str, workers: int, quiet:
     extra = parse_overrides(args.overrides)
     seq_len = int(extra.pop("seq_len", 64))
     inputs = {"model": model, "base_width": base, "depth": depth, "extra": extra, "seq_len": seq_len,
-              "budget_s": args.budget, "workers": workers, "device": device}
+              "budget_s": args.budget, "workers": workers, "device": device, "target_tokens": args.tokens}
     path = out / "plan.json"
     if path.exists():
         doc = json.loads(path.read_text())
@@ -105,7 +105,7 @@ def _plan(args: argparse.Namespace, out: Path, device: str, workers: int, quiet:
     log(quiet, f"[plan] probing the cost of a run at widths {base} and {wider}")
     cost = probe(model, base, wider, depth, extra, 8, seq_len, device)
     plan = plan_budget(cost, budget_s=args.budget, workers=workers, base_width=base, valid_widths=widths,
-                       seq_len=seq_len)
+                       seq_len=seq_len, max_tokens=args.tokens)
     doc = {"inputs": inputs, "cost": dataclasses.asdict(cost), "plan": plan.to_dict(), "target_context": ctx}
     atomic_write_text(path, json.dumps(doc, indent=2) + "\n")
     return plan, doc

@@ -22,13 +22,8 @@ One command places the proxy runs itself:
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import re
-import sys
-import time
-from pathlib import Path
-from typing import Any
 
 from mutransfer._io import check_output
 from mutransfer_cli._common import key_value, positive_float, positive_int

@@ -108,7 +108,8 @@ def _pow2_floor(x: float) -> int:
 
 def plan_budget(cost: CostModel, *, budget_s: float, workers: int, base_width: int,
                 valid_widths: Sequence[int], seq_len: int, batch_size: int = 8,
-                seeds: Sequence[int] = (0, 1), max_doublings: int = 3) -> TunePlan:
+                seeds: Sequence[int] = (0, 1), max_doublings: int = 3,
+                max_tokens: float | None = None) -> TunePlan:
     """The proxy runs a ``budget_s`` wall-second budget on ``workers`` buys.
 
     - Ladder: the base width and up to ``max_doublings`` doublings of it (only widths in
@@ -122,6 +123,8 @@ def plan_budget(cost: CostModel, *, budget_s: float, workers: int, base_width: i
       the middle batch, and the held-out audit (about 8 runs of the largest budget): the
       largest budget is what the scaling share buys, a power of two. The smallest budget
       must give the largest batch 8 steps; batches are dropped from the top until it does.
+      Never past ``max_tokens`` (the target's budget): a proxy trained longer than its
+      target measures nothing the card uses.
     """
     if not (math.isfinite(budget_s) and budget_s > 0):
         raise ValueError(f"budget must be a positive number of seconds, got {budget_s!r}")
@@ -164,6 +167,9 @@ def plan_budget(cost: CostModel, *, budget_s: float, workers: int, base_width: i
         runs = (len(SCALING_OFFSETS) * len(batches) * EXTENSION_SLACK + 8
                 + len(SCALING_OFFSETS) * cost.seconds_per_token(check_width) / cost.seconds_per_token(base_width))
         d_max = _pow2_floor((scaling_s / runs - cost.overhead_s) / cost.seconds_per_token(base_width))
+        capped = max_tokens is not None and d_max > max_tokens
+        if capped:
+            d_max = _pow2_floor(max_tokens)
         if d_max // 8 >= 8 * max(batches) * seq_len or len(batches) <= 3:
             break
         batches.pop()
@@ -173,7 +179,8 @@ def plan_budget(cost: CostModel, *, budget_s: float, workers: int, base_width: i
     tokens = tuple(d_max // 2**k for k in (3, 2, 1, 0))
     reasons["scaling_tokens"] = (f"budgets {tokens[0]}..{tokens[-1]} tokens: the largest power of two the "
                                  f"scaling share ({SHARES['scaling']:.0%}) buys for {len(batches)} batches x "
-                                 f"{len(SCALING_OFFSETS)} LRs, the width check and the audit")
+                                 f"{len(SCALING_OFFSETS)} LRs, the width check and the audit"
+                                 + (f", held at the target's {max_tokens:.3g} tokens" if capped else ""))
     reasons["scaling_batches"] = (f"batches {batches} sequences: B* of small proxies sits at a few sequences; "
                                   "the grid is extended past an edge optimum")
     est = {

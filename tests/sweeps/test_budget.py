@@ -63,3 +63,11 @@ def test_widths_the_model_cannot_take_are_skipped() -> None:
     plan = plan_budget(_cost(), budget_s=3600, workers=2, base_width=32, valid_widths=[32, 64, 256],
                        seq_len=64)
     assert plan.widths == (32, 64, 256)  # 128 skipped: no such proxy
+
+
+def test_the_scaling_budgets_stop_at_the_targets() -> None:
+    free = plan_budget(_cost(), budget_s=36000, workers=2, base_width=32, valid_widths=WIDTHS, seq_len=16)
+    held = plan_budget(_cost(), budget_s=36000, workers=2, base_width=32, valid_widths=WIDTHS, seq_len=16,
+                       max_tokens=2**17 + 5)
+    assert free.scaling_tokens[-1] > 2**17 and held.scaling_tokens[-1] == 2**17
+    assert "held at the target's" in held.reasons["scaling_tokens"]
