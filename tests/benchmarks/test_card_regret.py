@@ -142,3 +142,12 @@ def test_card_parts_split_the_regret_into_lr_and_batch_and_cost_octaves_on_the_f
     assert parts["batch_budget_cost"] == pytest.approx(1 + 0.5625 / 100 / 1.835, rel=1e-9)
     record["regret"]["card"]["batch_sequences"] = 32  # a batch the scan never ran
     assert card_parts(record) is None
+
+
+def test_a_card_for_another_target_is_not_judged_at_this_one(tmp_path: Path) -> None:
+    """benchmarks.card_decision judges any card at the benchmark's target, and only there."""
+    from benchmarks.card_decision import judge
+
+    card = Path(__file__).resolve().parents[1] / "data" / "cards" / "card_v1.yaml"
+    with pytest.raises(ValueError, match="is not the benchmark's"):
+        judge(card, out=tmp_path)
