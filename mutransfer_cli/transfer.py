@@ -292,7 +292,7 @@ def run(args: argparse.Namespace) -> int:
     for note in made.notes:
         print(f"mutransfer transfer: note: {note}", file=sys.stderr)
     card, plan, warnings = made.card, made.plan, made.warnings
-    against = objections(card) if args.strict else []
+    against = objections(card)
     if args.strict and (warnings or against):  # a card not stood behind is not left to be launched
         for w in warnings:
             print(f"mutransfer transfer: warning: {w}", file=sys.stderr)
@@ -309,6 +309,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"mutransfer transfer: trust: {line}", file=sys.stderr)
     for w in warnings:
         print(f"mutransfer transfer: warning: {w}", file=sys.stderr)
+    for o in against:  # said even without --strict: the card is written, but not stood behind
+        print(f"mutransfer transfer: objection: {o}", file=sys.stderr)
     if args.json:
         print_json(card)
     else:
