@@ -67,20 +67,28 @@ def probe(model: str, width0: int, width1: int, depth: int, extra: dict[str, Any
     """Seconds per training token at two widths, from short runs (the setup measured apart:
     two lengths at the base width)."""
     times = {}
-    runs = ((width0, PROBE_STEPS[0]), (width0, PROBE_STEPS[0]), (width0, PROBE_STEPS[1]), (width1, PROBE_STEPS[1]))
-    for w, steps in runs:  # the first run of each length is replaced by the second: warm-up
-        cfg = TrainConfig.from_flat(_flat(model, w, depth, extra, steps=steps, batch_size=batch, seq_len=seq_len,
+    # the first run of a length is replaced by the second (a warm-up: data, allocator);
+    # batch 1 apart from batch ``batch`` separates the per-step cost from the per-token one
+    runs = ((width0, batch, PROBE_STEPS[0]), (width0, batch, PROBE_STEPS[0]), (width0, batch, PROBE_STEPS[1]),
+            (width0, 1, PROBE_STEPS[1]), (width1, batch, PROBE_STEPS[1]))
+    for w, b, steps in runs:
+        cfg = TrainConfig.from_flat(_flat(model, w, depth, extra, steps=steps, batch_size=b, seq_len=seq_len,
                                           lr=2.0**-6, eval_every=steps, eval_sequences=8, device=device,
                                           threads=1 if device == "cpu" else None, base_width=min(w, width0)))
         t0 = time.perf_counter()
         train(cfg)
-        times[(w, steps)] = time.perf_counter() - t0
-    tok = batch * seq_len * (PROBE_STEPS[1] - PROBE_STEPS[0])
-    s0 = max(1e-9, (times[(width0, PROBE_STEPS[1])] - times[(width0, PROBE_STEPS[0])]) / tok)
-    overhead = max(0.0, times[(width0, PROBE_STEPS[0])] - s0 * batch * seq_len * PROBE_STEPS[0])
-    s1 = max(s0, (times[(width1, PROBE_STEPS[1])] - overhead) / (batch * seq_len * PROBE_STEPS[1]))
+        times[(w, b, steps)] = time.perf_counter() - t0
+    n = PROBE_STEPS[1] - PROBE_STEPS[0]
+    step_b = max(1e-9, (times[(width0, batch, PROBE_STEPS[1])] - times[(width0, batch, PROBE_STEPS[0])]) / n)
+    overhead = max(0.0, times[(width0, batch, PROBE_STEPS[0])] - step_b * PROBE_STEPS[0])
+    step_1 = max(1e-9, (times[(width0, 1, PROBE_STEPS[1])] - overhead) / PROBE_STEPS[1])
+    # step(b) = fixed + b * seq * s_token
+    s0 = max(1e-12, (step_b - step_1) / ((batch - 1) * seq_len))
+    fixed = max(0.0, step_1 - seq_len * s0)
+    step_w1 = (times[(width1, batch, PROBE_STEPS[1])] - overhead) / PROBE_STEPS[1]
+    s1 = max(s0, (step_w1 - fixed) / (batch * seq_len))
     return CostModel(width0=width0, seconds_per_token0=s0, width1=width1, seconds_per_token1=s1,
-                     overhead_s=overhead)
+                     overhead_s=overhead, seconds_per_step=fixed)
 
 
 def _plan(args: argparse.Namespace, out: Path, device: str, workers: int, quiet: bool

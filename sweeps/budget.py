@@ -39,7 +39,9 @@ MAX_STEPS = 2000
 
 @dataclass(frozen=True)
 class CostModel:
-    """Seconds one worker spends per training token at a width, from two measured widths:
+    """Seconds one worker spends on a run: a fixed overhead, a cost per optimizer step
+    (the step's own work whatever its batch: at batch 1 on a small proxy it is most of the
+    time) and a cost per training token at the width, from two measured widths:
     s(w) = s0 · (w / w0)^p, p from the two probes (clipped to [0, 2]: between constant
     per-token cost, overhead-bound, and the quadratic cost of the hidden matrices)."""
 
@@ -52,7 +54,9 @@ class CostModel:
     seconds_per_token1: float
     """Seconds per training token at ``width1``."""
     overhead_s: float = 0.0
-    """Seconds of one run beyond its tokens (model build, data, evaluation)."""
+    """Seconds of one run beyond its steps (model build, data, evaluation)."""
+    seconds_per_step: float = 0.0
+    """Seconds of one optimizer step beyond its tokens (at the base width)."""
 
     @property
     def exponent(self) -> float:
@@ -62,9 +66,9 @@ class CostModel:
     def seconds_per_token(self, width: int) -> float:
         return self.seconds_per_token0 * (width / self.width0) ** self.exponent
 
-    def run_s(self, width: int, tokens: float) -> float:
-        """Seconds of one run of ``tokens`` at ``width`` on one worker."""
-        return self.overhead_s + tokens * self.seconds_per_token(width)
+    def run_s(self, width: int, tokens: float, batch_tokens: float) -> float:
+        """Seconds of one run of ``tokens`` in batches of ``batch_tokens`` at ``width`` on one worker."""
+        return self.overhead_s + tokens / batch_tokens * self.seconds_per_step + tokens * self.seconds_per_token(width)
 
 
 @dataclass(frozen=True)
@@ -141,7 +145,8 @@ def plan_budget(cost: CostModel, *, budget_s: float, workers: int, base_width: i
 
     def steps_for(ws: Sequence[int]) -> float:
         runs_per_width = len(LADDER_OFFSETS) * len(seeds) * EXTENSION_SLACK
-        per_step = sum(runs_per_width * cost.seconds_per_token(w) * tok_per_step for w in ws)
+        per_step = sum(runs_per_width * (cost.seconds_per_step + cost.seconds_per_token(w) * tok_per_step)
+                       for w in ws)
         over = sum(runs_per_width * cost.overhead_s for _ in ws)
         return (ladder_s - over) / per_step if per_step > 0 else 0.0
 
@@ -154,19 +159,34 @@ def plan_budget(cost: CostModel, *, budget_s: float, workers: int, base_width: i
                          f"{max(steps, 0):.0f} steps at widths {widths}: fewer than {MIN_STEPS}; give at "
                          f"least {need:.0f} s (--budget), more workers, or a narrower base width")
     steps_i = int(min(MAX_STEPS, steps))
+    held = max_tokens is not None and steps_i * tok_per_step > max_tokens
+    if held:  # a ladder run longer than the target finds the optimum of another horizon
+        steps_i = max(1, int(max_tokens // tok_per_step))
     reasons["widths"] = (f"{len(widths)} widths ({widths[-1] // widths[0]}x): the most doublings whose ladder "
                          f"runs get >= {MIN_STEPS} steps in the ladder's {SHARES['ladder']:.0%} of the budget")
     reasons["steps"] = (f"{steps_i} steps of {batch_size} x {seq_len} tokens: what the ladder's share buys "
                         f"for {len(LADDER_OFFSETS)} LRs x {len(seeds)} seeds per width"
-                        + (f" (capped at {MAX_STEPS})" if steps > MAX_STEPS else ""))
+                        + (f" (capped at {MAX_STEPS})" if steps > MAX_STEPS and not held else "")
+                        + (f" (held at the target's {max_tokens:.3g} tokens: the optimum is the horizon's)"
+                           if held else ""))
 
     check_width = base_width * 2 if base_width * 2 in set(valid_widths) else base_width
     scaling_s = SHARES["scaling"] * worker_s
     batches = [1, 2, 4, 8, 16]
+    def scaling_cost(d: float, bs: Sequence[int]) -> float:
+        """The stage's worker-seconds at a largest budget ``d``: every batch's LRs, the width
+        check at the middle batch, and the audit (about 4 runs at the smallest batch, 4 at
+        the largest)."""
+        grid = sum(len(SCALING_OFFSETS) * EXTENSION_SLACK * cost.run_s(base_width, d, b * seq_len) for b in bs)
+        mid = bs[len(bs) // 2] * seq_len
+        check = len(SCALING_OFFSETS) * cost.run_s(check_width, d, mid)
+        audit = 4 * cost.run_s(base_width, d, bs[0] * seq_len) + 4 * cost.run_s(base_width, d, bs[-1] * seq_len)
+        return grid + check + audit
+
     while True:
-        runs = (len(SCALING_OFFSETS) * len(batches) * EXTENSION_SLACK + 8
-                + len(SCALING_OFFSETS) * cost.seconds_per_token(check_width) / cost.seconds_per_token(base_width))
-        d_max = _pow2_floor((scaling_s / runs - cost.overhead_s) / cost.seconds_per_token(base_width))
+        # the cost is affine in d: solve scaling_cost(d) = the stage's share
+        fixed, slope = scaling_cost(0.0, batches), scaling_cost(1.0, batches) - scaling_cost(0.0, batches)
+        d_max = _pow2_floor((scaling_s - fixed) / slope) if scaling_s > fixed else 1
         capped = max_tokens is not None and d_max > max_tokens
         if capped:
             d_max = _pow2_floor(max_tokens)
@@ -184,10 +204,11 @@ def plan_budget(cost: CostModel, *, budget_s: float, workers: int, base_width: i
     reasons["scaling_batches"] = (f"batches {batches} sequences: B* of small proxies sits at a few sequences; "
                                   "the grid is extended past an edge optimum")
     est = {
-        "search": len(SEARCH_LOG2_LRS) * EXTENSION_SLACK * cost.run_s(base_width, steps_i * tok_per_step) / workers,
-        "ladder": sum(len(LADDER_OFFSETS) * len(seeds) * EXTENSION_SLACK * cost.run_s(w, steps_i * tok_per_step)
-                      for w in widths) / workers,
-        "scaling": runs * cost.run_s(base_width, d_max) / workers,
+        "search": len(SEARCH_LOG2_LRS) * EXTENSION_SLACK
+        * cost.run_s(base_width, steps_i * tok_per_step, tok_per_step) / workers,
+        "ladder": sum(len(LADDER_OFFSETS) * len(seeds) * EXTENSION_SLACK
+                      * cost.run_s(w, steps_i * tok_per_step, tok_per_step) for w in widths) / workers,
+        "scaling": scaling_cost(d_max, batches) / workers,
     }
     return TunePlan(base_width=base_width, widths=tuple(widths), seeds=seeds, steps=steps_i,
                     batch_size=batch_size, seq_len=seq_len, search_log2_lrs=SEARCH_LOG2_LRS,

@@ -11,15 +11,18 @@ from sweeps.budget import MIN_STEPS, SHARES, CostModel, TunePlan, plan_budget
 WIDTHS = list(range(16, 2049, 16))
 
 
-def _cost(s0: float = 1e-5, p: float = 1.0, overhead: float = 0.5) -> CostModel:
-    return CostModel(width0=32, seconds_per_token0=s0, width1=256, seconds_per_token1=s0 * 8**p, overhead_s=overhead)
+def _cost(s0: float = 1e-5, p: float = 1.0, overhead: float = 0.5, step: float = 1e-3) -> CostModel:
+    return CostModel(width0=32, seconds_per_token0=s0, width1=256, seconds_per_token1=s0 * 8**p, overhead_s=overhead,
+                     seconds_per_step=step)
 
 
 def test_the_cost_model_interpolates_as_a_power_of_the_width() -> None:
     c = _cost(p=1.5)
     assert c.exponent == pytest.approx(1.5)
     assert c.seconds_per_token(64) == pytest.approx(1e-5 * 2**1.5)
-    assert c.run_s(32, 1e6) == pytest.approx(0.5 + 10.0)
+    assert c.run_s(32, 1e6, 1000) == pytest.approx(0.5 + 1000 * 1e-3 + 10.0)
+    # the same tokens in smaller batches cost more: more steps
+    assert c.run_s(32, 1e6, 100) > c.run_s(32, 1e6, 1000)
     # a cheaper wider probe (noise) is not a negative exponent, a steeper one is capped at 2
     assert CostModel(32, 1e-5, 64, 0.5e-5).exponent == 0.0
     assert CostModel(32, 1e-5, 64, 8e-5).exponent == 2.0
@@ -71,3 +74,10 @@ def test_the_scaling_budgets_stop_at_the_targets() -> None:
                        max_tokens=2**17 + 5)
     assert free.scaling_tokens[-1] > 2**17 and held.scaling_tokens[-1] == 2**17
     assert "held at the target's" in held.reasons["scaling_tokens"]
+
+
+def test_the_ladder_runs_stop_at_the_targets_tokens() -> None:
+    plan = plan_budget(_cost(), budget_s=36000, workers=2, base_width=32, valid_widths=WIDTHS, seq_len=16,
+                       max_tokens=2**17)
+    assert plan.steps * plan.batch_size * plan.seq_len <= 2**17
+    assert "held at the target's" in plan.reasons["steps"]
