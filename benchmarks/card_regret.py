@@ -169,13 +169,11 @@ def proxy_stage(sz: Size, out: Path) -> dict[str, Any]:
 
 
 def proxy_optimum(doc: dict[str, Any]) -> dict[str, float]:
-    """The proxy's best config at its largest budget: the best batch there (a measured grid
-    batch) and that cell's LR optimum with its interval."""
-    d_max = max(c["tokens"] for c in doc["cells"])
-    cells = [c for c in doc["cells"] if c["tokens"] == d_max]
-    best = min(cells, key=lambda c: c["loss_opt"])
-    return {"tokens": float(d_max), "batch_tokens": float(best["batch_tokens"]), "lr": float(best["lr_opt"]),
-            "lr_lo": float(best["lr_lo"]), "lr_hi": float(best["lr_hi"]), "loss": float(best["loss_opt"])}
+    """The proxy's best config at its largest budget
+    (:func:`mutransfer.card.proxy.optimum_from_scaling`)."""
+    from mutransfer.card.proxy import optimum_from_scaling
+
+    return optimum_from_scaling(doc)
 
 
 # ------------------------------------------------------------------ the card, as `transfer` writes it

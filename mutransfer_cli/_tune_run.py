@@ -18,6 +18,7 @@ from analysis.optimum import OptimumFit
 from mutransfer._io import atomic_write_text
 from mutransfer.card.build import save_card
 from mutransfer.card.make import TransferRequest, make_card
+from mutransfer.card.proxy import optimum_from_scaling
 from mutransfer.card.target import model_fields, parse_overrides
 from mutransfer.card.trust import objections
 from mutransfer.models.presets import get_preset
@@ -220,8 +221,14 @@ def run_tune(args: argparse.Namespace) -> int:
         target: dict[str, Any] = ({"model": args.model, "head_rule": args.head_rule} if args.model else
                                   {"preset": args.preset, "proxy_overrides": shape,
                                    "overrides": {"width": args.target_width, "depth": args.target_depth}})
+        # the anchor: the scaling sweep's best config at its largest budget, measured with the
+        # recipe the target runs (WSD at the budget), as the card-regret benchmark anchors its
+        # card; the ladder's optima (another schedule) say how well the LR transfers in width
+        anchor = optimum_from_scaling(json.loads(Path(scaling["fit_path"]).read_text()))
         made = make_card(TransferRequest(
-            results=str(out / "results.csv"), **target, base_width=plan.base_width, base_depth=depth,
+            lr=anchor["lr"], lr_interval=(anchor["lr_lo"], anchor["lr_hi"]),
+            proxy_batch_tokens=anchor["batch_tokens"], proxy_tokens=anchor["tokens"],
+            proxy_widths=tuple(plan.widths), **target, base_width=plan.base_width, base_depth=depth,
             seq_len=plan.seq_len, tokens=args.tokens, tokens_per_param=args.tokens_per_param,
             target_seq_len=args.target_seq_len, allow_vocab_change=args.allow_vocab_change,
             scaling_fit=scaling["fit_path"], audit=scaling.get("audit_path"), study="tune-ladder",

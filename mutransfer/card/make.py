@@ -51,6 +51,9 @@ class TransferRequest:
     """A base LR given as is."""
     lr_interval: tuple[float | None, float | None] | None = None
     """With ``lr``: its interval (None for an open side)."""
+    proxy_widths: tuple[int, ...] = ()
+    """With ``lr``: the widths at which μP's optimum was measured (a ladder run apart), so the
+    card says how far past the widest its target lies."""
     proxy_config: str | None = None
     """The tuned proxy's training config (TrainConfig YAML/JSON): its multipliers, readout
     init, betas, eps and weight-decay timescale carry over."""
@@ -127,8 +130,8 @@ class TransferRequest:
             raise ValueError(f"weights_dtype must be one of {', '.join(PRECISION)}, got {self.weights_dtype!r}")
         if self.group and not self.fit:
             raise ValueError("group only goes with fit")
-        if self.lr_interval is not None and self.lr is None:
-            raise ValueError("lr_interval only goes with lr")
+        if (self.lr_interval is not None or self.proxy_widths) and self.lr is None:
+            raise ValueError("lr_interval and proxy_widths only go with lr")
         if self.run.accept_edge and self.scaling_fit is None:
             raise ValueError(f"accept_edge {self.run.accept_edge[0]} needs a scaling fit: there is no fit "
                              "whose edge it would accept")
@@ -138,7 +141,7 @@ def _flags(req: TransferRequest) -> SimpleNamespace:
     """The request as the rules read it: one namespace in the names of ``transfer``'s flags,
     whose open fields the rules fill (the proxy's preset, context, parametrization)."""
     ns = SimpleNamespace(**{f.name: getattr(req, f.name) for f in fields(req)
-                            if f.name not in ("run", "lr_interval", "proxy_overrides")})
+                            if f.name not in ("run", "lr_interval", "proxy_overrides", "proxy_widths")})
     run = req.run
     ns.overrides = list(parse_overrides(list(dict(req.overrides).items())).items())
     ns.batch_size, ns.batch_tokens = run.batch_sequences, run.batch_tokens
@@ -182,6 +185,8 @@ def make_card(req: TransferRequest) -> MadeCard:
         args, args.seq_len or getattr(proxy, "seq_len", 1), tuned)
     if req.lr_interval is not None:
         lr_ci = list(req.lr_interval)
+    if req.proxy_widths and not widths:
+        widths = [float(w) for w in req.proxy_widths]
     laws = req.scaling_fit if req.scaling_fit is None or not isinstance(req.scaling_fit, (str, Path)) else (
         read_scaling_fit(req.scaling_fit))
     # what the rows recorded about the proxy (arch, tokenizer, vocab, context, dtype), never a preset's

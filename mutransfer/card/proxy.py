@@ -173,6 +173,22 @@ def optimum_from_results(args: Any, seq_len: int
     return lr, [lo, hi], projected, source, [float(w) for w in fit.params_], batch, tokens
 
 
+def optimum_from_scaling(doc: Mapping[str, Any]) -> dict[str, float]:
+    """The proxy's best config in a scaling fit's document (FIT.json of ``fit scaling``):
+    at its largest budget, the best batch (a measured grid batch, by its cell's fitted best
+    loss) and that cell's LR optimum with its interval. It was measured with the recipe the
+    target runs (WSD at the budget), so it is the card's anchor, as the card-regret
+    benchmark anchors its card: ``{tokens, batch_tokens, lr, lr_lo, lr_hi, loss}``."""
+    cells = doc.get("cells") if isinstance(doc, Mapping) else None
+    if not cells:
+        raise ValueError("the scaling fit has no cells (LR optima per batch and budget) to take the proxy's "
+                         "best config from")
+    d_max = max(c["tokens"] for c in cells)
+    best = min((c for c in cells if c["tokens"] == d_max), key=lambda c: c["loss_opt"])
+    return {"tokens": float(d_max), "batch_tokens": float(best["batch_tokens"]), "lr": float(best["lr_opt"]),
+            "lr_lo": float(best["lr_lo"]), "lr_hi": float(best["lr_hi"]), "loss": float(best["loss_opt"])}
+
+
 def _selects(group: dict | None, sel: dict[str, str]) -> bool:
     group = group or {}
     for key, want in sel.items():
