@@ -27,9 +27,10 @@ from sweeps.spec_scaling import ScalingSweep
 from sweeps.worker import open_study
 
 
-def scaling_stage(out: Path, sz: DemoSize, size: str, fit: Any, *, device: str, workers: int | None,
+def scaling_stage(out: Path, sz: DemoSize, study: str, fit: Any, *, device: str, workers: int | None,
                    n_workers: int, quiet: bool, clock: Clock) -> dict[str, Any]:
-    """Stages 4 and 5: the scaling sweep, its laws, the critical batch and the audit."""
+    """Stages 4 and 5: the scaling sweep (its study named ``study``), its laws, the critical
+    batch and the audit."""
     sc = sz.scaling
     width = sz.widths[0]
     centre = fit.group(("mup", width))
@@ -42,7 +43,7 @@ def scaling_stage(out: Path, sz: DemoSize, size: str, fit: Any, *, device: str, 
                         eval_sequences=sc.eval_sequences,
                         base={"seq_len": sz.seq_len, "threads": 1 if device == "cpu" else None,
                               **dict(sz.train_extra)},
-                        name=f"demo-{size}-scaling" if not size.startswith("tune") else f"{size}-scaling")
+                        name=study)
     n = len(spec.points())
     log(quiet, f"[4/7] scaling sweep: {n} trials at width {width} (+ {sc.check_width}): budgets "
                 f"{[f'{t:.3g}' for t in spec.budgets()]} tokens as WSD branches, batches "

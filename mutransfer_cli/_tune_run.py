@@ -205,7 +205,7 @@ def run_tune(args: argparse.Namespace) -> int:
     log(quiet, f"[4/5] scaling sweep: budgets {list(plan.scaling_tokens)} tokens, batches "
                f"{list(plan.scaling_batch_sizes)}, and the held-out audit (est {est['scaling']:.0f} s)")
     sz = _size(plan, model, extra, centre, args, depth)
-    scaling = scaling_stage(out, sz, "tune", fit, device=device, workers=args.workers, n_workers=n_workers,
+    scaling = scaling_stage(out, sz, "tune-scaling", fit, device=device, workers=args.workers, n_workers=n_workers,
                             quiet=quiet, clock=clock)
     scaling.pop("images", None)
     report["scaling"] = {k: scaling.get(k) for k in ("laws", "budget_optima", "error", "audit_path", "fit_path")}

@@ -122,7 +122,7 @@ def run_demo(out: Path, *, device: str = "auto", size: str | None = None, worker
     with clock.stage("lr_fits"):
         fit = OptimumFit(x="lr", y="loss", group_by=("parametrization", "width"), n_boot=500).fit(table)
         drifts = {p: fit.drift("width", where={"parametrization": p}) for p in ("sp", "mup")}
-    scaling = scaling_stage(out, sz, size, fit, device=device, workers=workers, n_workers=n_workers,
+    scaling = scaling_stage(out, sz, f"demo-{size}-scaling", fit, device=device, workers=workers, n_workers=n_workers,
                             quiet=quiet, clock=clock)
     card, card_warnings = _card(out, sz, specs[-1].study_name(), scaling, quiet, clock)
     log(quiet, "[7/7] plots and report")
