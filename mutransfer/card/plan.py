@@ -239,6 +239,9 @@ def _plan_weight_decay(laws: ScalingLawFit | None, *, weight_decay: float | None
                                         "proxy"), _estimate(proxy_tau, None, None, level,
                                                             "the tuned proxy's weight decay (--proxy-config)")
     if proxy_weight_decay == 0:  # tuned (or trained) without decay: no timescale to keep
+        warnings.append("weight decay 0: the proxy's runs had none (its LR was tuned without decay), so the "
+                        "card keeps 0; a long run usually wants decay: sweep it (`sweep scaling "
+                        "--weight-decays`) or give --weight-decay")
         return 0.0, None, _estimate(0.0, None, None, level, "the tuned proxy's weight decay 0 (its LR was "
                                     "tuned without decay)"), None
     # Not measured: a tau at the sweep's one lambda says nothing about the best tau (it moves
