@@ -69,6 +69,21 @@ def _exp_ci(section: Mapping[str, Any], name: str) -> tuple[float, float] | None
     return _pair(ci.get(name)) or (_pair(exps.get(name)) if isinstance(exps, Mapping) else None)
 
 
+def _read_misfit(obj: Any, where: str) -> dict[str, Any] | None:
+    """The LR law's ``misfit`` section (None when absent: an older FIT.json, whose band is
+    the bootstrap's alone); one ValueError names a bad field."""
+    if obj is None:
+        return None
+    if not isinstance(obj, Mapping):
+        raise ValueError(f"{where}: lr.misfit must be a mapping, got {obj!r}")
+    sd, dof = obj.get("sd_log"), obj.get("dof")
+    if not (isinstance(sd, (int, float)) and not isinstance(sd, bool) and math.isfinite(sd) and sd >= 0):
+        raise ValueError(f"{where}: lr.misfit.sd_log must be a finite number >= 0, got {sd!r}")
+    if not (isinstance(dof, int) and not isinstance(dof, bool) and dof >= 0):
+        raise ValueError(f"{where}: lr.misfit.dof must be an integer >= 0, got {dof!r}")
+    return {"sd_log": float(sd), "dof": dof, "cov_log": _cov(obj.get("cov_log"), 3)}
+
+
 def _cov(obj: Any, n: int) -> np.ndarray:
     """An n×n finite covariance matrix as written, else zeros (no band)."""
     if (isinstance(obj, list) and len(obj) == n and all(
@@ -222,7 +237,7 @@ class ScalingDocument:
                           "batch_tokens": _fmt_pair(c.get("lr_exp_batch")),
                           "tokens": _fmt_pair(c.get("lr_exp_tokens"))},
                    "cov_log": self.cov_lr_.tolist(), "law": self._lr_law(),
-                   "n_points": int(self.n_lr_points_)},
+                   "n_points": int(self.n_lr_points_), "misfit": self._misfit_doc()},
             "batch": {"coef": _num(p["batch_coef"]),
                       "exponents": {"tokens": _num(p["batch_exp_tokens"])},
                       "ci": {"coef": _fmt_pair(c.get("batch_coef")),
@@ -294,6 +309,7 @@ class ScalingDocument:
                                       lr["exponents"]["tokens"]], dtype=float)
         self.batch_coef_log_ = np.array([math.log(bt["coef"]), bt["exponents"]["tokens"]], dtype=float)
         self.cov_lr_, self.cov_batch_ = _cov(lr.get("cov_log"), 3), _cov(bt.get("cov_log"), 2)
+        self.lr_misfit_ = _read_misfit(lr.get("misfit"), where)
         self.n_lr_points_, self.n_batch_points_ = lr.get("n_points", 0), bt.get("n_points", 0)
         self.boot_lr_, self.boot_batch_ = np.empty((0, 3)), np.empty((0, 2))
         self._read_params(d)
@@ -313,6 +329,15 @@ class ScalingDocument:
         self.flags_ = edge_flags(d)
         self.budget_optima_ = [dict(b) for b in d.get("budgets") or [] if isinstance(b, Mapping)]
         return self
+
+    def _misfit_doc(self) -> dict[str, Any] | None:
+        m = getattr(self, "lr_misfit_", None)
+        if not m:
+            return None
+        return {"sd_log": _num(m["sd_log"]), "dof": int(m["dof"]),
+                "cov_log": np.asarray(m["cov_log"], dtype=float).tolist(),
+                "how": "residual variance of the cell optima about the law (prediction band: "
+                       "x(C_boot + C_misfit)x + sd_log^2, Student's t at dof)"}
 
     def _read_params(self, d: Mapping[str, Any]) -> None:
         cl, cb = self.lr_coef_log_, self.batch_coef_log_

@@ -348,6 +348,7 @@ class ScalingLawFit(TauMeasurement, ScalingPredictions, ScalingDocument):
                 use = np.ones(len(cells), dtype=bool)
             self.lr_coef_log_ = _ols(Xc[use], t_lr[use] * _LN2)
             self.boot_lr_ = _ols_many(Xc[use], T[:, use] * _LN2) if nb_ else np.empty((0, 3))
+            self.lr_misfit_ = lr_misfit(Xc[use], t_lr[use] * _LN2, self.lr_coef_log_)
             Xd = np.column_stack([np.ones(Ds.size), np.log(Ds)])
             t_b = np.array([math.log2(b["batch_opt"]) for b in budgets])
             self.batch_coef_log_ = _ols(Xd, t_b * _LN2)
@@ -430,6 +431,7 @@ class ScalingLawFit(TauMeasurement, ScalingPredictions, ScalingDocument):
         if np.linalg.matrix_rank(Xb) < 2:
             raise ValueError("the near-optimal band holds too few budgets to fit B*(D).")
         self.lr_coef_log_ = _ols(Xl, yl)
+        self.lr_misfit_ = lr_misfit(Xl, yl, self.lr_coef_log_)
         self.batch_coef_log_ = _ols(Xb, yb)
         self.boot_lr_ = _pairs_boot(Xl, yl, self.n_boot, rng)
         self.boot_batch_ = _pairs_boot(Xb, yb, self.n_boot, rng)
@@ -557,6 +559,31 @@ class ScalingLawFit(TauMeasurement, ScalingPredictions, ScalingDocument):
 
 
 # ------------------------------------------------------------------ numerics
+def lr_misfit(X: np.ndarray, y: np.ndarray, coef: np.ndarray) -> dict[str, Any]:
+    """How far the measured optima sit off the fitted LR law, for its prediction band.
+
+    The bootstrap of :class:`ScalingLawFit` resamples each cell's seeds, so it sees only
+    how noisy each cell's optimum is, not how well a power law in B and D describes the
+    optima: on the card-regret proxy's sweep (4 budgets × 6 batches), holding out one
+    budget or one end batch at a time, its 90% band held the held-out optimum at 20 of
+    32 cells (63%). The law's misfit is the residual variance of the optima about it,
+
+        s² = Σ r_i² / (n − p),   r_i = ln η*_i − x_i·c,   x_i = (1, ln B_i, ln D_i),
+
+    and a new cell's optimum at x is predicted with variance
+    ``x·(Σ_boot + s²·(XᵀX)⁻¹)·x + s²`` (the ordinary least-squares prediction interval,
+    e.g. Seber & Lee 2003, §5.3, with the bootstrap's covariance added), quantile from
+    Student's t with n − p degrees of freedom: 28 of 32 (88%) on the same held-out cells
+    (``benchmarks/interval_coverage.py``). Returns ``{"sd_log": s, "dof": n − p,
+    "cov_log": s²·(XᵀX)⁻¹}``; with no residual degrees of freedom s is 0 and dof 0."""
+    n, p = X.shape
+    if n <= p:
+        return {"sd_log": 0.0, "dof": 0, "cov_log": np.zeros((p, p))}
+    r = y - X @ coef
+    s2 = float(r @ r) / (n - p)
+    return {"sd_log": math.sqrt(s2), "dof": int(n - p), "cov_log": s2 * np.linalg.pinv(X.T @ X)}
+
+
 def _ols(X: np.ndarray, y: np.ndarray) -> np.ndarray:
     if np.linalg.matrix_rank(X) < X.shape[1]:
         raise ValueError("the optima do not span enough distinct batch sizes and budgets "

@@ -143,12 +143,39 @@ class ScalingPredictions:
         z = NormalDist().inv_cdf(0.5 + level / 2.0)
         return np.exp(mean), np.exp(mean - z * se), np.exp(mean + z * se)
 
+    def _misfit(self) -> tuple[float, int, np.ndarray]:
+        """``(s, dof, s²·(XᵀX)⁻¹)`` of the LR law (:func:`analysis.scaling_fit.lr_misfit`);
+        ``(0, 0, zeros)`` for a fit that recorded none (an older FIT.json)."""
+        m = getattr(self, "lr_misfit_", None) or {}
+        cov = np.asarray(m.get("cov_log", np.zeros((3, 3))), dtype=float)
+        return float(m.get("sd_log", 0.0)), int(m.get("dof", 0)), cov
+
+    def _lr_band(self, X: np.ndarray, level: float,
+                 point_share: np.ndarray | float = 1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The LR law's prediction band at the rows of ``X``:
+        ``exp(x·c ± q·sqrt(x·(Σ_boot + Σ_misfit)·x + share·s²))`` with ``q`` Student's t at the
+        misfit's degrees of freedom (the normal quantile when the fit recorded none), so
+        the band holds a new cell's optimum, not only the law's coefficients
+        (:func:`analysis.scaling_fit.lr_misfit`). ``point_share`` (0–1 per row) is how much
+        of one cell's own misfit s² the row carries."""
+        s, dof, cov_m = self._misfit()
+        mean = X @ self.lr_coef_log_
+        var = np.einsum("ij,jk,ik->i", X, self.cov_lr_ + cov_m, X) + np.asarray(point_share) * s * s
+        se = np.sqrt(np.maximum(var, 0.0))
+        if dof > 0 and s > 0:
+            from scipy.stats import t as student_t
+
+            q = float(student_t.ppf(0.5 + level / 2.0, dof))
+        else:
+            q = NormalDist().inv_cdf(0.5 + level / 2.0)
+        return np.exp(mean), np.exp(mean - q * se), np.exp(mean + q * se)
+
     def lr_interval(self, batch_tokens: Any, tokens: Any,
                     level: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(point, lo, hi)`` of the LR law: a band of the fitted law (not of one run).
-
-        The band is ``exp(x·c ± z·sqrt(xᵀΣx))`` with ``Σ`` the bootstrap covariance of
-        the log-space coefficients, so it is the same after :meth:`from_dict`.
+        """``(point, lo, hi)`` of the LR law: the band in which a cell's measured optimum
+        at ``(B, D)`` is expected (:meth:`_lr_band`): the bootstrap covariance of the
+        log-space coefficients plus the law's misfit, so it is the same after
+        :meth:`from_dict`.
         """
         check_is_fitted(self, "params_")
         lv = self.level if level is None else check_level(level, "level")
@@ -156,7 +183,7 @@ class ScalingPredictions:
         d = np.atleast_1d(_arr(tokens, "tokens"))
         b, d = np.broadcast_arrays(b, d)
         X = np.column_stack([np.ones(b.size), np.log(b.ravel()), np.log(d.ravel())])
-        return self._band(X, self.lr_coef_log_, self.cov_lr_, lv)
+        return self._lr_band(X, lv)
 
     def batch_interval(self, tokens: Any,
                        level: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -205,15 +232,20 @@ class ScalingPredictions:
     def lr_ratio(self, batch: tuple[float, float], tokens: tuple[float, float]
                  ) -> tuple[float, float, float]:
         """``eta*(B1, D1) / eta*(B0, D0) = (B1/B0)^a (D1/D0)^b`` and its (lo, hi): the band
-        of the law at ``x = (0, ln B1/B0, ln D1/D0)`` (``ln ratio ± z·sqrt(xᵀΣx)``) when the
-        fit has a bootstrap covariance, else over the corners of the exponent intervals
-        (the ratio is monotone in each exponent). ``batch`` and ``tokens`` are (from, to)."""
+        of the law at ``x = (0, ln B1/B0, ln D1/D0)`` (:meth:`_lr_band`) when the fit has a
+        bootstrap covariance, else over the corners of the exponent intervals (the ratio is
+        monotone in each exponent). ``batch`` and ``tokens`` are (from, to).
+
+        The far end's own misfit s² enters in proportion to the distance moved, in full
+        from one octave on (min(1, δ²), δ the move in octaves of B and D together): a
+        point next to the anchor shares its deviation from the law, a distant one does not."""
         check_is_fitted(self, "params_")
         rb, rd = batch[1] / batch[0], tokens[1] / tokens[0]
         a, b = self.lr_coef_log_[1], self.lr_coef_log_[2]
         if _usable_cov(self.cov_lr_):
             x = np.array([[0.0, math.log(rb), math.log(rd)]])
-            return tuple(float(v[0]) for v in self._band(x, self.lr_coef_log_, self.cov_lr_, self.level)
+            octaves2 = (math.log2(rb) ** 2 + math.log2(rd) ** 2)
+            return tuple(float(v[0]) for v in self._lr_band(x, self.level, min(1.0, octaves2))
                          )  # type: ignore[return-value]
         ca = self.ci_.get("lr_exp_batch", (a, a))
         cb = self.ci_.get("lr_exp_tokens", (b, b))

@@ -28,7 +28,7 @@ from mutransfer._io import atomic_write_text
 HERE = Path(__file__).parent
 RESULTS = HERE / "results"
 # Cheapest first, so a partial run still leaves useful numbers behind.
-BENCHMARKS = ["fit_speed", "trainer_throughput", "hf_vs_builtin", "sweep_overhead", "fused_sweep",
+BENCHMARKS = ["fit_speed", "interval_coverage", "trainer_throughput", "hf_vs_builtin", "sweep_overhead", "fused_sweep",
               "hf_architectures", "hf_vanishing", "transfer_fidelity", "depth_fidelity", "horizon_shift",
               "tuned_multipliers", "mup_vs_sp", "readout_ladder",
               "width_depth", "beta2_halflife"]
