@@ -82,6 +82,17 @@ def build_card(
         projected=projected, audit=audit, provenance=provenance, role_lr_mults=role_lr_mults)))
 
 
+def hidden_lr_mult(pz: Parametrization, role_lr_mults: Mapping[str, float] | None = None) -> float | None:
+    """The hidden matrices' Adam LR ÷ the base LR under ``pz`` (the largest over its
+    hidden AdamW groups; the published laws' one LR is compared with it); None when no
+    hidden matrix trains with Adam (Muon)."""
+    settings = pz.optimizer_settings(1.0, weight_decay=0.0, wd_mode="coupled", eps=1e-8,
+                                     role_lr_mults={str(k): v for k, v in (role_lr_mults or {}).items()})
+    mults = [float(settings[s.name]["lr"]) for s in pz.specs.values()
+             if s.role == "hidden" and settings[s.name]["optimizer"] == "adamw"]
+    return max(mults) if mults else None
+
+
 def _card_dict(
     pz: Parametrization,
     *,
@@ -220,7 +231,8 @@ def assemble_card(
     budget = float(tokens) if tokens is not None else float(tokens_per_param) * n_params  # type: ignore[arg-type]
     width, depth = ((target.width, target.depth) if target.kind == "hf"  # type: ignore[union-attr]
                     else (target.config.width, target.config.depth))  # type: ignore[union-attr]
-    plan = plan_run(proxy, run, tokens=budget, seq_len=seq_len, laws=laws, n_params=n_nonembed)
+    plan = plan_run(proxy, run, tokens=budget, seq_len=seq_len, laws=laws, n_params=n_nonembed,
+                    hidden_lr_mult=hidden_lr_mult(pz, proxy.role_lr_mults))
     wd_mode = run.wd_mode or "coupled"
     said = list(warnings) + list(plan.warnings)
     proj = dict(projected or {})

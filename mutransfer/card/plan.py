@@ -20,9 +20,11 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any
 
 from analysis.baselines import scaling_baselines
+from analysis.prior import published_lr_prior, weigh
 from analysis.scaling_fit import ScalingLawFit
 from analysis.scaling_projection import extrapolation_factor
 from analysis.tau import PUBLISHED_ETA_LAMBDA, PUBLISHED_ETA_LAMBDA_SOURCE, weight_decay_for
@@ -189,6 +191,31 @@ def _plan_lr(laws: ScalingLawFit | None, *, proxy_lr: float, proxy_lr_interval: 
     return lr, lr_est
 
 
+def _weigh_published(lr: float, lr_est: dict[str, Any], *, n_params: float, tokens: float, level: float,
+                     hidden_lr_mult: float) -> tuple[float, dict[str, Any]]:
+    """The LR moved by the laws, weighed against the published laws at the target
+    (:func:`analysis.prior.weigh`): the card's ``projected.lr`` keeps ``data`` (the moved
+    LR and its interval), ``prior`` (the published laws' LR in base-LR units, with each
+    law's value at the hidden matrices and its distance outside its fitted range) and
+    ``weight_prior`` beside the result."""
+    prior = published_lr_prior(n_params, tokens)
+    if prior is None:
+        return lr, lr_est
+    res = weigh(lr, lr_est["lo"], lr_est["hi"], level, prior, hidden_lr_mult)
+    w = res["weight_prior"]
+    est = {**lr_est, "value": res["value"], "lo": res["lo"], "hi": res["hi"],
+           "data": res["data"], "prior": res["prior"], "weight_prior": w,
+           "source": f"{lr_est['source']}; weighed with the published laws' prior {res['prior']['value']:.4g} "
+                     f"(weight {w:.1%}: data sd {_sd(lr_est, level)}, prior sd_log {res['prior']['sd_log']:.3g})"}
+    return float(res["value"]), est
+
+
+def _sd(est: Mapping[str, Any], level: float) -> str:
+    if est.get("lo") is None or est.get("hi") is None:
+        return "open (a bound)"
+    return f"{math.log(est['hi'] / est['lo']) / (2 * NormalDist().inv_cdf(0.5 + level / 2)):.3g}"
+
+
 def _plan_weight_decay(laws: ScalingLawFit | None, *, weight_decay: float | None, wd_mode: str,
                        proxy_tau: float | None, lr: float, b_tok: int, tokens: float, level: float,
                        ext: Mapping[str, float], lr_interval: tuple[float | None, float | None] = (None, None),
@@ -318,6 +345,7 @@ def plan_run(
     seq_len: int,
     laws: ScalingLawFit | None = None,
     n_params: float | None = None,
+    hidden_lr_mult: float | None = None,
 ) -> RunPlan:
 
     """Project the run of the target from the proxy optimum and (optionally) the laws.
@@ -420,6 +448,9 @@ def plan_run(
                           proxy_batch_tokens=proxy_batch_tokens, proxy_tokens=proxy_tokens, b_tok=b_tok,
                           tokens=tokens, level=level, ext=ext, bound=bound, warnings=warnings,
                           ext_limit=extrapolation_limit)
+    if laws is not None and run.published_prior and hidden_lr_mult and n_params:
+        lr, lr_est = _weigh_published(lr, lr_est, n_params=n_params, tokens=tokens, level=level,
+                                      hidden_lr_mult=hidden_lr_mult)
     wd, tau, wd_est, tau_est = _plan_weight_decay(laws, weight_decay=weight_decay, wd_mode=wd_mode,
                                                   proxy_tau=proxy_tau, proxy_weight_decay=proxy.weight_decay,
                                                   lr=lr, b_tok=b_tok, tokens=tokens,

@@ -79,6 +79,10 @@ class RunChoices:
     bracketed B* grown as the published laws grow (anchored), the published laws, or auto."""
     accept_edge: tuple[str, ...] = ()
     """Fitted values (:data:`EDGE_VALUES`) taken although at their grid's edge (``batch_rule="fit"``)."""
+    published_prior: bool = True
+    """Weigh the LR moved by the scaling fit against the published laws (DeepSeek LLM,
+    Step Law) as a prior, each by its uncertainty (:func:`analysis.prior.weigh`); False:
+    the data's LR alone."""
 
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULE_KINDS:
@@ -94,6 +98,8 @@ class RunChoices:
         if bad or isinstance(self.accept_edge, str):
             raise ValueError(f"accept_edge takes a sequence of {', '.join(EDGE_VALUES)}, got {self.accept_edge!r}")
         object.__setattr__(self, "accept_edge", edges)
+        if not isinstance(self.published_prior, bool):
+            raise ValueError(f"published_prior must be True or False, got {self.published_prior!r}")
         _number("lr_floor", self.lr_floor, high=1.0)
         _number("weight_decay", self.weight_decay)
         _number("decay_fraction", self.decay_fraction, high=1.0)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from statistics import NormalDist
 from typing import Any
 
 from mutransfer.card.batch_plan import whole_sequences
@@ -22,6 +23,7 @@ __all__ = [
     "MEASURED_DEPTH_MOVE",
     "STAND_BEHIND_LR_FACTOR",
     "card_warnings",
+    "data_demand",
     "objections",
     "trust_block",
 ]
@@ -125,11 +127,39 @@ def _published_lr_gap(card: Mapping[str, Any]) -> tuple[float, float, float, str
     return h, lo, hi, side, max(f, 1.0)
 
 
+def data_demand(card: Mapping[str, Any]) -> str | None:
+    """Why the card's LR may sit far from the published laws: the sentence saying, with
+    the numbers, that the data's own interval (``projected.lr.data``, before the prior)
+    excludes the published laws' prior interval (``projected.lr.prior``) and how much the
+    prior weighed; None when the card was not weighed against the prior or the two
+    intervals overlap (then a large gap is not what the data demand)."""
+    lr = (card.get("projected") or {}).get("lr") or {}
+    data, prior = lr.get("data"), lr.get("prior")
+    if not (isinstance(data, Mapping) and isinstance(prior, Mapping)):
+        return None
+    d_lo, d_hi, p_lo, p_hi = data.get("lo"), data.get("hi"), prior.get("lo"), prior.get("hi")
+    if not all(_num(v) for v in (d_lo, d_hi, p_lo, p_hi)):
+        return None
+    if d_hi < p_lo:
+        side, gap = "below", p_lo / d_hi
+    elif d_lo > p_hi:
+        side, gap = "above", d_lo / p_hi
+    else:
+        return None
+    return (f"the data demand it: the scaling fit's own 90% interval for the base LR [{d_lo:.3g}, {d_hi:.3g}] "
+            f"lies {gap:.3g}x {side} the published laws' prior [{p_lo:.3g}, {p_hi:.3g}] (base-LR units), so "
+            f"the prior weighed {float(lr.get('weight_prior', 0.0)):.1%}")
+
+
 def _published_lr_warning(card: Mapping[str, Any]) -> list[str]:
     gap = _published_lr_gap(card)
     if gap is None or gap[4] <= PUBLISHED_LR_SLACK:
         return []
     h, lo, hi, side, f = gap
+    why = data_demand(card)
+    if why is not None:
+        return [f"the hidden matrices' LR {h:.3g} is {f:.3g}x {side} the published LRs at this size "
+                f"({lo:.3g}-{hi:.3g}: DeepSeek LLM eta(C), Step Law eta(N, D)); {why}"]
     return [f"the hidden matrices' LR {h:.3g} is {f:.3g}x {side} the published LRs at this size "
             f"({lo:.3g}-{hi:.3g}: DeepSeek LLM eta(C), Step Law eta(N, D), both for standard-parametrization "
             "models): the projection moved it further than those laws would; check the LR law's batch and "
@@ -158,7 +188,9 @@ def objections(card: Mapping[str, Any]) -> list[str]:
       ``trust.intervals`` entry (both sides known; the card's field, e.g.
       ``optimizer.lr``, is the value checked);
     - the hidden matrices' Adam LR more than :data:`STAND_BEHIND_LR_FACTOR`× from the
-      published LRs at the target's size (``projected.baselines``: DeepSeek LLM, Step Law);
+      published LRs at the target's size (``projected.baselines``: DeepSeek LLM, Step Law),
+      unless the data demand it (:func:`data_demand`: the LR was weighed against the
+      published laws and the data's own interval excludes their prior);
     - the held-out audit not passed (``audit.passed`` false: failed; null or absent: missing
       or incomplete), since only the audit measured the projection at a point it was not
       fitted on.
@@ -178,11 +210,13 @@ def objections(card: Mapping[str, Any]) -> list[str]:
             out.append(f"{section}.{name} {held:.6g} lies outside its own interval [{lo:.6g}, {hi:.6g}] "
                        f"(trust.intervals.{key}): the card contradicts its own projection")
     gap = _published_lr_gap(card)
-    if gap is not None and gap[4] > STAND_BEHIND_LR_FACTOR:
+    if gap is not None and gap[4] > STAND_BEHIND_LR_FACTOR and data_demand(card) is None:
         h, lo, hi, side, f = gap
         out.append(f"the hidden matrices' Adam LR {h:.3g} is {f:.3g}x {side} the published LRs at the target's "
                    f"size ({lo:.3g}-{hi:.3g}, projected.baselines deepseek/step_law), more than "
-                   f"{STAND_BEHIND_LR_FACTOR:g}x")
+                   f"{STAND_BEHIND_LR_FACTOR:g}x, and the data do not demand it (their interval, "
+                   "projected.lr.data, reaches the published laws' prior, or the card was not weighed "
+                   "against it)")
     passed = (card.get("audit") or {}).get("passed")
     if passed is False:
         out.append("the held-out audit failed (audit.passed: false): the projection missed the optimum "
@@ -198,6 +232,19 @@ def objections(card: Mapping[str, Any]) -> list[str]:
 
 def _num(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+
+
+def with_prior(factor: float, prior_sd: float | None, level: float) -> float:
+    """A data interval's factor (hi/lo at ``level``) after weighing with a log-normal prior
+    of sd ``prior_sd`` (:func:`analysis.prior.weigh`): exp(2·q·sd_post), 1/sd_post² =
+    1/sd_data² + 1/prior_sd²; the factor itself without a prior. Never wider than the
+    factor: a prior only adds information."""
+    if not prior_sd or factor <= 1.0:
+        return factor
+    q = NormalDist().inv_cdf(0.5 + level / 2.0)
+    sd_d = math.log(factor) / (2.0 * q)
+    sd = 1.0 / math.sqrt(1.0 / sd_d**2 + 1.0 / float(prior_sd) ** 2)
+    return math.exp(2.0 * q * sd)
 
 
 def _interval(value: float, lo: float | None, hi: float | None, how: str) -> dict[str, Any]:
@@ -269,9 +316,15 @@ def trust_block(
     if laws is not None and proxy_batch_tokens and proxy_tokens:
         d_max, b_max = laws.measured_tokens[1], laws.measured_batch_tokens[1]
 
+        prior_sd = ((projected.get("lr") or {}).get("prior") or {}).get("sd_log")
+
         def lr_factor(anchor_b: float, anchor_d: float) -> float | None:
             _, lo, hi = laws.lr_ratio((anchor_b, batch_tokens), (anchor_d, tokens))
-            return None if p_factor is None else p_factor * hi / lo
+            if p_factor is None:
+                return None
+            # weighed against the same prior as the card's LR (analysis.prior.weigh), so the
+            # narrowed interval is compared with the card's own, like with like
+            return with_prior(p_factor * hi / lo, prior_sd, level)
 
         if tokens > d_max:
             d_new = min(extra * d_max, tokens)

@@ -314,8 +314,16 @@ def test_trust_block_numbers_from_a_known_covariance(tmp_path: Path, capsys) -> 
     assert list(card)[:2] == ["schema", "trust"]  # the card leads with it
     z = NormalDist().inv_cdf(0.95)
     trust = card["trust"]
-    before = math.exp(2 * z * 0.02 * math.log(1e8 / 2e6))
-    after = math.exp(2 * z * 0.02 * math.log(1e8 / 3.2e7))
+    # the data's interval, then weighed with the published laws' prior (sd_p): 1/sd² adds
+    sd_p = card["projected"]["lr"]["prior"]["sd_log"]
+
+    def post(sd_d: float) -> float:
+        return math.exp(2 * z / math.sqrt(1 / sd_d**2 + 1 / sd_p**2))
+
+    data = card["projected"]["lr"]["data"]
+    assert data["hi"] / data["lo"] == pytest.approx(math.exp(2 * z * 0.02 * math.log(1e8 / 2e6)), rel=1e-9)
+    before = post(0.02 * math.log(1e8 / 2e6))
+    after = post(0.02 * math.log(1e8 / 3.2e7))
     assert trust["intervals"]["lr"]["factor"] == pytest.approx(before, rel=1e-9)
     best = trust["narrows_most"]
     assert best["measurement"].startswith("a budget at 4× the largest measured (3.2e+07 tokens)")

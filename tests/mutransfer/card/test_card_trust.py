@@ -11,12 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from analysis.scaling_fit import ScalingLawFit
 from analysis.tau import PUBLISHED_ETA_LAMBDA, PUBLISHED_ETA_LAMBDA_SOURCE
 from mutransfer.card.build import load_card
 from mutransfer.card.target import resolve_target, transfer_builder
-from mutransfer.card.trust import STAND_BEHIND_LR_FACTOR, objections, trust_block
+from mutransfer.card.trust import STAND_BEHIND_LR_FACTOR, card_warnings, objections, trust_block, with_prior
 from mutransfer.models.presets import get_preset
 from mutransfer.parametrize.parametrization import Parametrization
 from mutransfer_cli import main
@@ -206,6 +208,41 @@ def test_objection_for_an_lr_far_from_the_published_ones(clean: dict[str, Any]) 
         assert bool(said) is objected
         if objected:
             assert said[0].startswith(f"the hidden matrices' Adam LR {hidden:.3g} is {f:.3g}x above")
+
+
+def test_a_far_lr_the_data_demand_is_said_with_numbers_not_objected(clean: dict[str, Any]) -> None:
+    """30x from the published laws: an objection when the card's data interval reaches the
+    published prior (the prior should have pulled it closer); a warning naming both
+    intervals when the data's own interval excludes the prior's (the data demand it)."""
+    hidden = max(g["lr"] for g in clean["param_groups"] if g["role"] == "hidden")
+    lr = clean["optimizer"]["lr"]
+    for gap_data, demanded in ((0.5, True), (3.0, False)):
+        card = copy.deepcopy(clean)
+        for k in ("deepseek", "step_law"):
+            card["projected"]["baselines"][k]["lr"] = hidden * 30
+        # the prior's 90% interval (base units) sits 30x above; the data's reaches up to gap_data x it
+        p = card["projected"]["lr"]
+        p["prior"] = {"value": lr * 30, "lo": lr * 30 / 4, "hi": lr * 120, "sd_log": 0.8}
+        p["data"] = {"value": lr, "lo": lr / 2, "hi": lr * 30 / 4 * gap_data}
+        p["weight_prior"] = 0.04
+        said = objections(card)
+        warned = [w for w in card_warnings(card) if "published LRs" in w]
+        assert len(warned) == 1
+        if demanded:
+            assert said == []
+            assert "the data demand it" in warned[0] and "2x below the published laws' prior" in warned[0]
+            assert "4.0%" in warned[0]
+        else:
+            assert len(said) == 1 and "the data do not demand it" in said[0]
+
+
+@given(st.floats(1.0, 1e4), st.floats(0.01, 5.0))
+def test_weighing_with_the_prior_never_widens_an_interval(factor: float, prior_sd: float) -> None:
+    narrowed = with_prior(factor, prior_sd, 0.9)
+    assert narrowed <= factor * (1 + 1e-12)
+    assert with_prior(factor, None, 0.9) == factor
+    # monotone: a narrower data interval stays narrower after the same prior
+    assert with_prior(factor / 2 if factor > 2 else factor, prior_sd, 0.9) <= narrowed * (1 + 1e-12)
 
 
 def test_objection_for_an_audit_failed_missing_or_incomplete(clean: dict[str, Any]) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+from statistics import NormalDist
 from pathlib import Path
 from typing import Any
 
@@ -141,11 +142,19 @@ def test_projection_from_the_scaling_fit_has_the_known_answers(tmp_path: Path, c
     steps = card["schedule"]["total_steps"]
     assert steps == math.ceil(2e8 / b) and 0 <= steps * b - 2e8 < b
     # eta = proxy optimum × (B_t / B_p)^0.3 × (D_t / D_p)^-0.1
-    lr = 0.01 * (b / 1024) ** 0.3 * (2e8 / 2e6) ** -0.1
-    assert card["optimizer"]["lr"] == pytest.approx(lr, rel=1e-12)
+    # (the data's LR, before the published laws' prior is weighed in)
+    lr_data = 0.01 * (b / 1024) ** 0.3 * (2e8 / 2e6) ** -0.1
     p = card["projected"]
-    assert p["lr"]["lo"] == pytest.approx(0.01 * (b / 1024) ** 0.25 * 100 ** -0.15, rel=1e-12)
-    assert p["lr"]["hi"] == pytest.approx(0.01 * (b / 1024) ** 0.35 * 100 ** -0.05, rel=1e-12)
+    lo, hi = 0.01 * (b / 1024) ** 0.25 * 100 ** -0.15, 0.01 * (b / 1024) ** 0.35 * 100 ** -0.05
+    assert p["lr"]["data"] == pytest.approx({"value": lr_data, "lo": lo, "hi": hi}, rel=1e-12)
+    # the card's LR: the data weighed with the prior, in log space, by precision
+    z = NormalDist().inv_cdf(0.95)
+    sd_d, sd_p = math.log(hi / lo) / (2 * z), p["lr"]["prior"]["sd_log"]
+    w = sd_d**-2 / (sd_d**-2 + sd_p**-2)
+    lr = math.exp(w * math.log(lr_data) + (1 - w) * math.log(p["lr"]["prior"]["value"]))
+    assert p["lr"]["weight_prior"] == pytest.approx(1 - w, rel=1e-9) and 0 < 1 - w < 0.5
+    assert card["optimizer"]["lr"] == pytest.approx(lr, rel=1e-12) == p["lr"]["value"]
+    assert p["lr"]["hi"] / p["lr"]["lo"] < hi / lo  # the prior only narrows
     # lambda = B / (eta · tau · D), tau recorded; its interval follows tau's.
     assert card["optimizer"]["tau"] == 0.2
     assert card["optimizer"]["weight_decay"] == pytest.approx(b / (lr * 0.2 * 2e8), rel=1e-12)

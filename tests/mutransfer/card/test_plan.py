@@ -89,10 +89,12 @@ def test_card_equals_the_projection(fitted: tuple[ScalingLawFit, Path], tmp_path
     card = load_card(out)
     seqs = card["batch"]["sequences"]
     proj = fit.project(D_T, n_params=card["target"]["n_params_nonembed"], seq_len=SEQ, batch_sequences=seqs)
-    assert card["projected"]["lr"]["value"] == pytest.approx(proj.lr.value, rel=1e-9)
+    assert card["projected"]["lr"]["data"]["value"] == pytest.approx(proj.lr.value, rel=1e-9)
     assert card["schedule"]["total_steps"] == proj.steps
     assert card["optimizer"]["tau"] == pytest.approx(proj.tau.value, rel=1e-9)
-    assert card["optimizer"]["weight_decay"] == pytest.approx(proj.weight_decay.value, rel=1e-9)
+    # lambda = B / (eta·tau·D) at the card's LR (the data's weighed with the published prior)
+    shift = proj.lr.value / card["optimizer"]["lr"]
+    assert card["optimizer"]["weight_decay"] == pytest.approx(proj.weight_decay.value * shift, rel=1e-9)
     assert card["schedule"]["warmup_tokens"] == pytest.approx(proj.warmup_tokens.value, rel=1e-9)
     assert card["schedule"]["decay_fraction"] == proj.decay_fraction.value
     assert card["projected"]["batch_tokens"]["value"] == pytest.approx(fit.batch_at(D_T)[0], rel=1e-9)
