@@ -66,12 +66,16 @@ class Drops:
     :meth:`cannot` is called wherever an engine cannot express a card field: without a
     ``--drop`` for it, one ValueError names the field and the flag; with it, the field is
     recorded (``export["dropped"]``) and a warning says so. :meth:`check_used` refuses a
-    ``--drop`` that named nothing the export met (a typo must not pass silently)."""
+    ``--drop`` that named nothing the export met (a typo must not pass silently), unless
+    the field is one the engine may drop (``known``) and this card simply needs none:
+    that is a note (:attr:`notes`), so one command serves every card."""
 
-    def __init__(self, engine: str, allowed: Iterable[str] = ()) -> None:
+    def __init__(self, engine: str, allowed: Iterable[str] = (), known: Iterable[str] = ()) -> None:
         self.engine = engine
         self.allowed = tuple(dict.fromkeys(str(f) for f in allowed))
+        self.known = frozenset(known)
         self.dropped: list[dict[str, str]] = []
+        self.notes: list[str] = []
 
     def cannot(self, field: str, why: str) -> None:
         if field not in self.allowed:
@@ -83,6 +87,12 @@ class Drops:
 
     def check_used(self) -> None:
         unused = [f for f in self.allowed if all(d["field"] != f for d in self.dropped)]
+        # A field this engine can drop that this card does not need dropped (a card without
+        # weight decay, a μP card's eps the export now carries): nothing is lost, so the
+        # same command works on every card; the export says so in a note.
+        for f in [f for f in unused if f in self.known]:
+            self.notes.append(f"--drop {f}: nothing dropped, the {self.engine} export carries this card's {f}")
+            unused.remove(f)
         if unused:
             raise ValueError(f"--drop {unused[0]}: the {self.engine} export carries that field (or the "
                              "card has no such field); nothing to drop")
