@@ -382,7 +382,9 @@ def export_megatron(card: Mapping[str, Any], *, dp_size: int | None = None, micr
                  "TransformerConfig(**export['transformer_config'], "
                  "**callables) with each transformer_config_callables value resolved to its function; "
                  "GPTModel(config=config, transformer_layer_spec=get_gpt_layer_local_spec(), "
-                 "**export['gpt_model'])")
+                 "**export['gpt_model']), after torch.distributed.init_process_group(...) and "
+                 "megatron.core.parallel_state.initialize_model_parallel() (GPTModel needs the "
+                 "model-parallel groups; Megatron-LM's pretrain_gpt.py does both)")
     notes.append("the optimizer: `from megatron.core.optimizer import OptimizerConfig, ParamKey, "
                  "get_megatron_optimizer, get_standard_config_overrides`; oc = "
                  "OptimizerConfig(**export['optimizer_config']); overrides = "

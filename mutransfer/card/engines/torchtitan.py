@@ -135,7 +135,7 @@ def llama3_architecture(card: Mapping[str, Any]) -> dict[str, Any] | None:
         rest = ", ".join(f for f, _ in problems[1:])
         more = f"; it cannot carry {rest} either" if rest else ""
         raise ValueError(f"the torchtitan export cannot carry card field {problems[0][0]}: {problems[0][1]}"
-                         f"{more} (export this card to hf or megatron instead)")
+                         f"{more} ({_instead(model)})")
     w, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
     seq_len = int(card.get("batch", {}).get("seq_len") or card["target"].get("seq_len")
                   or cfg.get("max_position_embeddings") or 2048)
@@ -147,6 +147,22 @@ def llama3_architecture(card: Mapping[str, Any]) -> dict[str, Any] | None:
             "enable_weight_tying": bool(cfg.get("tie_word_embeddings", False)),
             "max_seq_len": seq_len, "init_std": float(cfg.get("initializer_range", 0.02)),
             "rope": rope}
+
+
+def _instead(model: Mapping[str, Any]) -> str:
+    """The advice after a refusal: the engines that accept this HF target. hf takes every
+    family transformers builds; megatron only where its own architecture check passes
+    (:data:`mutransfer.card.engines.megatron.HF_FAMILIES`, no sliding window, silu)."""
+    from mutransfer.card.engines.megatron import _from_hf
+
+    problems: list[tuple[str, str]] = []
+    try:
+        _from_hf(model, None, problems)
+    except (ValueError, KeyError, TypeError) as exc:
+        named = re.match(r"card field (\S+):", str(exc))
+        problems.append((named.group(1) if named else "target.model", str(exc)))
+    return ("export this card to hf or megatron instead" if not problems else
+            f"export this card to hf instead; megatron refuses it too, at {problems[0][0]}")
 
 
 def _absolute_init(group: Mapping[str, Any], init_std: float | None) -> str:

@@ -396,3 +396,19 @@ def test_megatron_core_builds_the_export_and_gives_the_cards_values(case: str, m
         assert mg["min_lr"] == pytest.approx(g["lr"] * f * floor, rel=1e-12), g["name"]
         assert mg["eps"] == pytest.approx(g["eps"] / f, rel=1e-12), g["name"]
         assert mg["weight_decay"] == pytest.approx(g["weight_decay"] / f, rel=1e-12, abs=1e-300), g["name"]
+
+
+def test_megatron_env_prints_an_absolute_venvs_interpreter_as_is(tmp_path) -> None:
+    """``MUTRANSFER_MEGATRON_PYTHON=$(bash .ci/megatron_env.sh | tail -1)`` with an absolute
+    ``MEGATRON_VENV``: the path printed is that venv's python, not ``<repo>//abs/...`` (an
+    installed venv, its stamp newer than the script: nothing is installed)."""
+
+    script = Path(__file__).resolve().parents[3] / ".ci" / "megatron_env.sh"
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    (venv / ".megatron-installed").touch()
+    os.utime(venv / ".megatron-installed", (script.stat().st_mtime + 10,) * 2)
+    run = subprocess.run(["bash", str(script)], env={**os.environ, "MEGATRON_VENV": str(venv)},
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip().splitlines()[-1] == f"{venv}/bin/python"
