@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from mutransfer.card.engines._common import Drops, _groups, _lr_floor, check_fields, split_batch
+from mutransfer.card.engines.megatron import _from_hf
 from mutransfer.card.schema import schedule_config
 from mutransfer.training.schedules import Schedule
 
@@ -153,8 +154,6 @@ def _instead(model: Mapping[str, Any]) -> str:
     """The advice after a refusal: the engines that accept this HF target. hf takes every
     family transformers builds; megatron only where its own architecture check passes
     (:data:`mutransfer.card.engines.megatron.HF_FAMILIES`, no sliding window, silu)."""
-    from mutransfer.card.engines.megatron import _from_hf
-
     problems: list[tuple[str, str]] = []
     try:
         _from_hf(model, None, problems)
