@@ -74,3 +74,23 @@ def test_the_readme_exports_run_on_the_demos_card(demo_card: Path, monkeypatch, 
     assert wd == pytest.approx(emb["weight_decay"], rel=1e-12)
     titan = json.loads((demo_card / "torchtitan.json").read_text())
     assert {h["scale"] for h in titan["mup"]["hooks"] if h["kind"] == "post" and ".mlp" in h["module"]} == {1 / 12}
+
+
+def test_every_engines_weight_decay_is_shown_with_its_per_step_decay(demo_card: Path, monkeypatch) -> None:
+    """HF's TrainingArguments λ and Megatron's weight_decay look absurd beside their LRs; each
+    export's notes give η·λ per group, the same 4e-5 per step for every matrix of the demo's card."""
+    import yaml
+
+    monkeypatch.chdir(demo_card)
+    card = yaml.safe_load((demo_card / "card.yaml").read_text())
+    want = {round(g["lr"] * g["weight_decay"], 12) for g in card["param_groups"] if g["weight_decay"]}
+    assert len(want) == 1  # μP and CompleteP keep η·λ across groups
+    per_step = next(iter(want))
+    for engine, out in (("hf", "hf.json"), ("torchtitan", "torchtitan.json"), ("megatron", "megatron.yaml")):
+        (demo_card / out).unlink(missing_ok=True)
+        assert main(["export", "card.yaml", "--to", engine, "--out", out, "--quiet",
+                     *(["--drop", "init"] if engine == "megatron" else [])]) == 0
+        export = yaml.safe_load((demo_card / out).read_text())
+        note = next(n for n in export["notes"] if n.startswith("weight decay:"))
+        assert f"η·λ {per_step:.3g} per step" in note, (engine, note)
+        assert "η·λ 0 per step" in note  # the vectors

@@ -129,3 +129,17 @@ def split_batch(card: Mapping[str, Any], dp_size: int | None = None,
         raise ValueError(f"the card's batch of {seqs} sequences is not a multiple of dp_size {dp} × "
                          f"micro_batch {micro} = {dp * micro}")
     return BatchSplit(seqs, dp, micro, seqs // (dp * micro))
+
+
+def decay_note(entries: Iterable[tuple[str, float, float]], lead: str) -> str:
+    """One note on weight decay from ``(name, peak lr, λ)`` per parameter: each distinct
+    (λ, LR) with how many parameters take it and η·λ, the fraction of a weight one step at
+    the peak LR removes (torch AdamW: ``p -= lr·λ·p``). An engine's λ reads as nonsense
+    beside its LR (HF's ``weight_decay`` 5.06, Megatron's 40.5) until the product is shown:
+    under μP the decay is per group and η·λ is what is kept across widths."""
+    by: dict[tuple[float, float], list[str]] = {}
+    for name, lr, wd in entries:
+        by.setdefault((float(wd), float(lr)), []).append(name)
+    parts = [f"{len(names)} param(s) e.g. {names[0]}: λ {wd:.4g} at lr {lr:.3g}, η·λ {lr * wd:.3g} per step"
+             for (wd, lr), names in sorted(by.items(), key=lambda kv: -len(kv[1]))]
+    return f"weight decay: {lead}; per-step decay η·λ at the peak LR: " + "; ".join(parts)

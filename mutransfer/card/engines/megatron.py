@@ -43,7 +43,15 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from mutransfer.card.engines._common import Drops, _groups, _lr_floor, _steps, check_fields, split_batch
+from mutransfer.card.engines._common import (
+    Drops,
+    _groups,
+    _lr_floor,
+    _steps,
+    check_fields,
+    decay_note,
+    split_batch,
+)
 from mutransfer.card.engines.megatron_groups import branch_scales, config_overrides, folded
 
 # Field names read from megatron-core 0.19.2's source (transformer/transformer_config.py,
@@ -426,18 +434,14 @@ def _fold_init(folds: Mapping[str, float]) -> str:
 
 def _decay_note(groups: list[dict[str, Any]], folds: Mapping[str, float], ocfg: Mapping[str, Any],
                 wd_mode: str) -> str:
-    """Which parameters get which weight decay λ, with η·λ, the fraction each step removes
-    (Megatron's decoupled AdamW: p -= lr·λ·p): a λ of 40 reads as nonsense beside an LR
-    of 1e-6 until the product is shown."""
-    parts = []
-    by: dict[tuple[float, float], list[str]] = {}
+    """Which parameters get which weight decay λ, with η·λ (Megatron's decoupled AdamW:
+    p -= lr·λ·p), the fold applied."""
+    entries = []
     for g in groups:
         lr, _, wd = folded(g, folds.get(g["name"], 1.0), wd_mode)
-        by.setdefault((wd, lr), []).append(g["name"])
-    for (wd, lr), names in sorted(by.items(), key=lambda kv: -len(kv[1])):
-        parts.append(f"{len(names)} param(s) e.g. {names[0]}: λ {wd:.4g}, η·λ {lr * wd:.3g} per step at peak")
-    return (f"weight decay: weight_decay {ocfg['weight_decay']:.4g} x each group's wd_mult "
-            "(config_overrides; 0 for biases and norms); per-step decay is η·λ: " + "; ".join(parts))
+        entries.append((g["name"], lr, wd))
+    return decay_note(entries, f"optimizer_config.weight_decay {ocfg['weight_decay']:.4g} x each group's "
+                               "wd_mult (config_overrides; 0 for biases and norms)")
 
 
 def _check_megatron(export: Mapping[str, Any]) -> str:

@@ -26,7 +26,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from mutransfer.card.engines._common import Drops, _groups, _lr_floor, check_fields, split_batch
+from mutransfer.card.engines._common import Drops, _groups, _lr_floor, check_fields, decay_note, split_batch
 from mutransfer.card.engines.megatron import _from_hf
 from mutransfer.card.schema import schedule_config
 from mutransfer.training.schedules import Schedule
@@ -255,6 +255,8 @@ def export_torchtitan(card: Mapping[str, Any], *, dp_size: int | None = None, mi
            "batch": split._asdict(),
            "notes": [f"{split.dp_size} data-parallel rank(s) × local_batch_size {split.micro_batch} × "
                      f"{split.grad_accum} accumulation steps = global_batch_size {split.sequences}",
+                     decay_note(((g["name"], g["lr"], g["weight_decay"]) for g in groups),
+                                "each optimizer.param_groups entry's optimizer_kwargs.weight_decay (AdamW)"),
                      f"training.dtype {dtype}: " + ("fp32 master weights, bf16 compute (torchtitan's "
                                                     "mixed_precision_param)" if dtype == "float32"
                                                     else "pure bf16 weights and optimizer state")]}

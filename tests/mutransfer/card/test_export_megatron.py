@@ -195,7 +195,7 @@ def test_per_group_weight_decay_is_carried_and_explained() -> None:
     assert got["blocks.0.attn.c_q.weight"]["weight_decay"] == pytest.approx(0.4)
     note = next(n for n in e["notes"] if n.startswith("weight decay:"))
     # η·λ per step beside λ: 0.4 x 7.5e-4 = 3e-4 for the hidden matrices
-    assert "λ 0.4, η·λ 0.0003 per step" in note and "λ 0.1, η·λ 0.0003 per step" in note
+    assert "λ 0.4 at lr 0.00075, η·λ 0.0003 per step" in note and "λ 0.1 at lr 0.003, η·λ 0.0003 per step" in note
     # a card without weight decay: the README's --drop weight_decay is a note, not a refusal
     bare = build_card(Parametrization(lambda w: GPT(GPT_CFG.replace(width=w)), width=128, base_width=32),
                       lr=3e-3, optimizer=dict(OPT, weight_decay=0.0), schedule=SCHEDULE,
