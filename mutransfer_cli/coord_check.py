@@ -159,9 +159,19 @@ def _report(args: argparse.Namespace, result: Any, lr: float, paths: dict[str, A
         verdict = "PASSED" if result.passed else "FAILED"
         print(f"coord-check {args.parametrization}: {verdict} at lr {lr:.3g}: worst slope "
               f"{worst['slope']:+.2f} at {worst['module']}, step {worst['step']}, along {worst['axis']}; "
-              f"{_allowed(result, worst)}")
+              f"{_allowed(result, worst)}" + _transients(result))
         print("wrote " + ", ".join(str(p) for p in paths.values()))
     return 1 if (args.strict and not result.passed) else 0
+
+
+def _transients(result: Any) -> str:
+    """The out-of-band steps that did not decide the verdict, in one clause."""
+    t = result.transients()
+    if t.empty:
+        return ""
+    first = t.iloc[0]
+    return (f"; {len(t)} transient step(s) out of band did not decide it (e.g. {first['module']} at step "
+            f"{first['step']}: {first['slope']:+.2f}): a module fails at 2+ steps, as a width trend does")
 
 
 def _allowed(result: Any, worst: dict[str, Any]) -> str:
