@@ -12,7 +12,9 @@ log2(mean l1 over seeds) = a + slope · log2(width); a slope is out of band when
 module fails when it is out of band at 2 or more steps (or at its only trained step): a
 width trend persists across steps, a transient does not (one step's loss spike at one
 width once decided the verdict on Gemma-2 while every module was width-stable at the
-last step); such transients are listed in the JSON. By default ``tol`` is :func:`ladder_tol` of the widths: 0.25 (a
+last step); such transients are listed in the JSON.
+
+By default ``tol`` is :func:`ladder_tol` of the widths: 0.25 (a
 quarter power, far below SP's ~1) plus the slope that μP's own finite-width correction
 can put on that ladder, which is largest when the ladder starts small (0.42 over 32-256,
 0.37 over 64-512, 0.34 over 128-1024). Without it a correct μP failed at a large LR:
@@ -180,8 +182,9 @@ class CoordCheckResult:
             "tol": self.tol,
             "slopes": self.max_slopes("width"),
             "worst": self.worst(),
-            "verdict_rule": f"a module fails when its slope is out of band at {PERSISTENT_STEPS}+ steps (or its "
-                            f"only trained step) by more than {SEED_Z:g} standard error(s) of the seeds' slopes",
+            "verdict_rule": (f"a module fails when its slope is out of band at {PERSISTENT_STEPS}+ steps "
+                             f"(or its only trained step) by more than {SEED_Z:g} standard error(s) of the "
+                             "seeds' slopes"),
             "transients": [{k: (v.item() if hasattr(v, "item") else v) for k, v in r.items()}
                            for _, r in transients.iterrows()],
             "settings": self.settings,

@@ -47,8 +47,9 @@ def test_a_verb_piped_is_never_silent_for_long(verb: str, tmp_path) -> None:
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{tmp_path}", "PYTHONUNBUFFERED": "1",
            "MUTRANSFER_PROGRESS_INTERVAL": str(INTERVAL), "SLOW_FORWARD_S": "0.4"}
     t0 = time.monotonic()
-    p = subprocess.Popen([sys.executable, "-m", "mutransfer_cli", *VERBS[verb], "--out", str(tmp_path / "out")],
-                         env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=tmp_path)
+    argv = [sys.executable, "-m", "mutransfer_cli", *VERBS[verb], "--out", str(tmp_path / "out")]
+    p = subprocess.Popen(argv, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         cwd=tmp_path)
     assert p.stdout is not None
     stamped = [(t0, "<start>")] + [(time.monotonic(), line.rstrip("\n")) for line in p.stdout]
     code = p.wait(timeout=120)

@@ -91,7 +91,8 @@ class Drops:
         # weight decay, a μP card's eps the export now carries): nothing is lost, so the
         # same command works on every card; the export says so in a note.
         for f in [f for f in unused if f in self.known]:
-            self.notes.append(f"--drop {f}: nothing dropped, the {self.engine} export carries this card's {f}")
+            self.notes.append(f"--drop {f}: nothing dropped, the {self.engine} export carries this "
+                              f"card's {f}")
             unused.remove(f)
         if unused:
             raise ValueError(f"--drop {unused[0]}: the {self.engine} export carries that field (or the "

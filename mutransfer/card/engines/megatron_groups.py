@@ -50,7 +50,8 @@ MEGATRON_NAMES: tuple[tuple[str, str], ...] = (
     (r"model\.embed_tokens\.(weight)", r"embedding.word_embeddings.\1"),
     (r"model\.layers\.(\d+)\.input_layernorm\.(\w+)", r"decoder.layers.\1.input_layernorm.\2"),
     (r"model\.layers\.(\d+)\.post_attention_layernorm\.(\w+)", r"decoder.layers.\1.pre_mlp_layernorm.\2"),
-    (r"model\.layers\.(\d+)\.self_attn\.[qkv]_proj\.(\w+)", r"decoder.layers.\1.self_attention.linear_qkv.\2"),
+    (r"model\.layers\.(\d+)\.self_attn\.[qkv]_proj\.(\w+)",
+     r"decoder.layers.\1.self_attention.linear_qkv.\2"),
     (r"model\.layers\.(\d+)\.self_attn\.o_proj\.(\w+)", r"decoder.layers.\1.self_attention.linear_proj.\2"),
     (r"model\.layers\.(\d+)\.mlp\.(?:gate|up)_proj\.(\w+)", r"decoder.layers.\1.mlp.linear_fc1.\2"),
     (r"model\.layers\.(\d+)\.mlp\.down_proj\.(\w+)", r"decoder.layers.\1.mlp.linear_fc2.\2"),
@@ -130,22 +131,23 @@ def config_overrides(groups: list[dict[str, Any]], scales: Mapping[str, float], 
     for g in groups:
         mname = megatron_name(g["name"])
         if mname is None:
-            problems.append((f"param_groups.{g['name']}", "has no Megatron GPTModel name (the export maps the "
-                             "GPT's and HF Llama/Mistral/Qwen2 names)"))
+            problems.append((f"param_groups.{g['name']}", "has no Megatron GPTModel name (the export "
+                             "maps the GPT's and HF Llama/Mistral/Qwen2 names)"))
             continue
-        by_glob.setdefault(glob_of(mname), []).append((g["name"], folded(g, scales.get(g["name"], 1.0), wd_mode)))
+        values = folded(g, scales.get(g["name"], 1.0), wd_mode)
+        by_glob.setdefault(glob_of(mname), []).append((g["name"], values))
     out = []
     for glob, members in by_glob.items():
         (first, (lr, eps, wd)) = members[0]
         for field, i in (("lr", 0), ("eps", 1), ("weight_decay", 2)):
             odd = [(n, v) for n, v in members if not math.isclose(v[i], members[0][1][i], rel_tol=1e-9)]
             if odd:
-                problems.append((field, f"{odd[0][0]} has {odd[0][1][i]:g}, {first} {members[0][1][i]:g}: both are "
-                                 f"Megatron's {glob}, one group"))
+                problems.append((field, f"{odd[0][0]} has {odd[0][1][i]:g}, {first} {members[0][1][i]:g}: "
+                                 f"both are Megatron's {glob}, one group"))
         vector = glob.endswith(".bias") or "layernorm" in glob
         if vector and wd:
-            problems.append(("weight_decay", f"{first} decays at {wd:g}: Megatron gives biases and norm gains "
-                             "no weight decay"))
+            problems.append(("weight_decay", f"{first} decays at {wd:g}: Megatron gives biases and norm "
+                             "gains no weight decay"))
         override: dict[str, float] = {}
         if not math.isclose(lr, base_lr, rel_tol=1e-12):
             override.update(max_lr=lr, min_lr=lr * lr_floor)

@@ -70,7 +70,8 @@ def megatron_values(export: dict, card: dict) -> dict[str, dict[str, float]]:
                 for k, v in o["override"].items():
                     assert merged.get(k, v) == v, f"conflicting {k} on {name}"
                     merged[k] = v
-        out[g["name"]] = {"max_lr": merged.get("max_lr", oc["lr"]), "min_lr": merged.get("min_lr", oc["min_lr"]),
+        out[g["name"]] = {"max_lr": merged.get("max_lr", oc["lr"]),
+                          "min_lr": merged.get("min_lr", oc["min_lr"]),
                           "eps": merged.get("eps", oc["adam_eps"]),
                           "weight_decay": oc["weight_decay"] * merged.get("wd_mult", 1.0)}
     return out
@@ -162,7 +163,8 @@ def test_completep_folds_the_residual_multiplier_into_the_output_projections() -
     # the old command's --drop residual_multiplier no longer takes the multiplier away: it is carried
     with pytest.warns(UserWarning):
         again = export_card(card, "megatron", drop=[*MUP_DROPS, "residual_multiplier"])
-    assert again["config_overrides"] == e["config_overrides"] and {d["field"] for d in again["dropped"]} == {"init"}
+    assert again["config_overrides"] == e["config_overrides"]
+    assert {d["field"] for d in again["dropped"]} == {"init"}
     assert any(n.startswith("--drop residual_multiplier: nothing dropped") for n in again["notes"])
     # alpha = 1/2: blocks' norms train at lr x (8/2)^-1/2, the final norm at lr: two names, two groups
     half = card_for("completep", depth=8, base_depth=2, alpha=0.5)
@@ -176,9 +178,11 @@ def test_completep_folds_the_residual_multiplier_into_the_output_projections() -
 
 def test_a_residual_hook_with_nothing_to_fold_into_is_refused_by_name() -> None:
     card = card_for("completep", depth=8, base_depth=2, alpha=1.0)
-    hooks = [dict(h, module=h["module"].replace(".attn", ".attnx")) for h in card["forward_multipliers"]["hooks"]]
+    hooks = [dict(h, module=h["module"].replace(".attn", ".attnx"))
+             for h in card["forward_multipliers"]["hooks"]]
     odd = dict(card, forward_multipliers=dict(card["forward_multipliers"], hooks=hooks))
-    with pytest.raises(ValueError, match=r"residual_multiplier: x0.25 on blocks.0.attnx: no output projection"):
+    with pytest.raises(ValueError, match=r"residual_multiplier: x0.25 on blocks.0.attnx: no output "
+                                         r"projection"):
         with pytest.warns(UserWarning, match="dropped card field init"):
             export_card(odd, "megatron", drop=MUP_DROPS, validated=True)
 
@@ -195,7 +199,8 @@ def test_per_group_weight_decay_is_carried_and_explained() -> None:
     assert got["blocks.0.attn.c_q.weight"]["weight_decay"] == pytest.approx(0.4)
     note = next(n for n in e["notes"] if n.startswith("weight decay:"))
     # η·λ per step beside λ: 0.4 x 7.5e-4 = 3e-4 for the hidden matrices
-    assert "λ 0.4 at lr 0.00075, η·λ 0.0003 per step" in note and "λ 0.1 at lr 0.003, η·λ 0.0003 per step" in note
+    assert "λ 0.4 at lr 0.00075, η·λ 0.0003 per step" in note
+    assert "λ 0.1 at lr 0.003, η·λ 0.0003 per step" in note
     # a card without weight decay: the README's --drop weight_decay is a note, not a refusal
     bare = build_card(Parametrization(lambda w: GPT(GPT_CFG.replace(width=w)), width=128, base_width=32),
                       lr=3e-3, optimizer=dict(OPT, weight_decay=0.0), schedule=SCHEDULE,
@@ -205,7 +210,8 @@ def test_per_group_weight_decay_is_carried_and_explained() -> None:
     with pytest.warns(UserWarning):
         e = export_card(bare, "megatron", drop=["init", "eps", "weight_decay"])
     assert e["optimizer_config"]["weight_decay"] == 0.0 and {d["field"] for d in e["dropped"]} == {"init"}
-    assert "--drop weight_decay: nothing dropped, the megatron export carries this card's weight_decay" in e["notes"]
+    want = "--drop weight_decay: nothing dropped, the megatron export carries this card's weight_decay"
+    assert want in e["notes"]
 
 
 def test_bad_input_names_the_field(tmp_path, capsys) -> None:

@@ -34,8 +34,8 @@ def test_a_128k_vocabulary_is_prepared_trained_on_and_recorded(tmp_path: Path, m
         ids = [rng.randrange(VOCAB - 2) for _ in range(3000)] + [VOCAB - 3]
         (tmp_path / "corpus" / f"d{d}.txt").write_text(" ".join(f"w{i}" for i in ids), encoding="utf-8")
     monkeypatch.chdir(tmp_path)
-    assert main(["data", "prepare", "--tokenizer", "tokenizer.json", "--text", "corpus", "--out", "tokens.bin",
-                 "--val-fraction", "0.25", "--quiet"]) == 0
+    assert main(["data", "prepare", "--tokenizer", "tokenizer.json", "--text", "corpus",
+                 "--out", "tokens.bin", "--val-fraction", "0.25", "--quiet"]) == 0
     side = json.loads(Path("tokens.bin.json").read_text())
     assert (side["dtype"], side["vocab_size"], side["eos"]["id"]) == ("uint32", VOCAB, VOCAB - 1)
     tokens = np.fromfile("tokens.bin", dtype=np.uint32)
@@ -46,7 +46,8 @@ def test_a_128k_vocabulary_is_prepared_trained_on_and_recorded(tmp_path: Path, m
                      "--set", "width=32", "--set", "depth=1", "--set", "batch_size=2", "--set", "seq_len=16",
                      "--set", f"lr={lr}", "--set", "eval_every=2", "--out", f"run{lr}", "--quiet"]) == 0
         rows.append(json.loads(Path(f"run{lr}/result.json").read_text())["row"])
-    assert {r["vocab_size"] for r in rows} == {VOCAB} and {r["tokenizer"] for r in rows} == {side["tokenizer"]["hash"]}
+    assert {r["vocab_size"] for r in rows} == {VOCAB}
+    assert {r["tokenizer"] for r in rows} == {side["tokenizer"]["hash"]}
     assert all(11.0 < r["train_loss"] < 12.5 for r in rows)  # ~ln 128,256 = 11.76 at init: the real readout
     pd.DataFrame(rows).to_csv("results.csv", index=False)
     card = make_card(TransferRequest(results="results.csv", preset="gpt-tiny",
