@@ -29,11 +29,12 @@ init × s train exactly as the multiplier does (the fold's derivation is in that
 Whatever the card says that Megatron cannot express is an error naming the field;
 ``drop=[FIELD]`` (CLI ``--drop FIELD``, :class:`mutransfer.card.engines._common.Drops`) exports
 without it, records it in ``dropped`` and warns; a droppable field this card does not need
-dropped is a note, not an error. The fields (:data:`DROPPABLE`): ``init`` (Megatron's own μP
-init replaces the card's, including the fold's factor on the output projections); ``eps``,
+dropped is a note, not an error. A residual multiplier with no output projection to fold
+into is refused and cannot be dropped (the run would be another model). The fields
+(:data:`DROPPABLE`): ``init`` (Megatron's own μP init replaces the card's, including the
+fold's factor on the output projections); ``eps``,
 ``lr`` and ``weight_decay`` (values that differ within one Megatron parameter, e.g. q and k
 of one fused ``linear_qkv``; decay on a vector; decay independent of the LR);
-``residual_multiplier`` (a multiplier with no output projection to fold into);
 ``target.model.<name>`` (an architecture field Megatron lacks).
 """
 
@@ -85,7 +86,7 @@ DROPPABLE: dict[str, str] = {
     "eps": "some parameters get another parameter's Adam eps (one Megatron group)",
     "lr": "some parameters get another parameter's LR (one Megatron group)",
     "weight_decay": "some parameters get Megatron's weight decay instead of the card's",
-    "residual_multiplier": "a residual multiplier with no output projection to fold into is left out",
+    "residual_multiplier": "never: folded into the output projections, or refused (a note when folded)",
     "target.dtype": "the weights are Megatron's (float32 main params under --bf16), not the card's pure "
                     "low-precision ones",
 }
@@ -405,6 +406,11 @@ def export_megatron(card: Mapping[str, Any], *, dp_size: int | None = None, micr
                  "SchedulerConfig, TrainingConfig and TokenizerConfig")
     seen: set[str] = set()
     problems = [p for p in problems if not (p[0] in seen or seen.add(p[0]))]  # one line per field
+    unfolded = next((why for f, why in problems if f == "residual_multiplier"), None)
+    if unfolded is not None:  # never dropped: the model would train without it under CompleteP's LRs
+        raise ValueError(f"the megatron export cannot carry card field residual_multiplier: {unfolded}; "
+                         "it is not droppable (without it Megatron trains another model than the card's): "
+                         "export to hf or torchtitan, which run the multiplier")
     refused = [(f, why) for f, why in problems if f not in drops.allowed]
     if len(refused) > 1:  # all of them at once, not one per try
         problems = [refused[0], *problems]

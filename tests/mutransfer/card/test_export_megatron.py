@@ -181,10 +181,10 @@ def test_a_residual_hook_with_nothing_to_fold_into_is_refused_by_name() -> None:
     hooks = [dict(h, module=h["module"].replace(".attn", ".attnx"))
              for h in card["forward_multipliers"]["hooks"]]
     odd = dict(card, forward_multipliers=dict(card["forward_multipliers"], hooks=hooks))
-    with pytest.raises(ValueError, match=r"residual_multiplier: x0.25 on blocks.0.attnx: no output "
-                                         r"projection"):
-        with pytest.warns(UserWarning, match="dropped card field init"):
-            export_card(odd, "megatron", drop=MUP_DROPS, validated=True)
+    for drop in (MUP_DROPS, [*MUP_DROPS, "residual_multiplier"]):  # refused, and not droppable
+        with pytest.raises(ValueError, match=r"residual_multiplier: x0.25 on blocks.0.attnx: no output "
+                                             r"projection .*; it is not droppable"):
+            export_card(odd, "megatron", drop=drop, validated=True)
 
 
 def test_per_group_weight_decay_is_carried_and_explained() -> None:
