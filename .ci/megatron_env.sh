@@ -26,9 +26,14 @@ if [ ! -f "$stamp" ] || [ .ci/megatron_env.sh -nt "$stamp" ]; then
   [ -n "$py" ] || { echo "megatron_env: no Python 3.12 found (set PYTHON312)" >&2; exit 2; }
   [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
   pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
-  "${pip[@]}" install "torch==2.13.0" "numpy" "packaging>=24.2"
+  # PyYAML: the Megatron export is YAML (mutransfer export --out megatron.yaml)
+  "${pip[@]}" install "torch==2.13.0" "numpy" "packaging>=24.2" "pyyaml"
   "${pip[@]}" install --no-deps "megatron-core==0.19.2"
   "$venv/bin/python" -c "import megatron.core, torch; print('megatron-core', megatron.core.__version__, '| torch', torch.__version__)" >&2
   touch "$stamp"
 fi
-echo "$PWD/$venv/bin/python"
+# An absolute MEGATRON_VENV is printed as it is; a relative one from the repository root.
+case "$venv" in
+  /*) echo "$venv/bin/python" ;;
+  *) echo "$PWD/$venv/bin/python" ;;
+esac

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from mutransfer.training.tracking import TRACK_ENV, parse_track
+from sweeps.progress import Progress
 
 
 def key_value(text: str) -> tuple[str, str]:
@@ -122,14 +123,14 @@ def add_output_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
-def progress_bar(total: int, desc: str, quiet: bool) -> tuple[Callable[[], None], Callable[[], None]]:
-    """(tick, close) for a tqdm bar on stderr; a no-op when quiet or stderr is no TTY."""
-    if quiet or not sys.stderr.isatty():
-        return (lambda: None), (lambda: None)
-    from tqdm import tqdm
-
-    bar = tqdm(total=total, desc=desc, leave=False, file=sys.stderr)
-    return (lambda: bar.update(1)), bar.close
+def progress(total: int, desc: str, quiet: bool, *, unit: str = "run", tty_bar: bool = True) -> Progress:
+    """The one progress report of every long verb (:class:`sweeps.progress.Progress`, as the
+    sweeps and the demo use): a bar on stderr on a terminal; piped, a line every
+    ``$MUTRANSFER_PROGRESS_INTERVAL`` seconds (default 20) with the count, best loss,
+    elapsed time and ETA, so a verb is never silent for long; nothing when ``quiet``.
+    ``tty_bar=False``: the piped lines only (the work draws its own bar on a terminal, as
+    the trainer does). Feed it with ``advance``/``set``; use it as a context manager."""
+    return Progress(total, desc, unit=unit, quiet=quiet or (not tty_bar and sys.stderr.isatty()))
 
 
 def print_json(obj: Any) -> None:

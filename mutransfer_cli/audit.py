@@ -7,7 +7,7 @@ from typing import Any
 
 from mutransfer.contain import run_child
 from mutransfer.entry import load_entry
-from mutransfer_cli._common import int_list, positive_float, positive_int, print_json, seed_list
+from mutransfer_cli._common import int_list, positive_float, positive_int, print_json, progress, seed_list
 
 HELP = "audit a muP implementation: per-parameter width exponents vs the rule table, verdict"
 
@@ -61,7 +61,10 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"entry point {entry!r} is not of the form module:function ({name})")
     seeds = args.seeds if args.seeds is not None else list(range(args.n_seeds or DEFAULT_N_SEEDS))
     options = {**vars(args), "entry": spec, "user_code": user_code, "seeds": seed_count(seeds)}
-    kind, payload = run_contained(options, args.timeout)
+    # the audit trains in a child process: the parent reports that it is alive meanwhile
+    with progress(1, "audit", False, unit="check") as bar:  # on stderr: --json stays clean
+        bar.set(extra="training the coordinate check's models")
+        kind, payload = run_contained(options, args.timeout)
     if kind != "done":
         raise ValueError(payload)
     if args.json:

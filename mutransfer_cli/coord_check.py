@@ -21,7 +21,7 @@ from mutransfer_cli._common import (
     positive_float,
     positive_int,
     print_json,
-    progress_bar,
+    progress,
     seed_list,
 )
 
@@ -73,8 +73,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
     if args.parametrization not in KINDS:
         raise ValueError(f"unknown parametrization {args.parametrization!r}; choose from {', '.join(KINDS)}")
     check_output(args.out, directory=True)
@@ -86,8 +84,20 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--parametrization completep needs --depths (e.g. --depths 2,4,8)")
     seeds = args.seeds if args.seeds is not None else list(range(args.n_seeds or 3))
     rules = [_parse_rule(r) for r in args.rule]
-    torch.manual_seed(0)
+    n = len(args.widths) * len(args.depths or [0]) * len(seeds)
+    # from here on the verb builds and trains models: report it, on a terminal or piped
+    with progress(n, f"coord-check {args.parametrization}", args.quiet) as bar:
+        result, lr = _check(args, seeds, rules, optimizer, bar)
+    paths = result.write(args.out, plot=not args.no_plot)
+    return _report(args, result, lr, paths)
 
+
+def _check(args: argparse.Namespace, seeds: list[int], rules: list[Any], optimizer: str,
+           bar: Any) -> tuple[Any, float]:
+    """Build the models, pick the LR, run the check (``bar`` advances per run)."""
+    import torch
+
+    torch.manual_seed(0)
     name = {"gpt": "gpt-tiny", "mlp": "mlp-tiny"}.get(args.model, args.model)
     source = parse_model(name, head_rule=args.head_rule)
     kind = "mlp" if source.builtin and not isinstance(get_preset(source.ref), GPTConfig) else (
@@ -130,19 +140,17 @@ def run(args: argparse.Namespace) -> int:
         lr = default_lr(probe, optimizer)
         lr_rule = f"default: {LR_PER_INIT_STD:g} x the init std {init_std(probe):.3g} of the weight matrices"
         del probe
-    n = len(args.widths) * len(args.depths or [0]) * len(seeds)
-    tick, close = progress_bar(n, f"coord-check {args.parametrization}", args.quiet)
     kwargs = {"loss_fn": loss_fn} if loss_fn is not None else {}
-    try:
-        result = coord_check(
-            builder, batch, kind=args.parametrization, widths=args.widths, base_width=args.base_width,
-            depths=args.depths, depth_alpha=args.depth_alpha, steps=args.steps, seeds=seeds,
-            optimizer=optimizer, lr=lr, tol=args.tol, rules=rules, progress=tick,
-            readout_init=args.readout_init, **kwargs)
-    finally:
-        close()
+    result = coord_check(
+        builder, batch, kind=args.parametrization, widths=args.widths, base_width=args.base_width,
+        depths=args.depths, depth_alpha=args.depth_alpha, steps=args.steps, seeds=seeds,
+        optimizer=optimizer, lr=lr, tol=args.tol, rules=rules, progress=bar.advance,
+        readout_init=args.readout_init, **kwargs)
     result.settings["lr_rule"] = lr_rule
-    paths = result.write(args.out, plot=not args.no_plot)
+    return result, lr
+
+
+def _report(args: argparse.Namespace, result: Any, lr: float, paths: dict[str, Any]) -> int:
     summary = result.to_json_dict()
     if args.json:
         print_json(summary)
@@ -151,9 +159,19 @@ def run(args: argparse.Namespace) -> int:
         verdict = "PASSED" if result.passed else "FAILED"
         print(f"coord-check {args.parametrization}: {verdict} at lr {lr:.3g}: worst slope "
               f"{worst['slope']:+.2f} at {worst['module']}, step {worst['step']}, along {worst['axis']}; "
-              f"{_allowed(result, worst)}")
+              f"{_allowed(result, worst)}" + _transients(result))
         print("wrote " + ", ".join(str(p) for p in paths.values()))
     return 1 if (args.strict and not result.passed) else 0
+
+
+def _transients(result: Any) -> str:
+    """The out-of-band steps that did not decide the verdict, in one clause."""
+    t = result.transients()
+    if t.empty:
+        return ""
+    first = t.iloc[0]
+    return (f"; {len(t)} transient step(s) out of band did not decide it (e.g. {first['module']} at step "
+            f"{first['step']}: {first['slope']:+.2f}): a module fails at 2+ steps, as a width trend does")
 
 
 def _allowed(result: Any, worst: dict[str, Any]) -> str:

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from mutransfer.training.prepare import prepare_tokens
-from mutransfer_cli._common import add_output_flags, print_json
+from mutransfer_cli._common import add_output_flags, print_json, progress
 
 HELP = "prepare your own tokens: text + a local tokenizer.json -> tokens.bin + sidecar"
 
@@ -34,20 +34,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     eos = None if args.eos.lower() == "none" else args.eos
-    tick, close = lambda n: None, lambda: None
-    if not args.quiet and sys.stderr.isatty():
-        from tqdm import tqdm
-
-        src = Path(args.text)
-        total = (src.stat().st_size if src.is_file()
-                 else sum(f.stat().st_size for f in src.rglob("*") if f.is_file()) if src.is_dir() else None)
-        bar = tqdm(total=total, desc="tokenizing", unit="char", unit_scale=True, leave=False, file=sys.stderr)
-        tick, close = bar.update, bar.close
-    try:
+    src = Path(args.text)
+    total = (src.stat().st_size if src.is_file()
+             else sum(f.stat().st_size for f in src.rglob("*") if f.is_file()) if src.is_dir() else 0)
+    with progress(total, "tokenizing", args.quiet, unit="char") as bar:
         side = prepare_tokens(args.tokenizer, args.text, args.out, eos=eos, val_fraction=args.val_fraction,
-                              progress=tick)
-    finally:
-        close()
+                              progress=bar.advance)
     summary = {"out": args.out, "sidecar": args.out + ".json", "n_tokens": side["n_tokens"],
                "n_train": side["split"]["n_train"], "n_val": side["split"]["n_val"],
                "vocab_size": side["vocab_size"], "dtype": side["dtype"],

@@ -13,7 +13,7 @@ from mutransfer._io import atomic_write_text, check_fresh_dir, check_output
 from mutransfer.training.config import TrainConfig, load_config
 from mutransfer.training.tracking import parse_track, tracked
 from mutransfer.training.train import train, train_wsd_branches
-from mutransfer_cli._common import add_output_flags, add_track_flag, float_list, key_value
+from mutransfer_cli._common import add_output_flags, add_track_flag, float_list, key_value, progress
 
 HELP = "train a proxy model (muP/SP/CompleteP/Muon) on the embedded corpus or your data"
 
@@ -101,12 +101,23 @@ def run(args: argparse.Namespace) -> int:
             f"{cfg.parametrization.kind},lr={cfg.optim.lr:.4g},seed={cfg.run.seed}")
         callback, tracker = tracked(None, track, name, cfg.to_flat())
     results: list[Any] = []
+    # piped, a line every progress interval from here (building an hf: model takes a while
+    # too); on a terminal the trainer's own bar
+    bar = progress(cfg.run.steps, "train", args.quiet, unit="step", tty_bar=False)
+    inner = callback
+
+    def report(step: int, metrics: dict[str, Any]) -> bool | None:
+        loss = metrics.get("val_loss", metrics.get("loss"))
+        bar.set(done=step, best=loss if isinstance(loss, float) else None)
+        return inner(step, metrics) if inner is not None else None
+
     try:
         if args.wsd_branches:
-            results = train_wsd_branches(cfg, args.wsd_branches, callback=callback, progress=not args.quiet)
+            results = train_wsd_branches(cfg, args.wsd_branches, callback=report, progress=not args.quiet)
         else:
-            results = [train(cfg, callback=callback, progress=not args.quiet)]
+            results = [train(cfg, callback=report, progress=not args.quiet)]
     finally:
+        bar.close()
         if tracker is not None:
             tracker.finish(results)
     docs = [_clean({"row": r.to_row(), "evals": [list(e) for e in r.evals], "spikes": r.spikes,

@@ -176,7 +176,7 @@ def test_the_card_for_a_1b_llama_goes_to_all_three_engines(tmp_path: Path, capsy
 
     exports = {}
     for engine, drops in (("hf", []), ("torchtitan", []),
-                          ("megatron", ["init", "eps", "weight_decay", "residual_multiplier"])):
+                          ("megatron", ["init"])):
         out = tmp_path / f"{engine}.json"
         flags = [x for d in drops for x in ("--drop", d)]
         assert mutransfer_cli.main(["export", str(card_path), "--to", engine, *flags, "--out", str(out),
@@ -195,8 +195,11 @@ def test_the_card_for_a_1b_llama_goes_to_all_three_engines(tmp_path: Path, capsy
     t = exports["megatron"]["transformer_config"]
     assert (t["num_layers"], t["hidden_size"], t["num_query_groups"], t["kv_channels"]) == (16, 2048, 8, 64)
     assert exports["megatron"]["gpt_model"]["share_embeddings_and_output_weights"] is True
-    assert {d["field"] for d in exports["megatron"]["dropped"]} == {"init", "eps", "weight_decay",
-                                                                     "residual_multiplier"}
+    assert {d["field"] for d in exports["megatron"]["dropped"]} == {"init"}
+    # CompleteP's (16/2)^-1 on every branch, folded into o_proj and down_proj: LR / 8
+    down = next(g for g in card["param_groups"] if g["name"] == "model.layers.0.mlp.down_proj.weight")
+    fc2 = next(o for o in exports["megatron"]["config_overrides"] if o["name"] == "*.mlp.linear_fc2.weight")
+    assert fc2["override"]["max_lr"] == pytest.approx(down["lr"] / 8, rel=1e-12)
 
 BUILDERS = '''
 import torch.nn as nn
@@ -300,7 +303,7 @@ QWEN_25_05B = {  # Qwen2.5-0.5B: hidden 896, 14 heads / 2 KV of 64, MLP 4864, 24
     "rms_norm_eps": 1e-6, "hidden_act": "silu", "use_sliding_window": False, "torch_dtype": "bfloat16"}
 # (config, proxy widths: multiples of heads-per-KV-head x head_dim)
 FAMILIES = {"llama-3.2-1b": (LLAMA_32_1B, (128, 256)), "qwen2.5-0.5b": (QWEN_25_05B, (112, 224))}
-MEGATRON_DROPS = ("init", "eps", "weight_decay", "residual_multiplier")
+MEGATRON_DROPS = ("init",)  # LR, eps, decay and the folded residual multiplier are carried
 
 
 @pytest.mark.slow

@@ -170,9 +170,21 @@ def beta2_for(batch_tokens: float, *, beta2: float = 0.95, halflife_tokens: floa
                            "beta2_halflife_tokens to keep its token half-life instead)"}
     if proxy_batch_tokens and 0 < beta2 < 1:
         t_half = proxy_batch_tokens * math.log(0.5) / math.log(beta2)
-        out["halflife_rule"] = {"value": 0.5 ** (batch_tokens / t_half), "halflife_tokens": t_half,
-                                "source": "0.5^(B/t½) with the proxy's half-life (Marek et al. 2025)"}
+        rule = 0.5 ** (batch_tokens / t_half)
+        if rule >= HALFLIFE_RULE_MIN_BETA2:
+            out["halflife_rule"] = {"value": rule, "halflife_tokens": t_half,
+                                    "source": "0.5^(B/t½) with the proxy's half-life (Marek et al. 2025)"}
+        else:  # a beta2 like 5.7e-56 is no Adam setting: the rule does not reach this batch
+            out["source"] += (f"; the half-life rule is left out: at {batch_tokens / t_half:.3g} half-lives "
+                              f"per step (t½ = {t_half:.4g} tokens) its beta2 would be {rule:.2g}, under "
+                              f"{HALFLIFE_RULE_MIN_BETA2:g}")
     return out
+
+
+#: Below this beta2 the second-moment average forgets half of itself within one step: the
+#: half-life rule has left the range where it is an Adam setting (0.5^(B/t½) < 0.5 means a
+#: batch larger than the half-life itself), so ``projected.beta2`` omits it.
+HALFLIFE_RULE_MIN_BETA2 = 0.5
 
 
 def _plan_batch(laws: ScalingLawFit | None, *, tokens: float, seq_len: int, batch_sequences: int | None,

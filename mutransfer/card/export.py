@@ -19,9 +19,10 @@ the version the exporter was written for (``verified_against`` in the export say
 - **megatron** (megatron-core 0.19.2): the whole architecture and the μP fields as the
   keyword arguments of ``TransformerConfig``, ``GPTModel``, ``OptimizerConfig`` and
   Megatron-LM's ``SchedulerConfig``, ``TrainingConfig`` and ``TokenizerConfig``
-  (:mod:`mutransfer.card.engines.megatron` says how each card field maps). What Megatron cannot
-  express (its μP init, per-parameter values off its table, CompleteP's residual
-  multiplier) is an error naming the field unless ``--drop`` names it.
+  (:mod:`mutransfer.card.engines.megatron` says how each card field maps), every parameter's
+  LR, eps and weight decay as per-name ``config_overrides``, CompleteP's residual multiplier
+  folded into the branches' output projections. What Megatron cannot express (its μP init)
+  is an error naming the field unless ``--drop`` names it.
 """
 
 from __future__ import annotations

@@ -334,7 +334,33 @@ def _flags_and_baselines(ext: Mapping[str, float], limit: float, warnings: list[
         baselines = scaling_baselines(tokens=tokens, batch_tokens=b_tok, ref_lr=proxy_lr,
                                       ref_batch_tokens=proxy_batch_tokens, ref_tokens=proxy_tokens,
                                       n_params=n_params)
+        flag_absurd_baselines(baselines, proxy_lr, b_tok / proxy_batch_tokens)
     return extrapolated, baselines
+
+
+#: An Adam LR above this trains no transformer; a baseline beyond it (or beyond
+#: :data:`BASELINE_MAX_FACTOR` × the proxy's LR) is a rule stretched past where it applies.
+BASELINE_MAX_LR = 1.0
+BASELINE_MAX_FACTOR = 30.0
+
+
+def flag_absurd_baselines(baselines: dict[str, Any], proxy_lr: float, batch_ratio: float) -> None:
+    """Mark, in place, each baseline whose LR no run could use: above
+    :data:`BASELINE_MAX_LR` (1.0), or more than :data:`BASELINE_MAX_FACTOR` (30) × the proxy's
+    own optimum. The linear rule at a 2,000× larger batch says lr 35.9 from 0.018: it is
+    kept (the card shows every rule) with ``applies: false`` and why, so the number is not
+    read as a recommendation."""
+    for entry in baselines.values():
+        lr = entry.get("lr") if isinstance(entry, dict) else None
+        if lr is None:
+            continue
+        factor = lr / proxy_lr
+        if lr > BASELINE_MAX_LR or factor > BASELINE_MAX_FACTOR:
+            entry["applies"] = False
+            entry["why_not"] = (f"lr {lr:.3g} is {factor:.3g}x the proxy's optimum {proxy_lr:.3g} (batch "
+                                f"{batch_ratio:.3g}x the proxy's): beyond any trainable Adam LR "
+                                f"(> {BASELINE_MAX_LR:g} or > {BASELINE_MAX_FACTOR:g}x the anchor), the rule "
+                                "does not apply this far from its anchor; shown, not a recommendation")
 
 
 def plan_run(

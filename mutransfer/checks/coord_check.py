@@ -7,8 +7,14 @@ training steps begin; under SP with Adam it grows roughly linearly (Yang et al. 
 TP-V §3 and Fig. 5; Yang & Hu 2021 for the coordinate-check method).
 
 The verdict is a fitted slope: for every (module, step) we fit
-log2(mean l1 over seeds) = a + slope · log2(width) and the check passes when every slope
-lies within ±``tol``. By default ``tol`` is :func:`ladder_tol` of the widths: 0.25 (a
+log2(mean l1 over seeds) = a + slope · log2(width); a slope is out of band when it leaves
+±``tol`` by more than the seeds' spread (one standard error of the per-seed slopes), and a
+module fails when it is out of band at 2 or more steps (or at its only trained step): a
+width trend persists across steps, a transient does not (one step's loss spike at one
+width once decided the verdict on Gemma-2 while every module was width-stable at the
+last step); such transients are listed in the JSON.
+
+By default ``tol`` is :func:`ladder_tol` of the widths: 0.25 (a
 quarter power, far below SP's ~1) plus the slope that μP's own finite-width correction
 can put on that ladder, which is largest when the ladder starts small (0.42 over 32-256,
 0.37 over 64-512, 0.34 over 128-1024). Without it a correct μP failed at a large LR:
@@ -115,14 +121,53 @@ class CoordCheckResult:
             low[readout] = -(0.5 + self.tol)
         return low
 
-    def violations(self) -> pd.DataFrame:
-        """Rows that fail: growing (slope > tol) or vanishing (slope <= the lower bound)."""
+    def out_of_band(self) -> pd.DataFrame:
+        """Rows (module, step) whose seed-mean slope lies outside the band by more than
+        :data:`SEED_Z` standard errors of the seeds' own slopes (one seed: any excess):
+        growing (slope > tol) or vanishing (slope <= the lower bound)."""
         s = self.slopes
-        return s[(s["slope"] > self.tol) | (s["slope"] <= self.lower_bounds())]
+        se = self._seed_se()
+        high, low = s["slope"] - SEED_Z * se, s["slope"] + SEED_Z * se
+        return s[(high > self.tol) | ((low <= self.lower_bounds()) & (s["slope"] <= self.lower_bounds()))]
+
+    def violations(self) -> pd.DataFrame:
+        """The out-of-band rows (:meth:`out_of_band`) of the modules that fail: a module
+        fails when it is out of band at :data:`PERSISTENT_STEPS` (2) or more of its steps,
+        or at its only trained step (a check of 1 step). A width trend (SP's growth, a
+        broken multiplier) holds step after step; one step's excursion (a loss spike that
+        moves every activation for a step, at one width) is a transient, reported by
+        :meth:`transients`, and no longer decides the verdict on its own."""
+        out = self.out_of_band()
+        if out.empty:
+            return out
+        keys = [c for c in ("axis", "depth", "width", "module") if c in out.columns]
+        steps = self.slopes.groupby(keys, dropna=False)["step"].nunique()
+        need = steps.clip(upper=PERSISTENT_STEPS + 1) - 1  # 1 trained step: 1; 2+: 2
+        count = out.groupby(keys, dropna=False)["step"].transform("nunique")
+        idx = pd.MultiIndex.from_frame(out[keys])
+        return out[count.to_numpy() >= need.reindex(idx).to_numpy()]
+
+    def transients(self) -> pd.DataFrame:
+        """Out-of-band rows that did not decide the verdict (module out of band at one step)."""
+        out, bad = self.out_of_band(), self.violations()
+        return out.drop(index=bad.index)
 
     @property
     def passed(self) -> bool:
         return len(self.violations()) == 0
+
+    def _seed_se(self) -> pd.Series:
+        """Per slope row, the standard error of the slope over seeds (the per-seed slopes'
+        standard deviation / sqrt(seeds)); 0 with one seed."""
+        if "seed" not in self.data.columns or self.data["seed"].nunique() < 2:
+            return pd.Series(0.0, index=self.slopes.index)
+        per_seed = [fit_slopes(g).assign(seed=seed) for seed, g in self.data.groupby("seed")]
+        ps = pd.concat([p for p in per_seed if not p.empty], ignore_index=True)
+        keys = [c for c in ("axis", "depth", "width", "module", "step") if c in self.slopes.columns]
+        se = ps.groupby(keys, dropna=False)["slope"].agg(lambda x: float(np.std(x, ddof=1) / np.sqrt(len(x)))
+                                                          if len(x) > 1 else 0.0)
+        idx = pd.MultiIndex.from_frame(self.slopes[keys])
+        return pd.Series(se.reindex(idx).fillna(0.0).to_numpy(), index=self.slopes.index)
 
     def max_slopes(self, axis: str = "width") -> dict[str, float]:
         """Largest slope over steps, per module, along ``axis``."""
@@ -130,12 +175,18 @@ class CoordCheckResult:
         return {str(k): float(v) for k, v in s.groupby("module")["slope"].max().items()}
 
     def to_json_dict(self) -> dict[str, Any]:
+        transients = self.transients()
         out: dict[str, Any] = {
             "parametrization": self.parametrization,
             "passed": self.passed,
             "tol": self.tol,
             "slopes": self.max_slopes("width"),
             "worst": self.worst(),
+            "verdict_rule": (f"a module fails when its slope is out of band at {PERSISTENT_STEPS}+ steps "
+                             f"(or its only trained step) by more than {SEED_Z:g} standard error(s) of the "
+                             "seeds' slopes"),
+            "transients": [{k: (v.item() if hasattr(v, "item") else v) for k, v in r.items()}
+                           for _, r in transients.iterrows()],
             "settings": self.settings,
         }
         if (self.slopes["axis"] == "depth").any():
@@ -208,6 +259,12 @@ class CoordCheckResult:
 
 TOL_INF = 0.25
 """The band of the fitted slope on an infinitely wide ladder: a quarter power."""
+PERSISTENT_STEPS = 2
+"""Steps at which a module must be out of band to fail (:meth:`CoordCheckResult.violations`):
+a width trend holds step after step, a transient (one step's loss spike) does not."""
+SEED_Z = 1.0
+"""Standard errors of the per-seed slopes a slope must clear the band by to count as out
+of band (with 2+ seeds): the seeds' own spread is not a width trend."""
 FINITE_WIDTH_KAPPA = 4.5
 """κ of :func:`ladder_tol`: a correct μP's log2 activation size may sit up to κ/sqrt(width)
 from its infinite-width value (1.74× at width 32, 1.10× at 1024)."""

@@ -328,13 +328,20 @@ def _proxy_changes(config: Any, width: int, depth: int, head_rule: str) -> dict[
         changes[f.intermediate] = _scaled(int(getattr(config, f.intermediate)), width, hidden,
                                           f.intermediate, mt)
     if head_rule == "keep_head_dim":
-        new_heads = _scaled(heads, width, hidden, f.heads, mt)
+        # Heads (and KV heads) shrink with the width; a narrower proxy can keep every head
+        # and scale the head dim instead, which the refusal says.
+        keep = "; --head-rule keep_heads keeps every head and scales the head dim instead"
+        try:
+            new_heads = _scaled(heads, width, hidden, f.heads, mt)
+            new_kv = _scaled(kv, width, hidden, f.kv_heads, mt) if (
+                f.kv_heads and getattr(config, f.kv_heads, None) is not None) else None
+        except ValueError as exc:
+            raise ValueError(f"{exc}{keep}") from None
         changes[f.heads] = new_heads
-        if f.kv_heads and getattr(config, f.kv_heads, None) is not None:
-            new_kv = _scaled(kv, width, hidden, f.kv_heads, mt)
+        if new_kv is not None:
             if new_heads * kv != new_kv * heads:
                 raise ValueError(f"{mt} at width {width}: {f.kv_heads}={new_kv} breaks the GQA ratio "
-                                 f"{heads}:{kv} of {f.heads}={new_heads}")
+                                 f"{heads}:{kv} of {f.heads}={new_heads}{keep}")
             changes[f.kv_heads] = new_kv
         new_hd = hd
     else:

@@ -93,6 +93,10 @@ class TrainResult:
         for k, v in self.config.to_flat().items():
             if k not in row and k not in _NOT_HYPERPARAMETERS and v is not None:
                 row[k] = v
+        if self.config.model.source is not None:
+            # an hf: or module:function model is no preset: the config's default preset
+            # (gpt-tiny) would name another model; ``arch`` and ``source`` name this one
+            row.pop("preset", None)
         return row
 
 

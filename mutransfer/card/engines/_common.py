@@ -66,12 +66,16 @@ class Drops:
     :meth:`cannot` is called wherever an engine cannot express a card field: without a
     ``--drop`` for it, one ValueError names the field and the flag; with it, the field is
     recorded (``export["dropped"]``) and a warning says so. :meth:`check_used` refuses a
-    ``--drop`` that named nothing the export met (a typo must not pass silently)."""
+    ``--drop`` that named nothing the export met (a typo must not pass silently), unless
+    the field is one the engine may drop (``known``) and this card simply needs none:
+    that is a note (:attr:`notes`), so one command serves every card."""
 
-    def __init__(self, engine: str, allowed: Iterable[str] = ()) -> None:
+    def __init__(self, engine: str, allowed: Iterable[str] = (), known: Iterable[str] = ()) -> None:
         self.engine = engine
         self.allowed = tuple(dict.fromkeys(str(f) for f in allowed))
+        self.known = frozenset(known)
         self.dropped: list[dict[str, str]] = []
+        self.notes: list[str] = []
 
     def cannot(self, field: str, why: str) -> None:
         if field not in self.allowed:
@@ -83,6 +87,13 @@ class Drops:
 
     def check_used(self) -> None:
         unused = [f for f in self.allowed if all(d["field"] != f for d in self.dropped)]
+        # A field this engine can drop that this card does not need dropped (a card without
+        # weight decay, a μP card's eps the export now carries): nothing is lost, so the
+        # same command works on every card; the export says so in a note.
+        for f in [f for f in unused if f in self.known]:
+            self.notes.append(f"--drop {f}: nothing dropped, the {self.engine} export carries this "
+                              f"card's {f}")
+            unused.remove(f)
         if unused:
             raise ValueError(f"--drop {unused[0]}: the {self.engine} export carries that field (or the "
                              "card has no such field); nothing to drop")
@@ -119,3 +130,17 @@ def split_batch(card: Mapping[str, Any], dp_size: int | None = None,
         raise ValueError(f"the card's batch of {seqs} sequences is not a multiple of dp_size {dp} × "
                          f"micro_batch {micro} = {dp * micro}")
     return BatchSplit(seqs, dp, micro, seqs // (dp * micro))
+
+
+def decay_note(entries: Iterable[tuple[str, float, float]], lead: str) -> str:
+    """One note on weight decay from ``(name, peak lr, λ)`` per parameter: each distinct
+    (λ, LR) with how many parameters take it and η·λ, the fraction of a weight one step at
+    the peak LR removes (torch AdamW: ``p -= lr·λ·p``). An engine's λ reads as nonsense
+    beside its LR (HF's ``weight_decay`` 5.06, Megatron's 40.5) until the product is shown:
+    under μP the decay is per group and η·λ is what is kept across widths."""
+    by: dict[tuple[float, float], list[str]] = {}
+    for name, lr, wd in entries:
+        by.setdefault((float(wd), float(lr)), []).append(name)
+    parts = [f"{len(names)} param(s) e.g. {names[0]}: λ {wd:.4g} at lr {lr:.3g}, η·λ {lr * wd:.3g} per step"
+             for (wd, lr), names in sorted(by.items(), key=lambda kv: -len(kv[1]))]
+    return f"weight decay: {lead}; per-step decay η·λ at the peak LR: " + "; ".join(parts)

@@ -16,7 +16,15 @@ from typing import Any
 
 import torch.nn as nn
 
-from mutransfer.card.engines._common import Drops, _groups, _lr_floor, check_fields, check_model, split_batch
+from mutransfer.card.engines._common import (
+    Drops,
+    _groups,
+    _lr_floor,
+    check_fields,
+    check_model,
+    decay_note,
+    split_batch,
+)
 from mutransfer.card.schema import schedule_config
 from mutransfer.card.target import PRECISION
 from mutransfer.training.schedules import Schedule
@@ -110,6 +118,9 @@ def export_hf(card: Mapping[str, Any], *, dp_size: int | None = None, micro_batc
                       "model = build_target_model(card); "
                       "apply_card(model, card)` (the card's init, forward multipliers and attention scales; "
                       "they stay on the model under Trainer)",
+                      decay_note(((g["name"], g["lr"], g["weight_decay"]) for g in groups),
+                                 f"training_arguments.weight_decay {float(opt['weight_decay']):.4g} is the "
+                                 "card's base λ; hf_param_groups gives each parameter its own"),
                       f"weights {dtype}: {PRECISION[dtype]}"
                       + (" (add bf16=True to the TrainingArguments on a bf16-capable device)"
                          if dtype == "float32" else "")],

@@ -14,31 +14,27 @@ Sections, each the keyword arguments of one megatron-core / Megatron-LM class:
 - ``scheduler_config``, ``training_config``, ``tokenizer_config``: Megatron-LM's
   ``megatron.training.config.training_config`` classes.
 
-Megatron's μP (``TransformerConfig.__post_init__`` and
-``megatron.core.optimizer.get_mup_config_overrides``, both read in 0.19.2) gives every
-parameter one of four treatments; the export picks Megatron's free scalars (``lr``,
-``decoupled_lr``, ``adam_eps``, ``weight_decay``) from the card and then checks every
-parameter of the card against what Megatron will give it:
+The model side is Megatron's μP (``TransformerConfig.__post_init__``, read in 0.19.2:
+``use_mup``, the embedding and output multipliers, the softmax scale). The optimizer side is
+not Megatron's ``get_mup_config_overrides`` (one LR/m and eps/m for every hidden matrix, one
+weight decay for every matrix) but the section ``config_overrides``: megatron-core
+``ParamKey(name=GLOB)`` -> ``ParamGroupOverride`` entries (``max_lr``, ``min_lr``, ``eps``,
+``wd_mult``) that give every parameter the card's LR, Adam eps and weight decay by its
+GPTModel name (:mod:`mutransfer.card.engines.megatron_groups`), used with
+``get_standard_config_overrides`` in place of the μP ones. CompleteP's residual-branch
+multiplier ``(L/L_base)^-α``, which Megatron has no field for, is folded into each branch's
+output projection (``linear_proj``, ``linear_fc2``): LR × s, eps / s, weight decay / s and
+init × s train exactly as the multiplier does (the fold's derivation is in that module).
 
-======================  ==============  =================  ==============
-parameter               LR              Adam eps           weight decay
-======================  ==============  =================  ==============
-embedding (input)       decoupled_lr    adam_eps           weight_decay
-output layer (untied)   decoupled_lr    adam_eps           weight_decay
-hidden matrix (2-D)     lr / m          adam_eps / m       weight_decay
-vector (1-D, bias)      lr              adam_eps           0
-======================  ==============  =================  ==============
-
-(m = hidden_size / mup_base_hidden_size; under ``use_mup`` the output layer is tagged
-``is_embedding_parameter`` by ``LanguageModule``, so its eps is not divided by m.)
 Whatever the card says that Megatron cannot express is an error naming the field;
 ``drop=[FIELD]`` (CLI ``--drop FIELD``, :class:`mutransfer.card.engines._common.Drops`) exports
-without it, records it in ``dropped`` and warns. The fields (:data:`DROPPABLE`): ``init``
-(Megatron's own μP init replaces the card's); ``eps``, ``lr`` and ``weight_decay`` (some
-parameter's value is not the table's: μP's eps, which the card keeps and Megatron divides
-by m; CompleteP's block LR ``(L/L_base)^(α-1)``, which the final norm does not get, and its
-eps ``(L/L_base)^-α``; a per-group weight decay); ``residual_multiplier`` (CompleteP's
-``(L/L_base)^-α`` on the residual branches: Megatron 0.19.2 has no such field);
+without it, records it in ``dropped`` and warns; a droppable field this card does not need
+dropped is a note, not an error. A residual multiplier with no output projection to fold
+into is refused and cannot be dropped (the run would be another model). The fields
+(:data:`DROPPABLE`): ``init`` (Megatron's own μP init replaces the card's, including the
+fold's factor on the output projections); ``eps``,
+``lr`` and ``weight_decay`` (values that differ within one Megatron parameter, e.g. q and k
+of one fused ``linear_qkv``; decay on a vector; decay independent of the LR);
 ``target.model.<name>`` (an architecture field Megatron lacks).
 """
 
@@ -48,7 +44,16 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from mutransfer.card.engines._common import Drops, _groups, _lr_floor, _steps, check_fields, split_batch
+from mutransfer.card.engines._common import (
+    Drops,
+    _groups,
+    _lr_floor,
+    _steps,
+    check_fields,
+    decay_note,
+    split_batch,
+)
+from mutransfer.card.engines.megatron_groups import branch_scales, config_overrides, folded
 
 # Field names read from megatron-core 0.19.2's source (transformer/transformer_config.py,
 # models/gpt/gpt_model.py, optimizer/optimizer_config.py, and Megatron-LM's
@@ -78,10 +83,10 @@ MEGATRON_FIELDS: dict[str, frozenset[str]] = {
 #: What ``drop`` may name besides ``target.model.<field>``, and what dropping it means.
 DROPPABLE: dict[str, str] = {
     "init": "Megatron initializes with its own μP rule instead of the card's init",
-    "eps": "some parameters get Megatron's Adam eps instead of the card's",
-    "lr": "some parameters get Megatron's LR instead of the card's",
+    "eps": "some parameters get another parameter's Adam eps (one Megatron group)",
+    "lr": "some parameters get another parameter's LR (one Megatron group)",
     "weight_decay": "some parameters get Megatron's weight decay instead of the card's",
-    "residual_multiplier": "the residual branches run without the card's multiplier",
+    "residual_multiplier": "never: folded into the output projections, or refused (a note when folded)",
     "target.dtype": "the weights are Megatron's (float32 main params under --bf16), not the card's pure "
                     "low-precision ones",
 }
@@ -243,10 +248,10 @@ def _role_modules(groups: list[dict[str, Any]], role: str) -> set[str]:
 
 def _multipliers(card: Mapping[str, Any], groups: list[dict[str, Any]],
                  problems: list[tuple[str, str]]) -> tuple[float, float]:
-    """(embedding mult, output mult) from the card's forward hooks; any other hook (the
-    residual branches' multiplier) is a problem."""
+    """(embedding mult, output mult) from the card's forward hooks; the residual branches'
+    hooks are folded (:func:`mutransfer.card.engines.megatron_groups.branch_scales`)."""
     inputs, outputs = _role_modules(groups, "input"), _role_modules(groups, "output")
-    emb, out, other = 1.0, 1.0, []
+    emb, out = 1.0, 1.0
     for h in card["forward_multipliers"].get("hooks", []):
         mod, kind, scale = h["module"], h["kind"], float(h["scale"])
         leaf = mod.rpartition(".")[2]
@@ -254,59 +259,30 @@ def _multipliers(card: Mapping[str, Any], groups: list[dict[str, Any]],
             emb *= scale
         elif kind == "pre" and (mod in outputs or leaf in ("lm_head", "output_layer", "head")):
             out *= scale  # a pre-hook on a bias-free readout scales the logits
-        elif scale != 1.0:
-            other.append(f"{mod} ({kind} x{scale:g})")
-    if other:
-        pz = card["parametrization"]
-        ratio = f"({pz.get('depth')}/{pz.get('base_depth')})^-{pz.get('depth_alpha')}"
-        why = (f"CompleteP's (L/L_base)^-alpha = {ratio}" if pz.get("kind") == "completep"
-               else "the card's residual multiplier")
-        problems.append(("residual_multiplier", f"{why} on {len(other)} module(s), e.g. {other[0]}: Megatron "
-                         "has no residual-branch multiplier"))
     if any(g.get("role") == "output" and g["name"].endswith(".bias") for g in groups):
         problems.append(("target.model.bias", "a readout bias: Megatron's mup_output_mult scales logits, "
                          "not the readout's input"))
     return emb, out
 
 
-def _fit(groups: list[dict[str, Any]], m: float, lr_floor: float,
-         problems: list[tuple[str, str]]) -> tuple[float, float, float, float]:
-    """Megatron's (lr, decoupled_lr, adam_eps, weight_decay) from the card, then every
-    parameter checked against the table in the module docstring."""
-    def kind(g: Mapping[str, Any]) -> str:
-        if g.get("role") == "input":
-            return "embedding"
-        if g.get("role") == "output":
-            return "output"
-        return "hidden" if len(g["shape"]) >= 2 and not g["name"].endswith(".bias") else "vector"
-
-    by = {k: [g for g in groups if kind(g) == k] for k in ("embedding", "output", "hidden", "vector")}
-    first = (by["hidden"] or by["vector"] or by["embedding"] or by["output"])[0]
-    lr = float(first["lr"]) * (m if kind(first) == "hidden" else 1.0)
-    edge = by["embedding"] + by["output"]
-    decoupled = float(edge[0]["lr"]) if edge else lr
-    eps_ref = (by["embedding"] or by["vector"] or by["hidden"] or by["output"])[0]
-    eps = float(eps_ref["eps"]) * (m if kind(eps_ref) == "hidden" else 1.0)
-    matrices = by["hidden"] + by["embedding"] + by["output"]
-    wd = float((matrices or groups)[0]["weight_decay"])
-    want = {"embedding": (decoupled, eps, wd), "output": (decoupled, eps, wd),
-            "hidden": (lr / m, eps / m, wd), "vector": (lr, eps, 0.0)}
-    for i, field in enumerate(("lr", "eps", "weight_decay")):
-        bad = [(g, want[kind(g)][i]) for g in groups
-               if not math.isclose(float(g.get(field, 1e-8)), want[kind(g)][i], rel_tol=1e-9, abs_tol=0.0)]
-        if bad:
-            g, got = bad[0]
-            problems.append((field, f"{len(bad)} parameter(s) differ, e.g. {g['name']} ({kind(g)}): the card "
-                             f"has {g.get(field, 1e-8):g}, Megatron gives {got:g} ({_WHY[field]})"))
-    return lr, decoupled, eps, wd
-
-
-_WHY = {
-    "lr": "Megatron: lr/m for hidden matrices, lr for every vector, decoupled_lr for embedding and head",
-    "eps": "Megatron's μP divides hidden matrices' Adam eps by m; the rest keep adam_eps",
-    "weight_decay": "Megatron: one weight_decay for every matrix, 0 for vectors; its μP does not scale it "
-                    "and decoupled_weight_decay is AdamW's lr x wd, not LR-independent decay",
-}
+def _fit(card: Mapping[str, Any], groups: list[dict[str, Any]], lr_floor: float,
+         problems: list[tuple[str, str]]) -> tuple[dict[str, float], list[dict[str, Any]], dict[str, float]]:
+    """Megatron's base (lr, adam_eps, weight_decay), the per-name ``config_overrides``
+    that give every other parameter the card's values (the residual multiplier folded
+    in), and the folded multiplier of each parameter (card name -> s)."""
+    wd_mode = str(card["optimizer"].get("wd_mode", "coupled"))
+    scales = branch_scales(card, groups, problems)
+    vectors = [g for g in groups if len(g["shape"]) < 2 or g["name"].endswith(".bias")]
+    ref = (vectors or groups)[0]
+    lr, eps, _ = folded(ref, scales.get(ref["name"], 1.0), wd_mode)
+    decays = [folded(g, scales.get(g["name"], 1.0), wd_mode)[2] for g in groups if g not in vectors]
+    wd = max(decays, default=0.0)
+    if wd_mode != "coupled" and wd:
+        problems.append(("weight_decay", f"wd_mode {wd_mode!r}: Megatron's AdamW decays by lr x weight_decay "
+                         "per step (decoupled_weight_decay), not independently of the LR"))
+    overrides = config_overrides(groups, scales, base_lr=lr, base_eps=eps, base_wd=wd, lr_floor=lr_floor,
+                                 wd_mode=wd_mode, problems=problems)
+    return {"lr": lr, "adam_eps": eps, "weight_decay": wd}, overrides, scales
 
 
 def export_megatron(card: Mapping[str, Any], *, dp_size: int | None = None, micro_batch: int | None = None,
@@ -316,7 +292,7 @@ def export_megatron(card: Mapping[str, Any], *, dp_size: int | None = None, micr
     A card field Megatron cannot express raises ValueError naming it (and every other such
     field), unless ``drop`` names it: then it is listed in the export's ``dropped`` and a
     warning is issued; a ``drop`` that names nothing the export met is an error too."""
-    drops = Drops("megatron", drop)
+    drops = Drops("megatron", drop, known=DROPPABLE)
     pz, opt, s = card["parametrization"], card["optimizer"], card["schedule"]
     if pz.get("kind") not in ("mup", "completep") or pz.get("rules", "adam") != "adam":
         raise ValueError(f"Megatron's μP covers kind 'mup' with Adam rules (and 'completep', its depth rules "
@@ -332,7 +308,8 @@ def export_megatron(card: Mapping[str, Any], *, dp_size: int | None = None, micr
     problems: list[tuple[str, str]] = []
     tcfg, gpt, callables = _architecture(model, width, problems, seq_len=card.get("batch", {}).get("seq_len"))
     lr_floor = _lr_floor(s)
-    lr, decoupled, eps, wd = _fit(groups, m, lr_floor, problems)
+    base_opt, overrides, folds = _fit(card, groups, lr_floor, problems)
+    lr, eps, wd = base_opt["lr"], base_opt["adam_eps"], base_opt["weight_decay"]
     emb_mult, out_mult = _multipliers(card, groups, problems)
     # TransformerConfig.__post_init__ and GPTModel (0.19.2), σ = init_method_std: embedding
     # and untied head N(0, σ); hidden matrices σ/sqrt(m); the residual branches' output
@@ -346,8 +323,14 @@ def export_megatron(card: Mapping[str, Any], *, dp_size: int | None = None, micr
     problems.insert(0, ("init", "Megatron's μP init is N(0, σ) for the embedding and the untied head, "
                         "σ/sqrt(m) for hidden matrices and σ/sqrt(2 L m) for the residual branches' "
                         "output projections (σ = init_method_std); the card's per-parameter init has no "
-                        f"Megatron field{head}"))
+                        f"Megatron field{head}{_fold_init(folds)}"))
     notes: list[str] = []
+    if folds:
+        fs = sorted(set(folds.values()))
+        notes.append(f"residual multiplier folded (CompleteP's x{', x'.join(f'{f:g}' for f in fs)} on "
+                     f"{len(folds)} output-projection parameter(s)): their LR x s, Adam eps / s and weight "
+                     "decay / s are in config_overrides; their init takes the factor s (see dropped 'init' "
+                     "if dropped); the model runs without a multiplier")
     # Megatron replaces a mup_output_mult of exactly 1.0 by 1/m (TransformerConfig.__post_init__:
     # `if self.mup_output_mult == 1.0 and self.mup_width_mult != 1.0`). The next float
     # above 1 keeps the card's logits (it rounds to 1 in every training dtype).
@@ -379,9 +362,9 @@ def export_megatron(card: Mapping[str, Any], *, dp_size: int | None = None, micr
                              f"{s.get('decay_shape')!r}")
         sched.update(lr_wsd_decay_style=shape, lr_wsd_decay_iters=decay)
     betas = list(opt["betas"])
-    ocfg = {"optimizer": "adam", "lr": lr, "min_lr": lr * lr_floor, "decoupled_lr": decoupled,
-            "decoupled_min_lr": decoupled * lr_floor, "weight_decay": wd,
+    ocfg = {"optimizer": "adam", "lr": lr, "min_lr": lr * lr_floor, "weight_decay": wd,
             "adam_beta1": float(betas[0]), "adam_beta2": float(betas[1]), "adam_eps": eps}
+    notes.append(_decay_note(groups, folds, ocfg, str(opt.get("wd_mode", "coupled"))))
     split = split_batch(card, dp_size, micro_batch)
     training = {"global_batch_size": split.sequences, "micro_batch_size": split.micro_batch,
                 "train_iters": total}
@@ -408,12 +391,26 @@ def export_megatron(card: Mapping[str, Any], *, dp_size: int | None = None, micr
                  "TransformerConfig(**export['transformer_config'], "
                  "**callables) with each transformer_config_callables value resolved to its function; "
                  "GPTModel(config=config, transformer_layer_spec=get_gpt_layer_local_spec(), "
-                 "**export['gpt_model'])")
-    notes.append("the optimizer: `from megatron.core.optimizer import OptimizerConfig`; "
-                 "OptimizerConfig(**export['optimizer_config']); Megatron's own μP grouping "
-                 "(use_mup) gives each parameter its LR; scheduler_config, training_config and "
+                 "**export['gpt_model']), after torch.distributed.init_process_group(...) and "
+                 "megatron.core.parallel_state.initialize_model_parallel() (GPTModel needs the "
+                 "model-parallel groups; Megatron-LM's pretrain_gpt.py does both)")
+    notes.append("the optimizer: `from megatron.core.optimizer import OptimizerConfig, ParamKey, "
+                 "get_megatron_optimizer, get_standard_config_overrides`; oc = "
+                 "OptimizerConfig(**export['optimizer_config']); overrides = "
+                 "get_standard_config_overrides(oc); overrides.update({ParamKey(name=o['name']): "
+                 "o['override'] for o in export['config_overrides']}); get_megatron_optimizer(oc, "
+                 "model_chunks, config_overrides=overrides). These per-name overrides replace Megatron's "
+                 "get_mup_config_overrides (do not add it: Megatron-LM's training.py adds it under "
+                 "use_mup, and then refuses the conflicting LRs); scheduler_config, training_config and "
                  "tokenizer_config are Megatron-LM's `megatron.training.config.training_config` "
                  "SchedulerConfig, TrainingConfig and TokenizerConfig")
+    seen: set[str] = set()
+    problems = [p for p in problems if not (p[0] in seen or seen.add(p[0]))]  # one line per field
+    unfolded = next((why for f, why in problems if f == "residual_multiplier"), None)
+    if unfolded is not None:  # never dropped: the model would train without it under CompleteP's LRs
+        raise ValueError(f"the megatron export cannot carry card field residual_multiplier: {unfolded}; "
+                         "it is not droppable (without it Megatron trains another model than the card's): "
+                         "export to hf or torchtitan, which run the multiplier")
     refused = [(f, why) for f, why in problems if f not in drops.allowed]
     if len(refused) > 1:  # all of them at once, not one per try
         problems = [refused[0], *problems]
@@ -424,11 +421,33 @@ def export_megatron(card: Mapping[str, Any], *, dp_size: int | None = None, micr
     drops.check_used()
     out: dict[str, Any] = {
         "engine": "megatron", "transformer_config": tcfg, "transformer_config_callables": callables,
-        "gpt_model": gpt, "optimizer_config": ocfg, "scheduler_config": sched, "training_config": training,
+        "gpt_model": gpt, "optimizer_config": ocfg,
+        "config_overrides": [{"name": o["name"], "override": o["override"]} for o in overrides],
+        "scheduler_config": sched, "training_config": training,
         "tokenizer_config": {"padded_vocab_size": gpt["vocab_size"]}, "dropped": drops.dropped,
-        "notes": notes}
+        "notes": notes + drops.notes}
     out["verified_against"] = _check_megatron(out)
     return out
+
+
+def _fold_init(folds: Mapping[str, float]) -> str:
+    if not folds:
+        return ""
+    fs = sorted(set(folds.values()))
+    return (f"; the folded residual multiplier also scales the branches' output projections' init by "
+            f"x{', x'.join(f'{f:g}' for f in fs)} (TransformerConfig.output_layer_init_method)")
+
+
+def _decay_note(groups: list[dict[str, Any]], folds: Mapping[str, float], ocfg: Mapping[str, Any],
+                wd_mode: str) -> str:
+    """Which parameters get which weight decay λ, with η·λ (Megatron's decoupled AdamW:
+    p -= lr·λ·p), the fold applied."""
+    entries = []
+    for g in groups:
+        lr, _, wd = folded(g, folds.get(g["name"], 1.0), wd_mode)
+        entries.append((g["name"], lr, wd))
+    return decay_note(entries, f"optimizer_config.weight_decay {ocfg['weight_decay']:.4g} x each group's "
+                               "wd_mult (config_overrides; 0 for biases and norms)")
 
 
 def _check_megatron(export: Mapping[str, Any]) -> str:

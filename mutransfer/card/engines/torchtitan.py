@@ -26,7 +26,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from mutransfer.card.engines._common import Drops, _groups, _lr_floor, check_fields, split_batch
+from mutransfer.card.engines._common import Drops, _groups, _lr_floor, check_fields, decay_note, split_batch
+from mutransfer.card.engines.megatron import _from_hf
 from mutransfer.card.schema import schedule_config
 from mutransfer.training.schedules import Schedule
 
@@ -135,7 +136,7 @@ def llama3_architecture(card: Mapping[str, Any]) -> dict[str, Any] | None:
         rest = ", ".join(f for f, _ in problems[1:])
         more = f"; it cannot carry {rest} either" if rest else ""
         raise ValueError(f"the torchtitan export cannot carry card field {problems[0][0]}: {problems[0][1]}"
-                         f"{more} (export this card to hf or megatron instead)")
+                         f"{more} ({_instead(model)})")
     w, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
     seq_len = int(card.get("batch", {}).get("seq_len") or card["target"].get("seq_len")
                   or cfg.get("max_position_embeddings") or 2048)
@@ -147,6 +148,20 @@ def llama3_architecture(card: Mapping[str, Any]) -> dict[str, Any] | None:
             "enable_weight_tying": bool(cfg.get("tie_word_embeddings", False)),
             "max_seq_len": seq_len, "init_std": float(cfg.get("initializer_range", 0.02)),
             "rope": rope}
+
+
+def _instead(model: Mapping[str, Any]) -> str:
+    """The advice after a refusal: the engines that accept this HF target. hf takes every
+    family transformers builds; megatron only where its own architecture check passes
+    (:data:`mutransfer.card.engines.megatron.HF_FAMILIES`, no sliding window, silu)."""
+    problems: list[tuple[str, str]] = []
+    try:
+        _from_hf(model, None, problems)
+    except (ValueError, KeyError, TypeError) as exc:
+        named = re.match(r"card field (\S+):", str(exc))
+        problems.append((named.group(1) if named else "target.model", str(exc)))
+    return ("export this card to hf or megatron instead" if not problems else
+            f"export this card to hf instead; megatron refuses it too, at {problems[0][0]}")
 
 
 def _absolute_init(group: Mapping[str, Any], init_std: float | None) -> str:
@@ -240,6 +255,8 @@ def export_torchtitan(card: Mapping[str, Any], *, dp_size: int | None = None, mi
            "batch": split._asdict(),
            "notes": [f"{split.dp_size} data-parallel rank(s) × local_batch_size {split.micro_batch} × "
                      f"{split.grad_accum} accumulation steps = global_batch_size {split.sequences}",
+                     decay_note(((g["name"], g["lr"], g["weight_decay"]) for g in groups),
+                                "each optimizer.param_groups entry's optimizer_kwargs.weight_decay (AdamW)"),
                      f"training.dtype {dtype}: " + ("fp32 master weights, bf16 compute (torchtitan's "
                                                     "mixed_precision_param)" if dtype == "float32"
                                                     else "pure bf16 weights and optimizer state")]}

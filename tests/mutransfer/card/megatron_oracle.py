@@ -6,10 +6,10 @@ the real Megatron config objects from a Megatron export and report what they hol
 CASES.json is a list of {"export": a Megatron export, "groups": the card's parameters
 (name, shape, role)}; OUT.json gets one result per case, in order (one process for all
 cases: importing megatron-core and torch takes most of the time). For each, a parameter of that
-shape is tagged as megatron-core's LanguageModule tags the embedding and output layer,
-and Megatron's own optimizer grouping (get_standard_config_overrides +
-get_mup_config_overrides -> _get_param_groups, as megatron.training.training does) gives
-its max LR, min LR, Adam eps and weight decay; a RoPE model's rotary frequencies come from
+shape, named as GPTModel names it, is tagged as megatron-core's LanguageModule tags the
+embedding and output layer, and Megatron's own optimizer grouping (_get_param_groups) gives
+its max LR, min LR, Adam eps and weight decay (get_standard_config_overrides plus the
+export's per-name config_overrides, as the export's notes say); a RoPE model's rotary frequencies come from
 megatron-core's own RotaryEmbedding built with the export's GPTModel arguments.
 Standalone: mutransfer is not importable
 in that interpreter.
@@ -45,8 +45,8 @@ def build(export: dict, groups: list) -> dict:
     from megatron.core.models.gpt import GPTModel
     from megatron.core.optimizer import (
         OptimizerConfig,
+        ParamKey,
         _get_param_groups,
-        get_mup_config_overrides,
         get_standard_config_overrides,
     )
     from megatron.core.transformer import TransformerConfig
@@ -103,16 +103,20 @@ def build(export: dict, groups: list) -> dict:
             p.is_embedding_or_output_parameter = True
             p.is_embedding_parameter = True
         chunk.register_parameter(f"p{i}_{g['name'].replace('.', '_')}", p)
-    # Megatron matches "*.bias" on the full name: keep the card's own leaf name.
-    names = dict(zip((id(p) for p in chunk.parameters()), (g["name"] for g in groups), strict=True))
+    # Megatron matches its ParamKey globs on GPTModel's own names: each parameter carries
+    # the name GPTModel gives it; results are reported by the card's name.
+    ids = [id(p) for p in chunk.parameters()]
+    mnames = dict(zip(ids, (g["megatron_name"] for g in groups), strict=True))
+    names = dict(zip(ids, (g["name"] for g in groups), strict=True))
 
     class Named(torch.nn.Module):
-        def named_parameters(self, *a: object, **k: object):  # the card's names
+        def named_parameters(self, *a: object, **k: object):  # GPTModel's names
             for p in chunk.parameters():
-                yield names[id(p)], p
+                yield mnames[id(p)], p
 
-    overrides = {**get_standard_config_overrides(oc),
-                 **get_mup_config_overrides(oc, tc.mup_width_mult, oc.optimizer)}
+    # the export's notes: standard overrides plus its per-name ones, instead of get_mup_config_overrides
+    overrides = get_standard_config_overrides(oc)
+    overrides.update({ParamKey(name=o["name"]): o["override"] for o in export["config_overrides"]})
     per_param = {}
     for pg in _get_param_groups([Named()], oc, overrides):
         for p in pg["params"]:

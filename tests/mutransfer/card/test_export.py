@@ -98,18 +98,26 @@ def test_torchtitan_optimizers_container_gives_the_cards_lrs() -> None:
 def test_megatron_fields_and_lrs() -> None:
     pz, card = gpt_card()
     card = with_model(card)
-    # Megatron's μP init, eps/m and one decay for all matrices are dropped explicitly
-    # (see test_export_megatron).
+    # Megatron's μP init is dropped explicitly; LR, eps and decay go by name (see
+    # test_export_megatron).
     with pytest.warns(UserWarning, match="dropped card field"):
-        export = export_card(card, "megatron", drop=["init", "eps", "weight_decay"])
+        export = export_card(card, "megatron", drop=["init"])
     t, o = export["transformer_config"], export["optimizer_config"]
     assert t["use_mup"] is True and t["mup_base_hidden_size"] == 32 and t["mup_output_mult"] == 0.25
     assert t["softmax_scale"] == pytest.approx(0.25)  # head dim 16 fixed: SP's value
-    # Megatron's rule (hidden lr/m, decoupled_lr for embedding and output) gives the card's LRs.
+    # The per-name overrides give the card's LRs: μP's lr/m on every hidden matrix.
+    import fnmatch
+
+    from mutransfer.card.engines.megatron_groups import megatron_name
+
     m = t["hidden_size"] / t["mup_base_hidden_size"]
     for g in card["param_groups"]:
-        megatron_lr = o["lr"] / m if g["role"] == "hidden" else o["decoupled_lr"]
+        entry = [x["override"] for x in export["config_overrides"]
+                 if fnmatch.fnmatch(megatron_name(g["name"]), x["name"])]
+        megatron_lr = entry[0].get("max_lr", o["lr"]) if entry else o["lr"]
         assert megatron_lr == pytest.approx(g["lr"], rel=1e-12), g["name"]
+        if g["role"] == "hidden":
+            assert megatron_lr == pytest.approx(o["lr"] / m, rel=1e-12), g["name"]
     for section, names in MEGATRON_FIELDS.items():
         assert set(export[section]) <= names
     s = export["scheduler_config"]

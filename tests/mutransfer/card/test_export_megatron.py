@@ -26,9 +26,9 @@ SCHEDULE = {"kind": "wsd", "warmup_steps": 10, "decay_fraction": 0.2, "total_ste
             "decay_shape": "1-sqrt", "lr_floor": 0.1}
 OPT = {"name": "adamw", "weight_decay": 0.1, "betas": (0.9, 0.95), "eps": 1e-8}
 GPT_CFG = GPTConfig(width=64, depth=2, head_dim=16, seq_len=32, vocab_size=64)
-# Megatron's μP init, its eps/m on hidden matrices, and its one decay for every matrix (the
-# card's coupled decay is per group: hidden matrices at λ·m keep the proxy's timescale)
-MUP_DROPS = ["init", "eps", "weight_decay"]
+# Megatron's μP init: the one card field it cannot take (LR, eps and weight decay go per
+# parameter name into config_overrides)
+MUP_DROPS = ["init"]
 ORACLE = Path(__file__).with_name("megatron_oracle.py")
 
 
@@ -47,6 +47,47 @@ def card_for(kind: str = "mup", depth: int = 2, base_depth: int = 2, alpha: floa
               "dp_size": 2}
     return build_card(pz, lr=3e-3, optimizer=OPT, schedule=SCHEDULE,
                       batch={"sequences": 8, "tokens": 256, "dp_size": 2}, target=target)
+
+
+def megatron_values(export: dict, card: dict) -> dict[str, dict[str, float]]:
+    """What megatron-core's ``_get_param_groups`` gives each card parameter from the export
+    (``get_standard_config_overrides`` + the export's ``config_overrides``, merged as megatron-core
+    merges them: fnmatch on the Megatron name, a conflicting value an error), by card name."""
+    import fnmatch
+
+    from mutransfer.card.engines.megatron_groups import megatron_name
+
+    oc = export["optimizer_config"]
+    out = {}
+    for g in card["param_groups"]:
+        name = megatron_name(g["name"])
+        assert name is not None, g["name"]
+        merged: dict[str, float] = {}
+        if len(g["shape"]) == 1 or name.endswith(".bias"):  # the standard override
+            merged["wd_mult"] = 0.0
+        for o in export["config_overrides"]:
+            if fnmatch.fnmatch(name, o["name"]):
+                for k, v in o["override"].items():
+                    assert merged.get(k, v) == v, f"conflicting {k} on {name}"
+                    merged[k] = v
+        out[g["name"]] = {"max_lr": merged.get("max_lr", oc["lr"]),
+                          "min_lr": merged.get("min_lr", oc["min_lr"]),
+                          "eps": merged.get("eps", oc["adam_eps"]),
+                          "weight_decay": oc["weight_decay"] * merged.get("wd_mult", 1.0)}
+    return out
+
+
+def assert_cards_values(export: dict, card: dict, folds: dict[str, float] | None = None) -> None:
+    """Every parameter gets the card's LR, min LR, eps and weight decay from Megatron's
+    grouping, a folded one (card name -> s) LR·s, eps/s and λ/s."""
+    got, floor = megatron_values(export, card), card["schedule"]["lr_floor"]
+    for g in card["param_groups"]:
+        s = (folds or {}).get(g["name"], 1.0)
+        mg = got[g["name"]]
+        assert mg["max_lr"] == pytest.approx(g["lr"] * s, rel=1e-12), g["name"]
+        assert mg["min_lr"] == pytest.approx(g["lr"] * s * floor, rel=1e-12), g["name"]
+        assert mg["eps"] == pytest.approx(g["eps"] / s, rel=1e-12), g["name"]
+        assert mg["weight_decay"] == pytest.approx(g["weight_decay"] / s, rel=1e-12, abs=1e-300), g["name"]
 
 
 def llama_shaped() -> dict:
@@ -69,8 +110,9 @@ def test_the_whole_architecture_is_exported() -> None:
                  "position_embedding_type": "rope", "rotary_base": 10000.0, "rotary_percent": 1.0}
     assert e["training_config"] == {"global_batch_size": 8, "micro_batch_size": 4, "train_iters": 100}
     o = e["optimizer_config"]
-    assert (o["lr"], o["decoupled_lr"], o["min_lr"]) == (3e-3, 3e-3, pytest.approx(3e-4, rel=1e-12))
-    assert {d["field"] for d in e["dropped"]} == {"init", "eps", "weight_decay"}
+    assert (o["lr"], o["min_lr"]) == (3e-3, pytest.approx(3e-4, rel=1e-12))
+    assert {d["field"] for d in e["dropped"]} == {"init"}
+    assert_cards_values(e, card_for())  # μP's hidden LR/m, the card's eps, per-group decay
     # Megatron's head init is mup's constant readout; the card's default fan_in head is sqrt(m) larger
     init = next(d["why"] for d in e["dropped"] if d["field"] == "init")
     assert "Megatron's untied head is readout_init constant, the card's is fan_in: its head init std is 2x" in init
@@ -98,37 +140,78 @@ def test_an_output_multiplier_of_exactly_one_survives_megatrons_auto_default() -
     assert plain["transformer_config"]["mup_output_mult"] == 0.25
 
 
-def test_completep_maps_what_megatron_has_and_refuses_the_rest_by_name() -> None:
+def test_completep_folds_the_residual_multiplier_into_the_output_projections() -> None:
     card = card_for("completep", depth=8, base_depth=2, alpha=1.0)
-    with pytest.raises(ValueError, match=r"cannot carry card field init: .*; it cannot carry eps, "
-                                         r"weight_decay, residual_multiplier either; pass --drop init"):
+    with pytest.raises(ValueError, match=r"cannot carry card field init: .*pass --drop init"):
         export_card(card, "megatron")
-    with pytest.raises(ValueError, match=r"residual_multiplier: CompleteP's \(L/L_base\)\^-alpha = "
-                                         r"\(8/2\)\^-1.0 on 16 module\(s\), "
-                                         r"e.g. blocks.0.attn \(post x0.25\)"):
-        export_card(card, "megatron", drop=MUP_DROPS)
-    # alpha = 1: the block LR factor (L/L_base)^0 is 1, so every LR is Megatron's.
-    with pytest.warns(UserWarning, match="residual_multiplier"):
-        e = export_card(card, "megatron", drop=[*MUP_DROPS, "residual_multiplier"])
-    assert e["transformer_config"]["num_layers"] == 8 and e["optimizer_config"]["lr"] == pytest.approx(3e-3)
-    assert {d["field"] for d in e["dropped"]} == {*MUP_DROPS, "residual_multiplier"}
-    # alpha = 1/2: blocks train at lr x (8/2)^-1/2, the final norm at lr: Megatron's one
-    # vector LR cannot give both.
-    half = card_for("completep", depth=8, base_depth=2, alpha=0.5)
-    with pytest.raises(ValueError, match=r"card field lr: 1 parameter\(s\) differ, e.g. ln_f.weight "
-                                         r"\(vector\): the card has 0.003, Megatron gives 0.0015"):
-        export_card(half, "megatron", drop=[*MUP_DROPS, "residual_multiplier"])
+    with pytest.warns(UserWarning, match="dropped card field init") as caught:
+        e = export_card(card, "megatron", drop=MUP_DROPS)
+    assert not any("residual_multiplier" in str(w.message) for w in caught)
+    assert e["transformer_config"]["num_layers"] == 8 and {d["field"] for d in e["dropped"]} == {"init"}
+    # (8/2)^-1 = 1/4 on every attention and MLP branch: folded into c_proj (attn and mlp)
+    folds = {g["name"]: 0.25 for g in card["param_groups"] if ".c_proj." in g["name"]}
+    assert len(folds) == 16
+    assert_cards_values(e, card, folds)
+    proj = next(o for o in e["config_overrides"] if o["name"] == "*.self_attention.linear_proj.weight")
+    assert proj["override"]["max_lr"] == pytest.approx(0.00075 * 0.25, rel=1e-12)  # LR x s
+    eps = proj["override"].get("eps", e["optimizer_config"]["adam_eps"])
+    assert eps == pytest.approx(6.25e-10 / 0.25, rel=1e-12)  # eps / s (here the vectors' eps: no entry)
+    assert megatron_values(e, card)["blocks.3.mlp.c_proj.weight"]["weight_decay"] == pytest.approx(0.4 / 0.25)
+    init = next(d["why"] for d in e["dropped"] if d["field"] == "init")
+    assert "output projections' init by x0.25" in init
+    assert any(n.startswith("residual multiplier folded (CompleteP's x0.25 on 16") for n in e["notes"])
+    # the old command's --drop residual_multiplier no longer takes the multiplier away: it is carried
     with pytest.warns(UserWarning):
-        e = export_card(half, "megatron", drop=[*MUP_DROPS, "residual_multiplier", "lr"])
-    assert e["optimizer_config"]["lr"] == pytest.approx(1.5e-3, rel=1e-12)  # the blocks' LR
+        again = export_card(card, "megatron", drop=[*MUP_DROPS, "residual_multiplier"])
+    assert again["config_overrides"] == e["config_overrides"]
+    assert {d["field"] for d in again["dropped"]} == {"init"}
+    assert any(n.startswith("--drop residual_multiplier: nothing dropped") for n in again["notes"])
+    # alpha = 1/2: blocks' norms train at lr x (8/2)^-1/2, the final norm at lr: two names, two groups
+    half = card_for("completep", depth=8, base_depth=2, alpha=0.5)
+    with pytest.warns(UserWarning):
+        e = export_card(half, "megatron", drop=MUP_DROPS)
+    assert_cards_values(e, half, {g["name"]: 0.5 for g in half["param_groups"] if ".c_proj." in g["name"]})
+    got = megatron_values(e, half)
+    assert got["ln_f.weight"]["max_lr"] == pytest.approx(3e-3) and got["blocks.0.ln_1.weight"]["max_lr"] == (
+        pytest.approx(1.5e-3))
 
 
-def test_per_group_weight_decay_megatron_lacks_is_refused_by_name() -> None:
+def test_a_residual_hook_with_nothing_to_fold_into_is_refused_by_name() -> None:
+    card = card_for("completep", depth=8, base_depth=2, alpha=1.0)
+    hooks = [dict(h, module=h["module"].replace(".attn", ".attnx"))
+             for h in card["forward_multipliers"]["hooks"]]
+    odd = dict(card, forward_multipliers=dict(card["forward_multipliers"], hooks=hooks))
+    for drop in (MUP_DROPS, [*MUP_DROPS, "residual_multiplier"]):  # refused, and not droppable
+        with pytest.raises(ValueError, match=r"residual_multiplier: x0.25 on blocks.0.attnx: no output "
+                                             r"projection .*; it is not droppable"):
+            export_card(odd, "megatron", drop=drop, validated=True)
+
+
+def test_per_group_weight_decay_is_carried_and_explained() -> None:
     card = card_for()  # coupled per-group decay: hidden matrices at λ·m (m = 4), the rest at λ
     assert all(g["weight_decay"] == pytest.approx(0.4) for g in card["param_groups"] if g["role"] == "hidden")
-    with pytest.raises(ValueError, match=r"card field weight_decay: 2 parameter\(s\) differ, e.g. wte.weight "
-                                         r"\(embedding\): the card has 0.1, Megatron gives 0.4"):
-        export_card(card, "megatron", drop=["init", "eps"])
+    with pytest.warns(UserWarning):
+        e = export_card(card, "megatron", drop=["init"])
+    got = megatron_values(e, card)
+    # the embedding and head keep the card's λ, not the hidden matrices' 4x
+    assert got["wte.weight"]["weight_decay"] == pytest.approx(0.1)
+    assert got["lm_head.weight"]["weight_decay"] == pytest.approx(0.1)
+    assert got["blocks.0.attn.c_q.weight"]["weight_decay"] == pytest.approx(0.4)
+    note = next(n for n in e["notes"] if n.startswith("weight decay:"))
+    # η·λ per step beside λ: 0.4 x 7.5e-4 = 3e-4 for the hidden matrices
+    assert "λ 0.4 at lr 0.00075, η·λ 0.0003 per step" in note
+    assert "λ 0.1 at lr 0.003, η·λ 0.0003 per step" in note
+    # a card without weight decay: the README's --drop weight_decay is a note, not a refusal
+    bare = build_card(Parametrization(lambda w: GPT(GPT_CFG.replace(width=w)), width=128, base_width=32),
+                      lr=3e-3, optimizer=dict(OPT, weight_decay=0.0), schedule=SCHEDULE,
+                      batch={"sequences": 8, "tokens": 256, "dp_size": 2},
+                      target={"model": TargetModel("gpt", GPT_CFG.replace(width=128), "gpt-tiny").to_dict(),
+                              "width": 128, "depth": 2, "dp_size": 2})
+    with pytest.warns(UserWarning):
+        e = export_card(bare, "megatron", drop=["init", "eps", "weight_decay"])
+    assert e["optimizer_config"]["weight_decay"] == 0.0 and {d["field"] for d in e["dropped"]} == {"init"}
+    want = "--drop weight_decay: nothing dropped, the megatron export carries this card's weight_decay"
+    assert want in e["notes"]
 
 
 def test_bad_input_names_the_field(tmp_path, capsys) -> None:
@@ -150,9 +233,10 @@ def test_bad_input_names_the_field(tmp_path, capsys) -> None:
     assert "--drop init" in capsys.readouterr().err and not out.exists()
     assert main(["export", str(path), "--to", "megatron", "--out", str(out), "--drop", "init",
                  "--drop", "eps", "--drop", "weight_decay", "--quiet", "--micro-batch", "2"]) == 0
-    assert "warning: megatron export: dropped card field eps" in capsys.readouterr().err
+    assert "warning: megatron export: dropped card field init" in capsys.readouterr().err
     e = json.loads(out.read_text())
-    assert {d["field"] for d in e["dropped"]} == {"init", "eps", "weight_decay"}
+    assert {d["field"] for d in e["dropped"]} == {"init"}
+    assert sum(n.startswith("--drop ") and "nothing dropped" in n for n in e["notes"]) == 2
     assert e["training_config"] == {"global_batch_size": 8, "micro_batch_size": 2, "train_iters": 100}
 
 
@@ -188,8 +272,10 @@ def hf_llama_card(tmp: Path | None = None) -> dict:
 
 
 def test_an_hf_llama_target_maps_onto_megatrons_fields(tmp_path) -> None:
+    card = hf_llama_card(tmp_path)
     with pytest.warns(UserWarning):
-        e = export_card(hf_llama_card(tmp_path), "megatron", drop=MUP_DROPS)
+        e = export_card(card, "megatron", drop=MUP_DROPS)
+    assert_cards_values(e, card)  # HF names map onto GPTModel's (q/k/v -> linear_qkv, ...)
     t, g = e["transformer_config"], e["gpt_model"]
     assert (t["num_layers"], t["hidden_size"], t["num_attention_heads"]) == (2, 256, 16)
     assert t["num_query_groups"] == 4  # GQA 16/4
@@ -248,8 +334,7 @@ CASES = {
     "mup": (lambda: card_for(), MUP_DROPS),
     "mup-output-mult-1": (lambda: card_for(multipliers=Multipliers(output=4.0)), MUP_DROPS),
     "llama-shaped": (lambda: llama_shaped(), MUP_DROPS),
-    "completep": (lambda: card_for("completep", depth=8, base_depth=2, alpha=1.0),
-                  [*MUP_DROPS, "residual_multiplier"]),
+    "completep": (lambda: card_for("completep", depth=8, base_depth=2, alpha=1.0), MUP_DROPS),
 }
 
 
@@ -262,8 +347,11 @@ def megatron_built(tmp_path_factory) -> dict[str, tuple[dict, dict, dict]]:
         cards[case] = make()
         with pytest.warns(UserWarning):
             exports[case] = export_card(cards[case], "megatron", drop=drop)
-    payload = [{"export": exports[c], "groups": [{k: g[k] for k in ("name", "shape", "role")}
-                                                for g in cards[c]["param_groups"]]} for c in CASES]
+    from mutransfer.card.engines.megatron_groups import megatron_name
+
+    payload = [{"export": exports[c], "groups": [{**{k: g[k] for k in ("name", "shape", "role")},
+                                                  "megatron_name": megatron_name(g["name"])}
+                                                 for g in cards[c]["param_groups"]]} for c in CASES]
     (tmp / "cases.json").write_text(json.dumps(payload))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     run = subprocess.run([str(MEGATRON_PYTHON), str(ORACLE), str(tmp / "cases.json"), str(tmp / "out.json")],
@@ -299,17 +387,34 @@ def test_megatron_core_builds_the_export_and_gives_the_cards_values(case: str, m
         hf = transformers.AutoModelForCausalLM.from_config(hf_cfg)
         hf_inv = hf.model.rotary_emb.inv_freq
         assert got["rope_inv_freq"] == pytest.approx(hf_inv.tolist(), rel=1e-6), case
-    # Megatron's own optimizer grouping gives each parameter the card's LR, min LR and
-    # weight decay, and the Adam eps of the exporter's table (the card's eps is dropped).
-    floor, eps = card["schedule"]["lr_floor"], export["optimizer_config"]["adam_eps"]
+    # Megatron's own optimizer grouping (standard overrides + the export's per-name ones)
+    # gives each parameter the card's LR, min LR, eps and weight decay, the residual
+    # branches' output projections the folded ones; the in-process reading agrees.
+    folds = {}
+    if card["parametrization"]["kind"] == "completep":
+        folds = {g["name"]: 0.25 for g in card["param_groups"] if ".c_proj." in g["name"]}
+    floor = card["schedule"]["lr_floor"]
+    ours = megatron_values(export, card)
     for g in card["param_groups"]:
-        mg = got["per_param"][g["name"]]
-        assert mg["max_lr"] == pytest.approx(g["lr"], rel=1e-12), g["name"]
-        assert mg["min_lr"] == pytest.approx(g["lr"] * floor, rel=1e-12), g["name"]
-        # one decay for every matrix: the hidden matrices' (λ·m); the rest is the dropped field
-        want_wd = export["optimizer_config"]["weight_decay"] if g["weight_decay"] else 0.0
-        assert mg["weight_decay"] == pytest.approx(want_wd, rel=1e-12, abs=0), g["name"]
-        if g["role"] == "hidden":
-            assert mg["weight_decay"] == pytest.approx(g["weight_decay"], rel=1e-12), g["name"]
-        hidden = g["role"] not in ("input", "output") and len(g["shape"]) >= 2
-        assert mg["eps"] == pytest.approx(eps / 4 if hidden else eps, rel=1e-12), g["name"]
+        mg, f = got["per_param"][g["name"]], folds.get(g["name"], 1.0)
+        assert mg == pytest.approx(ours[g["name"]], rel=1e-12), g["name"]
+        assert mg["max_lr"] == pytest.approx(g["lr"] * f, rel=1e-12), g["name"]
+        assert mg["min_lr"] == pytest.approx(g["lr"] * f * floor, rel=1e-12), g["name"]
+        assert mg["eps"] == pytest.approx(g["eps"] / f, rel=1e-12), g["name"]
+        assert mg["weight_decay"] == pytest.approx(g["weight_decay"] / f, rel=1e-12, abs=1e-300), g["name"]
+
+
+def test_megatron_env_prints_an_absolute_venvs_interpreter_as_is(tmp_path) -> None:
+    """``MUTRANSFER_MEGATRON_PYTHON=$(bash .ci/megatron_env.sh | tail -1)`` with an absolute
+    ``MEGATRON_VENV``: the path printed is that venv's python, not ``<repo>//abs/...`` (an
+    installed venv, its stamp newer than the script: nothing is installed)."""
+
+    script = Path(__file__).resolve().parents[3] / ".ci" / "megatron_env.sh"
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    (venv / ".megatron-installed").touch()
+    os.utime(venv / ".megatron-installed", (script.stat().st_mtime + 10,) * 2)
+    run = subprocess.run(["bash", str(script)], env={**os.environ, "MEGATRON_VENV": str(venv)},
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip().splitlines()[-1] == f"{venv}/bin/python"

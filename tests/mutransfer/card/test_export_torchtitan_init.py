@@ -103,3 +103,45 @@ def test_the_converter_gives_it_on_torchtitans_own_init_too(made, titan_llama) -
     assert plain["lm_head.weight"] == pytest.approx(0.987 * W**-0.5, rel=0.03)  # truncated at 3 std
     bad = _mismatches(readout_init, truth, _stds(MuPConverter.Config(mup=export["mup"]).build().convert(own)))
     assert not bad, "; ".join(bad)
+
+
+def _hf_card(tmp_path, arch: str) -> dict:
+    """A card for a tiny local HF config of ``arch`` (``transfer --model hf:PATH``)."""
+    import json
+
+    pytest.importorskip("transformers")
+    from mutransfer.card.build import build_card
+    from mutransfer.card.target import hf_transfer_builder, resolve_hf_target
+    from mutransfer.models.hf_tiny import tiny_config
+    from mutransfer.parametrize.parametrization import Parametrization
+
+    cfg = tiny_config(arch, 64, vocab_size=96).to_dict()
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    target = resolve_hf_target(f"hf:{tmp_path / 'config.json'}")
+    pz = Parametrization(hf_transfer_builder(target), width=64, base_width=32)
+    sched = {"kind": "wsd", "warmup_steps": 2, "decay_fraction": 0.2, "total_steps": 20, "lr_floor": 0.1}
+    return build_card(pz, lr=3e-3, optimizer={"name": "adamw", "weight_decay": 0.1, "betas": (0.9, 0.95),
+                                              "eps": 1e-8}, schedule=sched,
+                      batch={"sequences": 8, "tokens": 256, "seq_len": 32},
+                      target={"model": target.to_dict(), "width": 64, "depth": 2})
+
+
+def test_a_refusal_advises_only_engines_that_accept_the_card(tmp_path) -> None:
+    from mutransfer.card.export import export_card
+
+    # Gemma-2: megatron refuses it too (its HF families are llama, mistral, qwen2): hf only
+    (tmp_path / "g").mkdir()
+    gemma = _hf_card(tmp_path / "g", "gemma2")
+    with pytest.raises(ValueError, match=r"\(export this card to hf instead; megatron refuses it too, at "
+                                         r"target.model.model_type\)$") as err:
+        export_card(gemma, "torchtitan")
+    assert "or megatron" not in str(err.value)
+    with pytest.raises(ValueError, match="Megatron's GPTModel export covers llama, mistral, qwen2"):
+        export_card(gemma, "megatron", drop=["init"])
+    # Qwen2: torchtitan's llama3 has no q/k/v biases, megatron has: both are named, and megatron takes it
+    (tmp_path / "q").mkdir()
+    qwen = _hf_card(tmp_path / "q", "qwen2")
+    with pytest.raises(ValueError, match=r"\(export this card to hf or megatron instead\)$"):
+        export_card(qwen, "torchtitan")
+    with pytest.warns(UserWarning, match="dropped card field init"):
+        assert export_card(qwen, "megatron", drop=["init"])["transformer_config"]["add_qkv_bias"] is True

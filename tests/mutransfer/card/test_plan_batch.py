@@ -81,7 +81,14 @@ def test_beta2_by_token_half_life(plan_kw) -> None:
     b = beta2_for(1_286_144, beta2=0.95, proxy_batch_tokens=64)
     assert b["value"] == 0.95 and "not rescaled" in b["source"]
     t_half = 64 * math.log(0.5) / math.log(0.95)
-    assert b["halflife_rule"]["halflife_tokens"] == pytest.approx(t_half)  # 865 tokens
+    # 1,486 half-lives per step: the rule's beta2 (1e-447) is no Adam setting, so it is left
+    # out with the reason, not printed as 0.0
+    assert "halflife_rule" not in b
+    assert "the half-life rule is left out: at 1.49e+03 half-lives" in b["source"]
+    near = beta2_for(640, beta2=0.95, proxy_batch_tokens=64)  # 0.95^10 = 0.60: still an Adam beta2
+    assert near["halflife_rule"]["halflife_tokens"] == pytest.approx(t_half)  # 865 tokens
+    assert near["halflife_rule"]["value"] == pytest.approx(0.95 ** 10)
+    assert "halflife_rule" not in beta2_for(64 * 14, beta2=0.95, proxy_batch_tokens=64)  # 0.95^14 = 0.49
     assert beta2_for(64, beta2=0.95, proxy_batch_tokens=64)["halflife_rule"]["value"] == pytest.approx(0.95)
     # opted in: 0.5^(B / t½) at the target's batch
     on = beta2_for(4096, halflife_tokens=t_half)
@@ -155,3 +162,22 @@ def test_batch_in_doubt_grows_the_proxys_bracketed_best_batch_as_the_published_l
         published_batch(d)["batch_tokens"])
     with pytest.raises(ValueError, match="anchored needs a budget"):
         plan_kw(tokens=d, laws=none, batch_rule="anchored", **KW)
+
+
+def test_a_baseline_stretched_past_any_trainable_lr_is_flagged() -> None:
+    from analysis.baselines import scaling_baselines
+    from mutransfer.card.plan import flag_absurd_baselines
+
+    # the demo's numbers: proxy optimum 0.018 at 1,024 tokens per step, target batch 2,048x
+    b = scaling_baselines(tokens=1e9, batch_tokens=2_097_152, ref_lr=0.0175, ref_batch_tokens=1024,
+                          ref_tokens=2e6, n_params=1e8)
+    flag_absurd_baselines(b, 0.0175, 2048.0)
+    assert b["linear_rule"]["lr"] == pytest.approx(35.84) and b["linear_rule"]["applies"] is False
+    assert "beyond any trainable Adam LR" in b["linear_rule"]["why_not"]
+    assert b["sqrt_rule"]["lr"] == pytest.approx(0.792, rel=1e-3)
+    assert b["sqrt_rule"]["applies"] is False  # 45x the anchor
+    assert "applies" not in b["power_lines"] and "applies" not in b["deepseek"]  # plausible ones untouched
+    near = scaling_baselines(tokens=1e7, batch_tokens=4096, ref_lr=0.0175, ref_batch_tokens=1024,
+                             ref_tokens=2e6)
+    flag_absurd_baselines(near, 0.0175, 4.0)
+    assert not any("applies" in v for v in near.values())

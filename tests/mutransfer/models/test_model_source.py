@@ -348,3 +348,18 @@ def test_an_edited_hf_config_is_read_again(tmp_path: Path) -> None:
     write_config(tmp_path, **{**LLAMA, "hidden_size": 128, "intermediate_size": 320, "head_dim": 32})
     b = parse_model(f"hf:{d}")
     assert b is not a and b.hf_config().hidden_size == 128 and b.model_id != a.model_id
+
+
+def test_a_gqa_width_refusal_names_the_other_head_rule() -> None:
+    """Llama-3.2-1B's heads (32 query, 8 KV at width 2048): width 128 would need half a KV
+    head under keep_head_dim; the refusal says keep_heads takes it, and keep_heads does."""
+    transformers = pytest.importorskip("transformers")
+    from mutransfer.models.source import hf_proxy_config
+
+    cfg = transformers.LlamaConfig(hidden_size=2048, intermediate_size=8192, num_attention_heads=32,
+                                   num_key_value_heads=8, head_dim=64, num_hidden_layers=2, vocab_size=128)
+    with pytest.raises(ValueError, match=r"num_key_value_heads = 8 × 128 / 2048 = 0.5 is not a positive "
+                                         r"integer.*; --head-rule keep_heads keeps every head"):
+        hf_proxy_config(cfg, 128, 2)
+    small = hf_proxy_config(cfg, 128, 2, head_rule="keep_heads")
+    assert (small.num_attention_heads, small.num_key_value_heads, small.head_dim) == (32, 8, 4)
