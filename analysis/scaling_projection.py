@@ -150,17 +150,18 @@ class ScalingPredictions:
         cov = np.asarray(m.get("cov_log", np.zeros((3, 3))), dtype=float)
         return float(m.get("sd_log", 0.0)), int(m.get("dof", 0)), cov
 
-    def _lr_band(self, X: np.ndarray, level: float,
-                 point_share: np.ndarray | float = 1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _lr_band(self, X: np.ndarray, level: float, point_share: np.ndarray | float = 1.0,
+                 boot_scale: float = 1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The LR law's prediction band at the rows of ``X``:
         ``exp(x·c ± q·sqrt(x·(Σ_boot + Σ_misfit)·x + share·s²))`` with ``q`` Student's t at the
         misfit's degrees of freedom (the normal quantile when the fit recorded none), so
         the band holds a new cell's optimum, not only the law's coefficients
         (:func:`analysis.scaling_fit.lr_misfit`). ``point_share`` (0–1 per row) is how much
-        of one cell's own misfit s² the row carries."""
+        of one cell's own misfit s² the row carries; ``boot_scale`` scales the bootstrap
+        covariance (n/(n+1): the band one more seed of the sweep would give, the misfit kept)."""
         s, dof, cov_m = self._misfit()
         mean = X @ self.lr_coef_log_
-        var = np.einsum("ij,jk,ik->i", X, self.cov_lr_ + cov_m, X) + np.asarray(point_share) * s * s
+        var = np.einsum("ij,jk,ik->i", X, boot_scale * self.cov_lr_ + cov_m, X) + np.asarray(point_share) * s * s
         se = np.sqrt(np.maximum(var, 0.0))
         if dof > 0 and s > 0:
             from scipy.stats import t as student_t
@@ -229,7 +230,7 @@ class ScalingPredictions:
         ends = [at_centre * (tokens / centre) ** x for x in self.ci_.get("batch_exp_tokens", (g, g))]
         return value, min(ends), max(ends)
 
-    def lr_ratio(self, batch: tuple[float, float], tokens: tuple[float, float]
+    def lr_ratio(self, batch: tuple[float, float], tokens: tuple[float, float], *, boot_scale: float = 1.0
                  ) -> tuple[float, float, float]:
         """``eta*(B1, D1) / eta*(B0, D0) = (B1/B0)^a (D1/D0)^b`` and its (lo, hi): the band
         of the law at ``x = (0, ln B1/B0, ln D1/D0)`` (:meth:`_lr_band`) when the fit has a
@@ -238,14 +239,15 @@ class ScalingPredictions:
 
         The far end's own misfit s² enters in proportion to the distance moved, in full
         from one octave on (min(1, δ²), δ the move in octaves of B and D together): a
-        point next to the anchor shares its deviation from the law, a distant one does not."""
+        point next to the anchor shares its deviation from the law, a distant one does not.
+        ``boot_scale`` as in :meth:`_lr_band` (the ratio with one more seed)."""
         check_is_fitted(self, "params_")
         rb, rd = batch[1] / batch[0], tokens[1] / tokens[0]
         a, b = self.lr_coef_log_[1], self.lr_coef_log_[2]
         if _usable_cov(self.cov_lr_):
             x = np.array([[0.0, math.log(rb), math.log(rd)]])
             octaves2 = (math.log2(rb) ** 2 + math.log2(rd) ** 2)
-            return tuple(float(v[0]) for v in self._lr_band(x, self.level, min(1.0, octaves2))
+            return tuple(float(v[0]) for v in self._lr_band(x, self.level, min(1.0, octaves2), boot_scale)
                          )  # type: ignore[return-value]
         ca = self.ci_.get("lr_exp_batch", (a, a))
         cb = self.ci_.get("lr_exp_tokens", (b, b))

@@ -38,7 +38,7 @@ def scaling_stage(out: Path, sz: DemoSize, study: str, fit: Any, *, device: str,
     lr_center = 2.0 ** (round(4 * centre.log2_x_opt) / 4)
     spec = ScalingSweep(**model_kw(sz.preset), width=width, check_width=sc.check_width,
                         check_batch_sizes=sc.check_batch_sizes,
-                        batch_sizes=sc.batch_sizes, tokens=sc.tokens, seeds=(0,), lr_center=lr_center,
+                        batch_sizes=sc.batch_sizes, tokens=sc.tokens, seeds=sc.seeds, lr_center=lr_center,
                         lr_center_batch=sz.batch_size, log2_lr_offsets=sc.log2_lr_offsets,
                         eval_sequences=sc.eval_sequences,
                         base={"seq_len": sz.seq_len, "threads": 1 if device == "cpu" else None,

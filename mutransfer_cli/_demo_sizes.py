@@ -33,6 +33,8 @@ class ScalingStage:
     to this many grid points past that edge, until bracketed (:mod:`sweeps.extend`)."""
     batch_range: tuple[int, int] | None = None
     """Batches (sequences) the extension may add (None: as the budgets and grad_accum allow)."""
+    seeds: tuple[int, ...] = (0,)
+    """Seeds of every scaling run (``mutransfer tune``'s second pass may add one)."""
     audit_seeds: int = 2
     """Fresh seeds the held-out audit trains the prediction and the measured best on
     (:func:`sweeps.holdout.run_holdout`): the paired gap's standard error shrinks as 1/sqrt."""

@@ -58,5 +58,8 @@ class Clock:
             if ticker is not None:
                 ticker.close()
             wall, cpu = time.perf_counter() - w0, self.cpu() - c0
+            # a stage run again (tune's second pass refits) adds to its first run's clock
+            was = self.stages.get(name, {"wall_s": 0.0, "cpu_s": 0.0})
+            wall, cpu = wall + was["wall_s"], cpu + was["cpu_s"]
             self.stages[name] = {"wall_s": wall, "cpu_s": cpu, "parallel": parallel,
                                  "idle_estimate_s": cpu / max(1, parallel)}

@@ -29,7 +29,7 @@ from mutransfer_cli import main as cli_main
 from mutransfer_cli._demo_scaling import scaling_stage
 from mutransfer_cli._demo_sizes import DemoSize, ScalingStage, model_kw
 from mutransfer_cli._demo_stage import Clock, log
-from sweeps.budget import CostModel, TunePlan, plan_budget
+from sweeps.budget import CostModel, TunePlan, plan_budget, refine_seed_s
 from sweeps.extend import Bounds, run_bracketed
 from sweeps.results import results_table, write_table
 from sweeps.spec_kinds import LRSweep
@@ -215,24 +215,13 @@ def run_tune(args: argparse.Namespace) -> int:
 
     log(quiet, "[5/5] the card")
     with clock.stage("card"):
-        # a preset proxy's model fields given with --set (head_dim, ...) are the proxy's, and so
-        # the target's too, which starts from the proxy
-        shape = {k: v for k, v in extra.items() if k in model_fields("gpt") - {"kind", "preset", "depth"}}
-        target: dict[str, Any] = ({"model": args.model, "head_rule": args.head_rule} if args.model else
-                                  {"preset": args.preset, "proxy_overrides": shape,
-                                   "overrides": {"width": args.target_width, "depth": args.target_depth}})
-        # the anchor: the scaling sweep's best config at its largest budget, measured with the
-        # recipe the target runs (WSD at the budget), as the card-regret benchmark anchors its
-        # card; the ladder's optima (another schedule) say how well the LR transfers in width
-        anchor = optimum_from_scaling(json.loads(Path(scaling["fit_path"]).read_text()))
-        made = make_card(TransferRequest(
-            lr=anchor["lr"], lr_interval=(anchor["lr_lo"], anchor["lr_hi"]),
-            proxy_batch_tokens=anchor["batch_tokens"], proxy_tokens=anchor["tokens"],
-            proxy_widths=tuple(plan.widths), **target, base_width=plan.base_width, base_depth=depth,
-            seq_len=plan.seq_len, tokens=args.tokens, tokens_per_param=args.tokens_per_param,
-            target_seq_len=args.target_seq_len, allow_vocab_change=args.allow_vocab_change,
-            scaling_fit=scaling["fit_path"], audit=scaling.get("audit_path"), study="tune-ladder",
-            storage=f"journal:{out / 'sweep' / 'optuna.journal'}"))
+        made = _card(args, plan, depth, extra, scaling, out)
+    made, scaling, report["refine"] = _refine(args, out, plan, doc, sz, fit, made, scaling, depth, extra,
+                                              device=device, n_workers=n_workers, quiet=quiet, clock=clock, t0=t0)
+    if report["refine"]["rounds"]:
+        report["scaling"] = {k: scaling.get(k) for k in ("laws", "budget_optima", "error", "audit_path",
+                                                         "fit_path")}
+        report["audit"] = (scaling.get("audit") or {}).get("passed")
     against = objections(made.card)
     report["card"] = {"warnings": made.warnings, "objections": against, "lr": made.plan.lr,
                       "batch_tokens": made.plan.batch_tokens, "steps": made.plan.steps,
@@ -248,6 +237,88 @@ def run_tune(args: argparse.Namespace) -> int:
                f"{made.plan.steps} steps of {made.plan.batch_tokens} tokens); {len(made.warnings)} warning(s); "
                f"see {out / 'report.md'}")
     return 0
+
+
+def _card(args: argparse.Namespace, plan: TunePlan, depth: int, extra: dict[str, Any], scaling: dict[str, Any],
+          out: Path) -> Any:
+    """The card from the scaling stage's fit and audit (:func:`make_card`)."""
+    # a preset proxy's model fields given with --set (head_dim, ...) are the proxy's, and so
+    # the target's too, which starts from the proxy
+    shape = {k: v for k, v in extra.items() if k in model_fields("gpt") - {"kind", "preset", "depth"}}
+    target: dict[str, Any] = ({"model": args.model, "head_rule": args.head_rule} if args.model else
+                              {"preset": args.preset, "proxy_overrides": shape,
+                               "overrides": {"width": args.target_width, "depth": args.target_depth}})
+    # the anchor: the scaling sweep's best config at its largest budget, measured with the
+    # recipe the target runs (WSD at the budget), as the card-regret benchmark anchors its
+    # card; the ladder's optima (another schedule) say how well the LR transfers in width
+    anchor = optimum_from_scaling(json.loads(Path(scaling["fit_path"]).read_text()))
+    return make_card(TransferRequest(
+        lr=anchor["lr"], lr_interval=(anchor["lr_lo"], anchor["lr_hi"]),
+        proxy_batch_tokens=anchor["batch_tokens"], proxy_tokens=anchor["tokens"],
+        proxy_widths=tuple(plan.widths), **target, base_width=plan.base_width, base_depth=depth,
+        seq_len=plan.seq_len, tokens=args.tokens, tokens_per_param=args.tokens_per_param,
+        target_seq_len=args.target_seq_len, allow_vocab_change=args.allow_vocab_change,
+        scaling_fit=scaling["fit_path"], audit=scaling.get("audit_path"), study="tune-ladder",
+        storage=f"journal:{out / 'sweep' / 'optuna.journal'}"))
+
+
+#: The second pass stops once the card's LR interval is this narrow (hi / lo).
+REFINE_TARGET_FACTOR = 2.0
+
+
+def _refine(args: argparse.Namespace, out: Path, plan: TunePlan, doc: dict[str, Any], sz: DemoSize, fit: Any,
+            made: Any, scaling: dict[str, Any], depth: int, extra: dict[str, Any], *, device: str, n_workers: int,
+            quiet: bool, clock: Clock, t0: float) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """The second pass: while the card's LR interval is wider than
+    :data:`REFINE_TARGET_FACTOR` and the budget left pays for it, add the measurement the
+    card's own trust block ranks as narrowing the LR interval (``trust.options``, the same
+    computation as its "narrows most"), one round at a time, and remake the card.
+
+    The measurement ``tune`` can add in place is another seed of the scaling sweep (the
+    study grows; the audit is redone at the refitted prediction); a larger budget or batch
+    beyond the target's is left to the report's "to run". Each round records the factor the
+    trust block predicted and the one measured after it."""
+    rounds: list[dict[str, Any]] = []
+    cost = CostModel(**doc["cost"])
+    why = ""
+    while True:
+        factor = made.card["trust"]["intervals"]["lr"]["factor"]
+        if factor is None:
+            why = "the LR interval is open (an optimum at its grid's edge): another seed cannot close it"
+            break
+        if factor <= REFINE_TARGET_FACTOR:
+            why = f"the LR interval is {factor:.3g}x, within {REFINE_TARGET_FACTOR:g}x"
+            break
+        seed = next((o for o in made.card["trust"].get("options") or [] if o.get("kind") == "seed"), None)
+        if seed is None or seed.get("lr_factor") is None or seed["lr_factor"] >= factor:
+            why = "no measurement tune can add narrows the LR interval"
+            break
+        need = refine_seed_s(cost, plan, n_workers)
+        left = args.budget - (time.perf_counter() - t0)
+        if need > left:
+            why = (f"the LR interval is {factor:.3g}x; another seed of the scaling sweep would narrow it to about "
+                   f"{seed['lr_factor']:.3g}x but costs about {need:.0f} s and {max(left, 0):.0f} s of the budget "
+                   "are left")
+            break
+        seeds = tuple(range(seed["seeds"]))
+        log(quiet, f"[5/5] second pass: LR interval {factor:.3g}x > {REFINE_TARGET_FACTOR:g}x; scaling seed "
+                   f"{seeds[-1]} (predicted {seed['lr_factor']:.3g}x, est {need:.0f} s of {left:.0f} s left)")
+        sz = dataclasses.replace(sz, scaling=dataclasses.replace(sz.scaling, seeds=seeds))
+        t_round = time.perf_counter()
+        again = scaling_stage(out, sz, "tune-scaling", fit, device=device, workers=args.workers,
+                              n_workers=n_workers, quiet=quiet, clock=clock)
+        again.pop("images", None)
+        if not again.get("fit_path"):
+            why = f"the refit with {len(seeds)} seeds failed: {again.get('error')}"
+            break
+        scaling = again
+        with clock.stage("card"):
+            made = _card(args, plan, depth, extra, scaling, out)
+        rounds.append({"seeds": len(seeds), "factor_before": factor, "predicted": seed["lr_factor"],
+                       "factor_after": made.card["trust"]["intervals"]["lr"]["factor"],
+                       "lr": made.plan.lr, "wall_s": time.perf_counter() - t_round, "estimate_s": need})
+    log(quiet, f"[5/5] second pass: {len(rounds)} round(s); stopped: {why}")
+    return made, scaling, {"rounds": rounds, "stopped": why, "target_factor": REFINE_TARGET_FACTOR}
 
 
 def _to_run(card: dict[str, Any] | None, reasons: list[str]) -> list[str]:
@@ -286,6 +357,12 @@ def _write_report(out: Path, report: dict[str, Any], *, accepted: bool) -> None:
     if report.get("ladder"):
         lines += ["", "## LR ladder (muP)", ""]
         lines += [f"- width {w}: optimum {v:.4g}" for w, v in report["ladder"]["optimum_per_width"].items()]
+    if report.get("refine"):
+        ref = report["refine"]
+        lines += ["", "## Second pass", ""]
+        lines += [f"- {r['seeds']} scaling seeds: LR interval {r['factor_before']:.3g}x -> {r['factor_after']:.3g}x "
+                  f"(predicted {r['predicted']:.3g}x), {r['wall_s']:.0f} s" for r in ref["rounds"]]
+        lines.append(f"- stopped: {ref['stopped']}")
     if report.get("card"):
         lines += ["", "## Card", ""] + [f"- {s}" for s in report["card"]["trust"]]
         lines += [f"- warning: {w}" for w in report["card"]["warnings"]]

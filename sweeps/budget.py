@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["SHARES", "CostModel", "TunePlan", "plan_budget"]
+__all__ = ["SHARES", "CostModel", "TunePlan", "plan_budget", "refine_seed_s", "scaling_stage_cost"]
 
 #: The budget's split over the stages: the coordinate check and the coarse LR search at the
 #: base width; the LR x width ladder (μP's optimum and its drift); the LR x batch x budget
@@ -106,6 +106,28 @@ class TunePlan:
         return cls(**{k: tuple(v) if k in tuples else v for k, v in d.items()})
 
 
+def scaling_stage_cost(cost: CostModel, *, base_width: int, check_width: int, tokens: float,
+                       batches: Sequence[int], seq_len: int, audit: bool = True) -> float:
+    """Worker-seconds of one seed of the scaling stage at a largest budget ``tokens``: every
+    batch's LRs (:data:`SCALING_OFFSETS` x :data:`EXTENSION_SLACK`), the width check at the
+    middle batch, and the audit (about 4 runs at the smallest batch, 4 at the largest)."""
+    grid = sum(len(SCALING_OFFSETS) * EXTENSION_SLACK * cost.run_s(base_width, tokens, b * seq_len)
+               for b in batches)
+    mid = batches[len(batches) // 2] * seq_len
+    check = len(SCALING_OFFSETS) * cost.run_s(check_width, tokens, mid)
+    runs = 4 * cost.run_s(base_width, tokens, batches[0] * seq_len) + \
+        4 * cost.run_s(base_width, tokens, batches[-1] * seq_len)
+    return grid + check + (runs if audit else 0.0)
+
+
+def refine_seed_s(cost: CostModel, plan: TunePlan, workers: int) -> float:
+    """Wall seconds, on ``workers``, of one more seed of ``plan``'s scaling sweep and the
+    audit redone at the refitted prediction: what ``tune``'s second pass pays per seed."""
+    return scaling_stage_cost(cost, base_width=plan.base_width, check_width=plan.check_width,
+                              tokens=max(plan.scaling_tokens), batches=plan.scaling_batch_sizes,
+                              seq_len=plan.seq_len) / workers
+
+
 def _pow2_floor(x: float) -> int:
     return 1 << max(0, int(math.floor(math.log2(max(x, 1.0)))))
 
@@ -174,14 +196,8 @@ def plan_budget(cost: CostModel, *, budget_s: float, workers: int, base_width: i
     scaling_s = SHARES["scaling"] * worker_s
     batches = [1, 2, 4, 8, 16]
     def scaling_cost(d: float, bs: Sequence[int]) -> float:
-        """The stage's worker-seconds at a largest budget ``d``: every batch's LRs, the width
-        check at the middle batch, and the audit (about 4 runs at the smallest batch, 4 at
-        the largest)."""
-        grid = sum(len(SCALING_OFFSETS) * EXTENSION_SLACK * cost.run_s(base_width, d, b * seq_len) for b in bs)
-        mid = bs[len(bs) // 2] * seq_len
-        check = len(SCALING_OFFSETS) * cost.run_s(check_width, d, mid)
-        audit = 4 * cost.run_s(base_width, d, bs[0] * seq_len) + 4 * cost.run_s(base_width, d, bs[-1] * seq_len)
-        return grid + check + audit
+        return scaling_stage_cost(cost, base_width=base_width, check_width=check_width, tokens=d,
+                                  batches=bs, seq_len=seq_len)
 
     while True:
         # the cost is affine in d: solve scaling_cost(d) = the stage's share

@@ -278,7 +278,9 @@ def trust_block(
     (:func:`~mutransfer.card.batch_plan.whole_sequences`), as the planner rounds the batch
     inside it: a batch inside it has its steps inside theirs.
 
-    Extra measurements (with a :class:`analysis.scaling_fit.ScalingLawFit`, ``extra`` = 4):
+    Extra measurements (with a :class:`analysis.scaling_fit.ScalingLawFit`, ``extra`` = 4),
+    each with a ``kind`` (``budget``, ``batch``, ``seed``) that ``mutransfer tune``'s second
+    pass reads (the same computation chooses its runs):
 
     - *a budget at 4× the largest measured* D_max: the LR anchor moves from the proxy's
       budget D_p to D' = min(4·D_max, D_t), so the law extrapolates over ln(D_t / D') instead
@@ -286,6 +288,9 @@ def trust_block(
       (max(D_t / 4, D_max)).
     - *a batch at 4× the largest measured* B_max: the LR anchor's batch moves from B_p to
       min(4·B_max, B_t).
+    - *another seed of the scaling sweep* (n seeds → n + 1): the bootstrap covariance of
+      the law and the anchor's interval shrink as n/(n+1) (the variance of a mean); the
+      law's misfit is kept as it is (conservative: part of it is seed noise).
 
     Approximation: the new LR interval is the proxy's own interval factor (assumed the same
     at the new anchor) times the law's ratio interval over the shorter distance, from
@@ -318,25 +323,34 @@ def trust_block(
 
         prior_sd = ((projected.get("lr") or {}).get("prior") or {}).get("sd_log")
 
-        def lr_factor(anchor_b: float, anchor_d: float) -> float | None:
-            _, lo, hi = laws.lr_ratio((anchor_b, batch_tokens), (anchor_d, tokens))
+        # the LR law is evaluated where the plan evaluates it (held past the saturation batch)
+        b_law = laws.lr_batch(batch_tokens, tokens)
+
+        def lr_factor(anchor_b: float, anchor_d: float, boot_scale: float = 1.0) -> float | None:
+            _, lo, hi = laws.lr_ratio((anchor_b, b_law), (anchor_d, tokens), boot_scale=boot_scale)
             if p_factor is None:
                 return None
             # weighed against the same prior as the card's LR (analysis.prior.weigh), so the
             # narrowed interval is compared with the card's own, like with like
-            return with_prior(p_factor * hi / lo, prior_sd, level)
+            return with_prior(p_factor ** math.sqrt(boot_scale) * hi / lo, prior_sd, level)
 
         if tokens > d_max:
             d_new = min(extra * d_max, tokens)
             _, blo, bhi = laws.batch_at(max(tokens / extra, d_max))
             options.append({"measurement": f"a budget at {extra:g}× the largest measured "
-                                           f"({d_new:.3g} tokens)",
+                                           f"({d_new:.3g} tokens)", "kind": "budget", "tokens": d_new,
                             "lr_factor": lr_factor(proxy_batch_tokens, d_new),
                             "batch_factor": bhi / blo if blo > 0 else None})
         if batch_tokens > b_max:
             b_new = min(extra * b_max, batch_tokens)
             options.append({"measurement": f"a batch at {extra:g}× the largest measured ({b_new:.3g} tokens)",
+                            "kind": "batch", "batch_tokens": b_new,
                             "lr_factor": lr_factor(b_new, proxy_tokens), "batch_factor": b_iv["factor"]})
+        n = int(getattr(laws, "n_seeds", 0) or 0)
+        if n >= 1:  # the seeds' bootstrap (and the anchor's) shrink as n/(n+1); the misfit stays
+            options.append({"measurement": f"another seed of the scaling sweep ({n + 1} in all)", "kind": "seed",
+                            "seeds": n + 1, "lr_factor": lr_factor(proxy_batch_tokens, proxy_tokens, n / (n + 1)),
+                            "batch_factor": None})
     # an option narrows only what it makes narrower: one at or above the LR interval's own
     # factor (its anchor's law over a batch the card's LR is held below) would widen it
     ranked = [o for o in options if o["lr_factor"] is not None and lr_iv["factor"] is not None

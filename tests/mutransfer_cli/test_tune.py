@@ -51,6 +51,13 @@ def test_tune_places_its_runs_and_writes_a_card_only_when_nothing_objects(
     # the ladder's LRs are centred on the coarse search's optimum, not on a number given by hand
     centre = report["search"]["centre_log2_lr"]
     assert min(abs(math.log2(x) - centre) for x in ladder["lr"]) < 1e-9
+    # the second pass: it says why it stopped; each round it ran was predicted to narrow
+    refine = report["refine"]
+    assert refine["stopped"] and refine["target_factor"] == 2.0
+    assert all(r["predicted"] < r["factor_before"] for r in refine["rounds"])
+    if report.get("card") and not refine["rounds"]:
+        assert ("within 2x" in refine["stopped"] or "s of the budget are left" in refine["stopped"]
+                or "open" in refine["stopped"]), refine["stopped"]
     if code == 0:
         card = yaml.safe_load((out / "card.yaml").read_text())
         assert card["audit"]["passed"] is True and not report["card"]["objections"]

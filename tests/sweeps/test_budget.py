@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from sweeps.budget import MIN_STEPS, SHARES, CostModel, TunePlan, plan_budget
+from sweeps.budget import (
+    MIN_STEPS, SHARES, CostModel, TunePlan, plan_budget, refine_seed_s, scaling_stage_cost)
 
 WIDTHS = list(range(16, 2049, 16))
 
@@ -81,3 +82,17 @@ def test_the_ladder_runs_stop_at_the_targets_tokens() -> None:
                        max_tokens=2**17)
     assert plan.steps * plan.batch_size * plan.seq_len <= 2**17
     assert "held at the target's" in plan.reasons["steps"]
+
+
+@pytest.mark.parametrize("workers", [1, 2, 4])
+def test_a_second_pass_seed_costs_what_the_plan_gave_one_seed_of_the_scaling_stage(workers: int) -> None:
+    """tune's second pass prices another seed with the plan's own formula, so the two never
+    disagree about what the budget buys."""
+    cost = _cost()
+    plan = plan_budget(cost, budget_s=3600.0, workers=workers, base_width=32, valid_widths=WIDTHS, seq_len=64)
+    assert refine_seed_s(cost, plan, workers) == pytest.approx(plan.estimate_s["scaling"], rel=1e-12)
+    # without the audit's runs it is cheaper, and it grows with the largest budget
+    kw = dict(base_width=32, check_width=64, batches=plan.scaling_batch_sizes, seq_len=64)
+    d = max(plan.scaling_tokens)
+    assert scaling_stage_cost(cost, tokens=d, audit=False, **kw) < scaling_stage_cost(cost, tokens=d, **kw)
+    assert scaling_stage_cost(cost, tokens=2 * d, **kw) > scaling_stage_cost(cost, tokens=d, **kw)

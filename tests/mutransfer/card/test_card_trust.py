@@ -6,6 +6,7 @@ silently 0, a "narrows most" that narrows, :func:`mutransfer.card.trust.objectio
 from __future__ import annotations
 
 import copy
+import math
 import json
 from pathlib import Path
 from typing import Any
@@ -283,3 +284,28 @@ def test_strict_writes_no_card_it_does_not_stand_behind(tmp_path: Path, capsys) 
     out.write_text("an older card\n")  # an existing file is neither replaced nor removed, and said so
     assert main([*base, "--tokens", "2e9", "--strict"]) == 1
     assert out.read_text() == "an older card\n" and "older card, left as it was" in capsys.readouterr().err
+
+
+def test_another_seed_narrows_by_the_variance_of_a_mean_and_never_widens() -> None:
+    """The option tune's second pass buys: n seeds -> n + 1 shrinks the bootstrap covariance
+    and the anchor's log-width as n/(n+1) (its square root for the width); the misfit stays."""
+    doc = {**FIT, "lr": {**FIT["lr"], "cov_log": [[0.01, 0, 0], [0, 0.05**2, 0], [0, 0, 0.02**2]],
+                         "misfit": {"sd_log": 0.1, "dof": 20, "cov_log": [[0.001, 0, 0], [0, 1e-4, 0], [0, 0, 1e-4]]}},
+           "batch": {**FIT["batch"], "cov_log": [[0.04, 0.0], [0.0, 1e-4]]}}
+    laws = ScalingLawFit.from_dict(doc)
+    laws.n_seeds_ = 2
+    proj = {"lr": {"value": 0.01, "lo": 0.005, "hi": 0.02, "level": 0.9},
+            "batch_tokens": {"value": 2e4, "lo": 1e4, "hi": 4e4}}
+    tb = trust_block(projected=proj, laws=laws, proxy_lr_interval=[0.005, 0.02], proxy_lr=0.01,
+                     proxy_batch_tokens=1024, proxy_tokens=2e6, batch_tokens=2e4, tokens=1e9, steps=50_000,
+                     n_warnings=0)
+    (seed,) = [o for o in tb["options"] if o["kind"] == "seed"]
+    assert seed["seeds"] == 3 and seed["measurement"].startswith("another seed of the scaling sweep")
+    b_law = laws.lr_batch(2e4, 1e9)
+    _, lo, hi = laws.lr_ratio((1024, b_law), (2e6, 1e9), boot_scale=2 / 3)
+    assert seed["lr_factor"] == pytest.approx(4 ** math.sqrt(2 / 3) * hi / lo, rel=1e-12)
+    _, lo1, hi1 = laws.lr_ratio((1024, b_law), (2e6, 1e9))
+    assert seed["lr_factor"] < 4 * hi1 / lo1
+    # the misfit does not shrink with seeds: even infinitely many leave the misfit's band
+    _, lo0, hi0 = laws.lr_ratio((1024, b_law), (2e6, 1e9), boot_scale=0.0)
+    assert hi0 / lo0 > 1.2
