@@ -139,6 +139,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "published laws in the token budget (DeepSeek LLM's in D, interval to Step Law's "
                    "B(D)); auto (default) = fit unless it is at the grid's edge, unresolved or beyond "
                    "--extrapolation-limit, then anchored when some budget's B* was bracketed, else published")
+    j.add_argument("--no-published-prior", action="store_true",
+                   help="with --scaling-fit: the LR the data give alone, not weighed against the published "
+                        "laws (DeepSeek LLM, Step Law) as a prior (projected.lr.data, .prior, .weight_prior)")
     j.add_argument("--accept-edge", action="append", default=[], choices=("batch", "lr"),
                    help="with --batch-rule fit: take the fit's batch (or LR law) although `fit scaling` "
                    "flagged it as at its grid's edge, a bound rather than an optimum (repeatable; "
@@ -272,7 +275,8 @@ def request(args: argparse.Namespace) -> TransferRequest:
         micro_batch=args.micro_batch, weight_decay=args.weight_decay, wd_mode=args.wd_mode,
         warmup_tokens=args.warmup_tokens, warmup_fraction=args.warmup_fraction,
         decay_fraction=args.decay_fraction, extrapolation_limit=args.extrapolation_limit,
-        batch_rule=args.batch_rule, accept_edge=tuple(args.accept_edge))
+        batch_rule=args.batch_rule, accept_edge=tuple(args.accept_edge),
+        published_prior=not args.no_published_prior)
     return TransferRequest(
         results=args.results, fit=args.fit, group=args.group, lr=args.lr, lr_interval=args.lr_interval, proxy_config=args.proxy_config,
         preset=args.preset, proxy_overrides=parse_overrides(args.proxy_overrides),

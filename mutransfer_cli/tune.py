@@ -26,7 +26,7 @@ import math
 import re
 
 from mutransfer._io import check_output
-from mutransfer_cli._common import key_value, positive_float, positive_int
+from mutransfer_cli._common import add_track_flag, key_value, positive_float, positive_int, tracking
 from mutransfer_cli._tune_run import run_tune
 
 HELP = "tune a proxy within a compute budget and write the card for the target (or say why not)"
@@ -79,6 +79,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="sweep workers (default: one per CPU core, one per GPU)")
     p.add_argument("--out", required=True, help="output folder (re-running it resumes)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
+    add_track_flag(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -87,4 +88,5 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--preset needs the target's --target-width and --target-depth")
     if args.model and (args.target_width or args.target_depth):
         raise ValueError("--model names the whole target; drop --target-width/--target-depth")
-    return run_tune(args)
+    with tracking(args.track, args.out):  # every ladder, scaling and audit run is tracked
+        return run_tune(args)

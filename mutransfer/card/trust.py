@@ -234,6 +234,21 @@ def _num(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
 
 
+def _prior_line(lr: Mapping[str, Any]) -> list[str]:
+    """Data, published prior and the card's LR side by side (base-LR units), when the LR
+    was weighed against the prior (``projected.lr.data``/``prior``)."""
+    data, prior = lr.get("data"), lr.get("prior")
+    if not (isinstance(data, Mapping) and isinstance(prior, Mapping)):
+        return []
+
+    def iv(d: Mapping[str, Any]) -> str:
+        lo, hi = d.get("lo"), d.get("hi")
+        return f"{d['value']:.4g} [{lo:.3g}, {hi:.3g}]" if _num(lo) and _num(hi) else f"{d['value']:.4g} (open)"
+
+    return [f"  base LR from the data {iv(data)}, the published laws' prior {iv(prior)}: weighed "
+            f"{float(lr.get('weight_prior', 0.0)):.1%} toward the prior"]
+
+
 def with_prior(factor: float, prior_sd: float | None, level: float) -> float:
     """A data interval's factor (hi/lo at ``level``) after weighing with a log-normal prior
     of sd ``prior_sd`` (:func:`analysis.prior.weigh`): exp(2·q·sd_post), 1/sd_post² =
@@ -363,6 +378,8 @@ def trust_block(
         span = (f"[{iv['lo']:.3g}, {iv['hi']:.3g}] ({iv['factor']:.3g}×)" if iv["factor"] is not None
                 else "interval open or unknown")
         summary.append(f"{name} {iv['value']:.4g}: {span}")
+        if key == "lr":
+            summary += _prior_line(projected.get("lr") or {})
     if best is not None and lr_iv["factor"] is not None:
         summary.append(f"narrows most: {best['measurement']} narrows the LR interval from "
                        f"{lr_iv['factor']:.3g}× to about {best['lr_factor']:.3g}×")

@@ -32,6 +32,9 @@ def test_bad_budgets_exit_2_naming_them(tmp_path: Path, capsys: pytest.CaptureFi
     assert main([*ARGS, "--budget", "2s", "--out", str(tmp_path / "b")]) == 2
     err = capsys.readouterr().err
     assert "give at least" in err and not (tmp_path / "b" / "results.csv").exists()
+    # --track is checked before any run: a bad tracker is one line naming it
+    assert main([*ARGS, "--budget", "60m", "--track", "nonsense", "--out", str(tmp_path / "c")]) == 2
+    assert "--track 'nonsense'" in capsys.readouterr().err and not (tmp_path / "c" / "plan.json").exists()
 
 
 @pytest.mark.slow

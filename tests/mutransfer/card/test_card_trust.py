@@ -309,3 +309,23 @@ def test_another_seed_narrows_by_the_variance_of_a_mean_and_never_widens() -> No
     # the misfit does not shrink with seeds: even infinitely many leave the misfit's band
     _, lo0, hi0 = laws.lr_ratio((1024, b_law), (2e6, 1e9), boot_scale=0.0)
     assert hi0 / lo0 > 1.2
+
+
+def test_the_card_shows_data_prior_and_result_and_the_prior_can_be_left_out(tmp_path: Path) -> None:
+    fit = tmp_path / "fit.json"
+    fit.write_text(json.dumps(FIT))
+    cards = {}
+    for flag in ([], ["--no-published-prior"]):
+        out = tmp_path / f"card{len(flag)}.yaml"
+        assert main(["transfer", *PROXY, "--set", "width=256", "--tokens", "4e6", "--scaling-fit", str(fit),
+                     *flag, "--out", str(out)]) == 0
+        cards[bool(flag)] = load_card(out)
+    weighed, alone = cards[False], cards[True]
+    lr = weighed["projected"]["lr"]
+    assert set(lr) >= {"data", "prior", "weight_prior"} and "prior" not in alone["projected"]["lr"]
+    # without the prior the card's LR is the data's; with it, between the data's and the prior's
+    assert alone["optimizer"]["lr"] == pytest.approx(lr["data"]["value"], rel=1e-12)
+    lo, hi = sorted((lr["data"]["value"], lr["prior"]["value"]))
+    assert lo <= weighed["optimizer"]["lr"] <= hi
+    line = [s for s in weighed["trust"]["summary"] if s.strip().startswith("base LR from the data")]
+    assert len(line) == 1 and "published laws' prior" in line[0] and "toward the prior" in line[0]
