@@ -36,7 +36,7 @@ from mutransfer_cli._common import (
     seed_list,
     tracking,
 )
-from mutransfer_cli._slurm import SlurmJob, job_script, sbatch_path, storage_args, submit
+from mutransfer_cli._slurm import SlurmJob, job_script, sbatch_path, slug, storage_args, submit
 from sweeps.extend import DEFAULT_MAX_EXTEND, Bounds, run_bracketed
 from sweeps.fusion import check_fuse
 from sweeps.holdout import FRESH_SEEDS, check_holdout, holdout_summary, run_holdout
@@ -546,11 +546,14 @@ def _launch(args: argparse.Namespace, storage: Any) -> int:
                    extra=tuple(args.sbatch_arg))
     script = job_script(job)
     if args.dry_run:
+        # SLURM opens each task's log before the task runs: a hand-submitted script needs
+        # the folder already there
+        Path(job.log_dir).mkdir(parents=True, exist_ok=True)
         print(script, end="")
         return 0
     sbatch_path()  # before anything is written
-    path = out / "slurm" / f"{job.study}.sbatch"
-    (out / "slurm" / "logs").mkdir(parents=True, exist_ok=True)
+    path = out / "slurm" / f"{slug(job.study)}.sbatch"  # a study name is no path
+    Path(job.log_dir).mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, script)
     job_id = submit(path)
     print(f"submitted job {job_id}: {job.workers} workers of study {job.study} ({path}); logs in "

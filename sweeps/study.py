@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import sys
 import time
 from collections import Counter
@@ -115,6 +116,10 @@ def prepare(
     settings = SweepSettings(spec=spec, runner=runner, heartbeat_interval=heartbeat_interval,
                              grace_period=grace_period, max_retries=max_retries, fuse=fuse)
     name = study_name or spec.study_name()
+    if re.search(r"[\x00-\x1f\x7f]", name) or not name.strip():
+        # a job script, a log line and `ps` show it: one line, printable
+        raise ValueError(f"study name {name!r} must be printable text without newlines or control "
+                         "characters")
     # Create-or-join and enqueue under the storage's lock: a second launch started at the
     # same time waits, then finds every point alive and enqueues none (exactly once).
     with storage.lock(name):
