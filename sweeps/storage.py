@@ -312,7 +312,7 @@ class Storage:
 
         url = self.url
         if self.kind == "sqlite" and not create:
-            path = url.split(":///", 1)[-1]
+            path = url.split(":///", 1)[-1].split("?", 1)[0]  # the query may hold a secret
             if path and not Path(path).is_file():
                 raise ValueError(f"SQLite file {path!r} does not exist")
         engine_kwargs: dict[str, Any] = {}

@@ -54,7 +54,8 @@ def test_a_hostile_study_name_and_folders_reach_the_worker_verbatim_and_run_noth
     fake.write_text(f"#!{sys.executable}\nimport json, sys\n"
                     f"open({str(record)!r}, 'w').write(json.dumps(sys.argv[1:]))\n")
     fake.chmod(0o755)
-    job = SlurmJob(study=study, workers=2, storage_args=("--storage", f"journal:{tmp_path}/j $(touch PWNED_j)"),
+    job = SlurmJob(study=study, workers=2,
+                   storage_args=("--storage", f"journal:{tmp_path}/j $(touch PWNED_j)"),
                    log_dir=str(logs), track="tensorboard:/tmp/tb $(touch PWNED_t)", fuse="auto",
                    extra=("--comment=$(touch PWNED_x) 'y'",))
     script = job_script(job, python=str(fake), cwd=str(here))
@@ -157,5 +158,6 @@ def test_launch_refuses_a_study_whose_name_holds_a_newline_in_one_line(tmp_path)
     # and the sweep that would make it refuses the name first
     p = _cli("sweep", "lr", "--storage", str(tmp_path / "b.journal"), "--study", "x\ntouch PWNED",
              "--widths", "32", "--prepare-only", cwd=tmp_path)
-    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "study name" in p.stderr, p.stderr
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "study name" in p.stderr
     assert _pwned(tmp_path) == []
