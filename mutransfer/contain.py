@@ -33,6 +33,13 @@ _CHILD = "from mutransfer.contain import _child_main; _child_main()"
 BUILD_TIMEOUT_ENV = "MUTRANSFER_BUILD_TIMEOUT"
 
 
+class UserCodeError(ValueError):
+    """The user's code (a model builder, an entry point) failed: it raised, exited, hung or
+    returned the wrong thing. A ValueError (one line, exit 2 in the CLI); its own type so a
+    sweep can tell it from a trial's own failure: it fails every trial the same way, so the
+    worker stops and the verb names it instead of counting failed trials."""
+
+
 class Outcome:
     """What a child run gave: ``kind`` is ``done`` (``value`` is the function's JSON
     answer), ``timeout``, or ``ended`` (no answer; ``exit_code`` is the child's)."""

@@ -500,6 +500,9 @@ def _run_sweep(args: argparse.Namespace, kind: str) -> int:
         res, bracket = run_bracketed(spec, bounds, **run_kw)
     else:
         res = run_sweep(spec, **run_kw)
+    if res.user_error is not None:  # every trial fails alike: name it, do not count failures
+        raise ValueError(f"{res.user_error} ({res.counts.failed} trial(s) failed on it; fix it, then re-run "
+                         "the same command to resume)")
     print(storage.describe(), file=sys.stderr)
     study, _ = open_study(storage, res.plan.study_name)
     st = status(study)

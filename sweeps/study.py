@@ -31,7 +31,7 @@ from sweeps.runners import DEFAULT_RUNNER, Runner, load_runner
 from sweeps.spec import spec_from_dict
 from sweeps.spec_base import SweepSpec, point_key, trusted
 from sweeps.storage import Storage, study_names
-from sweeps.worker import SweepSettings, open_study, spawn_workers, work
+from sweeps.worker import SweepSettings, open_study, spawn_workers, user_code_error, work
 
 if TYPE_CHECKING:
     from sweeps.lifecycle import SweepStudy
@@ -168,6 +168,9 @@ class SweepResult:
     workers: int
     wall_s: float
     worker_exit_codes: tuple[int, ...] = ()
+    user_error: str | None = None
+    """A failure of the user's code (a model builder) recorded by a failed trial: it fails
+    every trial alike, so the workers stopped at it (:func:`sweeps.worker.user_code_error`)."""
 
     @property
     def complete(self) -> bool:
@@ -280,8 +283,11 @@ def run_sweep(
         bar.update(counts)
     finally:
         bar.close()
+    from optuna.trial import TrialState
+
+    failed = study.get_trials(deepcopy=False, states=(TrialState.FAIL,)) if counts.failed else []
     return SweepResult(plan=plan, counts=counts, workers=n, wall_s=time.perf_counter() - t0,
-                       worker_exit_codes=tuple(codes))
+                       worker_exit_codes=tuple(codes), user_error=user_code_error(failed))
 
 
 def _supervise(study: SweepStudy, procs: list[Any], bar: StudyBar, *, grace_period: int,
