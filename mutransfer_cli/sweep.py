@@ -43,7 +43,7 @@ from sweeps.holdout import FRESH_SEEDS, check_holdout, holdout_summary, run_hold
 from sweeps.results import best_config, format_status, results_table, status, write_table
 from sweeps.runners import DEFAULT_RUNNER
 from sweeps.spec import load_spec, spec_from_dict
-from sweeps.storage import Storage
+from sweeps.storage import Storage, storage_refusal
 from sweeps.study import prepare, run_sweep
 from sweeps.worker import open_study, serve
 
@@ -394,6 +394,16 @@ def _print_status(st: dict[str, Any], as_json: bool) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except Exception as exc:
+        why = storage_refusal(exc)  # a read-only storage: one line, not three tracebacks
+        if why is None:
+            raise
+        raise ValueError(why) from None
+
+
+def _run(args: argparse.Namespace) -> int:
     cmd = args.sweep_cmd
     if cmd in RUN_KINDS:
         with tracking(args.track, args.out):  # the workers this process starts inherit it
