@@ -15,6 +15,7 @@ its stdout (which the user's code may print to).
 from __future__ import annotations
 
 import json
+import math
 import os
 import pickle
 import select
@@ -33,10 +34,32 @@ _CHILD = "from mutransfer.contain import _child_main; _child_main()"
 BUILD_TIMEOUT_ENV = "MUTRANSFER_BUILD_TIMEOUT"
 
 
+#: The longest build timeout taken (a week): past it a hang is a hang.
+MAX_BUILD_TIMEOUT = 7 * 86400.0
+
+
+def build_timeout() -> float | None:
+    """Seconds of :data:`BUILD_TIMEOUT_ENV` (None when unset or empty): a positive number
+    up to :data:`MAX_BUILD_TIMEOUT`; anything else (0, -1, nan, abc) is a ValueError naming
+    the variable, never a builder blamed for a timeout it could not meet."""
+    text = os.environ.get(BUILD_TIMEOUT_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (math.isfinite(value) and 0 < value <= MAX_BUILD_TIMEOUT):
+        raise ValueError(f"${BUILD_TIMEOUT_ENV}={text!r} must be a positive number of seconds, at most "
+                         f"{MAX_BUILD_TIMEOUT:g} (a week)")
+    return value
+
+
 class UserCodeError(ValueError):
-    """The user's code (a model builder, an entry point) failed: it raised, exited, hung or
-    returned the wrong thing. A ValueError (one line, exit 2 in the CLI); its own type so a
-    sweep can tell it from a trial's own failure: it fails every trial the same way, so the
+    """The user's code or setup failed: a model builder (or entry point) raised, exited,
+    hung or returned the wrong thing, or a tracker (``--track``, ``$MUTRANSFER_TRACK``)
+    could not start. A ValueError (one line, exit 2 in the CLI); its own type so a sweep
+    can tell it from a trial's own failure: it fails every trial the same way, so the
     worker stops and the verb names it instead of counting failed trials."""
 
 

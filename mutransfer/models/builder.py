@@ -11,14 +11,13 @@ Each failure of the user's code is a ValueError naming ``module:function``.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 import torch.nn as nn
 
-from mutransfer.contain import BUILD_TIMEOUT_ENV, UserCodeError, run_child
+from mutransfer.contain import BUILD_TIMEOUT_ENV, UserCodeError, build_timeout, run_child
 from mutransfer.entry import load_entry
 
 __all__ = ["call_builder", "check_builder", "contain_builder", "load_builder", "logits_of"]
@@ -98,11 +97,11 @@ _CHECKED: set[tuple[str, int | None, int | None]] = set()
 def contain_builder(spec: str, width: int | None = None, depth: int | None = None) -> None:
     """When :data:`BUILD_TIMEOUT_ENV` is set (the CLI sets it): :func:`check_builder`, once
     per process for the import and once for the first build of ``spec``. Else nothing."""
-    timeout = os.environ.get(BUILD_TIMEOUT_ENV)
+    timeout = build_timeout()
     key = (spec, None, None) if width is None else (spec, -1, -1)
-    if not timeout or key in _CHECKED:
+    if timeout is None or key in _CHECKED:
         return
-    check_builder(spec, width, depth, timeout=float(timeout))
+    check_builder(spec, width, depth, timeout=timeout)
     _CHECKED.add(key)
 
 

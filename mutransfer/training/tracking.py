@@ -33,7 +33,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from mutransfer.redact import redact, redact_argv
+from mutransfer.contain import UserCodeError
+from mutransfer.redact import redact, redact_argv, redact_text
 
 #: The tracking target of this process and the workers it starts (:meth:`TrackSpec.to_env`).
 TRACK_ENV = "MUTRANSFER_TRACK"
@@ -63,10 +64,10 @@ class TrackSpec:
         try:
             d = json.loads(text)
             spec = cls(kind=d["kind"], target=str(d["target"]), dir=d.get("dir"))
-        except (ValueError, KeyError, TypeError):
-            raise ValueError(f"${TRACK_ENV}={text!r} is not a tracking target (set by --track)") from None
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise UserCodeError(f"${TRACK_ENV}={text!r} is not a tracking target (set by --track)") from None
         if spec.kind not in _PACKAGES:
-            raise ValueError(f"${TRACK_ENV}: unknown tracker {spec.kind!r}")
+            raise UserCodeError(f"${TRACK_ENV}={text!r}: unknown tracker {spec.kind!r}")
         return spec
 
 
@@ -316,5 +317,12 @@ def tracked(callback: Any, spec: TrackSpec | None, name: str, config: Mapping[st
     or ``(callback, None)`` when ``spec`` is None."""
     if spec is None:
         return callback, None
-    cb = TrackingCallback(open_run(spec, name, config, trial=trial), callback)
+    try:
+        run = open_run(spec, name, config, trial=trial)
+    except Exception as exc:  # a broken install, a bad folder: every run would fail alike
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise UserCodeError(f"--track {spec.kind}: the tracker could not start a run ({type(exc).__name__}"
+                            f"{': ' + redact_text(first) if first else ''}); fix it, or run without --track"
+                            ) from None
+    cb = TrackingCallback(run, callback)
     return cb, cb

@@ -132,6 +132,16 @@ def test_a_builder_failing_in_a_hand_started_worker_is_named_and_exit_2(user_dir
     assert err.strip().splitlines()[0] == "failed 1"  # it stopped at its first trial
 
 
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "abc", "inf", "1e300"])
+def test_a_bad_build_timeout_is_named_not_the_builder(value, user_dir, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("MUTRANSFER_BUILD_TIMEOUT", value)
+    rc = mutransfer_cli.main([*VERBS["train"], "--model", "ents:raises", "--out", str(user_dir / "out")])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"$MUTRANSFER_BUILD_TIMEOUT={value!r} must be a positive number of seconds" in err
+    assert "ents:raises" not in err
+
+
 def test_the_build_timeout_is_only_set_while_a_verb_runs(user_dir, capsys) -> None:
     os.environ.pop("MUTRANSFER_BUILD_TIMEOUT", None)
     assert mutransfer_cli.main(["memory", "--params", "1e6"]) == 0

@@ -264,3 +264,35 @@ def test_a_password_in_the_storage_url_on_the_command_line_is_in_no_file_the_run
     kinds = {"wandb": ".wandb", "tensorboard": "events.out.tfevents"}
     assert sum(kinds[track] in p.name for p in written) == len(runs) - (track == "wandb")
     assert _files_holding(tmp_path, PLANTED) == []
+
+
+def _lr_sweep(tmp_path: Path, *extra: str, env: dict[str, str] | None = None
+              ) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if k not in (TRACK_ENV, "MUTRANSFER_STORAGE")}
+    base.update({"PYTHONPATH": str(ROOT), "WANDB_MODE": "offline", **(env or {})})
+    argv = ["sweep", "lr", "--preset", "gpt-tiny", "--widths", "32", "-p", "mup", "--lrs", "0.01,0.02",
+            "--steps", "2", "--batch-size", "2", "--set", "eval_sequences=4", "--device", "cpu",
+            "--max-extend", "0", "--out", str(tmp_path / "o"), "--quiet", *extra]
+    return subprocess.run([sys.executable, "-m", "mutransfer_cli", *argv], capture_output=True, text=True,
+                          env=base, cwd=tmp_path, timeout=300)
+
+
+@pytest.mark.parametrize("value", ["{not json", '{"kind": "mlflow", "target": "x"}', "[1, 2]"])
+def test_a_malformed_track_variable_is_one_line_naming_it_before_any_trial(tmp_path, value) -> None:
+    p = _lr_sweep(tmp_path, "--workers", "1", env={TRACK_ENV: value})
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert f"${TRACK_ENV}=" in p.stderr
+    assert not (tmp_path / "o" / "optuna.journal").exists()  # no trial ran
+
+
+def test_a_broken_tracker_package_is_one_line_and_the_sweep_stops(tmp_path) -> None:
+    # an install whose import fails: every trial would fail alike
+    fake = tmp_path / "site" / "wandb"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise RuntimeError('broken wandb install')\n")
+    p = _lr_sweep(tmp_path, "--workers", "1", "--track", "wandb",
+                  env={"PYTHONPATH": f"{tmp_path / 'site'}{os.pathsep}{ROOT}"})
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert ("--track wandb: the tracker could not start a run (RuntimeError: broken wandb install)"
+            in p.stderr)
+    assert "1 trial(s) failed on it" in p.stderr  # the worker stopped at the first
