@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -317,6 +318,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_track_flag(la)
     la.add_argument("--out", default=".", help="where the script and the workers' logs go (default .)")
     la.add_argument("--dry-run", action="store_true", help="print the job script; submit nothing")
+    la.add_argument("--resubmit", action="store_true",
+                    help="submit another array of a study this --out submitted already (refused without it)")
     s = sub.add_parser("status", help="counts by state and the best trial per group",
                        description="counts by state and the best trial per group")
     _add_storage_flags(s, "journal file, output directory or URL (default: $MUTRANSFER_STORAGE, else .)")
@@ -566,9 +569,16 @@ def _launch(args: argparse.Namespace, storage: Any) -> int:
         return 0
     sbatch_path()  # before anything is written
     path = out / "slurm" / f"{slug(job.study)}.sbatch"  # a study name is no path
+    record = path.with_suffix(".submitted")
+    if record.is_file() and not args.resubmit:
+        # a second array of the same study doubles the workers and the cluster bill
+        raise ValueError(f"study {job.study!r} was submitted from here already "
+                         f"({record.read_text().strip()}; {record}); check it with squeue, or pass "
+                         "--resubmit to submit another array")
     Path(job.log_dir).mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, script)
     job_id = submit(path)
+    atomic_write_text(record, f"job {job_id}, {job.workers} workers, {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
     print(f"submitted job {job_id}: {job.workers} workers of study {job.study} ({path}); logs in "
           f"{job.log_dir}; follow with `mutransfer sweep status` on the same storage", file=sys.stderr)
     return 0

@@ -161,3 +161,34 @@ def test_launch_refuses_a_study_whose_name_holds_a_newline_in_one_line(tmp_path)
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
     assert "study name" in p.stderr
     assert _pwned(tmp_path) == []
+
+
+def test_a_second_launch_of_the_same_study_is_refused_unless_resubmit(tmp_path) -> None:
+    from sweeps.spec_kinds import LRSweep
+    from sweeps.study import prepare
+
+    journal = tmp_path / "optuna.journal"
+    prepare(LRSweep(widths=(32,), parametrizations=("mup",), lrs=(2.0**-7,)), f"journal:{journal}",
+            study_name="lr", runner=SYN)
+    # a stand-in for sbatch: records each submission, answers a job id as --parsable does
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "sbatch-calls"
+    (bin_dir / "sbatch").write_text(f"#!/bin/sh\necho \"$@\" >> {shlex.quote(str(calls))}\necho 4242\n")
+    (bin_dir / "sbatch").chmod(0o755)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("MUTRANSFER_STORAGE", None)
+    argv = [sys.executable, "-m", "mutransfer_cli", "sweep", "launch", "--slurm", "--storage", str(journal),
+            "--workers", "2", "--out", str(tmp_path)]
+
+    def launch(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*argv, *extra], capture_output=True, text=True, env=env, timeout=120)
+
+    p = launch()
+    assert p.returncode == 0 and "submitted job 4242" in p.stderr, p.stderr
+    assert (tmp_path / "slurm" / "lr.submitted").read_text().startswith("job 4242, 2 workers")
+    p = launch()
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "study 'lr' was submitted from here already (job 4242" in p.stderr and "--resubmit" in p.stderr
+    assert launch("--resubmit").returncode == 0
+    assert len(calls.read_text().splitlines()) == 2  # the refused launch submitted nothing
