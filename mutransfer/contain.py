@@ -34,6 +34,10 @@ _CHILD = "from mutransfer.contain import _child_main; _child_main()"
 BUILD_TIMEOUT_ENV = "MUTRANSFER_BUILD_TIMEOUT"
 
 
+#: What a child writes once it has imported our code, before it runs the user's.
+_READY = b"R"
+#: Seconds a child may take to import our code (torch) before the user's code starts.
+STARTUP_S = 120.0
 #: The longest build timeout taken (a week): past it a hang is a hang.
 MAX_BUILD_TIMEOUT = 7 * 86400.0
 
@@ -95,7 +99,10 @@ def run_child(func: Callable[[Mapping[str, Any]], Any], options: Mapping[str, An
         except BrokenPipeError:  # the child is gone already: its exit code says why
             pass
         data = bytearray()
-        deadline = time.monotonic() + timeout
+        # the clock of the user's code starts once the child has imported ours (torch can
+        # take longer than a short timeout on a busy machine: it is not the builder's hang)
+        deadline = time.monotonic() + max(timeout, STARTUP_S)
+        started = False
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -106,6 +113,9 @@ def run_child(func: Callable[[Mapping[str, Any]], Any], options: Mapping[str, An
             chunk = os.read(r, 1 << 16)
             if not chunk:
                 break
+            if not started:
+                started, chunk = True, chunk[len(_READY):]
+                deadline = time.monotonic() + timeout
             data += chunk
         if not data:
             try:
@@ -147,7 +157,9 @@ def _child_main() -> None:
     sys.path[:] = [p for p in sent["sys_path"] if isinstance(p, str)] + [
         p for p in sys.path if p not in sent["sys_path"]]
     module, _, name = target.partition(":")
-    answer = getattr(importlib.import_module(module), name)(options)
+    func = getattr(importlib.import_module(module), name)
+    os.write(fd, _READY)  # our imports are done: the user's code starts now
+    answer = func(options)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         json.dump(answer, fh, default=float)
     sys.stdout.flush()

@@ -305,6 +305,8 @@ def load_card(path: str | Path) -> dict[str, Any]:
     bytes, in milliseconds), YAML aliases that refer to themselves or expand too far, a key
     given twice in one mapping, an unknown section or a schema tag its body contradicts is
     refused before the document is walked."""
+    if not isinstance(path, (str, Path)):
+        raise TypeError(f"load_card takes the card's path (str or Path), got {type(path).__name__}")
     if Path(path).suffix == ".json":
         card = read_json(path, "transfer card", max_bytes=MAX_CARD_BYTES)
         check_items(path, "transfer card")  # json parses fast; the walk of a million values does not

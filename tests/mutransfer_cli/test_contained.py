@@ -38,6 +38,10 @@ def raises(width, depth):
 def slow(width):
     time.sleep(600)
 
+def quick(width, depth=None):
+    from mutransfer.models.gpt import GPT, GPTConfig
+    return GPT(GPTConfig(width=width, depth=depth or 1, head_dim=16, seq_len=64, vocab_size=256))
+
 def exits_in_worker(width, depth=None):
     # fine when the CLI first checks it (in a child), exits in the trials of a spawned
     # worker, or of one started with EXIT_IN_TRIAL=1: a builder that fails only where the
@@ -140,6 +144,18 @@ def test_a_bad_build_timeout_is_named_not_the_builder(value, user_dir, monkeypat
     assert rc == 2 and len(err.strip().splitlines()) == 1, err
     assert f"$MUTRANSFER_BUILD_TIMEOUT={value!r} must be a positive number of seconds" in err
     assert "ents:raises" not in err
+
+
+def test_the_build_timeout_counts_the_users_code_not_our_imports(user_dir, monkeypatch, capsys) -> None:
+    # the child's own start (python, torch: seconds on a busy machine) is not the builder's;
+    # a quick builder under a short timeout passes, a hanging one is still stopped
+    monkeypatch.setenv("MUTRANSFER_BUILD_TIMEOUT", "2")
+    rc = mutransfer_cli.main([*VERBS["train"], "--model", "ents:quick", "--out", str(user_dir / "q")])
+    assert rc == 0, capsys.readouterr().err
+    capsys.readouterr()
+    rc = mutransfer_cli.main([*VERBS["train"], "--model", "ents:hangs", "--out", str(user_dir / "h")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "'ents:hangs' did not finish building its model at width=32, depth=1 within 2 s" in err
 
 
 def test_the_build_timeout_is_only_set_while_a_verb_runs(user_dir, capsys) -> None:
