@@ -546,13 +546,15 @@ def storage_refusal(exc: BaseException) -> str | None:
     database user without write rights, a full disk), secrets masked; None for any other
     exception. Optuna wraps the driver's error in two more tracebacks; the driver's first
     line is the reason."""
+    if isinstance(exc, ValueError):  # ours, already one line (its context may be a driver's error)
+        return None
     kinds = tuple(t for t in (getattr(sys.modules.get("optuna.exceptions"), "StorageInternalError", None),
                               getattr(sys.modules.get("sqlalchemy.exc"), "DBAPIError", None)) if t)
     chain: list[BaseException] = []
     e: BaseException | None = exc
     while e is not None and e not in chain and len(chain) < 20:
         chain.append(e)
-        e = e.__cause__ or e.__context__
+        e = e.__cause__ if e.__cause__ is not None else (None if e.__suppress_context__ else e.__context__)
     if not kinds or not any(isinstance(x, kinds) for x in chain):
         return None
     root = chain[-1]
@@ -562,7 +564,7 @@ def storage_refusal(exc: BaseException) -> str | None:
     if "readonly" in first.replace("-", "").replace(" ", "").lower():
         return (f"the storage is read-only ({first}): a sweep records its trials there; make the file "
                 "and its folder writable, or copy it somewhere writable")
-    return f"the storage refused a write: {redact_text(first)}"
+    return f"the storage failed: {redact_text(first)}"
 
 
 def _pick_pg_driver(url: str) -> str:
