@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import sys
 import time
 from collections import Counter
@@ -30,7 +31,7 @@ from sweeps.runners import DEFAULT_RUNNER, Runner, load_runner
 from sweeps.spec import spec_from_dict
 from sweeps.spec_base import SweepSpec, point_key, trusted
 from sweeps.storage import Storage, study_names
-from sweeps.worker import SweepSettings, open_study, spawn_workers, work
+from sweeps.worker import SweepSettings, open_study, spawn_workers, user_code_error, work
 
 if TYPE_CHECKING:
     from sweeps.lifecycle import SweepStudy
@@ -115,6 +116,10 @@ def prepare(
     settings = SweepSettings(spec=spec, runner=runner, heartbeat_interval=heartbeat_interval,
                              grace_period=grace_period, max_retries=max_retries, fuse=fuse)
     name = study_name or spec.study_name()
+    if re.search(r"[\x00-\x1f\x7f]", name) or not name.strip():
+        # a job script, a log line and `ps` show it: one line, printable
+        raise ValueError(f"study name {name!r} must be printable text without newlines or control "
+                         "characters")
     # Create-or-join and enqueue under the storage's lock: a second launch started at the
     # same time waits, then finds every point alive and enqueues none (exactly once).
     with storage.lock(name):
@@ -163,6 +168,9 @@ class SweepResult:
     workers: int
     wall_s: float
     worker_exit_codes: tuple[int, ...] = ()
+    user_error: str | None = None
+    """A failure of the user's code (a model builder) recorded by a failed trial: it fails
+    every trial alike, so the workers stopped at it (:func:`sweeps.worker.user_code_error`)."""
 
     @property
     def complete(self) -> bool:
@@ -275,8 +283,11 @@ def run_sweep(
         bar.update(counts)
     finally:
         bar.close()
+    from optuna.trial import TrialState
+
+    failed = study.get_trials(deepcopy=False, states=(TrialState.FAIL,)) if counts.failed else []
     return SweepResult(plan=plan, counts=counts, workers=n, wall_s=time.perf_counter() - t0,
-                       worker_exit_codes=tuple(codes))
+                       worker_exit_codes=tuple(codes), user_error=user_code_error(failed))
 
 
 def _supervise(study: SweepStudy, procs: list[Any], bar: StudyBar, *, grace_period: int,

@@ -37,7 +37,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -153,6 +153,20 @@ def _has_complete_twin(study: SweepStudy, trial: optuna.Trial, spec: SweepSpec) 
 class WorkerReport:
     outcomes: Counter[str] = field(default_factory=Counter)
     swept: list[int] = field(default_factory=list)
+    user_error: str | None = None
+    """The failure of the user's code (a model builder) that stopped this worker, if any
+    (:func:`user_code_error`)."""
+
+
+def user_code_error(trials: Iterable[Any]) -> str | None:
+    """The first recorded failure of the user's code (:class:`mutransfer.contain.UserCodeError`)
+    among ``trials``: it fails every trial alike, so it is named, not counted."""
+    prefix = "UserCodeError: "
+    for t in trials:
+        err = str(t.user_attrs.get(attrs.ERROR) or "")
+        if err.startswith(prefix):
+            return err[len(prefix):].splitlines()[0] if err[len(prefix):] else "the user's code failed"
+    return None
 
 
 def work(
@@ -221,6 +235,9 @@ def work(
         done += len(todo)
         if on_trial is not None:
             on_trial()
+        rep.user_error = user_code_error(todo)
+        if rep.user_error is not None:  # every later trial would fail alike: stop here
+            break
     return rep
 
 
@@ -270,6 +287,9 @@ def serve(storage: Storage | str, study_name: str | None, *, worker_index: int =
             bar.close()
     print(", ".join(f"{k} {v}" for k, v in sorted(rep.outcomes.items())) or "no trial to run",
           file=sys.stderr)
+    if rep.user_error is not None:
+        print(f"worker {worker_index}: error: {rep.user_error}", file=sys.stderr)
+        return 2
     return 0
 
 
