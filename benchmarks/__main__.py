@@ -4,6 +4,8 @@
     python -m benchmarks fit_speed ...   # only these
     python -m benchmarks --summary-only  # rebuild SUMMARY.md from the JSON files
     python -m benchmarks gpu             # the GPU figures (not in the default CPU list)
+    python -m benchmarks gpu --dry-run   # every GPU part on CPU at a tiny size (< 60 s; CI runs it)
+    python -m benchmarks step_counts     # kernels, host syncs, FLOPs, bytes per step, counted on CPU
     python -m benchmarks umup_fidelity   # u-μP as a peer (needs the optional unit_scaling)
     python -m benchmarks card_regret     # the card at an 8x wider, 4x deeper target (3-4 CPU-hours)
     python -m benchmarks beta2_halflife  # beta2 by token half-life against 0.95 (~15 CPU minutes)
@@ -28,7 +30,7 @@ from mutransfer._io import atomic_write_text
 HERE = Path(__file__).parent
 RESULTS = HERE / "results"
 # Cheapest first, so a partial run still leaves useful numbers behind.
-BENCHMARKS = ["fit_speed", "trainer_throughput", "hf_vs_builtin", "sweep_overhead", "fused_sweep",
+BENCHMARKS = ["fit_speed", "step_counts", "trainer_throughput", "hf_vs_builtin", "sweep_overhead", "fused_sweep",
               "hf_architectures", "hf_vanishing", "transfer_fidelity", "depth_fidelity", "horizon_shift",
               "tuned_multipliers", "mup_vs_sp", "readout_ladder",
               "width_depth", "beta2_halflife"]
