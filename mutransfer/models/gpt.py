@@ -183,14 +183,31 @@ def rope_cache(seq_len: int, d_head: int, theta: float = 10000.0,
     return torch.stack([angles.cos(), angles.sin()], dim=-1)
 
 
+def rope_tables(cache_TD2: torch.Tensor, T: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """(cos, signed sin), each ``[T, D]`` in ``dtype``, from :func:`rope_cache`: cos_i and
+    (-sin_i, +sin_i) on the pair (2i, 2i+1), so that :func:`rope_rotate` is two products
+    and a sum. Built once per forward, not per layer."""
+    cos, sin = cache_TD2[:T, :, 0], cache_TD2[:T, :, 1]
+    return (cos.repeat_interleave(2, dim=-1).to(dtype),
+            torch.stack([-sin, sin], dim=-1).flatten(-2).to(dtype))
+
+
+def rope_rotate(x_TD: torch.Tensor, cos_TD: torch.Tensor, sin_TD: torch.Tensor) -> torch.Tensor:
+    """Rotate the pairs (2i, 2i+1) of ``x`` by :func:`rope_tables`' angles in ``x``'s own
+    dtype: x·cos + swap(x)·sin, swap exchanging each pair's two entries. Four kernels
+    forward (flip, mul, mul, add), where the fp32 round trip took eight; in fp32 it is the
+    same arithmetic as the pairwise formula, so the result is bit for bit equal."""
+    if cos_TD.dtype != x_TD.dtype:  # e.g. fp32 q after a QK-norm that autocast keeps in fp32
+        cos_TD, sin_TD = cos_TD.to(x_TD.dtype), sin_TD.to(x_TD.dtype)
+    swapped = x_TD.unflatten(-1, (-1, 2)).flip(-1).flatten(-2)
+    return x_TD * cos_TD + swapped * sin_TD
+
+
 def apply_rope(x_TD: torch.Tensor, cache_TD2: torch.Tensor) -> torch.Tensor:
     """Rotate the pairs (2i, 2i+1) by angle t·theta_i (Meta's Llama layout; HF's rotate_half
-    pairs (i, i + D/2) instead: the converter permutes q/k rows between the two)."""
-    T = x_TD.shape[-2]
-    x1, x2 = x_TD.float().unflatten(-1, (-1, 2)).unbind(-1)  # pairs (even, odd)
-    cos, sin = cache_TD2[:T, :, 0], cache_TD2[:T, :, 1]
-    out = torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)
-    return out.type_as(x_TD)
+    pairs (i, i + D/2) instead: the converter permutes q/k rows between the two), in
+    ``x``'s dtype (:func:`rope_rotate`)."""
+    return rope_rotate(x_TD, *rope_tables(cache_TD2, x_TD.shape[-2], x_TD.dtype))
 
 
 class CausalSelfAttention(nn.Module):
@@ -213,7 +230,8 @@ class CausalSelfAttention(nn.Module):
         self.track_max_logit = False
         self.max_logit: torch.Tensor | None = None
 
-    def forward(self, x_KBTC: torch.Tensor, rope_TD2: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, x_KBTC: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+        """``rope``: :func:`rope_tables` (cos, signed sin), or None for no rotation."""
         K, B, T, C = x_KBTC.shape
         H, G, D = self.n_head, self.n_kv_head, self.head_dim
 
@@ -223,8 +241,8 @@ class CausalSelfAttention(nn.Module):
         q, k, v = heads(self.c_q(x_KBTC), H), heads(self.c_k(x_KBTC), G), heads(self.c_v(x_KBTC), G)
         if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        if self.rope and rope_TD2 is not None:
-            q, k = apply_rope(q, rope_TD2), apply_rope(k, rope_TD2)
+        if self.rope and rope is not None:
+            q, k = rope_rotate(q, *rope), rope_rotate(k, *rope)
         # The softmax scale goes into q, so members with different scales share one SDPA
         # (a [K] scale would promote bf16 q to fp32: cast back, as q * float does).
         q = (q * member_scale(self.softmax_scale, q)).to(k.dtype)
@@ -263,9 +281,9 @@ class Block(nn.Module):
         self.ln_2 = RMSNorm(cfg.width, trainable=not cfg.freeze_norm_gains, eps=cfg.norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x_KBTC: torch.Tensor, rope_TD2: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, x_KBTC: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
         # attn and mlp are the residual branches; CompleteP's L^-alpha hooks onto them.
-        x_KBTC = x_KBTC + self.attn(self.ln_1(x_KBTC), rope_TD2)
+        x_KBTC = x_KBTC + self.attn(self.ln_1(x_KBTC), rope)
         return x_KBTC + self.mlp(self.ln_2(x_KBTC))
 
 
@@ -337,7 +355,13 @@ class GPT(nn.Module):
         if self.wpe is not None:
             pos_KT = torch.arange(T, device=idx.device).expand(K, T)
             x = x + self.wpe(pos_KT).unsqueeze(1)
-        rope = self.rope if self.rope.numel() else None
+        rope = None
+        if self.rope.numel():
+            dev = idx.device.type
+            # q and k come out of the projections in autocast's dtype: rotate them in it
+            dtype = (torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev)
+                     else self.blocks[0].attn.c_q.weight.dtype) if self.blocks else x.dtype
+            rope = rope_tables(self.rope, T, dtype)
         for block in self.blocks:
             x = block(x, rope)
         logits = self.lm_head(self.ln_f(x)).float()  # fp32 logits: softmax stability in bf16
