@@ -42,9 +42,9 @@ TARGETS = {"host_syncs_plain": 0, "kernels_plain_max": 1300, "ratio_nonmatmul_by
 def _config(preset: str, batch: int, **kw: Any) -> Any:
     from mutransfer.training.config import TrainConfig
 
-    return TrainConfig.from_flat(dict(preset=preset, batch_size=batch, steps=1000, lr=1e-3, device="cpu",
-                                      dtype="bf16", eval_every=0, max_logit_every=10,
-                                      data_max_bytes=300_000, **kw))
+    flat = dict(preset=preset, batch_size=batch, steps=1000, lr=1e-3, device="cpu", dtype="bf16", eval_every=0,
+                max_logit_every=10, data_max_bytes=300_000)
+    return TrainConfig.from_flat({**flat, **kw})
 
 
 def per_step(run: Any, steps: Any, counter: Any) -> list[dict[str, Any]]:
