@@ -134,14 +134,23 @@ class Linear(nn.Linear):
     one batched matmul for all members. With a 2-D weight it is ``nn.Linear``."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        w = self.weight
-        if w.dim() == 2:
-            return F.linear(x, w, self.bias)
-        K = w.shape[0]
-        x_KNI, w_KIO = x.reshape(K, -1, x.shape[-1]), w.transpose(1, 2)
-        b_K1O = None if self.bias is None else self.bias.unsqueeze(1)
-        y = torch.bmm(x_KNI, w_KIO) if b_K1O is None else torch.baddbmm(b_K1O, x_KNI, w_KIO)
-        return y.view(*x.shape[:-1], w.shape[1])
+        return linear(x, self.weight, self.bias)
+
+
+def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    """:class:`Linear`'s product: ``F.linear`` for a 2-D weight, one batched matmul for a
+    stacked ``[K, out, in]`` one."""
+    if w.dim() == 2:
+        return F.linear(x, w, b)
+    K = w.shape[0]
+    x_KNI, w_KIO = x.reshape(K, -1, x.shape[-1]), w.transpose(1, 2)
+    b_K1O = None if b is None else b.unsqueeze(1)
+    y = torch.bmm(x_KNI, w_KIO) if b_K1O is None else torch.baddbmm(b_K1O, x_KNI, w_KIO)
+    return y.view(*x.shape[:-1], w.shape[1])
+
+
+def _hooked(*modules: nn.Module) -> bool:
+    return any(m._forward_hooks or m._forward_pre_hooks for m in modules)
 
 
 class Embedding(nn.Embedding):
@@ -238,14 +247,26 @@ class CausalSelfAttention(nn.Module):
         def heads(y_KBTX: torch.Tensor, n: int) -> torch.Tensor:
             return y_KBTX.view(K, B, T, n, D).transpose(2, 3)  # K B n T D
 
-        q, k, v = heads(self.c_q(x_KBTC), H), heads(self.c_k(x_KBTC), G), heads(self.c_v(x_KBTC), G)
+        lin = (self.c_q, self.c_k, self.c_v)
+        if _hooked(*lin):  # a multiplier on one of them: each its own module call
+            q, k, v = (y(x_KBTC) for y in lin)
+        else:  # one matmul (one cast of x under autocast, one gradient for it) for all three
+            w = torch.cat([m.weight for m in lin], dim=-2)
+            b = None if self.c_q.bias is None else torch.cat([m.bias for m in lin], dim=-1)
+            q, k, v = linear(x_KBTC, w, b).split([H * D, G * D, G * D], dim=-1)
+        q, k, v = heads(q, H), heads(k, G), heads(v, G)
         if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        if self.rope and rope is not None:
-            q, k = rope_rotate(q, *rope), rope_rotate(k, *rope)
         # The softmax scale goes into q, so members with different scales share one SDPA
-        # (a [K] scale would promote bf16 q to fp32: cast back, as q * float does).
-        q = (q * member_scale(self.softmax_scale, q)).to(k.dtype)
+        # (a [K] scale would promote bf16 q to fp32: cast back, as q * float does). With
+        # RoPE it rides on q's rotation tables: no pass of its own (exact for the usual
+        # power-of-two scales 1/d_head and 1/sqrt(d_head)).
+        scale = member_scale(self.softmax_scale, q)
+        if self.rope and rope is not None:
+            cos, sin = rope
+            q, k = rope_rotate(q, cos * scale, sin * scale).to(k.dtype), rope_rotate(k, cos, sin)
+        else:
+            q = (q * scale).to(k.dtype)
         if self.track_max_logit:
             with torch.no_grad():  # per member and head, max over batch and positions
                 # GQA: key head g serves query heads g·H/G .. (g+1)·H/G - 1, as SDPA's enable_gqa

@@ -36,20 +36,45 @@ def test_bf16_rotation_is_within_bf16_rounding_and_stays_bf16() -> None:
     assert (new.float() - ref).abs().max() <= 4 * 2**-8 * ref.abs().max()
 
 
-def test_model_fp32_forward_and_grads_equal_the_old_formula(monkeypatch) -> None:
+def old_attention_forward(self, x_KBTC, rope):
+    """The attention forward as it was (three projections, fp32 RoPE, q times the scale)."""
+    import torch.nn.functional as F
+
+    from mutransfer.models.gpt import member_scale
+
+    K, B, T, C = x_KBTC.shape
+    H, G, D = self.n_head, self.n_kv_head, self.head_dim
+
+    def heads(y, n):
+        return y.view(K, B, T, n, D).transpose(2, 3)
+
+    q, k, v = heads(self.c_q(x_KBTC), H), heads(self.c_k(x_KBTC), G), heads(self.c_v(x_KBTC), G)
+    if self.rope and rope is not None:
+        q, k = old_apply_rope(q, rope), old_apply_rope(k, rope)
+    q = (q * member_scale(self.softmax_scale, q)).to(k.dtype)
+    y = F.scaled_dot_product_attention(q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1),
+                                       is_causal=True, scale=1.0, enable_gqa=G < H)
+    return self.c_proj(y.view(K, B, H, T, D).transpose(2, 3).reshape(K, B, T, C))
+
+
+def test_model_fp32_forward_and_grads_match_the_old_attention(monkeypatch) -> None:
+    import mutransfer.models.gpt as gpt
+
     cfg = GPTConfig(width=32, depth=2, head_dim=8, seq_len=16, q_per_kv=2, mlp="swiglu")
     torch.manual_seed(0)
     model = GPT(cfg)
+    for blk in model.blocks:
+        blk.attn.softmax_scale = 1 / 8  # muP's 1/d_head: a power of two, so exact on the tables
     idx = torch.randint(0, 256, (2, 16))
     logits, loss = model(idx, idx)
     loss.backward()
     grads = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()
-    import mutransfer.models.gpt as gpt
-
-    monkeypatch.setattr(gpt, "rope_tables", lambda cache, T, dtype: (cache,))
-    monkeypatch.setattr(gpt, "rope_rotate", lambda x, cache: old_apply_rope(x, cache))
+    monkeypatch.setattr(gpt, "rope_tables", lambda cache, T, dtype: cache)
+    monkeypatch.setattr(gpt.CausalSelfAttention, "forward", old_attention_forward)
     logits_old, loss_old = model(idx, idx)
     loss_old.backward()
-    assert torch.equal(logits, logits_old)
-    assert all(torch.equal(a, p.grad) for a, p in zip(grads, model.parameters()))
+    # one q/k/v matmul sums its input gradient in another order than three: float rounding
+    torch.testing.assert_close(logits, logits_old, rtol=1e-5, atol=1e-6)
+    for a, p in zip(grads, model.parameters()):
+        torch.testing.assert_close(a, p.grad, rtol=1e-4, atol=1e-6)
