@@ -18,6 +18,13 @@ that runs below autograd, forward and backward alike, passes through it).
 - **non-matmul bytes**: for every kernel without a FLOP formula, the bytes of its tensor
   inputs plus its tensor outputs (each read and each write once): what an eager,
   memory-bound elementwise or reduction kernel moves through HBM.
+
+``cuda_like=True`` counts what a CUDA build dispatches where the CPU build decomposes:
+``F.rms_norm`` is ``aten::_fused_rms_norm`` forward and ``_fused_rms_norm_backward``
+backward on CUDA (one kernel each; ``native_functions.yaml``), the CPU build runs it as 6
+kernels forward and 15 backward. It is counted as one kernel each way with the bytes of
+those kernels' inputs and outputs (x, weight, out, the fp32 1/rms per row; backward also
+the gradients); the values are the composite's, bit for bit.
 """
 
 from __future__ import annotations
@@ -66,9 +73,11 @@ class StepCounter(TorchDispatchMode):
     reads are not device syncs). Counts accumulate until :meth:`reset`.
     """
 
-    def __init__(self, host: Callable[[torch.Tensor], bool] | None = None) -> None:
+    def __init__(self, host: Callable[[torch.Tensor], bool] | None = None, *, cuda_like: bool = False) -> None:
         super().__init__()
         self.host = host or (lambda t: False)
+        self.cuda_like = cuda_like
+        self.muted = False
         self.reset()
 
     def reset(self) -> None:
@@ -93,6 +102,8 @@ class StepCounter(TorchDispatchMode):
                            kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
+        if self.muted:
+            return out
         self.ops += 1
         if func is _aten._local_scalar_dense.default:
             if not self.host(args[0]):
@@ -126,12 +137,64 @@ class StepCounter(TorchDispatchMode):
 
         for name in saved:
             setattr(torch.Tensor, name, wrap(name))
+        rms_norm = torch.nn.functional.rms_norm
+        if self.cuda_like:
+            torch.nn.functional.rms_norm = self._fused_rms_norm(rms_norm)  # type: ignore[assignment]
         try:
             with self:
                 yield self
         finally:
             for name, fn in saved.items():
                 setattr(torch.Tensor, name, fn)
+            torch.nn.functional.rms_norm = rms_norm  # type: ignore[assignment]
+
+    def kernel(self, name: str, nbytes: int) -> None:
+        """Count one kernel of ``nbytes`` that this build does not dispatch as one."""
+        self.ops += 1
+        self.kernels += 1
+        self.by_op[name] += 1
+        self.nonmatmul_bytes += nbytes
+
+    def _fused_rms_norm(self, composite: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+        counter = self
+
+        class FusedRMSNorm(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx: Any, x: torch.Tensor, shape: Any, w: torch.Tensor | None, eps: float | None) -> Any:
+                counter.muted = True
+                try:
+                    with torch.enable_grad():
+                        xd = x.detach().requires_grad_(x.requires_grad)
+                        wd = None if w is None else w.detach().requires_grad_(w.requires_grad)
+                        y = composite(xd, shape, wd, eps)
+                finally:
+                    counter.muted = False
+                ctx.graph = (xd, wd, y)
+                rows = x.numel() // max(1, x.shape[-1])
+                counter.kernel("_fused_rms_norm", _bytes((x, w, y)) + 4 * rows)
+                return y.detach()
+
+            @staticmethod
+            def backward(ctx: Any, g: torch.Tensor) -> Any:
+                xd, wd, y = ctx.graph
+                ins = [t for t in (xd, wd) if t is not None and t.requires_grad]
+                counter.muted = True
+                try:
+                    grads = torch.autograd.grad(y, ins, g) if ins else ()
+                finally:
+                    counter.muted = False
+                rows = xd.numel() // max(1, xd.shape[-1])
+                counter.kernel("_fused_rms_norm_backward", _bytes((g, xd, wd, grads)) + 4 * rows)
+                it = iter(grads)
+                gx = next(it) if xd.requires_grad else None
+                gw = next(it) if wd is not None and wd.requires_grad else None
+                return gx, None, gw, None
+
+        def rms_norm(x: torch.Tensor, shape: Any, weight: torch.Tensor | None = None,
+                     eps: float | None = None) -> torch.Tensor:
+            return FusedRMSNorm.apply(x, shape, weight, eps)
+
+        return rms_norm
 
 
 def optimizer_host_tensors(optimizers: Any) -> Callable[[torch.Tensor], bool]:

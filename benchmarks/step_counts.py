@@ -11,7 +11,9 @@ a logging step's host read, counts to that step):
 - ``fused_k16``: host syncs per step of a fused group of 16 members (gpt-tiny's shape: a
   sync count does not depend on the width), on plain and logging steps.
 
-Kernel and sync counts do not depend on the batch; FLOPs and bytes are linear in it, so
+Counted as a CUDA build dispatches (``StepCounter(cuda_like=True)``: ``F.rms_norm`` is
+one fused kernel each way there, 6 + 15 on this CPU build); ``*_cpu_dispatch`` figures
+count one plain step as the CPU build runs it. Kernel and sync counts do not depend on the batch; FLOPs and bytes are linear in it, so
 they are counted at batch 1 and 2 and given at batch 16 as f(1) + 15·(f(2) - f(1)).
 
     python -m benchmarks step_counts                       # label "after"
@@ -74,15 +76,19 @@ def per_step(run: Any, steps: Any, counter: Any) -> list[dict[str, Any]]:
     return out
 
 
-def trainer_steps(batch: int, n: int = 10) -> list[dict[str, Any]]:
-    """Counts of steps 1..n of a gpt-40m bf16 Trainer (step 0 runs first, uncounted)."""
+def trainer_steps(batch: int, n: int = 10) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Counts of steps 1..n of a gpt-40m bf16 Trainer (step 0 runs first, uncounted), as
+    CUDA dispatches them (``cuda_like``), and of step n+1 (a plain one) as this CPU build
+    dispatches them."""
     from benchmarks._counting import StepCounter, optimizer_host_tensors
     from mutransfer.training.trainer import Trainer
 
     trainer = Trainer(_config("gpt-40m", batch))
     trainer.run_until(1)
-    counter = StepCounter(host=optimizer_host_tensors(trainer.opt))
-    return per_step(lambda: trainer.run_until(1 + n), trainer, counter)
+    host = optimizer_host_tensors(trainer.opt)
+    steps = per_step(lambda: trainer.run_until(1 + n), trainer, StepCounter(host=host, cuda_like=True))
+    raw = per_step(lambda: trainer.run_until(2 + n), trainer, StepCounter(host=host))[0]
+    return steps, raw
 
 
 def fused_steps(k: int = 16, n: int = 10) -> list[dict[str, Any]]:
@@ -112,7 +118,7 @@ def _kind(step: int, every: int = 10) -> str:
 
 def measure() -> dict[str, Any]:
     t0 = time.perf_counter()
-    b1, b2 = trainer_steps(1), trainer_steps(2, n=2)
+    (b1, raw1), (b2, raw2) = trainer_steps(1), trainer_steps(2, n=2)
     by_kind: dict[str, list[dict[str, Any]]] = {}
     for i, rec in enumerate(b1, start=1):
         by_kind.setdefault(_kind(i), []).append(rec)
@@ -130,11 +136,14 @@ def measure() -> dict[str, Any]:
         "kernels_max_logit": by_kind["max_logit"][0]["kernels"],
         f"matmul_flops_b{BATCH}": at_batch("matmul_flops"),
         f"nonmatmul_bytes_b{BATCH}": at_batch("nonmatmul_bytes"),
+        "kernels_plain_cpu_dispatch": raw1["kernels"],
+        f"nonmatmul_bytes_b{BATCH}_cpu_dispatch": int(raw1["nonmatmul_bytes"]
+                                                      + (BATCH - 1) * (raw2["nonmatmul_bytes"] - raw1["nonmatmul_bytes"])),
         "sync_sites_plain": by_kind["plain"][0]["sync_sites"],
         "sync_sites_logging": by_kind["logging"][0]["sync_sites"],
         "sync_sites_max_logit": by_kind["max_logit"][0]["sync_sites"],
     }
-    fused = fused_steps()
+    fused = fused_steps()  # syncs only: rms_norm's dispatch does not change them
     fk = {"plain": [], "logging": [], "max_logit": []}  # type: dict[str, list[int]]
     for i, rec in enumerate(fused, start=1):
         fk[_kind(i)].append(rec["host_syncs"])
@@ -171,6 +180,8 @@ def run(label: str = "after", out: Path = RESULTS) -> dict[str, Any]:
             "ratio_kernels_plain": round(a["kernels_plain"] / b["kernels_plain"], 4),
             "host_syncs_plain": f"{b['host_syncs_plain']} -> {a['host_syncs_plain']}",
             "kernels_plain": f"{b['kernels_plain']} -> {a['kernels_plain']}",
+            "kernels_plain_cpu_dispatch": f"{b['kernels_plain_cpu_dispatch']} -> {a['kernels_plain_cpu_dispatch']}",
+            "ratio_nonmatmul_bytes_cpu_dispatch": round(a[key + "_cpu_dispatch"] / b[key + "_cpu_dispatch"], 4),
             "fused_k16_syncs_plain": f"{b['fused_k16_syncs_plain']} -> {a['fused_k16_syncs_plain']}",
             "fused_k16_syncs_logging": f"{b['fused_k16_syncs_logging']} -> {a['fused_k16_syncs_logging']}",
         }
