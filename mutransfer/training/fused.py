@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -484,6 +485,7 @@ def train_fused(
     k: int | None = None,
     callback: FusedCallback | Sequence[Callback | None] | None = None,
     data: TokenDataset | None = None,
+    events: list[dict[str, Any]] | None = None,
 ) -> list[TrainResult]:
     """Train ``configs`` as fused groups of up to ``k`` members; one TrainResult each,
     in the order given, equal (to float tolerance on CPU) to ``train(cfg)`` per config.
@@ -500,6 +502,9 @@ def train_fused(
             signature ``fn(step, metrics)``. Called after every evaluation with the
             metrics :func:`mutransfer.training.train.train` passes; True prunes that member only.
         data: an open dataset to use instead of loading ``configs[0].data``.
+        events: a list to append what happened to: ``{"event": "out_of_memory", "k",
+            "retry_k", "first_member"}`` when a group ran out of memory and its members
+            were retried in groups of half the size (a group of one re-raises).
 
     The fusion idea is HFTA (Wang et al., MLSys 2021); see the module docstring for what
     is exact and what is not supported.
@@ -508,11 +513,31 @@ def train_fused(
     configs = list(configs)
     check_fusible(configs)
     callbacks = member_callbacks(callback, len(configs))
-    kk = k if k is not None else choose_k(configs[0])
     data = data if data is not None else open_data(configs[0])
+    kk = k if k is not None else choose_k(configs[0], vocab_size=data.vocab_size)
     results: list[TrainResult] = []
-    for start in range(0, len(configs), kk):
+    start = 0
+    while start < len(configs):
         chunk = configs[start:start + kk]
-        group = FusedGroup(chunk, callbacks=callbacks[start:start + kk], data=data)
-        results.extend(group.run())
+        group: FusedGroup | None = None
+        try:
+            group = FusedGroup(chunk, callbacks=callbacks[start:start + kk], data=data)
+            results.extend(group.run())
+        except torch.OutOfMemoryError:
+            if kk == 1:
+                raise
+            # The whole group starts over at half the size: its members' runs are pure
+            # functions of their configs, so nothing of the failed attempt is kept.
+            event = {"event": "out_of_memory", "k": kk, "retry_k": kk // 2, "first_member": start}
+            warnings.warn(f"fused group of {kk} ran out of memory; retrying its members in groups of {kk // 2}",
+                          RuntimeWarning, stacklevel=2)
+            if events is not None:
+                events.append(event)
+            kk //= 2
+        else:
+            start += len(chunk)
+        finally:
+            group = None
+            if configs[0].run.device != "cpu" and torch.cuda.is_available():
+                torch.cuda.empty_cache()  # the next group sees the memory this one freed
     return results
