@@ -184,6 +184,8 @@ class Trainer:
         self.ddp_model = model
         self.model = torch.compile(model) if cfg.run.compile else model
         self.attn = attention_modules(self.raw_model)
+        self._measure_always = bool(cfg.run.compile and self.attn and (
+            cfg.optim.qk_clip or cfg.run.max_logit_every > 0))
         self.schedule: Schedule = make_schedule(cfg.schedule_config())
         self.total_steps = cfg.run.steps
 
@@ -262,8 +264,14 @@ class Trainer:
         n = cfg.run.grad_accum
         dstep = step + self.data_offset
         track = self._track(step)
+        # Compiled, a flag that changes from step to step is a guard: two graphs per model
+        # (four with a second parametrization...), and past dynamo's recompile limit a
+        # sweep worker's later trials run eager. So under compile the max logit is
+        # measured on every step (one extra score matmul per layer) and read on the
+        # tracked ones only.
+        measure = track or self._measure_always
         for _, m in self.attn:
-            m.track_max_logit = track
+            m.track_max_logit = measure
         max_logits: dict[str, torch.Tensor] = {}
         losses = []
         g_small = None
