@@ -89,6 +89,11 @@ def write_summary() -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["gpu"]:  # the device probe has flags of its own (--dry-run, --out, ...)
+        from benchmarks.gpu import main as gpu_main
+
+        return gpu_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
     parser.add_argument("names", nargs="*",
                         help=f"benchmarks to run (default: all of {BENCHMARKS}; also {EXTRA})")
