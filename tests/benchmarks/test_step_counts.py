@@ -8,7 +8,7 @@ import torch
 
 from benchmarks._counting import StepCounter, optimizer_host_tensors
 from benchmarks.step_counts import _config, fused_steps, per_step
-from mutransfer.models.gpt import apply_rope, rope_cache
+from mutransfer.models.rope import apply_rope, rope_cache
 from mutransfer.training.trainer import Trainer
 
 

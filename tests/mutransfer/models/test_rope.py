@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from mutransfer.models.gpt import GPT, GPTConfig, apply_rope, rope_cache, rope_rotate, rope_tables
+from mutransfer.models.gpt import GPT, GPTConfig
+from mutransfer.models.rope import apply_rope, rope_cache, rope_rotate, rope_tables
 
 
 def old_apply_rope(x: torch.Tensor, cache: torch.Tensor) -> torch.Tensor:
