@@ -28,7 +28,10 @@ forward and backward:
   each member runs the unfused per-step decision (:meth:`Trainer.decide`: divergence,
   spike policy, grad-norm clipping with its own norm, GNS), its own ``torch.optim``
   optimizer on those views, and QK-clip (:func:`mutransfer.training.optim.qk_clip`). Only Muon's
-  Newton–Schulz is batched over the members (:func:`mutransfer.training.optim.muon_step_batched`);
+  Newton–Schulz is batched over the members (:func:`mutransfer.training.optim.muon_step_batched`).
+  When every member defers its host reads (:meth:`Trainer.deferred`), each clips and steps
+  at once and the group reads all members' numbers in one transfer per logging step
+  (:meth:`FusedGroup.flush`), where each member's decision then runs in step order;
 - a member that diverges or is pruned leaves the stack (its rows are dropped from every
   tensor), so it costs nothing afterwards and its result is what the unfused run reports.
 
