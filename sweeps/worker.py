@@ -320,6 +320,17 @@ def die_with_parent() -> None:
         raise SystemExit(1)
 
 
+def worker_pin(k: int, device: str, gpus: Sequence[str] | None) -> dict[str, str]:
+    """Environment that places worker ``k``: on CPU one thread (one worker per core measured
+    faster than one multi-threaded worker); on CUDA GPU ``k mod #GPUs`` alone, so every
+    CUDA spelling of the trials' device (``cuda``, ``cuda:0``) is that worker's own GPU."""
+    if device == "cpu":
+        return {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    if device.startswith("cuda") and gpus:
+        return {"CUDA_VISIBLE_DEVICES": str(gpus[k % len(gpus)])}
+    return {}
+
+
 def spawn_workers(
     storage: Storage | str,
     study_name: str,
@@ -346,11 +357,11 @@ def spawn_workers(
         env.update(where)
         env[PARENT_ENV] = str(os.getpid())
         env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "") if env.get("PYTHONPATH") else root
-        if device == "cpu":
-            env.setdefault("OMP_NUM_THREADS", "1")
-            env.setdefault("MKL_NUM_THREADS", "1")
-        elif device.startswith("cuda") and gpus:
-            env["CUDA_VISIBLE_DEVICES"] = str(gpus[k % len(gpus)])
+        for key, value in worker_pin(k, device, gpus).items():
+            if device == "cpu":  # a thread count the caller set stays
+                env.setdefault(key, value)
+            else:
+                env[key] = value
         out: Any = subprocess.DEVNULL
         if log_dir is not None:
             Path(log_dir).mkdir(parents=True, exist_ok=True)
