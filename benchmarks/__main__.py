@@ -4,6 +4,8 @@
     python -m benchmarks fit_speed ...   # only these
     python -m benchmarks --summary-only  # rebuild SUMMARY.md from the JSON files
     python -m benchmarks gpu             # the GPU figures (not in the default CPU list)
+    python -m benchmarks gpu --dry-run   # every GPU part on CPU at a tiny size (< 60 s; CI runs it)
+    python -m benchmarks step_counts     # kernels, host syncs, FLOPs, bytes per step, counted on CPU
     python -m benchmarks umup_fidelity   # u-μP as a peer (needs the optional unit_scaling)
     python -m benchmarks card_regret     # the card at an 8x wider, 4x deeper target (3-4 CPU-hours)
     python -m benchmarks beta2_halflife  # beta2 by token half-life against 0.95 (~15 CPU minutes)
@@ -28,7 +30,8 @@ from mutransfer._io import atomic_write_text
 HERE = Path(__file__).parent
 RESULTS = HERE / "results"
 # Cheapest first, so a partial run still leaves useful numbers behind.
-BENCHMARKS = ["fit_speed", "interval_coverage", "trainer_throughput", "hf_vs_builtin", "sweep_overhead", "fused_sweep",
+BENCHMARKS = ["fit_speed", "interval_coverage", "step_counts", "trainer_throughput", "hf_vs_builtin",
+              "sweep_overhead", "fused_sweep",
               "hf_architectures", "hf_vanishing", "transfer_fidelity", "depth_fidelity", "horizon_shift",
               "tuned_multipliers", "mup_vs_sp", "readout_ladder",
               "width_depth", "beta2_halflife"]
@@ -87,6 +90,11 @@ def write_summary() -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["gpu"]:  # the device probe has flags of its own (--dry-run, --out, ...)
+        from benchmarks.gpu import main as gpu_main
+
+        return gpu_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
     parser.add_argument("names", nargs="*",
                         help=f"benchmarks to run (default: all of {BENCHMARKS}; also {EXTRA})")

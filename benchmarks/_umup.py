@@ -35,7 +35,7 @@ import torch.nn as nn
 import unit_scaling as uu
 import unit_scaling.functional as U
 
-from mutransfer.models.gpt import apply_rope, rope_cache
+from mutransfer.models.rope import apply_rope, rope_cache
 
 
 class UmupBlock(nn.Module):

@@ -40,7 +40,8 @@ RESULTS = Path(__file__).resolve().parent / "results" / "trainer_throughput.json
 WIDTH, BASE_WIDTH, DEPTH, HEAD_DIM, SEQ, BATCH = 256, 64, 4, 32, 128, 8
 ROUNDS, STEPS_PER_ROUND, WARMUP_STEPS = 25, 1, 3
 # Dense bf16 tensor-core peaks (FLOP/s) from the vendors' data sheets.
-PEAK_BF16 = {"H100": 989e12, "H200": 989e12, "GH200": 989e12, "A100": 312e12, "L4": 121e12,
+# The first name found in the card's name wins: "H100 PCIe" before "H100" (SXM).
+PEAK_BF16 = {"H100 PCIe": 756e12, "H100": 989e12, "H200": 989e12, "GH200": 989e12, "A100": 312e12, "L4": 121e12,
              "A10": 125e12, "4090": 165e12}
 
 

@@ -97,14 +97,15 @@ def read_yaml_mapping(path: str | os.PathLike[str], what: str = "file", *, max_b
     if not p.is_file():
         raise ValueError(f"{what} {str(p)!r} does not exist")
     check_size(p, what, max_bytes)
+    if bound_aliases:
+        check_items(p, what)
     loader = _bounded_alias_loader() if bound_aliases else yaml.SafeLoader
     try:
         doc = yaml.load(read_text(p, what), Loader=loader)  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as exc:
         raise ValueError(f"{what} {str(p)!r} is not valid YAML: {str(exc).splitlines()[0]}") from None
     except _AliasRefused as exc:
-        raise ValueError(f"{what} {str(p)!r} holds {exc.args[0]} (line {exc.args[1]}); write the "
-                         "value out") from None
+        raise ValueError(f"{what} {str(p)!r} holds {exc.args[0]} (line {exc.args[1]}){exc.args[2]}") from None
     except RecursionError:
         raise ValueError(f"{what} {str(p)!r} is nested too deeply to read") from None
     if doc is None:
@@ -126,10 +127,26 @@ def check_size(path: str | os.PathLike[str], what: str, max_bytes: int | None) -
 #: The most nodes a YAML document read with ``bound_aliases`` may hold once its aliases are
 #: expanded (a "billion laughs" of 1 KB expands to 10^9): far above any card (~10^4).
 MAX_EXPANDED_NODES = 1_000_000
+#: The most list items and lines (commas plus newlines) a file read with ``bound_aliases``
+#: may hold: each value of a document takes one of them, a card of a 1,000-layer model
+#: ~4×10^4. Counted on the bytes (milliseconds) before PyYAML's parser, which takes ~20 s
+#: per million values.
+MAX_ITEMS = 500_000
+
+
+def check_items(path: str | os.PathLike[str], what: str, max_items: int = MAX_ITEMS) -> None:
+    """A file with more than ``max_items`` commas and newlines (list items, lines) is one
+    ValueError naming it, the count and the limit, before anything parses it."""
+    data = Path(path).read_bytes()
+    n = data.count(b",") + data.count(b"\n")
+    if n > max_items:
+        raise ValueError(f"{what} {str(path)!r} holds {n:,} list items and lines, above the limit of "
+                         f"{max_items:,} (a card holds ~10^4): not a card, or a list that belongs in a file "
+                         "of its own")
 
 
 class _AliasRefused(Exception):
-    """A YAML document :func:`_bounded_alias_loader` refuses: args are (why, line)."""
+    """A YAML document :func:`_bounded_alias_loader` refuses: args are (why, line, hint)."""
 
 
 @functools.lru_cache(maxsize=1)
@@ -146,6 +163,22 @@ def _bounded_alias_loader() -> type:
             _expanded_size(node)
             return node
 
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            # a key given twice would silently take the last value (a hand edit that
+            # "changed" optimizer.lr and left the old line in): refused, both lines named
+            if isinstance(node, yaml.MappingNode):
+                lines: dict[Any, int] = {}
+                for key_node, _ in node.value:
+                    if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                        continue
+                    key = self.construct_object(key_node)
+                    line = key_node.start_mark.line + 1
+                    if isinstance(key, (str, int, float, bool)) and key in lines:
+                        raise _AliasRefused(f"the key {key!r} twice in one mapping", line,
+                                            f", first at line {lines[key]}; keep one")
+                    lines[key] = line
+            return super().construct_mapping(node, deep=deep)
+
     return BoundedAliasLoader
 
 
@@ -154,13 +187,15 @@ def _expanded_size(root: Any) -> int:
 
     sizes: dict[int, int] = {}
     on_path: set[int] = set()
+    aliased: list[bool] = []
 
     def size(node: Any) -> int:
         key = id(node)
         if key in sizes:
+            aliased[:] = [True]  # a node met twice: an alias refers to it
             return sizes[key]
         if key in on_path:
-            raise _AliasRefused("a self-referencing alias", node.start_mark.line + 1)
+            raise _AliasRefused("a self-referencing alias", node.start_mark.line + 1, "; write the value out")
         on_path.add(key)
         n = 1
         if isinstance(node, yaml.SequenceNode):
@@ -169,8 +204,10 @@ def _expanded_size(root: Any) -> int:
             n += sum(size(k) + size(v) for k, v in node.value)
         on_path.discard(key)
         if n > MAX_EXPANDED_NODES:
-            raise _AliasRefused(f"aliases that expand past {MAX_EXPANDED_NODES:,} nodes",
-                                node.start_mark.line + 1)
+            if aliased:
+                raise _AliasRefused(f"aliases that expand past {MAX_EXPANDED_NODES:,} nodes",
+                                    node.start_mark.line + 1, "; write the value out")
+            raise _AliasRefused(f"more than {MAX_EXPANDED_NODES:,} values", node.start_mark.line + 1, "")
         sizes[key] = n
         return n
 

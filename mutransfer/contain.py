@@ -15,6 +15,7 @@ its stdout (which the user's code may print to).
 from __future__ import annotations
 
 import json
+import math
 import os
 import pickle
 import select
@@ -31,6 +32,39 @@ _CHILD = "from mutransfer.contain import _child_main; _child_main()"
 #: Set (to seconds) while a CLI verb runs: a ``module:function`` model builder is then first
 #: imported and built in a child (:func:`check_builder`), and so are the sweep workers it spawns.
 BUILD_TIMEOUT_ENV = "MUTRANSFER_BUILD_TIMEOUT"
+
+
+#: What a child writes once it has imported our code, before it runs the user's.
+_READY = b"R"
+#: Seconds a child may take to import our code (torch) before the user's code starts.
+STARTUP_S = 120.0
+#: The longest build timeout taken (a week): past it a hang is a hang.
+MAX_BUILD_TIMEOUT = 7 * 86400.0
+
+
+def build_timeout() -> float | None:
+    """Seconds of :data:`BUILD_TIMEOUT_ENV` (None when unset or empty): a positive number
+    up to :data:`MAX_BUILD_TIMEOUT`; anything else (0, -1, nan, abc) is a ValueError naming
+    the variable, never a builder blamed for a timeout it could not meet."""
+    text = os.environ.get(BUILD_TIMEOUT_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (math.isfinite(value) and 0 < value <= MAX_BUILD_TIMEOUT):
+        raise ValueError(f"${BUILD_TIMEOUT_ENV}={text!r} must be a positive number of seconds, at most "
+                         f"{MAX_BUILD_TIMEOUT:g} (a week)")
+    return value
+
+
+class UserCodeError(ValueError):
+    """The user's code or setup failed: a model builder (or entry point) raised, exited,
+    hung or returned the wrong thing, or a tracker (``--track``, ``$MUTRANSFER_TRACK``)
+    could not start. A ValueError (one line, exit 2 in the CLI); its own type so a sweep
+    can tell it from a trial's own failure: it fails every trial the same way, so the
+    worker stops and the verb names it instead of counting failed trials."""
 
 
 class Outcome:
@@ -65,7 +99,10 @@ def run_child(func: Callable[[Mapping[str, Any]], Any], options: Mapping[str, An
         except BrokenPipeError:  # the child is gone already: its exit code says why
             pass
         data = bytearray()
-        deadline = time.monotonic() + timeout
+        # the clock of the user's code starts once the child has imported ours (torch can
+        # take longer than a short timeout on a busy machine: it is not the builder's hang)
+        deadline = time.monotonic() + max(timeout, STARTUP_S)
+        started = False
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -76,6 +113,9 @@ def run_child(func: Callable[[Mapping[str, Any]], Any], options: Mapping[str, An
             chunk = os.read(r, 1 << 16)
             if not chunk:
                 break
+            if not started:
+                started, chunk = True, chunk[len(_READY):]
+                deadline = time.monotonic() + timeout
             data += chunk
         if not data:
             try:
@@ -117,7 +157,9 @@ def _child_main() -> None:
     sys.path[:] = [p for p in sent["sys_path"] if isinstance(p, str)] + [
         p for p in sys.path if p not in sent["sys_path"]]
     module, _, name = target.partition(":")
-    answer = getattr(importlib.import_module(module), name)(options)
+    func = getattr(importlib.import_module(module), name)
+    os.write(fd, _READY)  # our imports are done: the user's code starts now
+    answer = func(options)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         json.dump(answer, fh, default=float)
     sys.stdout.flush()

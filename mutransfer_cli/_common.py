@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from mutransfer.training.tracking import TRACK_ENV, parse_track
+from mutransfer.training.tracking import TRACK_ENV, check_installed, env_spec, parse_track
 from sweeps.progress import Progress
 
 
@@ -153,6 +153,9 @@ def tracking(text: str | None, out: str | os.PathLike[str] | None) -> Iterator[A
     ends (a later command in the same process is not tracked); yields the TrackSpec, or
     None without ``--track``."""
     if text is None:
+        inherited = env_spec()  # set by hand or by a parent: malformed is named here, once
+        if inherited is not None:
+            check_installed(inherited.kind)
         yield None
         return
     spec = parse_track(text, out)

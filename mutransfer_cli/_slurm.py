@@ -59,7 +59,52 @@ class SlurmJob:
     """More ``#SBATCH`` options, as given (e.g. ``--constraint=a100``)."""
 
 
-_SAFE_OPT = re.compile(r"^--?[A-Za-z][A-Za-z0-9-]*(=[^\n]*)?$")
+_SAFE_OPT = re.compile(r"^--?[A-Za-z][A-Za-z0-9-]*(=[^\x00-\x1f\x7f]*)?$")
+#: ``#SBATCH`` options that ``launch`` sets itself: the array is ``--workers`` (and
+#: ``--max-parallel``), the log files are ``--out``'s.
+_OWN_OPTS = {"--array": "--workers/--max-parallel", "-a": "--workers/--max-parallel",
+             "--output": "--out", "-o": "--out", "--error": "--out", "-e": "--out"}
+#: The longest ``--time`` taken: a year (SLURM's own ceiling is the partition's MaxTime).
+MAX_TIME_MINUTES = 365 * 24 * 60
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def check_text(what: str, value: str) -> str:
+    """``value`` unless it holds a newline or another control character (it would become
+    a line of its own in the job script): ValueError naming ``what``."""
+    if _CONTROL.search(value):
+        raise ValueError(f"{what} {value!r} holds a newline or another control character, which "
+                         "would become a line of the job script; rename it")
+    return value
+
+
+def time_minutes(text: str) -> float:
+    """SLURM's ``--time`` forms (``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``,
+    ``D-HH:MM:SS``) in minutes; anything else, zero, or over :data:`MAX_TIME_MINUTES`:
+    ValueError naming ``--time``."""
+    m = re.fullmatch(r"(?:(\d{1,4})-)?(\d{1,6})(?::(\d{1,2}))?(?::(\d{1,2}))?", text.strip())
+    bad = ValueError(f"--time {text!r} must be a positive SLURM time limit, e.g. 90 (minutes), "
+                     "04:00:00 or 2-00:00:00, at most 365 days")
+    if m is None:
+        raise bad
+    days, a, b, c = m.groups()
+    parts = [int(a)] + [int(x) for x in (b, c) if x is not None]
+    if days is not None:  # D-HH[:MM[:SS]]
+        h, mi, se = (parts + [0, 0])[:3]
+        minutes = int(days) * 1440 + h * 60 + mi + se / 60
+    elif len(parts) == 3:  # HH:MM:SS
+        minutes = parts[0] * 60 + parts[1] + parts[2] / 60
+    else:  # MM or MM:SS
+        minutes = parts[0] + (parts[1] / 60 if len(parts) == 2 else 0)
+    if not 0 < minutes <= MAX_TIME_MINUTES:
+        raise bad
+    return minutes
+
+
+def sbatch_quote(value: str) -> str:
+    """``value`` as one ``#SBATCH`` argument: double-quoted, ``"`` and ``\\`` escaped (sbatch's
+    own parser of those lines; bash never reads them: they are comments)."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def storage_args(storage: Storage, storage_file: str | None) -> tuple[str, ...]:
@@ -78,24 +123,33 @@ def job_script(job: SlurmJob, *, python: str | None = None, cwd: str | None = No
     so the script also runs as is, one worker, outside SLURM)."""
     if job.workers < 1:
         raise ValueError(f"--workers {job.workers} must be >= 1")
+    check_text("study name", job.study)
+    check_text("log folder", job.log_dir)
     for opt in job.extra:
         if not _SAFE_OPT.match(opt):
             raise ValueError(f"--sbatch-arg {opt!r} must look like --option or --option=value")
+        name = opt.split("=", 1)[0]
+        if name in _OWN_OPTS:
+            raise ValueError(f"--sbatch-arg {opt!r}: launch sets {name} itself (from "
+                             f"{_OWN_OPTS[name]}); drop it")
+    if job.time is not None:
+        time_minutes(job.time)
     q = shlex.quote
     python = python or sys.executable
     cwd = cwd or os.getcwd()
-    root = str(Path(__file__).resolve().parent.parent)
+    root = check_text("mutransfer's folder", str(Path(__file__).resolve().parent.parent))
+    check_text("python", python)
     array = f"0-{job.workers - 1}" + (f"%{job.max_parallel}" if job.max_parallel else "")
     lines = [
         "#!/bin/bash",
-        f"# {job.workers} mutransfer sweep worker(s) of study {job.study}, one per array task.",
+        f"# {job.workers} mutransfer sweep worker(s) of study {q(job.study)}, one per array task.",
         "# Written by `mutransfer sweep launch --slurm`; submit with `sbatch THIS_FILE`.",
         ("# The storage URL is not in this file: each worker reads it from its --storage-file."
          if "--storage-file" in job.storage_args else "# The storage holds no secret: it is named as is."),
-        f"#SBATCH --job-name={_slug('mutransfer-' + job.study)}",
+        f"#SBATCH --job-name={slug('mutransfer-' + job.study)}",
         f"#SBATCH --array={array}",
         f"#SBATCH --cpus-per-task={job.cpus_per_worker}",
-        f"#SBATCH --output={job.log_dir}/worker-%A_%a.log",
+        f"#SBATCH --output={sbatch_quote(job.log_dir + '/worker-%A_%a.log')}",
     ]
     if job.gpus_per_worker:
         lines.append(f"#SBATCH --gres=gpu:{job.gpus_per_worker}")
@@ -113,7 +167,8 @@ def job_script(job: SlurmJob, *, python: str | None = None, cwd: str | None = No
         tail.append(f"--track {q(job.track)}")
     lines += [
         "set -euo pipefail",
-        f"cd {q(cwd)}",
+        f"cd {q(check_text('working folder', cwd))}",
+        f"mkdir -p -- {q(job.log_dir)}  # SLURM needs it before the task starts: `launch` made it",
         f'export PYTHONPATH={q(root)}"${{PYTHONPATH:+:$PYTHONPATH}}"',
         'export OMP_NUM_THREADS="${SLURM_CPUS_PER_TASK:-1}"',
         "# one GPU per task: SLURM sets CUDA_VISIBLE_DEVICES to the task's own",
@@ -123,7 +178,8 @@ def job_script(job: SlurmJob, *, python: str | None = None, cwd: str | None = No
     return "\n".join(lines)
 
 
-def _slug(text: str) -> str:
+def slug(text: str) -> str:
+    """``text`` as a file or job name: letters, digits, `_.-`, at most 64 characters."""
     return re.sub(r"[^A-Za-z0-9_.-]", "-", text)[:64]
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -36,14 +37,14 @@ from mutransfer_cli._common import (
     seed_list,
     tracking,
 )
-from mutransfer_cli._slurm import SlurmJob, job_script, sbatch_path, storage_args, submit
+from mutransfer_cli._slurm import SlurmJob, job_script, sbatch_path, slug, storage_args, submit
 from sweeps.extend import DEFAULT_MAX_EXTEND, Bounds, run_bracketed
 from sweeps.fusion import check_fuse
 from sweeps.holdout import FRESH_SEEDS, check_holdout, holdout_summary, run_holdout
 from sweeps.results import best_config, format_status, results_table, status, write_table
 from sweeps.runners import DEFAULT_RUNNER
 from sweeps.spec import load_spec, spec_from_dict
-from sweeps.storage import Storage
+from sweeps.storage import Storage, storage_refusal
 from sweeps.study import prepare, run_sweep
 from sweeps.worker import open_study, serve
 
@@ -317,6 +318,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_track_flag(la)
     la.add_argument("--out", default=".", help="where the script and the workers' logs go (default .)")
     la.add_argument("--dry-run", action="store_true", help="print the job script; submit nothing")
+    la.add_argument("--resubmit", action="store_true",
+                    help="submit another array of a study this --out submitted already (refused without it)")
     s = sub.add_parser("status", help="counts by state and the best trial per group",
                        description="counts by state and the best trial per group")
     _add_storage_flags(s, "journal file, output directory or URL (default: $MUTRANSFER_STORAGE, else .)")
@@ -394,6 +397,16 @@ def _print_status(st: dict[str, Any], as_json: bool) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except Exception as exc:
+        why = storage_refusal(exc)  # a read-only storage: one line, not three tracebacks
+        if why is None:
+            raise
+        raise ValueError(why) from None
+
+
+def _run(args: argparse.Namespace) -> int:
     cmd = args.sweep_cmd
     if cmd in RUN_KINDS:
         with tracking(args.track, args.out):  # the workers this process starts inherit it
@@ -500,6 +513,9 @@ def _run_sweep(args: argparse.Namespace, kind: str) -> int:
         res, bracket = run_bracketed(spec, bounds, **run_kw)
     else:
         res = run_sweep(spec, **run_kw)
+    if res.user_error is not None:  # every trial fails alike: name it, do not count failures
+        raise ValueError(f"{res.user_error} ({res.counts.failed} trial(s) failed on it; fix it, then re-run "
+                         "the same command to resume)")
     print(storage.describe(), file=sys.stderr)
     study, _ = open_study(storage, res.plan.study_name)
     st = status(study)
@@ -546,13 +562,23 @@ def _launch(args: argparse.Namespace, storage: Any) -> int:
                    extra=tuple(args.sbatch_arg))
     script = job_script(job)
     if args.dry_run:
+        # SLURM opens each task's log before the task runs: a hand-submitted script needs
+        # the folder already there
+        Path(job.log_dir).mkdir(parents=True, exist_ok=True)
         print(script, end="")
         return 0
     sbatch_path()  # before anything is written
-    path = out / "slurm" / f"{job.study}.sbatch"
-    (out / "slurm" / "logs").mkdir(parents=True, exist_ok=True)
+    path = out / "slurm" / f"{slug(job.study)}.sbatch"  # a study name is no path
+    record = path.with_suffix(".submitted")
+    if record.is_file() and not args.resubmit:
+        # a second array of the same study doubles the workers and the cluster bill
+        raise ValueError(f"study {job.study!r} was submitted from here already "
+                         f"({record.read_text().strip()}; {record}); check it with squeue, or pass "
+                         "--resubmit to submit another array")
+    Path(job.log_dir).mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, script)
     job_id = submit(path)
+    atomic_write_text(record, f"job {job_id}, {job.workers} workers, {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
     print(f"submitted job {job_id}: {job.workers} workers of study {job.study} ({path}); logs in "
           f"{job.log_dir}; follow with `mutransfer sweep status` on the same storage", file=sys.stderr)
     return 0

@@ -40,8 +40,9 @@ def progress_interval() -> float:
         value = float(text)
     except ValueError:
         value = float("nan")
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"${PROGRESS_INTERVAL_ENV}={text!r} must be a positive number of seconds")
+    if not (math.isfinite(value) and 0 < value <= 86400):  # a thread's wait takes no 1e300 s
+        raise ValueError(f"${PROGRESS_INTERVAL_ENV}={text!r} must be a positive number of seconds, "
+                         "at most 86400 (a day)")
     return value
 
 

@@ -20,6 +20,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import sys
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mutransfer.redact import SCHEME as _SCHEME
-from mutransfer.redact import mask_url, parsed_secrets
+from mutransfer.redact import mask_url, parsed_secrets, redact_text
 
 if TYPE_CHECKING:
     import optuna
@@ -312,7 +313,7 @@ class Storage:
 
         url = self.url
         if self.kind == "sqlite" and not create:
-            path = url.split(":///", 1)[-1]
+            path = url.split(":///", 1)[-1].split("?", 1)[0]  # the query may hold a secret
             if path and not Path(path).is_file():
                 raise ValueError(f"SQLite file {path!r} does not exist")
         engine_kwargs: dict[str, Any] = {}
@@ -412,6 +413,11 @@ def _rdb_lock(storage: Storage, name: str, timeout: float) -> Iterator[None]:
         engine.dispose()
 
 
+#: Seconds a journal lock whose link points at a missing file is waited for before it is
+#: taken over (Optuna's grace for a live-looking one is 30 s; an append holds it for ms).
+DANGLING_GRACE_S = 3.0
+
+
 def _torn_safe_backend(base: type) -> type:
     """A ``JournalFileBackend`` whose appends first cut a torn last line.
 
@@ -423,9 +429,50 @@ def _torn_safe_backend(base: type) -> type:
     committed, so dropping it loses nothing that any reader saw."""
     from optuna.storages.journal import JournalFileSymlinkLock
 
+    class BoundedSymlinkLock(JournalFileSymlinkLock):  # type: ignore[misc, valid-type]
+        """Optuna's symlink lock without its hot loop: Optuna stats the lock *through* the
+        link, and a link whose target is gone (the run folder was moved or renamed while a
+        holder was killed) fails every stat, so it retries at once, forever, at 100% CPU.
+        Here the link itself is stat'ed (``lstat``), the wait backs off to 1 s, and a lock
+        unchanged for its grace period (30 s; :data:`DANGLING_GRACE_S` for a link to a
+        missing file, which no live writer of this file made) is taken over, said in one line."""
+
+        def acquire(self) -> bool:
+            sleep_s = 0.001
+            seen: float | None = None
+            since = time.monotonic()
+            told = False
+            while True:
+                try:
+                    os.symlink(self._lock_target_file, self._lock_file)
+                    return True
+                except FileExistsError:
+                    pass
+                try:
+                    mtime = os.lstat(self._lock_file).st_mtime
+                except FileNotFoundError:
+                    continue  # released between the two calls: try again
+                if mtime != seen:
+                    seen, since = mtime, time.monotonic()
+                dangling = not os.path.exists(self._lock_file)
+                grace = DANGLING_GRACE_S if dangling else self.grace_period
+                if dangling and not told:
+                    told = True
+                    with contextlib.suppress(OSError):
+                        print(f"mutransfer: the journal lock {self._lock_file!r} points at "
+                              f"{os.readlink(self._lock_file)!r}, which does not exist (its folder moved "
+                              f"while a writer held it?); taking it over in {grace:g} s", file=sys.stderr)
+                if grace is not None and time.monotonic() - since > grace:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(self._lock_file)
+                    sleep_s = 0.001
+                    continue
+                time.sleep(sleep_s)
+                sleep_s = min(sleep_s * 2, 1.0)
+
     class TornSafeJournalFileBackend(base):  # type: ignore[misc, valid-type]
         def __init__(self, file_path: str) -> None:
-            self._write_lock = JournalFileSymlinkLock(file_path)
+            self._write_lock = BoundedSymlinkLock(file_path)
             super().__init__(file_path, lock_obj=self._write_lock)
             self._path = file_path
 
@@ -491,6 +538,33 @@ def _journal_error(path: Path, exc: Exception) -> str:
     return (f"{str(path)!r} is not a readable Optuna journal{where} ({type(exc).__name__}: "
             f"{str(exc).splitlines()[0] if str(exc) else ''}); if a writer was killed mid-write by an "
             "older version, keep a copy and delete the damaged line")
+
+
+def storage_refusal(exc: BaseException) -> str | None:
+    """One line for an exception whose chain holds a database's refusal (Optuna's
+    ``StorageInternalError``, SQLAlchemy's ``DBAPIError``: a read-only SQLite file, a
+    database user without write rights, a full disk), secrets masked; None for any other
+    exception. Optuna wraps the driver's error in two more tracebacks; the driver's first
+    line is the reason."""
+    if isinstance(exc, ValueError):  # ours, already one line (its context may be a driver's error)
+        return None
+    kinds = tuple(t for t in (getattr(sys.modules.get("optuna.exceptions"), "StorageInternalError", None),
+                              getattr(sys.modules.get("sqlalchemy.exc"), "DBAPIError", None)) if t)
+    chain: list[BaseException] = []
+    e: BaseException | None = exc
+    while e is not None and e not in chain and len(chain) < 20:
+        chain.append(e)
+        e = e.__cause__ if e.__cause__ is not None else (None if e.__suppress_context__ else e.__context__)
+    if not kinds or not any(isinstance(x, kinds) for x in chain):
+        return None
+    root = chain[-1]
+    orig = getattr(root, "orig", None)  # SQLAlchemy's wrapper of the driver's error
+    text = str(orig if orig is not None else root).strip()
+    first = text.splitlines()[0] if text else type(root).__name__
+    if "readonly" in first.replace("-", "").replace(" ", "").lower():
+        return (f"the storage is read-only ({first}): a sweep records its trials there; make the file "
+                "and its folder writable, or copy it somewhere writable")
+    return f"the storage failed: {redact_text(first)}"
 
 
 def _pick_pg_driver(url: str) -> str:

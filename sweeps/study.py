@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import sys
 import time
 from collections import Counter
@@ -30,7 +31,7 @@ from sweeps.runners import DEFAULT_RUNNER, Runner, load_runner
 from sweeps.spec import spec_from_dict
 from sweeps.spec_base import SweepSpec, point_key, trusted
 from sweeps.storage import Storage, study_names
-from sweeps.worker import SweepSettings, open_study, spawn_workers, work
+from sweeps.worker import SweepSettings, open_study, spawn_workers, user_code_error, work
 
 if TYPE_CHECKING:
     from sweeps.lifecycle import SweepStudy
@@ -115,6 +116,10 @@ def prepare(
     settings = SweepSettings(spec=spec, runner=runner, heartbeat_interval=heartbeat_interval,
                              grace_period=grace_period, max_retries=max_retries, fuse=fuse)
     name = study_name or spec.study_name()
+    if re.search(r"[\x00-\x1f\x7f]", name) or not name.strip():
+        # a job script, a log line and `ps` show it: one line, printable
+        raise ValueError(f"study name {name!r} must be printable text without newlines or control "
+                         "characters")
     # Create-or-join and enqueue under the storage's lock: a second launch started at the
     # same time waits, then finds every point alive and enqueues none (exactly once).
     with storage.lock(name):
@@ -163,6 +168,9 @@ class SweepResult:
     workers: int
     wall_s: float
     worker_exit_codes: tuple[int, ...] = ()
+    user_error: str | None = None
+    """A failure of the user's code (a model builder) recorded by a failed trial: it fails
+    every trial alike, so the workers stopped at it (:func:`sweeps.worker.user_code_error`)."""
 
     @property
     def complete(self) -> bool:
@@ -170,10 +178,28 @@ class SweepResult:
 
 
 def trainer_device(name: str = "auto") -> str | None:
-    """The device the trainers pick for ``name`` when the sweep names none: ``cuda`` when
-    ``auto`` finds a GPU (so the sweep starts one worker per GPU, each pinned to its own,
-    instead of one per CPU core all landing on GPU 0), else None (CPU workers)."""
-    return "cuda" if name == "auto" and resolve_device("auto").type == "cuda" else None
+    """The device a sweep lays its workers out for, from the device its trials name (the
+    spec's ``device``, ``--set device=...`` or ``--device``): ``cuda`` for every CUDA
+    spelling (``cuda``, ``cuda:N``) and for ``auto`` where it finds a GPU, so the sweep
+    starts one worker per GPU, each pinned to its own (where it is ``cuda:0``: an index
+    names the kind, not the card; ``CUDA_VISIBLE_DEVICES`` picks the cards), instead of
+    one per CPU core all landing on GPU 0; None for anything else (CPU workers)."""
+    if name == "auto":
+        return "cuda" if resolve_device("auto").type == "cuda" else None
+    return "cuda" if str(name).strip().split(":")[0].lower() == "cuda" else None
+
+
+def worker_layout(spec: SweepSpec, device: str | None, workers: int | None, pending: int
+                  ) -> tuple[str | None, int, list[str] | None]:
+    """(device every trial trains on, worker count, GPU each worker is pinned to in turn)
+    for a sweep: ``device`` (``--device``) or else the spec's own (:func:`trainer_device`),
+    ``workers`` or :func:`default_workers` (one per GPU, or per core). ``--workers`` above
+    the GPU count puts several workers on each GPU, round robin."""
+    asked = device if device is not None else str(spec.base.get("device", "auto"))
+    device = trainer_device(asked) or device
+    n = workers or default_workers(device or "cpu", max(1, pending))
+    gpus = _visible_gpus() if (device or "cpu").startswith("cuda") else None
+    return device, n, gpus
 
 
 def default_workers(device: str, pending: int) -> int:
@@ -225,8 +251,8 @@ def run_sweep(
         raise ValueError("a runner given as a function needs --workers 1; pass an import path "
                          "('module:function') for several workers")
     runner_path = runner if isinstance(runner, str) else DEFAULT_RUNNER
-    if device is None and not callable(runner):
-        device = trainer_device(str(spec.base.get("device", "auto")))
+    if not callable(runner):
+        device = trainer_device(device if device is not None else str(spec.base.get("device", "auto"))) or device
     if device is not None:
         base = dict(spec.base)
         base["device"] = device
@@ -240,7 +266,7 @@ def run_sweep(
     counts = study_counts(study)
     if workers is None and where.kind == "sqlite":
         workers = 1  # SQLite serializes writers: one worker (prepare checked a given number)
-    n = workers or default_workers(device or "cpu", max(1, counts.pending))
+    device, n, gpus = worker_layout(spec, device, workers, counts.pending)
     # the study's trials, done or to do (a grown grid's earlier points count as done)
     total = max(plan.total, counts.done + counts.pending)
     bar = StudyBar(total, desc=f"sweep {plan.study_name}", quiet=quiet,
@@ -254,7 +280,6 @@ def run_sweep(
             work(where, plan.study_name, runner=runner if callable(runner) else None,
                  progress=not quiet and sys.stderr.isatty(), on_trial=tick, fuse=fuse or 1)
         else:
-            gpus = _visible_gpus() if (device or "cpu").startswith("cuda") else None
             procs = spawn_workers(where, plan.study_name, n, device=device or "cpu", gpus=gpus,
                                   log_dir=Path(out) / "logs" if out is not None else None,
                                   fuse=fuse or 1)
@@ -275,8 +300,11 @@ def run_sweep(
         bar.update(counts)
     finally:
         bar.close()
+    from optuna.trial import TrialState
+
+    failed = study.get_trials(deepcopy=False, states=(TrialState.FAIL,)) if counts.failed else []
     return SweepResult(plan=plan, counts=counts, workers=n, wall_s=time.perf_counter() - t0,
-                       worker_exit_codes=tuple(codes))
+                       worker_exit_codes=tuple(codes), user_error=user_code_error(failed))
 
 
 def _supervise(study: SweepStudy, procs: list[Any], bar: StudyBar, *, grace_period: int,

@@ -37,7 +37,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -153,6 +153,20 @@ def _has_complete_twin(study: SweepStudy, trial: optuna.Trial, spec: SweepSpec) 
 class WorkerReport:
     outcomes: Counter[str] = field(default_factory=Counter)
     swept: list[int] = field(default_factory=list)
+    user_error: str | None = None
+    """The failure of the user's code (a model builder) that stopped this worker, if any
+    (:func:`user_code_error`)."""
+
+
+def user_code_error(trials: Iterable[Any]) -> str | None:
+    """The first recorded failure of the user's code (:class:`mutransfer.contain.UserCodeError`)
+    among ``trials``: it fails every trial alike, so it is named, not counted."""
+    prefix = "UserCodeError: "
+    for t in trials:
+        err = str(t.user_attrs.get(attrs.ERROR) or "")
+        if err.startswith(prefix):
+            return err[len(prefix):].splitlines()[0] if err[len(prefix):] else "the user's code failed"
+    return None
 
 
 def work(
@@ -221,6 +235,9 @@ def work(
         done += len(todo)
         if on_trial is not None:
             on_trial()
+        rep.user_error = user_code_error(todo)
+        if rep.user_error is not None:  # every later trial would fail alike: stop here
+            break
     return rep
 
 
@@ -270,6 +287,9 @@ def serve(storage: Storage | str, study_name: str | None, *, worker_index: int =
             bar.close()
     print(", ".join(f"{k} {v}" for k, v in sorted(rep.outcomes.items())) or "no trial to run",
           file=sys.stderr)
+    if rep.user_error is not None:
+        print(f"worker {worker_index}: error: {rep.user_error}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -300,6 +320,17 @@ def die_with_parent() -> None:
         raise SystemExit(1)
 
 
+def worker_pin(k: int, device: str, gpus: Sequence[str] | None) -> dict[str, str]:
+    """Environment that places worker ``k``: on CPU one thread (one worker per core measured
+    faster than one multi-threaded worker); on CUDA GPU ``k mod #GPUs`` alone, so every
+    CUDA spelling of the trials' device (``cuda``, ``cuda:0``) is that worker's own GPU."""
+    if device == "cpu":
+        return {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    if device.startswith("cuda") and gpus:
+        return {"CUDA_VISIBLE_DEVICES": str(gpus[k % len(gpus)])}
+    return {}
+
+
 def spawn_workers(
     storage: Storage | str,
     study_name: str,
@@ -326,11 +357,11 @@ def spawn_workers(
         env.update(where)
         env[PARENT_ENV] = str(os.getpid())
         env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "") if env.get("PYTHONPATH") else root
-        if device == "cpu":
-            env.setdefault("OMP_NUM_THREADS", "1")
-            env.setdefault("MKL_NUM_THREADS", "1")
-        elif device.startswith("cuda") and gpus:
-            env["CUDA_VISIBLE_DEVICES"] = str(gpus[k % len(gpus)])
+        for key, value in worker_pin(k, device, gpus).items():
+            if device == "cpu":  # a thread count the caller set stays
+                env.setdefault(key, value)
+            else:
+                env[key] = value
         out: Any = subprocess.DEVNULL
         if log_dir is not None:
             Path(log_dir).mkdir(parents=True, exist_ok=True)

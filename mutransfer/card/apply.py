@@ -5,6 +5,7 @@ schedule (:func:`apply_card`)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
@@ -79,6 +80,11 @@ def apply_card(model: nn.Module, card: Mapping[str, Any]) -> Applied:
     schedule cannot be built (a decaying kind without total steps) is refused with one
     clear error rather than given a guessed schedule.
     """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"apply_card's model must be a torch.nn.Module (the target, built), got "
+                        f"{type(model).__name__}")
+    if isinstance(card, (str, Path)):
+        raise TypeError(f"apply_card takes the card itself; read {str(card)!r} with load_card first")
     card = validate_card(card)
     try:
         sched_cfg = schedule_config(card["schedule"])

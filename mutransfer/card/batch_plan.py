@@ -163,6 +163,10 @@ def beta2_for(batch_tokens: float, *, beta2: float = 0.95, halflife_tokens: floa
             raise ValueError(f"beta2_halflife_tokens must be a positive finite number, got "
                              f"{halflife_tokens!r}")
         value = 0.5 ** (batch_tokens / halflife_tokens)
+        if not 0.0 < value < 1.0:  # beta2 0 or 1: no second-moment average, or one that never moves
+            raise ValueError(f"beta2_halflife_tokens={halflife_tokens!r} gives beta2 = {value:g} at the "
+                             f"target's {batch_tokens:g} tokens per step; it must lie strictly between "
+                             "0 and 1")
         return {"value": value, "halflife_tokens": float(halflife_tokens),
                 "source": f"0.5^(B/t½), token half-life t½ = {halflife_tokens:.4g} as the proxy's "
                           "(Marek et al. 2025)"}

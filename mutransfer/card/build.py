@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mutransfer._io import atomic_write_text, plain, read_json, read_yaml_mapping
+from mutransfer._io import atomic_write_text, check_items, plain, read_json, read_yaml_mapping
 from mutransfer._version import __version__
 from mutransfer.card.plan import RunPlan, lr_sensitivity, plan_run
 from mutransfer.card.request import ProxyPoint, RunChoices
@@ -312,12 +312,16 @@ MAX_CARD_BYTES = 4 << 20
 
 def load_card(path: str | Path) -> dict[str, Any]:
     """Read a card (YAML with ``yaml.safe_load``, or JSON for a ``.json`` path; v1 or
-    v2) and validate it. Nothing in it executes; a file over :data:`MAX_CARD_BYTES`, YAML
-    aliases that refer to themselves or expand too far, an unknown section or a schema tag
-    its body contradicts is refused before
-    the document is walked."""
+    v2) and validate it. Nothing in it executes; a file over :data:`MAX_CARD_BYTES` or
+    holding more than :data:`mutransfer._io.MAX_ITEMS` list items and lines (counted on the
+    bytes, in milliseconds), YAML aliases that refer to themselves or expand too far, a key
+    given twice in one mapping, an unknown section or a schema tag its body contradicts is
+    refused before the document is walked."""
+    if not isinstance(path, (str, Path)):
+        raise TypeError(f"load_card takes the card's path (str or Path), got {type(path).__name__}")
     if Path(path).suffix == ".json":
         card = read_json(path, "transfer card", max_bytes=MAX_CARD_BYTES)
+        check_items(path, "transfer card")  # json parses fast; the walk of a million values does not
     else:
         card = read_yaml_mapping(path, "transfer card", max_bytes=MAX_CARD_BYTES, bound_aliases=True)
     try:

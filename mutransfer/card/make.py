@@ -10,6 +10,7 @@ recorded, and the held-out audit's verdict (:func:`analysis.holdout.audit_verdic
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -21,10 +22,11 @@ from mutransfer._io import read_json
 from mutransfer.card.build import MadeCard, assemble_card
 from mutransfer.card.plan import read_scaling_fit
 from mutransfer.card.proxy import proxy_optimum, read_proxy_config, tuned_proxy
-from mutransfer.card.request import ProxyPoint, RunChoices
+from mutransfer.card.request import ProxyPoint, RunChoices, check_int
 from mutransfer.card.rules import check_arch, check_vocab, reconcile_proxy, target_context, target_parametrization
 from mutransfer.card.target import PRECISION, config_dtype, parse_overrides, resolve_target
 from mutransfer.models.presets import DEFAULT_PRESET, PRESETS, get_preset
+from mutransfer.models.source import HEAD_RULES
 from mutransfer.parametrize.specs import KINDS
 from mutransfer.redact import mask_url
 
@@ -114,6 +116,7 @@ class TransferRequest:
     """The sweep's storage (recorded without credentials)."""
 
     def __post_init__(self) -> None:
+        self._check_types()
         if not (self.results or self.fit or self.lr is not None or self.proxy_config):
             raise ValueError("give the proxy's LR: results, fit, lr or proxy_config")
         given = [n for n in ("results", "fit", "lr") if getattr(self, n) is not None]
@@ -135,6 +138,44 @@ class TransferRequest:
         if self.run.accept_edge and self.scaling_fit is None:
             raise ValueError(f"accept_edge {self.run.accept_edge[0]} needs a scaling fit: there is no fit "
                              "whose edge it would accept")
+
+
+    def _check_types(self) -> None:
+        """Every field by type (and the integers by range) before any rule reads it: a
+        TypeError or ValueError naming the field."""
+        for name in ("results", "fit", "group", "proxy_config", "preset", "parametrization", "target_preset",
+                     "model_config", "model", "tokenizer", "study", "storage"):
+            v = getattr(self, name)
+            if v is not None and not isinstance(v, (str, Path)):
+                raise TypeError(f"{name} must be a string (a path or a name) or None, got "
+                                f"{type(v).__name__} {v!r}")
+        for name in ("base_width", "base_depth", "seq_len", "target_seq_len"):
+            check_int(name, getattr(self, name))
+            if getattr(self, name) is not None:  # a numpy integer read from a table: a plain int
+                object.__setattr__(self, name, int(getattr(self, name)))
+        for name in ("allow_vocab_change", "allow_arch_change"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        for name in ("overrides", "proxy_overrides"):
+            if not isinstance(getattr(self, name), Mapping):
+                raise TypeError(f"{name} must be a mapping of model fields, got {getattr(self, name)!r}")
+        if not isinstance(self.run, RunChoices):
+            raise TypeError(f"run must be a RunChoices, got {type(self.run).__name__}")
+        if self.head_rule not in HEAD_RULES:
+            raise ValueError(f"head_rule must be one of {', '.join(HEAD_RULES)}, got {self.head_rule!r}")
+        iv = self.lr_interval
+        if iv is not None:
+            if isinstance(iv, (str, bytes)) or not isinstance(iv, Sequence) or len(iv) != 2:
+                raise TypeError(f"lr_interval must be a pair (lo, hi), None for an open side, got {iv!r}")
+            for v in iv:
+                if v is not None and not (isinstance(v, numbers.Real) and not isinstance(v, bool)
+                                          and math.isfinite(v) and v > 0):
+                    raise ValueError(f"lr_interval must hold positive finite numbers or None, got {iv!r}")
+        if isinstance(self.proxy_widths, (str, bytes)) or not isinstance(self.proxy_widths, Sequence):
+            raise TypeError(f"proxy_widths must be a sequence of widths, got {self.proxy_widths!r}")
+        for w in self.proxy_widths:
+            check_int("proxy_widths", w, none=False)
+        object.__setattr__(self, "proxy_widths", tuple(int(w) for w in self.proxy_widths))
 
 
 def _flags(req: TransferRequest) -> SimpleNamespace:

@@ -17,6 +17,7 @@ and puts the plan together.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +38,7 @@ from mutransfer.card.batch_plan import (
     cap_at_critical_batch,
     whole_sequences,
 )
-from mutransfer.card.request import ProxyPoint, RunChoices
+from mutransfer.card.request import ProxyPoint, RunChoices, check_int
 
 __all__ = [
     "RunPlan",
@@ -113,6 +114,23 @@ class RunPlan:
     warnings: list[str] = field(default_factory=list)
     beta2: float = 0.95
     """Adam's beta2 for the target (``projected.beta2`` says where it comes from)."""
+
+
+def _check_plan_args(proxy: Any, run: Any, *, tokens: Any, seq_len: Any, n_params: Any) -> None:
+    """:func:`plan_run`'s arguments, each by type and range before any arithmetic: a
+    TypeError or ValueError naming the argument."""
+    if not isinstance(proxy, ProxyPoint):
+        raise TypeError(f"proxy must be a ProxyPoint, got {type(proxy).__name__}")
+    if not isinstance(run, RunChoices):
+        raise TypeError(f"run must be a RunChoices, got {type(run).__name__}")
+    check_int("seq_len", seq_len, none=False)
+    for name, v in (("tokens", tokens), ("n_params", n_params)):
+        if v is None and name == "n_params":
+            continue
+        if not isinstance(v, numbers.Real) or isinstance(v, bool):
+            raise TypeError(f"{name} must be a positive finite number, got {type(v).__name__} {v!r}")
+        if not (math.isfinite(v) and v > 0):
+            raise ValueError(f"{name} must be a positive finite number, got {v!r}")
 
 
 def _check_plan_inputs(*, batch_rule: str, accept_edge: Sequence[str], laws: ScalingLawFit | None,
@@ -425,6 +443,7 @@ def plan_run(
     it is taken, recorded in ``projected.accepted_edges`` and warned about. Under ``auto``
     an edge batch falls back to the published laws (as above) and an edge LR is a warning.
     """
+    _check_plan_args(proxy, run, tokens=tokens, seq_len=seq_len, n_params=n_params)
     proxy_lr, proxy_lr_interval = proxy.lr, proxy.lr_interval
     proxy_batch_tokens, proxy_tokens, proxy_tau = proxy.batch_tokens, proxy.tokens, proxy.tau
     beta2 = proxy.betas[1] if proxy.betas else 0.95

@@ -9,6 +9,7 @@ read them from these classes.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 from mutransfer.parametrize.specs import WD_MODES
 from mutransfer.training.schedules import DECAY_SHAPES, SCHEDULE_KINDS
 
-__all__ = ["BATCH_RULES", "EDGE_VALUES", "ProxyPoint", "RunChoices"]
+__all__ = ["BATCH_RULES", "EDGE_VALUES", "ProxyPoint", "RunChoices", "check_int"]
 
 #: Where the target's batch comes from when none is given (``RunChoices.batch_rule``).
 BATCH_RULES = ("auto", "fit", "anchored", "published")
@@ -39,6 +40,17 @@ def _number(name: str, value: Any, *, low: float = 0.0, high: float = math.inf, 
         side = f"> {low:g}" if open_low else f">= {low:g}"
         bound = side if high == math.inf else f"{side} and <= {high:g}"
         raise ValueError(f"{name} must be {kind} {bound}, got {value!r}")
+
+
+def check_int(name: str, value: Any, *, low: int = 1, none: bool = True) -> None:
+    """``value`` an int >= ``low`` (or None when ``none``): TypeError for another type (a
+    string, a float, a bool), ValueError for one out of range, each naming ``name``."""
+    if value is None and none:
+        return
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool):  # numpy's ints too
+        raise TypeError(f"{name} must be an integer >= {low}, got {type(value).__name__} {value!r}")
+    if value < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -85,6 +97,8 @@ class RunChoices:
     the data's LR alone."""
 
     def __post_init__(self) -> None:
+        if self.accept_edge is None:
+            object.__setattr__(self, "accept_edge", ())
         if self.schedule not in SCHEDULE_KINDS:
             raise ValueError(f"schedule must be one of {', '.join(SCHEDULE_KINDS)}, got {self.schedule!r}")
         if self.decay_shape not in DECAY_SHAPES:
@@ -163,4 +177,9 @@ class ProxyPoint:
             for v in b:
                 _number("proxy betas", v, high=0.999999)
             object.__setattr__(self, "betas", (float(b[0]), float(b[1])))
-        object.__setattr__(self, "role_lr_mults", dict(self.role_lr_mults or {}))
+        mults = self.role_lr_mults
+        if mults is not None and not isinstance(mults, Mapping):
+            raise TypeError(f"proxy role_lr_mults must be a mapping of role -> LR multiplier, got {mults!r}")
+        for role, v in (mults or {}).items():
+            _number(f"proxy role_lr_mults[{role!r}]", v, open_low=True)
+        object.__setattr__(self, "role_lr_mults", dict(mults or {}))

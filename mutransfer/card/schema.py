@@ -17,6 +17,7 @@ import torch
 from mutransfer._io import plain
 from mutransfer.card.target import build_target_model, hf_config_of, model_fields
 from mutransfer.models.source import hf_shape
+from mutransfer.parametrize.rules import role_rule
 from mutransfer.parametrize.specs import KINDS, ROLES, WD_MODES
 from mutransfer.training.config_fields import INT_LIMITS
 from mutransfer.training.optim import OPTIMIZER_NAMES
@@ -224,6 +225,34 @@ def _check_target(t: Mapping[str, Any]) -> None:
         _C.positive("target.model.mlp_ratio", model.get("mlp_ratio"), none=True)
 
 
+#: Ranges of the card's real-valued fields beyond "positive and finite": a hand edit past
+#: them (``1e300``) would overflow a forward pass or the optimizer's update, not train.
+#: Forward multipliers and hook scales span widths 2^-20..2^20 of a base with room to spare.
+CARD_RANGES: dict[str, tuple[float, float]] = {
+    "multiplier": (1e-12, 1e12), "lr": (0.0, 1e4), "eps": (0.0, 1.0), "weight_decay": (0.0, 100.0),
+}
+#: The fields of ``optimizer`` (:data:`DEFAULTS` fills the optional ones); any other is refused.
+OPTIMIZER_FIELDS = ("name", "lr", "betas", "eps", "weight_decay", "wd_mode", "tau")
+#: The forward multipliers a card may tune (:class:`mutransfer.parametrize.specs.Multipliers`).
+MULTIPLIER_FIELDS = ("input", "output", "attention", "residual")
+#: The fields of a forward hook.
+HOOK_FIELDS = ("module", "kind", "scale")
+
+
+def _unknown(path: str, section: Mapping[str, Any], known: tuple[str, ...]) -> None:
+    extra = [str(k) for k in section if k not in known]
+    if extra:
+        _C.fail(f"{path}.{extra[0]}", f"is not a field of {path} (it has {', '.join(known)}; a misspelt "
+                "name would be ignored)", section[extra[0]])
+
+
+def _ranged(path: str, v: Any, what: str, *, zero: bool = False) -> None:
+    """``v`` a finite number inside :data:`CARD_RANGES` ``[what]`` (0 itself only when
+    ``zero``; the low end is open for positive fields)."""
+    lo, hi = CARD_RANGES[what]
+    _C.number(path, v, low=lo, open_low=not zero, high=hi)
+
+
 def _check_parametrization(p: Mapping[str, Any]) -> None:
     _C.choice("parametrization.kind", p.get("kind"), KINDS)
     _C.integer("parametrization.width", p.get("width"), high=CARD_LIMITS["width"])
@@ -235,8 +264,9 @@ def _check_parametrization(p: Mapping[str, Any]) -> None:
     if p.get("kind") == "completep" and p.get("depth_alpha") not in (0.5, 1.0):
         _C.fail("parametrization.depth_alpha", "must be 0.5 or 1", p.get("depth_alpha"))
     mults = _C.mapping("parametrization.multipliers", p.get("multipliers", {}))
+    _unknown("parametrization.multipliers", mults, MULTIPLIER_FIELDS)
     for k, v in mults.items():
-        _C.positive(f"parametrization.multipliers.{k}", v)
+        _ranged(f"parametrization.multipliers.{k}", v, "multiplier")
     lr_mults = _C.mapping("parametrization.lr_mults", p.get("lr_mults", {}))
     for k, v in lr_mults.items():
         _C.choice("parametrization.lr_mults (role)", k, ROLES)
@@ -244,8 +274,9 @@ def _check_parametrization(p: Mapping[str, Any]) -> None:
 
 
 def _check_optimizer(o: Mapping[str, Any]) -> None:
+    _unknown("optimizer", o, OPTIMIZER_FIELDS)
     _C.choice("optimizer.name", o.get("name"), OPTIMIZER_NAMES)
-    _C.positive("optimizer.lr", o.get("lr"))
+    _ranged("optimizer.lr", o.get("lr"), "lr")
     betas = o.get("betas")
     if not isinstance(betas, list) or len(betas) != 2:
         _C.fail("optimizer.betas", "must be a list of two numbers", betas)
@@ -253,8 +284,8 @@ def _check_optimizer(o: Mapping[str, Any]) -> None:
         _C.number(f"optimizer.betas[{i}]", b, low=0.0)
         if b >= 1:
             _C.fail(f"optimizer.betas[{i}]", "must be < 1", b)
-    _C.positive("optimizer.eps", o.get("eps"))
-    _C.number("optimizer.weight_decay", o.get("weight_decay"), low=0.0)
+    _ranged("optimizer.eps", o.get("eps"), "eps")
+    _ranged("optimizer.weight_decay", o.get("weight_decay"), "weight_decay", zero=True)
     _C.choice("optimizer.wd_mode", o.get("wd_mode"), WD_MODES)
     _C.positive("optimizer.tau", o.get("tau"), none=True)
 
@@ -320,12 +351,12 @@ def _check_param_groups(groups: Any) -> None:
             _C.fail(f"{where}.shape", "must be a list of non-negative integers", shape)
         _C.choice(f"{where}.role", g.get("role"), ROLES, none=True)
         _C.choice(f"{where}.optimizer", g["optimizer"], OPTIMIZER_NAMES)
-        _C.positive(f"{where}.lr", g["lr"])
-        _C.positive(f"{where}.lr_mult", g.get("lr_mult", 1.0))
+        _ranged(f"{where}.lr", g["lr"], "lr")
+        _ranged(f"{where}.lr_mult", g.get("lr_mult", 1.0), "multiplier")
         check_init(f"{where}.init", g["init"])
         _C.number(f"{where}.init_std", g.get("init_std"), low=0.0, none=True)
-        _C.number(f"{where}.weight_decay", g["weight_decay"], low=0.0)
-        _C.positive(f"{where}.eps", g["eps"])
+        _ranged(f"{where}.weight_decay", g["weight_decay"], "weight_decay", zero=True)
+        _ranged(f"{where}.eps", g["eps"], "eps")
 
 
 def _check_forward(fm: Mapping[str, Any]) -> None:
@@ -334,12 +365,31 @@ def _check_forward(fm: Mapping[str, Any]) -> None:
         _C.fail("forward_multipliers.hooks", "must be a list", hooks)
     for i, h in enumerate(hooks):
         h = _C.mapping(f"forward_multipliers.hooks[{i}]", h)
+        _unknown(f"forward_multipliers.hooks[{i}]", h, HOOK_FIELDS)
         _C.string(f"forward_multipliers.hooks[{i}].module", h.get("module"))
         _C.choice(f"forward_multipliers.hooks[{i}].kind", h.get("kind"), ("pre", "post"))
-        _C.positive(f"forward_multipliers.hooks[{i}].scale", h.get("scale"))
+        _ranged(f"forward_multipliers.hooks[{i}].scale", h.get("scale"), "multiplier")
     att = _C.mapping("forward_multipliers.attention", fm.get("attention"))
     for k, v in att.items():
-        _C.positive(f"forward_multipliers.attention.{k}", v)
+        _ranged(f"forward_multipliers.attention.{k}", v, "multiplier")
+
+
+def _check_readout_hooks(card: Mapping[str, Any]) -> None:
+    """Every readout hook (``kind: pre``, the output multiplier's home) agrees with the
+    multiplier it carries: scale = ``multipliers.output`` × the output rule's width factor
+    at ``width / base_width`` (μP: base_width/width; SP: 1). Checked for the models the
+    card builds itself (``target.model`` kind gpt, mlp or hf), whose readouts carry no
+    multiplier of their own."""
+    pz, model = card["parametrization"], card["target"].get("model")
+    if not isinstance(model, Mapping) or model.get("kind", "gpt") not in ("gpt", "mlp", "hf"):
+        return
+    output = pz.get("multipliers", {}).get("output", 1.0)
+    want = output * role_rule(pz["kind"], "output").multiplier(pz["width"] / pz["base_width"], 1.0)
+    for i, h in enumerate(card["forward_multipliers"]["hooks"]):
+        if h["kind"] == "pre" and not math.isclose(h["scale"], want, rel_tol=1e-6):
+            _C.fail(f"forward_multipliers.hooks[{i}] ({h['module']}).scale",
+                    f"disagrees with parametrization.multipliers.output {output!r} × the {pz['kind']} output "
+                    f"rule at width {pz['width']} / base {pz['base_width']} = {want!r}", h["scale"])
 
 
 def _check_audit(a: Mapping[str, Any]) -> None:
@@ -539,6 +589,7 @@ def validate_card(card: Any) -> dict[str, Any]:
     if "trust" in card:
         _check_trust(card["trust"])
     _check_lr_sensitivity(card["projected"])
+    _check_readout_hooks(card)
     _check_consistency(card)
     _finite_everywhere(dict(card), "")  # last, once every key is known: source, projected, audit
     return dict(card)

@@ -21,7 +21,6 @@ import copy
 import dataclasses
 import json
 import math
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +34,7 @@ from mutransfer.models.gpt import GPT, GPTConfig
 from mutransfer.models.mlp import MLP, MLPConfig
 from mutransfer.models.presets import get_preset
 from mutransfer.models.source import ModelSource, check_model_sizes, hf_proxy_config, hf_shape, parse_model
+from mutransfer.redact import redact
 
 __all__ = [
     "ALIASES",
@@ -159,43 +159,10 @@ class HFTarget:
         return int(total), int(nonembed)
 
 
-#: Config keys that name a credential: their values never reach a card.
-#: (Its last word: ``hf_token`` and ``use_auth_token`` are, ``bos_token_id`` is not.)
-_SECRET_KEY = re.compile(r"(?i)(^|_)(token|secret|password|passwd|pwd|api_?key|access_?key|private_?key|"
-                         r"secret_?key|credentials?|auth|authorization|cookie)$")
-#: A password in a URL's user info (``scheme://user:PASSWORD@host``).
-_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*):[^@/\s]*@")
-#: Values shaped like well-known API tokens (Hugging Face, OpenAI, GitHub, AWS, Slack).
-_TOKEN_VALUE = re.compile(r"^(hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{16,}|gh[pousr]_[A-Za-z0-9]{20,}|"
-                          r"AKIA[0-9A-Z]{16}|xox[abpr]-[A-Za-z0-9-]{10,})$")
-
-
 def redact_secrets(doc: Any, path: str = "") -> tuple[Any, list[str]]:
-    """``doc`` (JSON data) without credentials: a key naming one (``hf_token``, ``api_key``,
-    ``password``...) or a value shaped like an API token is dropped, a URL's password is
-    masked as ``***``; returns (the clean copy, the dotted paths dropped or masked, each
-    with what was done). ``doc`` itself is not changed."""
-    notes: list[str] = []
-    if isinstance(doc, dict):
-        out: dict[str, Any] = {}
-        for k, v in doc.items():
-            p = f"{path}.{k}" if path else str(k)
-            if _SECRET_KEY.search(str(k)) and v not in (None, "", False):
-                notes.append(f"{p} (dropped)")
-                continue
-            out[k], sub = redact_secrets(v, p)
-            notes += sub
-        return out, notes
-    if isinstance(doc, list):
-        items = [redact_secrets(v, f"{path}[{i}]") for i, v in enumerate(doc)]
-        return [v for v, _ in items], [n for _, sub in items for n in sub]
-    if isinstance(doc, str):
-        if _TOKEN_VALUE.match(doc.strip()):
-            return None, [f"{path} (dropped: a token)"]
-        masked = _URL_PASSWORD.sub(r"\g<head>:***@", doc)
-        if masked != doc:
-            return masked, [f"{path} (URL password masked)"]
-    return doc, notes
+    """``doc`` (JSON data) without credentials: :func:`mutransfer.redact.redact`, the one
+    rule for every record the project writes."""
+    return redact(doc, path)
 
 
 def _plain_config(config: Any) -> dict[str, Any]:

@@ -11,14 +11,13 @@ Each failure of the user's code is a ValueError naming ``module:function``.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 import torch.nn as nn
 
-from mutransfer.contain import BUILD_TIMEOUT_ENV, run_child
+from mutransfer.contain import BUILD_TIMEOUT_ENV, UserCodeError, build_timeout, run_child
 from mutransfer.entry import load_entry
 
 __all__ = ["call_builder", "check_builder", "contain_builder", "load_builder", "logits_of"]
@@ -30,7 +29,7 @@ def load_builder(spec: str) -> Any:
         return load_entry(spec)
     except ValueError as exc:
         why = str(exc).replace(f"entry point {spec!r}", "").strip(": ")
-        raise ValueError(f"model builder {spec!r}: {why}") from None
+        raise UserCodeError(f"model builder {spec!r}: {why}") from None
 
 
 def logits_of(output: Any, name: str = "the model") -> torch.Tensor:
@@ -43,7 +42,7 @@ def logits_of(output: Any, name: str = "the model") -> torch.Tensor:
         return logits
     if isinstance(output, (tuple, list)) and output and isinstance(output[0], torch.Tensor):
         return output[0]
-    raise ValueError(f"{name} returned {type(output).__name__}, not logits: return a [B, T, V] tensor "
+    raise UserCodeError(f"{name} returned {type(output).__name__}, not logits: return a [B, T, V] tensor "
                      "or an output with .logits")
 
 
@@ -56,13 +55,13 @@ def call_builder(spec: str, width: int, depth: int, vocab_size: int | None = Non
     try:
         model = fn(width, depth)
     except SystemExit as exc:  # not an Exception: it would end the verb with its code, silently
-        raise ValueError(f"model builder {spec!r} called sys.exit({exc.code!r}) at width={width}, "
+        raise UserCodeError(f"model builder {spec!r} called sys.exit({exc.code!r}) at width={width}, "
                          f"depth={depth}; a builder must return the model") from None
     except Exception as exc:  # noqa: BLE001 - the user's code failing is their input
-        raise ValueError(f"model builder {spec!r} raised {type(exc).__name__} at width={width}, "
+        raise UserCodeError(f"model builder {spec!r} raised {type(exc).__name__} at width={width}, "
                          f"depth={depth}: {exc}") from None
     if not isinstance(model, nn.Module):
-        raise ValueError(f"model builder {spec!r} returned {type(model).__name__}, "
+        raise UserCodeError(f"model builder {spec!r} returned {type(model).__name__}, "
                          "not an nn.Module")
     _probe(spec, model, vocab_size)
     return model
@@ -78,7 +77,7 @@ def _probe(spec: str, model: nn.Module, vocab_size: int | None) -> None:
         with torch.no_grad():
             out = model(x)
     except Exception as exc:  # noqa: BLE001
-        raise ValueError(f"model builder {spec!r}: its model fails on token ids [1, 2]: "
+        raise UserCodeError(f"model builder {spec!r}: its model fails on token ids [1, 2]: "
                          f"{type(exc).__name__}: {exc}") from None
     finally:
         model.train(was)
@@ -86,7 +85,7 @@ def _probe(spec: str, model: nn.Module, vocab_size: int | None) -> None:
     if logits.dim() != 3 or tuple(logits.shape[:2]) != (1, 2) or (
             vocab_size is not None and logits.shape[-1] < vocab_size):
         want = f"[1, 2, {vocab_size or 'V'}]"
-        raise ValueError(f"model builder {spec!r}: logits of token ids [1, 2] have shape "
+        raise UserCodeError(f"model builder {spec!r}: logits of token ids [1, 2] have shape "
                          f"{list(logits.shape)}, not {want}")
 
 
@@ -98,11 +97,11 @@ _CHECKED: set[tuple[str, int | None, int | None]] = set()
 def contain_builder(spec: str, width: int | None = None, depth: int | None = None) -> None:
     """When :data:`BUILD_TIMEOUT_ENV` is set (the CLI sets it): :func:`check_builder`, once
     per process for the import and once for the first build of ``spec``. Else nothing."""
-    timeout = os.environ.get(BUILD_TIMEOUT_ENV)
+    timeout = build_timeout()
     key = (spec, None, None) if width is None else (spec, -1, -1)
-    if not timeout or key in _CHECKED:
+    if timeout is None or key in _CHECKED:
         return
-    check_builder(spec, width, depth, timeout=float(timeout))
+    check_builder(spec, width, depth, timeout=timeout)
     _CHECKED.add(key)
 
 
@@ -114,16 +113,16 @@ def check_builder(spec: str, width: int | None, depth: int | None, *, timeout: f
     at = "at import" if width is None else f"building its model at width={width}, depth={depth}"
     out = run_child(_build_once, {"spec": spec, "width": width, "depth": depth}, timeout)
     if out.kind == "timeout":
-        raise ValueError(f"model builder {spec!r} did not finish {at} within {timeout:g} s; it was "
+        raise UserCodeError(f"model builder {spec!r} did not finish {at} within {timeout:g} s; it was "
                          f"stopped (set {BUILD_TIMEOUT_ENV}=SECONDS if it is only slow)")
     if out.kind == "ended":
-        raise ValueError(f"model builder {spec!r} ended the process (exit code {out.exit_code}) {at}")
+        raise UserCodeError(f"model builder {spec!r} ended the process (exit code {out.exit_code}) {at}")
     kind, text = out.value
     if kind == "exit":
-        raise ValueError(f"model builder {spec!r} called sys.exit({text}) {at}; a builder must "
+        raise UserCodeError(f"model builder {spec!r} called sys.exit({text}) {at}; a builder must "
                          "return the model")
     if kind == "error":
-        raise ValueError(text)
+        raise UserCodeError(text)
 
 
 def _build_once(options: Mapping[str, Any]) -> list[Any]:

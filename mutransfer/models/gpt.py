@@ -31,6 +31,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from mutransfer.models.rope import rope_cache, rope_rotate, rope_tables
+
 
 @dataclass(frozen=True)
 class GPTConfig:
@@ -134,14 +136,23 @@ class Linear(nn.Linear):
     one batched matmul for all members. With a 2-D weight it is ``nn.Linear``."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        w = self.weight
-        if w.dim() == 2:
-            return F.linear(x, w, self.bias)
-        K = w.shape[0]
-        x_KNI, w_KIO = x.reshape(K, -1, x.shape[-1]), w.transpose(1, 2)
-        b_K1O = None if self.bias is None else self.bias.unsqueeze(1)
-        y = torch.bmm(x_KNI, w_KIO) if b_K1O is None else torch.baddbmm(b_K1O, x_KNI, w_KIO)
-        return y.view(*x.shape[:-1], w.shape[1])
+        return linear(x, self.weight, self.bias)
+
+
+def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    """:class:`Linear`'s product: ``F.linear`` for a 2-D weight, one batched matmul for a
+    stacked ``[K, out, in]`` one."""
+    if w.dim() == 2:
+        return F.linear(x, w, b)
+    K = w.shape[0]
+    x_KNI, w_KIO = x.reshape(K, -1, x.shape[-1]), w.transpose(1, 2)
+    b_K1O = None if b is None else b.unsqueeze(1)
+    y = torch.bmm(x_KNI, w_KIO) if b_K1O is None else torch.baddbmm(b_K1O, x_KNI, w_KIO)
+    return y.view(*x.shape[:-1], w.shape[1])
+
+
+def _hooked(*modules: nn.Module) -> bool:
+    return any(m._forward_hooks or m._forward_pre_hooks for m in modules)
 
 
 class Embedding(nn.Embedding):
@@ -175,24 +186,6 @@ class RMSNorm(nn.Module):
         return F.rms_norm(x_K_D, (d,), None, self.eps) * w.view(w.shape[0], *([1] * (x_K_D.dim() - 2)), d)
 
 
-def rope_cache(seq_len: int, d_head: int, theta: float = 10000.0,
-               device: torch.device | None = None) -> torch.Tensor:
-    """cos/sin table [T, D/2, 2] for rotary embeddings (Su et al. 2021), base ``theta``."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, d_head, 2, device=device).float() / d_head))
-    angles = torch.outer(torch.arange(seq_len, device=device).float(), inv_freq)  # [T, D/2]
-    return torch.stack([angles.cos(), angles.sin()], dim=-1)
-
-
-def apply_rope(x_TD: torch.Tensor, cache_TD2: torch.Tensor) -> torch.Tensor:
-    """Rotate the pairs (2i, 2i+1) by angle t·theta_i (Meta's Llama layout; HF's rotate_half
-    pairs (i, i + D/2) instead: the converter permutes q/k rows between the two)."""
-    T = x_TD.shape[-2]
-    x1, x2 = x_TD.float().unflatten(-1, (-1, 2)).unbind(-1)  # pairs (even, odd)
-    cos, sin = cache_TD2[:T, :, 0], cache_TD2[:T, :, 1]
-    out = torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)
-    return out.type_as(x_TD)
-
-
 class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
@@ -213,21 +206,34 @@ class CausalSelfAttention(nn.Module):
         self.track_max_logit = False
         self.max_logit: torch.Tensor | None = None
 
-    def forward(self, x_KBTC: torch.Tensor, rope_TD2: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, x_KBTC: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+        """``rope``: :func:`rope_tables` (cos, signed sin), or None for no rotation."""
         K, B, T, C = x_KBTC.shape
         H, G, D = self.n_head, self.n_kv_head, self.head_dim
 
         def heads(y_KBTX: torch.Tensor, n: int) -> torch.Tensor:
             return y_KBTX.view(K, B, T, n, D).transpose(2, 3)  # K B n T D
 
-        q, k, v = heads(self.c_q(x_KBTC), H), heads(self.c_k(x_KBTC), G), heads(self.c_v(x_KBTC), G)
+        lin = (self.c_q, self.c_k, self.c_v)
+        if _hooked(*lin):  # a multiplier on one of them: each its own module call
+            q, k, v = (y(x_KBTC) for y in lin)
+        else:  # one matmul (one cast of x under autocast, one gradient for it) for all three
+            w = torch.cat([m.weight for m in lin], dim=-2)
+            b = None if self.c_q.bias is None else torch.cat([m.bias for m in lin], dim=-1)
+            q, k, v = linear(x_KBTC, w, b).split([H * D, G * D, G * D], dim=-1)
+        q, k, v = heads(q, H), heads(k, G), heads(v, G)
         if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        if self.rope and rope_TD2 is not None:
-            q, k = apply_rope(q, rope_TD2), apply_rope(k, rope_TD2)
         # The softmax scale goes into q, so members with different scales share one SDPA
-        # (a [K] scale would promote bf16 q to fp32: cast back, as q * float does).
-        q = (q * member_scale(self.softmax_scale, q)).to(k.dtype)
+        # (a [K] scale would promote bf16 q to fp32: cast back, as q * float does). With
+        # RoPE it rides on q's rotation tables: no pass of its own (exact for the usual
+        # power-of-two scales 1/d_head and 1/sqrt(d_head)).
+        scale = member_scale(self.softmax_scale, q)
+        if self.rope and rope is not None:
+            cos, sin = rope
+            q, k = rope_rotate(q, cos * scale, sin * scale).to(k.dtype), rope_rotate(k, cos, sin)
+        else:
+            q = (q * scale).to(k.dtype)
         if self.track_max_logit:
             with torch.no_grad():  # per member and head, max over batch and positions
                 # GQA: key head g serves query heads g·H/G .. (g+1)·H/G - 1, as SDPA's enable_gqa
@@ -263,9 +269,9 @@ class Block(nn.Module):
         self.ln_2 = RMSNorm(cfg.width, trainable=not cfg.freeze_norm_gains, eps=cfg.norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x_KBTC: torch.Tensor, rope_TD2: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, x_KBTC: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
         # attn and mlp are the residual branches; CompleteP's L^-alpha hooks onto them.
-        x_KBTC = x_KBTC + self.attn(self.ln_1(x_KBTC), rope_TD2)
+        x_KBTC = x_KBTC + self.attn(self.ln_1(x_KBTC), rope)
         return x_KBTC + self.mlp(self.ln_2(x_KBTC))
 
 
@@ -337,7 +343,13 @@ class GPT(nn.Module):
         if self.wpe is not None:
             pos_KT = torch.arange(T, device=idx.device).expand(K, T)
             x = x + self.wpe(pos_KT).unsqueeze(1)
-        rope = self.rope if self.rope.numel() else None
+        rope = None
+        if self.rope.numel():
+            dev = idx.device.type
+            # q and k come out of the projections in autocast's dtype: rotate them in it
+            dtype = (torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev)
+                     else self.blocks[0].attn.c_q.weight.dtype) if self.blocks else x.dtype
+            rope = rope_tables(self.rope, T, dtype)
         for block in self.blocks:
             x = block(x, rope)
         logits = self.lm_head(self.ln_f(x)).float()  # fp32 logits: softmax stability in bf16

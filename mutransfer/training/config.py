@@ -139,7 +139,9 @@ class OptimSection(_Section):
     """Adam beta2 (unless ``beta2_halflife_tokens`` sets it from the batch)."""
     beta2_halflife_tokens: float | None = None
     """Opt-in: Adam's beta2 = 0.5^(batch tokens / this), so the second-moment average has
-    the same half-life in tokens at every batch (Marek et al. 2025); None keeps ``beta2``."""
+    the same half-life in tokens at every batch (Marek et al. 2025); None keeps ``beta2``.
+    It replaces ``beta2``: setting both (``beta2`` other than its default) is refused, and
+    a half-life whose beta2 at the run's batch rounds to 0 or 1 is refused at the start."""
     eps: float = 1e-8
     """Adam epsilon (CompleteP scales it per parameter)."""
     momentum: float = 0.0
@@ -166,7 +168,13 @@ class OptimSection(_Section):
         size training for language models", §4)."""
         if self.beta2_halflife_tokens is None:
             return self.beta2
-        return 0.5 ** (batch_tokens / self.beta2_halflife_tokens)
+        value = 0.5 ** (batch_tokens / self.beta2_halflife_tokens)
+        if not 0.0 < value < 1.0:  # torch refuses 1 with its own words; 0 would run silently
+            raise ValueError(f"beta2_halflife_tokens={self.beta2_halflife_tokens!r} gives Adam's beta2 = "
+                             f"0.5^({batch_tokens}/{self.beta2_halflife_tokens:g}) = {value:g} at a batch of "
+                             f"{batch_tokens} tokens; it must lie strictly between 0 and 1 (a half-life of "
+                             f"{batch_tokens / math.log2(1 / 0.95):.4g} tokens gives 0.95)")
+        return value
 
     def __post_init__(self) -> None:
         self._check_choices()
@@ -176,6 +184,9 @@ class OptimSection(_Section):
         if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not (
                 math.isfinite(t) and t > 0)):
             raise self._bad("beta2_halflife_tokens", "a positive finite number of tokens or None")
+        if t is not None and self.beta2 != type(self).beta2:
+            raise ValueError(f"beta2={self.beta2!r} and beta2_halflife_tokens={t!r} are both set: the "
+                             "half-life sets beta2 from the batch; drop one")
         if not (self.weight_decay >= 0 and math.isfinite(self.weight_decay)):
             raise self._bad("weight_decay", ">= 0")
 

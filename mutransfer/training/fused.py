@@ -28,7 +28,10 @@ forward and backward:
   each member runs the unfused per-step decision (:meth:`Trainer.decide`: divergence,
   spike policy, grad-norm clipping with its own norm, GNS), its own ``torch.optim``
   optimizer on those views, and QK-clip (:func:`mutransfer.training.optim.qk_clip`). Only Muon's
-  Newton–Schulz is batched over the members (:func:`mutransfer.training.optim.muon_step_batched`);
+  Newton–Schulz is batched over the members (:func:`mutransfer.training.optim.muon_step_batched`).
+  When every member defers its host reads (:meth:`Trainer.deferred`), each clips and steps
+  at once and the group reads all members' numbers in one transfer per logging step
+  (:meth:`FusedGroup.flush`), where each member's decision then runs in step order;
 - a member that diverges or is pruned leaves the stack (its rows are dropped from every
   tensor), so it costs nothing afterwards and its result is what the unfused run reports.
 
@@ -57,6 +60,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -71,7 +75,8 @@ from mutransfer.training.fusion import check_fusible, check_k, choose_k
 from mutransfer.training.noise_scale import grad_sq_norm
 from mutransfer.training.optim import attention_modules, muon_step_batched, qk_clip, set_lr
 from mutransfer.training.train_result import TrainResult
-from mutransfer.training.trainer import Callback, Trainer, Verdict, eval_rows, sequence_losses
+from mutransfer.training.stabilizers import clip_grad_norm
+from mutransfer.training.trainer import SYNC_EVERY, Callback, Trainer, Verdict, eval_rows, sequence_losses
 
 __all__ = ["FusedCallback", "train_fused"]
 
@@ -331,6 +336,9 @@ class FusedGroup:
             if i == 0 and n >= 2:  # |G_small|^2 of one micro-batch, per member
                 self._grads_to_members()
                 g_small = [grad_sq_norm(m.trainer.params, scale=n) for m in at_forward]
+        if all(m.trainer.deferred() for m in at_forward):
+            self._deferred_step(step, at_forward, mults, torch.stack(losses).mean(0), max_logits, g_small, t0)
+            return
         loss_vals = torch.stack(losses).mean(0).tolist()
         ml_vals = (torch.stack([s.amax(1) for s in max_logits.values()]).amax(0).tolist()
                    if max_logits else None)
@@ -362,6 +370,46 @@ class FusedGroup:
             at_forward[j].trainer.write_metrics()
         self._drop(diverged)
 
+    def _deferred_step(self, step: int, at_forward: list[_Member], mults: list[float], loss_K: torch.Tensor,
+                       max_logits: dict[str, torch.Tensor], g_small: list[torch.Tensor] | None,
+                       t0: float) -> None:
+        """The rest of a step whose members all defer their host reads
+        (:meth:`Trainer.deferred`): each member clips with its own norm and steps; the
+        numbers stay on the device until :meth:`flush` reads the whole group's at once."""
+        ml_K = torch.stack([s.amax(1) for s in max_logits.values()]).amax(0) if max_logits else None
+        self._grads_to_members()
+        norms = [clip_grad_norm(m.trainer.params, m.cfg.stabilizers.grad_clip or None) for m in at_forward]
+        self._optimizer_step(at_forward)
+        for m in at_forward:
+            m.trainer.opt.zero_grad(set_to_none=True)
+        for p in self.P.values():
+            p.grad = None
+        for j, (m, mult) in enumerate(zip(at_forward, mults)):
+            rec: dict[str, Any] = {"step": step + 1, "loss": None, "lr": m.cfg.optim.lr * mult}
+            m.trainer.defer(rec, loss_K[j], norms[j], g_small[j] if g_small else None,
+                            None if ml_K is None else ml_K[j])
+            m.trainer.advance("step")
+            m.trainer._finish_record(rec, t0)
+
+    def flush(self) -> None:
+        """Read every alive member's queued numbers on the host in one transfer (one sync for
+        the group, not one per member), settle them (:meth:`Trainer.settle`), and drop the
+        members that diverged."""
+        waiting = [m for m in self.alive if m.trainer._pending]
+        if not waiting:
+            return
+        parts = [m.trainer.pending_tensors() for m in waiting]
+        flat = [t for ts in parts for t in ts]
+        values = torch.cat(flat).tolist() if flat else []
+        start = 0
+        for m, ts in zip(waiting, parts):
+            m.trainer.settle(values[start:start + len(ts)])
+            start += len(ts)
+        diverged = {j for j, m in enumerate(self.alive) if m.trainer.diverged}
+        for j in diverged:
+            self.alive[j].trainer.write_metrics()
+        self._drop(diverged)
+
     def _eval_and_callbacks(self) -> None:
         """Evaluate every member, then its own :meth:`Trainer.record_eval` (divergence on
         the held-out loss, the callback); members that stop leave the stack."""
@@ -380,6 +428,11 @@ class FusedGroup:
             while self.alive and self.step < stop_step:
                 self.train_step(self.step)
                 self.step += 1
+                t = self.alive[0].trainer if self.alive else None
+                every = t.cfg.run.eval_every if t is not None else 0
+                if (self.step == stop_step or self.step % SYNC_EVERY == 0
+                        or (every and self.step % every == 0)):
+                    self.flush()
                 if not self.alive:
                     break
                 t = self.alive[0].trainer
@@ -435,6 +488,7 @@ def train_fused(
     k: int | None = None,
     callback: FusedCallback | Sequence[Callback | None] | None = None,
     data: TokenDataset | None = None,
+    events: list[dict[str, Any]] | None = None,
 ) -> list[TrainResult]:
     """Train ``configs`` as fused groups of up to ``k`` members; one TrainResult each,
     in the order given, equal (to float tolerance on CPU) to ``train(cfg)`` per config.
@@ -451,6 +505,9 @@ def train_fused(
             signature ``fn(step, metrics)``. Called after every evaluation with the
             metrics :func:`mutransfer.training.train.train` passes; True prunes that member only.
         data: an open dataset to use instead of loading ``configs[0].data``.
+        events: a list to append what happened to: ``{"event": "out_of_memory", "k",
+            "retry_k", "first_member"}`` when a group ran out of memory and its members
+            were retried in groups of half the size (a group of one re-raises).
 
     The fusion idea is HFTA (Wang et al., MLSys 2021); see the module docstring for what
     is exact and what is not supported.
@@ -459,11 +516,31 @@ def train_fused(
     configs = list(configs)
     check_fusible(configs)
     callbacks = member_callbacks(callback, len(configs))
-    kk = k if k is not None else choose_k(configs[0])
     data = data if data is not None else open_data(configs[0])
+    kk = k if k is not None else choose_k(configs[0], vocab_size=data.vocab_size)
     results: list[TrainResult] = []
-    for start in range(0, len(configs), kk):
+    start = 0
+    while start < len(configs):
         chunk = configs[start:start + kk]
-        group = FusedGroup(chunk, callbacks=callbacks[start:start + kk], data=data)
-        results.extend(group.run())
+        group: FusedGroup | None = None
+        try:
+            group = FusedGroup(chunk, callbacks=callbacks[start:start + kk], data=data)
+            results.extend(group.run())
+        except torch.OutOfMemoryError:
+            if kk == 1:
+                raise
+            # The whole group starts over at half the size: its members' runs are pure
+            # functions of their configs, so nothing of the failed attempt is kept.
+            event = {"event": "out_of_memory", "k": kk, "retry_k": kk // 2, "first_member": start}
+            warnings.warn(f"fused group of {kk} ran out of memory; retrying its members in groups of {kk // 2}",
+                          RuntimeWarning, stacklevel=2)
+            if events is not None:
+                events.append(event)
+            kk //= 2
+        else:
+            start += len(chunk)
+        finally:
+            group = None
+            if configs[0].run.device != "cpu" and torch.cuda.is_available():
+                torch.cuda.empty_cache()  # the next group sees the memory this one freed
     return results

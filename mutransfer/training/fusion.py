@@ -132,17 +132,26 @@ def check_k(k: int | None) -> None:
         raise ValueError(f"k (members per fused group) must be an integer >= 1, got {k!r}")
 
 
-def member_bytes(cfg: TrainConfig, vocab_size: int = 256) -> int:
-    """A deliberately generous estimate of one member's training memory in bytes: fp32
-    weights, gradients and optimizer state (4 + 4 + 8 bytes/param), plus activations kept
-    for the backward (~40 bytes per token, per block and per unit of width, a little above
-    Korthikanti et al. 2022's 34 for 16-bit activations without attention scores, since
-    ours are fp32 outside the matmuls) and the fp32 logits with their gradient."""
+def member_bytes(cfg: TrainConfig, vocab_size: int | None = None, dtype: str | None = None) -> int:
+    """A deliberately generous estimate of one member's training memory in bytes, at the
+    run's real vocabulary (``vocab_size``: the data's; None: the preset's), sequence length
+    and compute dtype (``dtype``: ``bf16``/``fp32``; None: the config's, ``auto`` as bf16):
+
+    - fp32 weights, gradients and Adam state: 4 + 4 + 8 bytes/param;
+    - activations kept for the backward: ~40 bytes per token, per block and per unit of
+      width in bf16 (a little above Korthikanti et al. 2022's 34 for 16-bit activations
+      without attention scores, since ours are fp32 outside the matmuls), 72 in fp32;
+    - the logits, per token and vocabulary entry: bf16 logits (2), their fp32 copy (4),
+      the saved log-softmax (4) and the fp32 and bf16 gradients (4 + 2) = 16 bytes in bf16;
+      12 in fp32 (logits, log-softmax, gradient). At vocab 50,304 and 8,192 tokens a
+      micro-batch this term alone is 6.6 GB: the vocabulary, not the model, sizes K."""
     gc = cfg.model_config(vocab_size=vocab_size)
     with torch.device("meta"):
         n = GPT(gc).num_params()
+    dtype = dtype or cfg.run.dtype
+    half = dtype != "fp32"
     tokens = cfg.run.batch_size // cfg.run.grad_accum * gc.seq_len
-    act = tokens * (40 * gc.width * gc.depth + 12 * gc.vocab_size)
+    act = tokens * ((40 if half else 72) * gc.width * gc.depth + (16 if half else 12) * gc.vocab_size)
     return int(16 * n + act)
 
 
@@ -155,16 +164,21 @@ def member_step_flops(cfg: TrainConfig, vocab_size: int = 256) -> int:
     return int(per_token * (cfg.run.batch_size // cfg.run.grad_accum) * gc.seq_len)
 
 
-def choose_k(cfg: TrainConfig, device: torch.device | str | None = None, *, headroom: float = 0.6) -> int:
+def choose_k(cfg: TrainConfig, device: torch.device | str | None = None, *, headroom: float = 0.6,
+             vocab_size: int | None = None) -> int:
     """Members per fused group when not given. Off CUDA: :data:`CPU_DEFAULT_K` while one
     member's micro-step is below :data:`CPU_FUSE_MAX_FLOPS`, else 1 (unfused). On CUDA,
     ``headroom`` x the free memory (``torch.cuda.mem_get_info``) over
-    :func:`member_bytes`, clamped to [1, :data:`MAX_K`]."""
+    :func:`member_bytes` at ``vocab_size`` (the data's), clamped to [1, :data:`MAX_K`].
+    Free memory is read after ``torch.cuda.empty_cache()``, so memory the allocator keeps
+    cached from an earlier group counts as free."""
     dev = torch.device(device) if device is not None else resolve_device(cfg.run.device)
     if dev.type != "cuda":
-        return CPU_DEFAULT_K if member_step_flops(cfg) < CPU_FUSE_MAX_FLOPS else 1
+        return CPU_DEFAULT_K if member_step_flops(cfg, vocab_size or 256) < CPU_FUSE_MAX_FLOPS else 1
+    torch.cuda.empty_cache()
     free, _ = torch.cuda.mem_get_info(dev)
-    return max(1, min(MAX_K, int(headroom * free) // max(1, member_bytes(cfg))))
+    need = max(1, member_bytes(cfg, vocab_size, "bf16" if cfg.run.dtype == "auto" else cfg.run.dtype))
+    return max(1, min(MAX_K, int(headroom * free) // need))
 
 
 __all__ = ["CPU_DEFAULT_K", "CPU_FUSE_MAX_FLOPS", "MAX_K", "NON_FUSIBLE_FIELDS", "check_fusible", "check_k",

@@ -22,14 +22,19 @@ workers it spawns; a SLURM job script passes ``--track`` to each worker).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
 import re
-from collections.abc import Mapping
+import sys
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
+
+from mutransfer.contain import UserCodeError
+from mutransfer.redact import redact, redact_argv, redact_text
 
 #: The tracking target of this process and the workers it starts (:meth:`TrackSpec.to_env`).
 TRACK_ENV = "MUTRANSFER_TRACK"
@@ -59,10 +64,10 @@ class TrackSpec:
         try:
             d = json.loads(text)
             spec = cls(kind=d["kind"], target=str(d["target"]), dir=d.get("dir"))
-        except (ValueError, KeyError, TypeError):
-            raise ValueError(f"${TRACK_ENV}={text!r} is not a tracking target (set by --track)") from None
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise UserCodeError(f"${TRACK_ENV}={text!r} is not a tracking target (set by --track)") from None
         if spec.kind not in _PACKAGES:
-            raise ValueError(f"${TRACK_ENV}: unknown tracker {spec.kind!r}")
+            raise UserCodeError(f"${TRACK_ENV}={text!r}: unknown tracker {spec.kind!r}")
         return spec
 
 
@@ -138,7 +143,7 @@ class TensorBoardRun:
             path = Path(logdir) / (f"{name}+trial{trial}" if trial is not None else f"{name}+{os.getpid()}")
         self.path = path
         self.writer = SummaryWriter(log_dir=str(path))
-        text = json.dumps(dict(config), indent=1, sort_keys=True, default=str, allow_nan=True)
+        text = json.dumps(redact(dict(config))[0], indent=1, sort_keys=True, default=str, allow_nan=True)
         self.writer.add_text("config", f"```\n{text}\n```", 0)
 
     def log(self, step: int, values: Mapping[str, float]) -> None:
@@ -159,16 +164,32 @@ class WandbRun:
 
         if dir is not None:
             Path(dir).mkdir(parents=True, exist_ok=True)
-        self.run = wandb.init(project=project, name=name, config=dict(config), dir=dir,
-                              reinit="create_new",
-                              settings=wandb.Settings(silent=True, console="off"))
+        # W&B records sys.argv in the run's files (and uploads them on sync): a storage URL
+        # typed on the command line holds its password there
+        with _redacted_argv():
+            self.run = wandb.init(project=project, name=name, config=redact(dict(config))[0], dir=dir,
+                                  reinit="create_new",
+                                  settings=wandb.Settings(silent=True, console="off"))
         self.path = Path(self.run.dir).parent  # the run's folder (offline-run-...)
 
     def log(self, step: int, values: Mapping[str, float]) -> None:
         self.run.log(dict(values), step=step)
 
     def close(self) -> None:
-        self.run.finish()
+        with _redacted_argv():
+            self.run.finish()
+
+
+@contextlib.contextmanager
+def _redacted_argv() -> Iterator[None]:
+    """``sys.argv`` without secrets (:func:`mutransfer.redact.redact_argv`) while a tracker
+    reads it."""
+    saved = sys.argv
+    sys.argv = [*saved[:1], *redact_argv(saved[1:])]
+    try:
+        yield
+    finally:
+        sys.argv = saved
 
 
 def open_run(spec: TrackSpec, name: str, config: Mapping[str, Any], trial: int | None = None) -> Run:
@@ -285,8 +306,6 @@ _WARNED: list[bool] = []
 
 def _warn_once(exc: Exception) -> None:
     if not _WARNED:
-        import sys
-
         _WARNED.append(True)
         print(f"mutransfer: tracking failed, the run goes on untracked from here: {exc}", file=sys.stderr)
 
@@ -298,5 +317,12 @@ def tracked(callback: Any, spec: TrackSpec | None, name: str, config: Mapping[st
     or ``(callback, None)`` when ``spec`` is None."""
     if spec is None:
         return callback, None
-    cb = TrackingCallback(open_run(spec, name, config, trial=trial), callback)
+    try:
+        run = open_run(spec, name, config, trial=trial)
+    except Exception as exc:  # a broken install, a bad folder: every run would fail alike
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise UserCodeError(f"--track {spec.kind}: the tracker could not start a run ({type(exc).__name__}"
+                            f"{': ' + redact_text(first) if first else ''}); fix it, or run without --track"
+                            ) from None
+    cb = TrackingCallback(run, callback)
     return cb, cb

@@ -58,6 +58,13 @@ Verdict = Literal["step", "skip", "rollback", "diverged"]
 #: scoring a batch-1 run's set one sequence at a time is avoided.
 EVAL_CHUNK_TOKENS = 2048
 
+#: Steps between host reads of the loop's numbers (loss, gradient norm, GNS, max logit) when
+#: no decision before the next step needs them (:meth:`Trainer.deferred`). A host read
+#: waits for the device's queue to drain, so reading two scalars every step leaves a GPU
+#: idle between steps; nanoGPT and torchtitan read only on logging steps too. The loop
+#: also reads before every evaluation, checkpoint and the end of ``run_until``.
+SYNC_EVERY = 10
+
 
 def eval_rows(cfg: TrainConfig, seq_len: int, world: int = 1) -> int:
     """Sequences per held-out chunk on one rank: the training micro-batch's rows, or
@@ -131,10 +138,13 @@ class Trainer:
             dev = torch.device("cuda", local_rank)
             torch.cuda.set_device(dev)
         self.device = dev
-        if dev.type == "cuda":
-            torch.backends.cuda.matmul.allow_tf32 = True
-            torch.backends.cudnn.allow_tf32 = True
         dtype = cfg.run.dtype if cfg.run.dtype != "auto" else ("bf16" if dev.type == "cuda" else "fp32")
+        if dev.type == "cuda":
+            # TF32 (10-bit mantissa) for the fp32 matmuls left outside bf16 autocast; a run
+            # that asked for fp32 gets fp32 (the flag is process-wide: a sweep worker's
+            # earlier bf16 trial must not carry it into an fp32 one).
+            torch.backends.cuda.matmul.allow_tf32 = dtype == "bf16"
+            torch.backends.cudnn.allow_tf32 = dtype == "bf16"
         self.amp_dtype = torch.bfloat16 if dtype == "bf16" else None
 
         run = cfg.run
@@ -174,6 +184,8 @@ class Trainer:
         self.ddp_model = model
         self.model = torch.compile(model) if cfg.run.compile else model
         self.attn = attention_modules(self.raw_model)
+        self._measure_always = bool(cfg.run.compile and self.attn and (
+            cfg.optim.qk_clip or cfg.run.max_logit_every > 0))
         self.schedule: Schedule = make_schedule(cfg.schedule_config())
         self.total_steps = cfg.run.steps
 
@@ -191,6 +203,9 @@ class Trainer:
         self.detector = SpikeDetector(window=stab.spike_window, threshold=stab.spike_threshold,
                                       min_history=min(10, stab.spike_window))
         self.ring: deque[dict[str, Any]] = deque(maxlen=2)
+        # Stepped records whose numbers are still on the device (:meth:`flush`).
+        self._pending: list[tuple[dict[str, Any], dict[str, torch.Tensor | None], int, int]] = []
+        self._settled_norm: float | None = None
         self.diverged = False
         self.pruned = False
         self.train_time = 0.0
@@ -233,8 +248,12 @@ class Trainer:
         z = self.cfg.model.z_loss
         return loss + z * torch.logsumexp(logits, dim=-1).pow(2).mean() if z else loss
 
-    def train_step(self) -> dict[str, Any]:
-        """Run one optimizer step (or a skip/rollback) and return its history record."""
+    def train_step(self, *, defer: bool = False) -> dict[str, Any]:
+        """Run one optimizer step (or a skip/rollback) and return its history record.
+
+        A :meth:`deferred` run reads the step's numbers on the host only at :meth:`flush`:
+        with ``defer`` the record's loss (and norm, GNS, max logit) stay None until the loop
+        flushes; without it this step flushes at its end (one host read)."""
         cfg, step = self.cfg, self.step
         t0 = time.perf_counter()
         if cfg.stabilizers.spike_policy == "rollback" and step % cfg.stabilizers.rollback_every == 0 and (
@@ -245,11 +264,18 @@ class Trainer:
         n = cfg.run.grad_accum
         dstep = step + self.data_offset
         track = self._track(step)
+        # Compiled, a flag that changes from step to step is a guard: two graphs per model
+        # (four with a second parametrization...), and past dynamo's recompile limit a
+        # sweep worker's later trials run eager. So under compile the max logit is
+        # measured on every step (one extra score matmul per layer) and read on the
+        # tracked ones only.
+        measure = track or self._measure_always
         for _, m in self.attn:
-            m.track_max_logit = track
+            m.track_max_logit = measure
         max_logits: dict[str, torch.Tensor] = {}
         losses = []
         g_small = None
+        rec: dict[str, Any]
         for i in range(n):
             x, y = self.data.get_batch("train", dstep, cfg.run.batch_size, self.seq_len, cfg.run.seed,
                                        micro=(i, n),
@@ -276,8 +302,20 @@ class Trainer:
             if g_small is not None:
                 torch.distributed.all_reduce(g_small)
                 g_small /= self.world
+        if self.deferred():
+            rec = {"step": step + 1, "loss": None, "lr": cfg.optim.lr * mult}
+            ml = torch.stack([s.max() for s in max_logits.values()]).max() if max_logits else None
+            gn = clip_grad_norm(self.params, cfg.stabilizers.grad_clip or None)
+            self.opt.step()
+            self.opt.zero_grad(set_to_none=True)
+            self.defer(rec, loss_t, gn, g_small, ml)
+            self.advance("step")
+            rec = self._finish_record(rec, t0)
+            if not defer:
+                self.flush()
+            return rec
         loss_v = float(loss_t)
-        rec: dict[str, Any] = {"step": step + 1, "loss": loss_v, "lr": cfg.optim.lr * mult}
+        rec = {"step": step + 1, "loss": loss_v, "lr": cfg.optim.lr * mult}
         if max_logits:
             rec["max_attn_logit"] = max(float(s.max()) for s in max_logits.values())
         verdict = self.decide(rec, loss_v, g_small)
@@ -303,7 +341,21 @@ class Trainer:
         ``"step"`` (take the optimizer step), ``"skip"`` (drop it, the batch is spent),
         ``"rollback"`` or ``"diverged"``.
         """
-        cfg, stab = self.cfg, self.cfg.stabilizers
+        stab = self.cfg.stabilizers
+        verdict = self._loss_verdict(rec, loss_v, self.step)
+        if verdict is not None:
+            return verdict
+        # The norm before clipping is also |G_big| for the noise scale: one pass, not two.
+        # A deferred step (:meth:`settle`) clipped already and gives its norm here.
+        gn = self._settled_norm
+        if gn is None:
+            gn = float(clip_grad_norm(self.params, stab.grad_clip or None))
+        return self._norm_verdict(rec, gn, None if g_small is None else float(g_small))
+
+    def _loss_verdict(self, rec: dict[str, Any], loss_v: float, step: int) -> Verdict | None:
+        """The loss's part of :meth:`decide` for the step at 0-based ``step``: divergence,
+        then the spike policy; None when the step goes on to its gradient norm."""
+        stab = self.cfg.stabilizers
         if self.initial_loss is None and math.isfinite(loss_v):
             self.initial_loss = loss_v
         bound = divergence_bound(stab.diverge_factor, self.data.vocab_size, self.initial_loss)
@@ -311,7 +363,7 @@ class Trainer:
             self.diverged = True
             return "diverged"
         if stab.spike_policy != "off" and self.detector.is_spike(loss_v):
-            self.spikes.append(self.step + 1)
+            self.spikes.append(step + 1)
             rec["spike"] = True
             if stab.spike_policy == "rollback" and self.ring and len(self.rollbacks) < stab.max_rollbacks:
                 return "rollback"
@@ -320,16 +372,75 @@ class Trainer:
                 return "skip"
         else:
             self.detector.update(loss_v)
-        # The norm before clipping is also |G_big| for the noise scale: one pass, not two.
-        gn = float(clip_grad_norm(self.params, stab.grad_clip or None))
+        return None
+
+    def _norm_verdict(self, rec: dict[str, Any], gn: float, g_small: float | None) -> Verdict:
+        """The gradient norm's part of :meth:`decide`: divergence on a non-finite norm, then
+        the noise-scale update."""
+        cfg = self.cfg
         rec["grad_norm"] = gn
         if not math.isfinite(gn):
             self.diverged = True
             return "diverged"
-        if g_small is not None and math.isfinite(float(g_small)):
+        if g_small is not None and math.isfinite(g_small):
             b_small = cfg.run.batch_size // (self.world * cfg.run.grad_accum)
-            rec["gns"] = self.gns.update(float(g_small), gn * gn, b_small, cfg.run.batch_size)
+            rec["gns"] = self.gns.update(g_small, gn * gn, b_small, cfg.run.batch_size)
         return "step"
+
+    # ---- deferred host reads ---------------------------------------------------------------
+
+    def deferred(self) -> bool:
+        """Whether this run's steps can go on before their numbers are read on the host:
+        nothing decided before the next step depends on them (the spike policy is ``off``
+        or ``log``, no QK-clip). The loss and gradient norm are then read in one batch at
+        :meth:`flush`, the stabilizers' bookkeeping (initial loss, spike window, GNS) runs
+        there in step order, and a divergence found there is reported as the unfused
+        loop reports it: the run stops at the diverged step (``step``, ``tokens`` and the
+        history end there), only its weights have taken the steps up to the flush."""
+        stab = self.cfg.stabilizers
+        return stab.spike_policy in ("off", "log") and not self.cfg.optim.qk_clip
+
+    def defer(self, rec: dict[str, Any], loss: torch.Tensor, grad_norm: torch.Tensor,
+              g_small: torch.Tensor | None, max_logit: torch.Tensor | None) -> None:
+        """Queue a stepped record whose numbers are still on the device (before
+        :meth:`advance`: it remembers the step and token count to roll back to)."""
+        vals = {"loss": loss, "grad_norm": grad_norm, "g_small": g_small, "max_attn_logit": max_logit}
+        self._pending.append((rec, vals, self.step, self.tokens))
+
+    def pending_tensors(self) -> list[torch.Tensor]:
+        """The queued numbers, flat, as 1-element float64 tensors (exact for fp32 values)."""
+        return [t.detach().reshape(1).double() for _, vals, _, _ in self._pending
+                for t in vals.values() if t is not None]
+
+    def settle(self, values: list[float]) -> None:
+        """Fill the queued records from ``values`` (:meth:`pending_tensors` read on the
+        host) and run each one's stabilizer bookkeeping in step order; at a divergence the
+        run stops there."""
+        pending, self._pending = self._pending, []
+        it = iter(values)
+        for rec, vals, step, tokens in pending:
+            got = {k: (None if t is None else next(it)) for k, t in vals.items()}
+            rec["loss"] = got["loss"]
+            if got["max_attn_logit"] is not None:
+                rec["max_attn_logit"] = got["max_attn_logit"]
+            # decide() as at that step (it reads self.step), with the norm already taken
+            now, self.step, self._settled_norm = self.step, step, got["grad_norm"]
+            try:
+                verdict = self.decide(rec, got["loss"], got["g_small"])
+            finally:
+                self.step, self._settled_norm = now, None
+            if verdict == "diverged":
+                self.diverged = True
+                self.step, self.tokens, rec["tokens"] = step, tokens, tokens
+                last = max(i for i, h in enumerate(self.history) if h is rec)
+                self.history = self.history[: last + 1]
+                return
+
+    def flush(self) -> None:
+        """Read every queued number on the host in one transfer and settle them."""
+        if self._pending:
+            ts = self.pending_tensors()
+            self.settle(torch.cat(ts).tolist() if ts else [])
 
     def advance(self, verdict: Verdict) -> None:
         """Count a finished step: a skipped one consumes its batch but trains no tokens."""
@@ -421,6 +532,7 @@ class Trainer:
 
     def recent_train_loss(self, k: int = 10) -> float:
         """Mean training loss over the last ``k`` recorded finite losses."""
+        self.flush()
         vals = [h["loss"] for h in self.history[-k:] if math.isfinite(h["loss"])]
         return sum(vals) / len(vals) if vals else float("nan")
 
@@ -436,17 +548,22 @@ class Trainer:
         cfg = self.cfg
         while self.step < stop_step:
             before = self.step
-            rec = self.train_step()
+            rec = self.train_step(defer=True)
+            at_end = self.step == stop_step
+            final = at_end and stop_step == self.total_steps
+            every, ckpt = cfg.run.eval_every, cfg.output.checkpoint_every
+            if (at_end or self.step % SYNC_EVERY == 0 or (every and self.step % every == 0)
+                    or (ckpt and self.step % ckpt == 0)):
+                self.flush()
             if self.progress is not None:
                 self.progress.update(self.step - self.progress.n)
-                self.progress.set_postfix(loss=f"{rec['loss']:.3f}", refresh=False)
+                if rec["loss"] is not None:
+                    self.progress.set_postfix(loss=f"{rec['loss']:.3f}", refresh=False)
             if self.diverged:
                 self.write_metrics()
                 return False
             if self.step <= before:  # a rollback: nothing finished this iteration
                 continue
-            at_end = self.step == stop_step
-            final = at_end and stop_step == self.total_steps
             if (cfg.run.eval_every and self.step % cfg.run.eval_every == 0) or final:
                 if self._eval_and_callback():
                     self._maybe_checkpoint(force=True)
@@ -479,6 +596,7 @@ class Trainer:
 
     def result(self) -> TrainResult:
         """The TrainResult of the run so far."""
+        self.flush()
         cfg = self.cfg
         worst = math.log(self.data.vocab_size)
         if self.initial_loss is not None and math.isfinite(self.initial_loss):
@@ -530,6 +648,7 @@ class Trainer:
 
     def state_dict(self) -> dict[str, Any]:
         """Everything a resume needs (tensors, numbers, strings, lists, dicts only)."""
+        self.flush()
         return {
             "model": self.raw_model.state_dict(), "optimizer": self.opt.state_dict(),
             "step": self.step, "data_offset": self.data_offset, "tokens": self.tokens,
@@ -550,6 +669,7 @@ class Trainer:
         except (RuntimeError, KeyError, ValueError) as exc:
             msg = state_dict_error(exc)
             raise ValueError(f"checkpoint does not fit this model/optimizer: {msg}") from None
+        self._pending = []
         self.step, self.data_offset = int(state["step"]), int(state["data_offset"])
         self.tokens = int(state.get("tokens", self.step * self.cfg.run.batch_size * self.seq_len))
         self.initial_loss = state.get("initial_loss")
@@ -592,6 +712,7 @@ class Trainer:
     def write_metrics(self, path: str | os.PathLike[str] | None = None) -> Path | None:
         """Write the per-step history (JSONL or CSV, atomically; non-finite values become
         null/empty, never NaN) to ``path`` or ``out_dir/metrics.<format>``."""
+        self.flush()
         cfg = self.cfg
         if path is None:
             if not cfg.output.out_dir or self.rank != 0:

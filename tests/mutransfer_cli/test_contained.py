@@ -37,6 +37,20 @@ def raises(width, depth):
 
 def slow(width):
     time.sleep(600)
+
+def quick(width, depth=None):
+    from mutransfer.models.gpt import GPT, GPTConfig
+    return GPT(GPTConfig(width=width, depth=depth or 1, head_dim=16, seq_len=64, vocab_size=256))
+
+def exits_in_worker(width, depth=None):
+    # fine when the CLI first checks it (in a child), exits in the trials of a spawned
+    # worker, or of one started with EXIT_IN_TRIAL=1: a builder that fails only where the
+    # trials run (another GPU, another environment)
+    if ("MUTRANSFER_PARENT_PID" in os.environ or os.environ.get("EXIT_IN_TRIAL")) \
+            and "MUTRANSFER_CONTAIN_PARENT" not in os.environ:
+        sys.exit(0)
+    from mutransfer.models.gpt import GPT, GPTConfig
+    return GPT(GPTConfig(width=width, depth=depth or 2, head_dim=16, seq_len=64, vocab_size=256))
 '''
 
 
@@ -78,6 +92,70 @@ def test_a_builder_that_exits_hangs_or_raises_is_one_line(verb, builder, said, u
     err = capsys.readouterr().err
     assert rc == 2 and said in err and len(err.strip().splitlines()) == 1, err
     assert not out.exists()  # nothing written
+
+
+LATE = {
+    "scaling": ["sweep", "scaling", "--width", "32", "--batch-sizes", "8,16,32", "--tokens",
+                "32768,65536,131072", "--lr-center", "0.0072", "--set", "seq_len=64"],
+    "batch": ["sweep", "batch", "--widths", "32", "--batch-sizes", "8,16", "--lrs", "0.01", "--steps", "2",
+              "--set", "seq_len=64"],
+}
+
+
+@pytest.mark.parametrize("kind", sorted(LATE))
+def test_a_builder_failing_in_the_workers_trials_is_one_line_and_the_workers_stop(kind, user_dir, monkeypatch,
+                                                                                   capsys) -> None:
+    monkeypatch.setenv("MUTRANSFER_BUILD_TIMEOUT", "60")
+    out = user_dir / "out"
+    rc = mutransfer_cli.main([*LATE[kind], "--model", "ents:exits_in_worker", "--workers", "2", "--quiet",
+                              "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert "model builder 'ents:exits_in_worker' called sys.exit(0) at width=32" in err
+    # each worker stopped at its first failed trial: the rest of the grid waits for the fix
+    from optuna.trial import TrialState
+
+    from sweeps.worker import open_study
+
+    study, _ = open_study(f"journal:{out / 'optuna.journal'}", None)
+    states = [t.state for t in study.get_trials(deepcopy=False)]
+    assert 1 <= states.count(TrialState.FAIL) <= 2 and states.count(TrialState.WAITING) >= len(states) - 2
+    assert f"{states.count(TrialState.FAIL)} trial(s) failed on it" in err
+
+
+def test_a_builder_failing_in_a_hand_started_worker_is_named_and_exit_2(user_dir, monkeypatch,
+                                                                         capsys) -> None:
+    out = user_dir / "out"
+    assert mutransfer_cli.main([*LATE["batch"], "--model", "ents:exits_in_worker", "--out", str(out),
+                                "--prepare-only"]) == 0
+    capsys.readouterr()
+    monkeypatch.setenv("EXIT_IN_TRIAL", "1")
+    rc = mutransfer_cli.main(["sweep", "worker", "--storage", str(out / "optuna.journal"), "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "worker 0: error: model builder 'ents:exits_in_worker' called sys.exit(0)" in err, err
+    assert err.strip().splitlines()[0] == "failed 1"  # it stopped at its first trial
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "abc", "inf", "1e300"])
+def test_a_bad_build_timeout_is_named_not_the_builder(value, user_dir, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("MUTRANSFER_BUILD_TIMEOUT", value)
+    rc = mutransfer_cli.main([*VERBS["train"], "--model", "ents:raises", "--out", str(user_dir / "out")])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"$MUTRANSFER_BUILD_TIMEOUT={value!r} must be a positive number of seconds" in err
+    assert "ents:raises" not in err
+
+
+def test_the_build_timeout_counts_the_users_code_not_our_imports(user_dir, monkeypatch, capsys) -> None:
+    # the child's own start (python, torch: seconds on a busy machine) is not the builder's;
+    # a quick builder under a short timeout passes, a hanging one is still stopped
+    monkeypatch.setenv("MUTRANSFER_BUILD_TIMEOUT", "2")
+    rc = mutransfer_cli.main([*VERBS["train"], "--model", "ents:quick", "--out", str(user_dir / "q")])
+    assert rc == 0, capsys.readouterr().err
+    capsys.readouterr()
+    rc = mutransfer_cli.main([*VERBS["train"], "--model", "ents:hangs", "--out", str(user_dir / "h")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "'ents:hangs' did not finish building its model at width=32, depth=1 within 2 s" in err
 
 
 def test_the_build_timeout_is_only_set_while_a_verb_runs(user_dir, capsys) -> None:

@@ -140,6 +140,25 @@ def test_no_secret_of_the_users_config_reaches_the_card(tmp_path, capsys) -> Non
     assert model["config"]["note"] == "keep me" and model["config"]["bos_token_id"] == 1
 
 
+def test_the_card_masks_every_secret_form_mask_url_masks(tmp_path, capsys) -> None:
+    # the forms the card's old rule left (part of) as they were: '@' and '/' in a password,
+    # ?password=, user:pw@host without a scheme, keys in camelCase or with the word first
+    s = "S3CRETQZ"
+    cfg = _hf(tmp_path, vocab_size=256, hub_url=f"https://bob:{s}@RETAT@hub.example.com/m",
+              proxy=f"http://carol:pa/{s}@proxy:8080", db=f"postgresql://u@h/db?password={s}",
+              mirror=f"alice:{s}@mirror.example.com", myApiKey=s, passphrase=s, token_hf=s)
+    out = tmp_path / "c.yaml"
+    rc, _ = run([*TRANSFER_HF, "--model", f"hf:{cfg}", "--out", out], capsys)
+    assert rc == 0 and s not in out.read_text()
+    from mutransfer.card.build import load_card
+
+    model = load_card(out)["target"]["model"]
+    assert model["config"]["hub_url"] == "https://bob:***@hub.example.com/m"
+    assert model["config"]["mirror"] == "alice:***@mirror.example.com"
+    assert {"myApiKey (dropped)", "passphrase (dropped)", "token_hf (dropped)", "proxy (URL password masked)",
+            "db (URL password masked)"} <= set(model["redacted"])
+
+
 # ---- flags that used to be accepted silently ---------------------------------------------------
 
 SCALING = ["sweep", "scaling", "--preset", "gpt-tiny", "--width", "32", "--batch-sizes", "8,16,32,64",

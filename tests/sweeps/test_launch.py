@@ -55,7 +55,11 @@ def test_dry_run_prints_an_array_of_workers_and_nothing_is_submitted_without_sba
     worker = [x for x in lines if x.startswith("exec ")]
     assert len(worker) == 1 and "sweep worker" in worker[0] and f"--storage journal:{journal}" in worker[0]
     assert '--worker-index "${SLURM_ARRAY_TASK_ID:-0}"' in worker[0] and "--study lr" in worker[0]
-    assert not (tmp_path / "slurm").exists()
+    # the dry run writes no script, but makes the log folder SLURM opens before a task starts
+    assert sorted(p.name for p in (tmp_path / "slurm").rglob("*")) == ["logs"]
+    import shutil
+
+    shutil.rmtree(tmp_path / "slurm")
     # a real launch needs sbatch: one line, exit 2, nothing written
     p = _cli("sweep", "launch", "--slurm", "--storage", str(journal), "--workers", "2",
              "--out", str(tmp_path), env={"PATH": "/nonexistent"})

@@ -94,3 +94,12 @@ def test_demo_stage_without_counts_says_it_is_still_running(monkeypatch, capsys)
     with quiet.stage("lr_fits"):
         time.sleep(0.5)
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("text", ["1e300", "86401", "inf", "nan", "-1", "abc"])
+def test_an_unbounded_progress_interval_is_refused_naming_the_variable(text, monkeypatch) -> None:
+    monkeypatch.setenv(PROGRESS_INTERVAL_ENV, text)
+    with pytest.raises(ValueError, match=rf"\${PROGRESS_INTERVAL_ENV}=.*at most 86400"):
+        progress_interval()
+    monkeypatch.setenv(PROGRESS_INTERVAL_ENV, "86400")
+    assert progress_interval() == 86400

@@ -144,3 +144,95 @@ def test_from_user_order(tmp_path, monkeypatch) -> None:
     assert Storage.from_user("sqlite:///x.db").kind == "sqlite"
     with pytest.raises(ValueError, match="not both"):
         Storage.from_user("x", storage_file=tmp_path / "f")
+
+
+# ---- a storage that cannot be written, a lock left behind --------------------------------------
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
+
+
+def _cli_proc(argv: list[str], **kw):
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop(STORAGE_ENV, None)
+    return subprocess.run([sys.executable, "-m", "mutransfer_cli", *argv], capture_output=True, text=True,
+                          env=env, timeout=120, **kw)
+
+
+def test_a_read_only_sqlite_storage_is_one_line_and_can_still_be_read(tmp_path) -> None:
+    import shutil
+
+    setpriv = shutil.which("setpriv")
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    lr = ["sweep", "lr", "--widths", "32", "--lrs", "0.01", "--steps", "2", "--storage", url]
+    assert _cli_proc([*lr, "--prepare-only"]).returncode == 0
+    (tmp_path / "db.sqlite").chmod(0o444)
+    # root writes through a 0444 file: drop the capability that lets it (as a user has none)
+    pre = [setpriv, "--bounding-set=-dac_override,-dac_read_search", "--inh-caps=-dac_override,-dac_read_search"]
+    if os.geteuid() != 0:
+        pre = []
+    elif setpriv is None:
+        pytest.skip("running as root without setpriv: a 0444 file is writable")
+    import subprocess
+    import sys
+
+    def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        env.pop(STORAGE_ENV, None)
+        return subprocess.run([*pre, sys.executable, "-m", "mutransfer_cli", *argv], capture_output=True,
+                              text=True, env=env, timeout=120, cwd=tmp_path)
+
+    for argv in ([*lr, "--workers", "1"], ["sweep", "worker", "--storage", url]):
+        p = run(argv)
+        assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+        assert "the storage is read-only (attempt to write a readonly database)" in p.stderr
+    p = run(["sweep", "status", "--storage", url])  # reading needs no write
+    assert p.returncode == 0 and "0/2 done" in p.stdout, p.stderr
+
+
+def test_a_journal_lock_left_pointing_at_a_moved_folder_is_a_bounded_wait_not_a_hot_loop(tmp_path) -> None:
+    import subprocess
+    import sys
+    import time
+
+    from sweeps.spec_kinds import LRSweep
+    from sweeps.storage import DANGLING_GRACE_S
+    from sweeps.study import prepare
+
+    old, new = tmp_path / "old", tmp_path / "new"
+    spec = LRSweep(widths=(32,), parametrizations=("mup",), lrs=(2.0**-7,))
+    prepare(spec, f"journal:{old / 'optuna.journal'}", study_name="lr", runner="sweeps.runners:synthetic_runner")
+    # a writer killed while holding Optuna's lock (a symlink to the journal's path), then the
+    # run folder renamed: the link now points at nothing
+    os.symlink(str(old / "optuna.journal"), str(old / "optuna.journal.lock"))
+    old.rename(new)
+    assert os.path.islink(new / "optuna.journal.lock") and not os.path.exists(new / "optuna.journal.lock")
+    code = ("import sys; from sweeps.spec_kinds import LRSweep; from sweeps.study import prepare; "
+            f"p = prepare(LRSweep(widths=(32,), parametrizations=('mup',), lrs=(2.0**-7, 2.0**-6)), "
+            f"'journal:{new / 'optuna.journal'}', study_name='lr', runner='sweeps.runners:synthetic_runner'); "
+            "print(p.enqueued)")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    t0 = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    import threading
+
+    watchdog = threading.Timer(90, proc.kill)  # a hot loop never ends by itself
+    watchdog.start()
+    try:
+        _, status, usage = os.wait4(proc.pid, 0)
+    finally:
+        watchdog.cancel()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.monotonic() - t0
+    out, err = proc.stdout.read(), proc.stderr.read()
+    assert proc.returncode == 0, err
+    assert out.strip() == "1"  # the new point was enqueued: the lock was taken over
+    assert wall >= DANGLING_GRACE_S  # it waited its bound first...
+    cpu = usage.ru_utime + usage.ru_stime
+    # ...asleep: a hot loop burns the whole wait (Optuna's spun at 100% CPU until killed);
+    # the interpreter's start and optuna's import are the rest
+    assert cpu < wall - DANGLING_GRACE_S + 1.0, (cpu, wall)
+    assert [x for x in err.splitlines() if "journal lock" in x and "does not exist" in x], err

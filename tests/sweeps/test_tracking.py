@@ -230,3 +230,69 @@ def test_train_track_tensorboard_logs_the_run_as_its_result_json(tmp_path, monke
         [(s, pytest.approx(float(np.float32(v)), rel=1e-6)) for s, v in result["evals"]]
     assert [(e.step, e.value) for e in ea.Scalars("loss/train")] == \
         [(h["step"], pytest.approx(float(np.float32(h["loss"])), rel=1e-6)) for h in history]
+
+
+PLANTED = "PlantedPw4711"
+
+
+def _files_holding(root: Path, needle: str) -> list[Path]:
+    return [p for p in root.rglob("*") if p.is_file() and needle.encode() in p.read_bytes()]
+
+
+@pytest.mark.parametrize("track", ["wandb", "tensorboard"])
+def test_a_password_in_the_storage_url_on_the_command_line_is_in_no_file_the_run_writes(
+        tmp_path, track) -> None:
+    # W&B records the argv; with --workers 1 the trial runs in the process whose argv holds
+    # the URL, and `sweep worker` started by hand has it too
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}?password={PLANTED}"
+    env = {k: v for k, v in os.environ.items() if k not in (TRACK_ENV, "MUTRANSFER_STORAGE", "WANDB_DIR")}
+    env.update(PYTHONPATH=str(ROOT), WANDB_MODE="offline", WANDB_BASE_URL="http://127.0.0.1:9",
+               HTTPS_PROXY="http://127.0.0.1:9", HTTP_PROXY="http://127.0.0.1:9")
+    base = ["sweep", "lr", "--preset", "gpt-tiny", "--widths", "32", "-p", "mup", "--lrs", "0.01",
+            "--steps", "2", "--batch-size", "2", "--set", "eval_sequences=4", "--device", "cpu",
+            "--max-extend", "0", "--storage", url, "--out", str(tmp_path / "o"), "--quiet"]
+    runs = [[*base, "--workers", "1", "--track", track]]
+    if track == "wandb":
+        runs += [[("0.01,0.02" if a == "0.01" else a) for a in base] + ["--prepare-only"],
+                 ["sweep", "worker", "--storage", url, "--quiet", "--track", f"wandb:mt-{track}"]]
+    for argv in runs:
+        p = subprocess.run([sys.executable, "-m", "mutransfer_cli", *argv], capture_output=True, text=True,
+                           env=env, cwd=tmp_path, timeout=300)
+        assert p.returncode == 0, p.stderr
+        assert PLANTED not in p.stdout + p.stderr
+    written = [p for p in tmp_path.rglob("*") if p.is_file() and p.name != "db.sqlite"]
+    kinds = {"wandb": ".wandb", "tensorboard": "events.out.tfevents"}
+    assert sum(kinds[track] in p.name for p in written) == len(runs) - (track == "wandb")
+    assert _files_holding(tmp_path, PLANTED) == []
+
+
+def _lr_sweep(tmp_path: Path, *extra: str, env: dict[str, str] | None = None
+              ) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if k not in (TRACK_ENV, "MUTRANSFER_STORAGE")}
+    base.update({"PYTHONPATH": str(ROOT), "WANDB_MODE": "offline", **(env or {})})
+    argv = ["sweep", "lr", "--preset", "gpt-tiny", "--widths", "32", "-p", "mup", "--lrs", "0.01,0.02",
+            "--steps", "2", "--batch-size", "2", "--set", "eval_sequences=4", "--device", "cpu",
+            "--max-extend", "0", "--out", str(tmp_path / "o"), "--quiet", *extra]
+    return subprocess.run([sys.executable, "-m", "mutransfer_cli", *argv], capture_output=True, text=True,
+                          env=base, cwd=tmp_path, timeout=300)
+
+
+@pytest.mark.parametrize("value", ["{not json", '{"kind": "mlflow", "target": "x"}', "[1, 2]"])
+def test_a_malformed_track_variable_is_one_line_naming_it_before_any_trial(tmp_path, value) -> None:
+    p = _lr_sweep(tmp_path, "--workers", "1", env={TRACK_ENV: value})
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert f"${TRACK_ENV}=" in p.stderr
+    assert not (tmp_path / "o" / "optuna.journal").exists()  # no trial ran
+
+
+def test_a_broken_tracker_package_is_one_line_and_the_sweep_stops(tmp_path) -> None:
+    # an install whose import fails: every trial would fail alike
+    fake = tmp_path / "site" / "wandb"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise RuntimeError('broken wandb install')\n")
+    p = _lr_sweep(tmp_path, "--workers", "1", "--track", "wandb",
+                  env={"PYTHONPATH": f"{tmp_path / 'site'}{os.pathsep}{ROOT}"})
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert ("--track wandb: the tracker could not start a run (RuntimeError: broken wandb install)"
+            in p.stderr)
+    assert "1 trial(s) failed on it" in p.stderr  # the worker stopped at the first

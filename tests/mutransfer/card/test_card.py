@@ -69,6 +69,19 @@ def test_card_errors_are_clear(tmp_path) -> None:
         load_card(evil)
 
 
+def test_the_library_names_a_wrong_argument_type(tmp_path) -> None:
+    _, card = make_card()
+    with pytest.raises(TypeError, match="apply_card's model must be a torch.nn.Module .*got NoneType"):
+        apply_card(None, card)
+    path = save_card(card, tmp_path / "card.yaml")
+    with pytest.raises(TypeError, match="apply_card takes the card itself; read .* with load_card first"):
+        apply_card(GPT(CFG.replace(width=128)), str(path))
+    with pytest.raises(TypeError, match="load_card takes the card's path .*got NoneType"):
+        load_card(None)
+    with pytest.raises(ValueError, match="a transfer card must be a mapping, got list"):
+        apply_card(GPT(CFG.replace(width=128)), [card])
+
+
 def _write(path, obj):
     path.write_text(yaml.safe_dump(obj))
     return path

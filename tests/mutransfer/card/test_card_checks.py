@@ -363,3 +363,77 @@ def test_an_older_cards_min_lr_ratio_is_read_as_lr_floor(good: dict[str, Any]) -
     both["schedule"]["lr_floor"] = 0.2
     with pytest.raises(ValueError, match=r"schedule\.min_lr_ratio: is the old name of schedule\.lr_floor"):
         validate_card(both)
+
+
+# ---- hand edits of a card: ranges, cross-checks, unknown and repeated keys, sizes --------------
+
+@pytest.fixture(scope="module")
+def transfer_card_text(tmp_path_factory) -> str:
+    out = tmp_path_factory.mktemp("card") / "card.yaml"
+    assert main(["transfer", "--lr", "0.01", "--tokens", "1e8", "--batch-size", "8", "--target-preset",
+                 "gpt-small", "--out", str(out)]) == 0
+    return out.read_text()
+
+
+def _in(section: str, old: str, new: str) -> Any:
+    """An edit of the first ``old`` inside top-level ``section``."""
+    def edit(text: str) -> str:
+        i = text.index(f"\n{section}:\n")
+        return text[:i] + text[i:].replace(old, new, 1)
+    return edit
+
+
+@pytest.mark.parametrize(("edit", "needle"), [
+    (_in("forward_multipliers", "    scale: 0.5", "    scale: 1.0e+300"),
+     "card field forward_multipliers.hooks[0].scale: must be <= 1e+12, got 1e+300"),
+    (_in("optimizer", "  eps: 1.0e-08", "  eps: 1.0e+300"), "card field optimizer.eps: must be <= 1"),
+    (_in("optimizer", "  weight_decay: 0.004", "  weight_decay: 1.0e+300"),
+     "card field optimizer.weight_decay: must be <= 100"),
+    (_in("parametrization", "    output: 1.0", "    output: 2.0"),
+     "card field forward_multipliers.hooks[0] (lm_head).scale: disagrees with "
+     "parametrization.multipliers.output 2.0 × the mup output rule at width 128 / base 64 = 1.0, got 0.5"),
+    (lambda t: t.replace("optimizer:\n  name: adamw\n", "optimizer:\n  name: adamw\n  wieght_decay: 0.1\n"),
+     "card field optimizer.wieght_decay: is not a field of optimizer"),
+    (_in("parametrization", "    output: 1.0", "    output: 1.0\n    outptu: 3.0"),
+     "card field parametrization.multipliers.outptu: is not a field of parametrization.multipliers"),
+    (lambda t: t.replace("optimizer:\n  name: adamw\n  lr: ", "optimizer:\n  name: adamw\n  lr: 0.5\n  lr: "),
+     "holds the key 'lr' twice in one mapping (line "),
+])
+def test_a_hand_edited_transfer_card_is_refused_naming_the_field(edit, needle, transfer_card_text,
+                                                                  tmp_path) -> None:
+    assert load_card_ok(transfer_card_text, tmp_path)
+    bad = tmp_path / "bad.yaml"
+    text = edit(transfer_card_text)
+    assert text != transfer_card_text
+    bad.write_text(text)
+    with pytest.raises(ValueError) as e:
+        load_card(bad)
+    assert needle in str(e.value) and len(str(e.value).splitlines()) == 1, str(e.value)
+
+
+def load_card_ok(text: str, tmp_path: Path) -> bool:
+    (tmp_path / "ok.yaml").write_text(text)
+    return isinstance(load_card(tmp_path / "ok.yaml"), dict)
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".json"])
+def test_a_big_flat_list_is_refused_in_milliseconds_for_its_size(suffix, transfer_card_text,
+                                                                  tmp_path) -> None:
+    import time
+
+    from mutransfer.card.build import MAX_CARD_BYTES
+
+    # 1.9 M numbers in one list, under the byte cap (PyYAML took 35 s and 1.5 GB to call it "aliases")
+    body = ",".join("1" for _ in range(1_900_000))
+    bad = tmp_path / f"big{suffix}"
+    if suffix == ".json":
+        doc = json.dumps(yaml.safe_load(transfer_card_text))
+        bad.write_text(doc[:-1] + f', "x": [{body}]}}')
+    else:
+        bad.write_text(transfer_card_text + f"extra: [{body}]\n")
+    assert bad.stat().st_size < MAX_CARD_BYTES
+    t0 = time.process_time()
+    with pytest.raises(ValueError, match=r"holds 1,9\d\d,\d{3} list items and lines, above the limit "
+                                         r"of 500,000"):
+        load_card(bad)
+    assert time.process_time() - t0 < 0.5

@@ -250,3 +250,53 @@ def test_a_llama_3_2_targets_its_pretraining_context_not_the_extended_one(tmp_pa
                                       allow_vocab_change=True, tokens_per_param=20.0, target_seq_len=4096,
                                       run=RunChoices(batch_sequences=128)))
     assert given.card["batch"]["seq_len"] == 4096
+
+
+# ---- arguments checked before any arithmetic -----------------------------------------------------
+
+BASE_REQ: dict[str, Any] = {"lr": 0.01, "tokens": 1e8, "target_preset": "gpt-small"}
+
+
+@pytest.mark.parametrize(("kw", "exc", "needle"), [
+    ({"seq_len": 0}, ValueError, "seq_len must be an integer >= 1, got 0"),
+    ({"target_seq_len": 0}, ValueError, "target_seq_len must be an integer >= 1, got 0"),
+    ({"base_width": "64"}, TypeError, "base_width must be an integer >= 1, got str '64'"),
+    ({"base_depth": 2.5}, TypeError, "base_depth must be an integer >= 1, got float 2.5"),
+    ({"weights_dtype": "int8"}, ValueError, "weights_dtype must be one of float32, bfloat16, float16"),
+    ({"lr": "0.01"}, ValueError, "lr must be a positive finite number, got '0.01'"),
+    ({"tokens": None, "tokens_per_param": "x"}, ValueError, "tokens_per_param must be a positive finite"),
+    ({"proxy_batch_tokens": -1}, ValueError, "proxy_batch_tokens must be a positive finite number, got -1"),
+    ({"lr_interval": 5}, TypeError, "lr_interval must be a pair (lo, hi)"),
+    ({"lr_interval": (0.01, -1)}, ValueError, "lr_interval must hold positive finite numbers or None"),
+    ({"proxy_widths": 5}, TypeError, "proxy_widths must be a sequence of widths, got 5"),
+    ({"proxy_widths": (64, 0)}, ValueError, "proxy_widths must be an integer >= 1, got 0"),
+    ({"overrides": None}, TypeError, "overrides must be a mapping of model fields, got None"),
+    ({"proxy_overrides": [1]}, TypeError, "proxy_overrides must be a mapping of model fields"),
+    ({"head_rule": "bad"}, ValueError, "head_rule must be one of keep_head_dim, keep_heads, got 'bad'"),
+    ({"preset": 5}, TypeError, "preset must be a string (a path or a name) or None, got int 5"),
+    ({"run": None}, TypeError, "run must be a RunChoices, got NoneType"),
+    ({"allow_vocab_change": "yes"}, TypeError, "allow_vocab_change must be True or False, got 'yes'"),
+])
+def test_a_bad_request_names_its_field_before_any_rule_runs(kw, exc, needle) -> None:
+    with pytest.raises(exc) as e:
+        TransferRequest(**{**BASE_REQ, **kw})
+    assert needle in str(e.value) and type(e.value) is exc
+
+
+@pytest.mark.parametrize(("kw", "exc", "needle"), [
+    ({"batch_sequences": 0}, ValueError, "batch_sequences must be an integer >= 1, got 0"),
+    ({"extrapolation_limit": -1}, ValueError, "extrapolation_limit must be a finite number > 0, got -1"),
+    ({"accept_edge": "lr"}, ValueError, "accept_edge takes a sequence of batch, lr"),
+    ({"lr_floor": "x"}, ValueError, "lr_floor must be a finite number >= 0 and <= 1, got 'x'"),
+])
+def test_bad_run_choices_name_their_field(kw, exc, needle) -> None:
+    with pytest.raises(exc, match=None) as e:
+        RunChoices(**kw)
+    assert needle in str(e.value)
+    assert RunChoices(accept_edge=None).accept_edge == ()  # None is "none accepted", not a crash
+
+
+def test_a_valid_request_with_numpy_integers_is_taken() -> None:
+    req = TransferRequest(**{**BASE_REQ, "seq_len": np.int64(64), "base_width": np.int64(64),
+                             "proxy_widths": (np.int64(64), 128), "run": RunChoices(batch_sequences=8)})
+    assert make_card(req).card["batch"]["seq_len"] == 64

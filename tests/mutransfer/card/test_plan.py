@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -98,3 +99,40 @@ def test_card_equals_the_projection(fitted: tuple[ScalingLawFit, Path], tmp_path
     assert card["schedule"]["warmup_tokens"] == pytest.approx(proj.warmup_tokens.value, rel=1e-9)
     assert card["schedule"]["decay_fraction"] == proj.decay_fraction.value
     assert card["projected"]["batch_tokens"]["value"] == pytest.approx(fit.batch_at(D_T)[0], rel=1e-9)
+
+
+@pytest.mark.parametrize(("kw", "exc", "needle"), [
+    ({"seq_len": 0}, ValueError, "seq_len must be an integer >= 1, got 0"),  # was a ZeroDivisionError
+    ({"seq_len": "64"}, TypeError, "seq_len must be an integer >= 1, got str '64'"),
+    ({"seq_len": None}, TypeError, "seq_len must be an integer >= 1, got NoneType None"),
+    ({"seq_len": 64.5}, TypeError, "seq_len must be an integer >= 1, got float 64.5"),
+    ({"tokens": None}, TypeError, "tokens must be a positive finite number, got NoneType None"),
+    ({"tokens": "1e8"}, TypeError, "tokens must be a positive finite number, got str '1e8'"),
+    ({"tokens": 0.0}, ValueError, "tokens must be a positive finite number, got 0.0"),
+    ({"n_params": -1}, ValueError, "n_params must be a positive finite number, got -1"),
+    ({"run": None}, TypeError, "run must be a RunChoices, got NoneType"),
+])
+def test_plan_run_names_a_bad_argument_before_any_arithmetic(kw, exc, needle) -> None:
+    from mutransfer.card.plan import plan_run
+    from mutransfer.card.request import ProxyPoint, RunChoices
+
+    args: dict[str, Any] = {"run": RunChoices(batch_sequences=8), "tokens": 1e8, "seq_len": 64, **kw}
+    with pytest.raises(exc) as e:
+        plan_run(ProxyPoint(lr=0.01), args.pop("run"), **args)
+    assert needle in str(e.value) and type(e.value) is exc
+
+
+@pytest.mark.parametrize(("kw", "exc", "needle"), [
+    ({"betas": (0.9,)}, ValueError, "proxy betas must be a pair (beta1, beta2), got (0.9,)"),
+    ({"lr_interval": 5}, ValueError, "proxy lr_interval must be a pair [lo, hi]"),
+    ({"lr": None}, ValueError, "proxy lr must be a positive finite number, got None"),
+    ({"role_lr_mults": 5}, TypeError, "proxy role_lr_mults must be a mapping of role -> LR multiplier, got 5"),
+    ({"role_lr_mults": {"output": -1}}, ValueError, "proxy role_lr_mults['output'] must be a finite number > 0"),
+    ({"batch_tokens": -1}, ValueError, "proxy batch_tokens must be a finite number > 0, got -1"),
+])
+def test_a_bad_proxy_point_names_its_field(kw, exc, needle) -> None:
+    from mutransfer.card.request import ProxyPoint
+
+    with pytest.raises(exc) as e:
+        ProxyPoint(**{"lr": 0.01, **kw})
+    assert needle in str(e.value)

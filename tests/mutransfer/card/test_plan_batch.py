@@ -5,6 +5,7 @@ mutransfer.card.batch_plan)."""
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 
@@ -97,6 +98,27 @@ def test_beta2_by_token_half_life(plan_kw) -> None:
     assert plan.beta2 == pytest.approx(0.5 ** (4096 / t_half)) == plan.projected["beta2"]["value"]
     with pytest.raises(ValueError, match="beta2_halflife_tokens"):
         beta2_for(64, halflife_tokens=-1.0)
+    # extremes whose beta2 rounds to 1 (torch's error) or to 0 (no second moment, silently)
+    for t, got in ((1e300, "1"), (1e-300, "0")):
+        with pytest.raises(ValueError, match=re.escape(f"beta2_halflife_tokens={t!r} gives beta2 = {got} ")):
+            beta2_for(4096, halflife_tokens=t)
+
+
+@pytest.mark.parametrize(("t_half", "got"), [(1e300, "1"), (1e-300, "0")])
+def test_a_half_life_whose_beta2_rounds_to_0_or_1_is_refused_naming_it(t_half, got) -> None:
+    from mutransfer.training.config import OptimSection
+
+    with pytest.raises(ValueError, match=re.escape(f"beta2_halflife_tokens={t_half!r} gives Adam's beta2 = ")
+                       + rf".* = {got} at a batch of 256 tokens"):
+        OptimSection(beta2_halflife_tokens=t_half).adam_beta2(256)
+
+
+def test_beta2_and_its_half_life_together_are_refused() -> None:
+    from mutransfer.training.config import OptimSection
+
+    with pytest.raises(ValueError, match="beta2=0.9 and beta2_halflife_tokens=1000.0 are both set"):
+        TrainConfig.from_flat({"beta2": 0.9, "beta2_halflife_tokens": 1000.0})
+    assert OptimSection(beta2_halflife_tokens=1000.0).adam_beta2(256) == 0.5 ** (256 / 1000.0)
 
 
 def test_trainer_takes_beta2_from_the_half_life() -> None:
