@@ -61,7 +61,9 @@ def _site() -> str:
     here = str(Path(__file__).resolve())
     for frame in reversed(traceback.extract_stack()[:-2]):
         f = frame.filename
-        if f.startswith(ROOT) and f != here:
+        # a virtual environment inside the checkout holds torch's own frames (dynamo's
+        # eval_frame wraps calls once it has been used in the process): not ours
+        if f.startswith(ROOT) and f != here and "site-packages" not in f:
             return f"{Path(f).relative_to(ROOT)}:{frame.lineno}"
     return "?"
 

@@ -106,9 +106,10 @@ def _plan(args: argparse.Namespace, out: Path, device: str, workers: int, quiet:
         if doc.get("inputs") == json.loads(json.dumps(inputs)):
             log(quiet, f"[plan] resuming the plan in {path}")
             return TunePlan.from_dict(doc["plan"]), doc
-    # the widest width the ladder may climb to, so the cost of every ladder width is
-    # interpolated between two measured ones, never extrapolated
-    wider = max((w for w in widths if 2 * base <= w <= 8 * base), default=None)
+    # the first doubling: the probe at the widest ladder width (8x) cost more than a 10-minute
+    # budget on a Llama-3 vocabulary on CPU (its readout alone is 8x the base's), so the
+    # cost of wider widths is extrapolated with the measured exponent, clipped to [0, 2]
+    wider = min((w for w in widths if 2 * base <= w <= 8 * base), default=None)
     if wider is None:
         raise ValueError(f"no width of at least 2x the base width {base} fits this model")
     log(quiet, f"[plan] probing the cost of a run at widths {base} and {wider}")
@@ -161,6 +162,10 @@ def run_tune(args: argparse.Namespace) -> int:
     clock = Clock(quiet=quiet)
     plan, doc = _plan(args, out, device, n_workers, quiet)
     model, depth, extra = doc["inputs"]["model"], doc["inputs"]["depth"], dict(doc["inputs"]["extra"])
+    # a re-run resumes: the budget counts what the earlier runs spent, and the scaling sweep
+    # starts with the seeds their second pass added, so it reaches the same card
+    prev = _previous(out, doc["inputs"])
+    t0 -= prev["wall_s"]
     for key, why in plan.reasons.items():
         log(quiet, f"[plan] {key}: {why}")
     est = plan.estimate_s
@@ -205,6 +210,7 @@ def run_tune(args: argparse.Namespace) -> int:
     log(quiet, f"[4/5] scaling sweep: budgets {list(plan.scaling_tokens)} tokens, batches "
                f"{list(plan.scaling_batch_sizes)}, and the held-out audit (est {est['scaling']:.0f} s)")
     sz = _size(plan, model, extra, centre, args, depth)
+    sz = dataclasses.replace(sz, scaling=dataclasses.replace(sz.scaling, seeds=tuple(range(prev["seeds"]))))
     scaling = scaling_stage(out, sz, "tune-scaling", fit, device=device, workers=args.workers, n_workers=n_workers,
                             quiet=quiet, clock=clock)
     scaling.pop("images", None)
@@ -237,6 +243,18 @@ def run_tune(args: argparse.Namespace) -> int:
                f"{made.plan.steps} steps of {made.plan.batch_tokens} tokens); {len(made.warnings)} warning(s); "
                f"see {out / 'report.md'}")
     return 0
+
+
+def _previous(out: Path, inputs: dict[str, Any]) -> dict[str, Any]:
+    """What an earlier run into ``out`` with the same ``inputs`` (the plan's) spent and
+    chose: its wall seconds (all runs so far) and the scaling seeds its second pass reached
+    (1 without one, or when the earlier run had other inputs)."""
+    path = out / "tune.json"
+    doc = json.loads(path.read_text()) if path.exists() else {}
+    if doc.get("inputs") != json.loads(json.dumps(inputs)):
+        return {"wall_s": 0.0, "seeds": 1}
+    rounds = (doc.get("refine") or {}).get("rounds") or []
+    return {"wall_s": float(doc.get("wall_s") or 0.0), "seeds": max([1] + [int(r["seeds"]) for r in rounds])}
 
 
 def _card(args: argparse.Namespace, plan: TunePlan, depth: int, extra: dict[str, Any], scaling: dict[str, Any],

@@ -9,7 +9,8 @@ TP-V §3 and Fig. 5; Yang & Hu 2021 for the coordinate-check method).
 The verdict is a fitted slope: for every (module, step) we fit
 log2(mean l1 over seeds) = a + slope · log2(width); a slope is out of band when it leaves
 ±``tol`` by more than the seeds' spread (one standard error of the per-seed slopes), and a
-module fails when it is out of band at 2 or more steps (or at its only trained step): a
+module fails when it is out of band at 2 or more steps or at its last step (where an
+excursion cannot be told from a trend that has just begun): a
 width trend persists across steps, a transient does not (one step's loss spike at one
 width once decided the verdict on Gemma-2 while every module was width-stable at the
 last step); such transients are listed in the JSON.
@@ -133,7 +134,8 @@ class CoordCheckResult:
     def violations(self) -> pd.DataFrame:
         """The out-of-band rows (:meth:`out_of_band`) of the modules that fail: a module
         fails when it is out of band at :data:`PERSISTENT_STEPS` (2) or more of its steps,
-        or at its only trained step (a check of 1 step). A width trend (SP's growth, a
+        or at its last step (its only trained step in a check of 1 step: no later step can
+        show an excursion there passing). A width trend (SP's growth, a
         broken multiplier) holds step after step; one step's excursion (a loss spike that
         moves every activation for a step, at one width) is a transient, reported by
         :meth:`transients`, and no longer decides the verdict on its own."""
@@ -142,10 +144,15 @@ class CoordCheckResult:
             return out
         keys = [c for c in ("axis", "depth", "width", "module") if c in out.columns]
         steps = self.slopes.groupby(keys, dropna=False)["step"].nunique()
+        last = self.slopes.groupby(keys, dropna=False)["step"].max()
         need = steps.clip(upper=PERSISTENT_STEPS + 1) - 1  # 1 trained step: 1; 2+: 2
         count = out.groupby(keys, dropna=False)["step"].transform("nunique")
         idx = pd.MultiIndex.from_frame(out[keys])
-        return out[count.to_numpy() >= need.reindex(idx).to_numpy()]
+        # at the last step a trend that has only just begun cannot be told from a spike (no
+        # later step to show it passing): it fails, as SP's growth at a 3-step check does
+        at_last = pd.Series(out["step"].to_numpy() == last.reindex(idx).to_numpy(), index=out.index)
+        ends_out = at_last.groupby([out[k] for k in keys], dropna=False).transform("any").to_numpy()
+        return out[(count.to_numpy() >= need.reindex(idx).to_numpy()) | ends_out]
 
     def transients(self) -> pd.DataFrame:
         """Out-of-band rows that did not decide the verdict (module out of band at one step)."""
@@ -183,7 +190,7 @@ class CoordCheckResult:
             "slopes": self.max_slopes("width"),
             "worst": self.worst(),
             "verdict_rule": (f"a module fails when its slope is out of band at {PERSISTENT_STEPS}+ steps "
-                             f"(or its only trained step) by more than {SEED_Z:g} standard error(s) of the "
+                             f"(or at its last step) by more than {SEED_Z:g} standard error(s) of the "
                              "seeds' slopes"),
             "transients": [{k: (v.item() if hasattr(v, "item") else v) for k, v in r.items()}
                            for _, r in transients.iterrows()],

@@ -341,8 +341,10 @@ def test_trust_block_numbers_from_a_known_covariance(tmp_path: Path, capsys) -> 
     budget = tb["options"][0]
     ln_d = math.log(1e9 / 4)
     assert budget["batch_factor"] == pytest.approx(math.exp(2 * z * math.sqrt(0.04 + ln_d**2 * 1e-4)))
-    # the proxy's own factor (4×) stays; the law's shrinks with the distance
-    x_b, x_d = math.log(2e4 / 1024), math.log(1e9 / 3.2e7)
+    # the proxy's own factor (4×) stays; the law's shrinks with the distance. The law is
+    # evaluated where the plan evaluates it: at 2e4 tokens held at the largest measured batch
+    assert laws.lr_batch(2e4, 1e9) == 8192
+    x_b, x_d = math.log(8192 / 1024), math.log(1e9 / 3.2e7)
     law = math.exp(2 * z * math.sqrt(x_b**2 * 0.05**2 + x_d**2 * 0.02**2))
     assert budget["lr_factor"] == pytest.approx(4 * law, rel=1e-9)
     assert tb["intervals"]["steps"]["lo"] == math.ceil(1e9 / 4e4)

@@ -50,6 +50,10 @@ def test_a_width_trend_at_every_trained_step_fails() -> None:
     # a check of one trained step (steps 0, 1) fails on that step alone
     one = result(coords(lambda w, t: w ** (0.4 * t)).query("step <= 1"))
     assert list(one.violations()["step"]) == [1]
+    # growth that shows only at the last step (SP at a 3-step check) fails: no later step can
+    # show it passing, so it is not taken for a transient
+    late = result(coords(lambda w, t: w ** 0.7 if t == 5 else 1.0))
+    assert not late.passed and list(late.violations()["step"]) == [5]
 
 
 def test_the_seeds_spread_is_not_a_trend() -> None:
