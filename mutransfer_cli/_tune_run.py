@@ -19,6 +19,7 @@ from mutransfer._io import atomic_write_text
 from mutransfer.card.build import save_card
 from mutransfer.card.make import TransferRequest, make_card
 from mutransfer.card.proxy import optimum_from_scaling
+from mutransfer.card.rules import pretraining_context
 from mutransfer.card.target import model_fields, parse_overrides
 from mutransfer.card.trust import objections
 from mutransfer.models.presets import get_preset
@@ -46,7 +47,8 @@ def _proxy(args: argparse.Namespace) -> tuple[str, int, int, list[int], int | No
     if args.model:
         src = parse_model(args.model, args.head_rule)
         cfg = src.hf_config()
-        width_t, _, ctx = hf_shape(cfg)
+        width_t = hf_shape(cfg)[0]
+        ctx = pretraining_context(cfg)[0]  # the card's rule (rules.target_context)
         widths = valid_widths(cfg, args.head_rule, upto=int(width_t))
         base = args.width or next((w for w in widths if w >= 64), widths[0])
         return src.spec(), int(base), int(args.depth or 2), widths, ctx
@@ -97,6 +99,8 @@ def _plan(args: argparse.Namespace, out: Path, device: str, workers: int, quiet:
     """The plan, reused from ``plan.json`` when the inputs are the same (a re-run resumes)."""
     model, base, depth, widths, ctx = _proxy(args)
     extra = parse_overrides(args.overrides)
+    if args.model:  # every proxy run (probe, ladder, scaling, audit) narrows heads by the same rule
+        extra["head_rule"] = args.head_rule
     seq_len = int(extra.pop("seq_len", 64))
     inputs = {"model": model, "base_width": base, "depth": depth, "extra": extra, "seq_len": seq_len,
               "budget_s": args.budget, "workers": workers, "device": device, "target_tokens": args.tokens}
@@ -176,9 +180,17 @@ def run_tune(args: argparse.Namespace) -> int:
     log(quiet, f"[1/5] coordinate check of muP at widths {list(plan.widths[:3])}")
     with clock.stage("coord_check"):
         cdir = out / "coord_check"
+        # the proxies' own models: their depth, head rule and data (an hf: config is otherwise
+        # built at its own depth, which no proxy trains at)
+        gate = ["--depths", str(depth)]
+        if "head_rule" in extra:
+            gate += ["--head-rule", str(extra["head_rule"])]
+        if "data" in extra:
+            gate += ["--data", str(extra["data"])]
         code = cli_main(["coord-check", "--model", model, "-p", "mup", "--widths",
                          ",".join(map(str, plan.widths[:3])), "--steps", "4", "--n-seeds", "2",
-                         "--seq-len", str(min(plan.seq_len, 64)), "--out", str(cdir), "--overwrite", "--quiet"])
+                         "--seq-len", str(min(plan.seq_len, 64)), *gate, "--out", str(cdir), "--overwrite",
+                         "--quiet"])
     coord = json.loads((cdir / "coord_check.json").read_text()) if code in (0, 1) else {"passed": False}
     report["coord_check"] = {"passed": coord.get("passed")}
     if not coord.get("passed"):
@@ -347,6 +359,11 @@ def _to_run(card: dict[str, Any] | None, reasons: list[str]) -> list[str]:
         out.append(f"{best['measurement']}: narrows the LR interval to about {best['lr_factor']:.3g}x")
     if any("audit" in r for r in reasons):
         out.append("more seeds in the held-out audit, or a larger budget so the held-out budget is longer")
+    if any("coordinate check" in r for r in reasons):  # no budget fixes a parametrization
+        out.append("see which modules grow with width (coord_check/coord_check.json, `mutransfer coord-check "
+                   "... --steps 8 --n-seeds 3` for a longer look), then check the parametrization layer by "
+                   "layer with `mutransfer audit`; a larger --budget does not change this verdict")
+        return out
     if not out:
         out.append("a larger --budget: longer scaling budgets move the laws' anchor closer to the target")
     return out

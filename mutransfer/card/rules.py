@@ -130,15 +130,26 @@ def target_context(args: Any, target: Any, proxy_seq: int, set_seq: int | None
         return int(args.target_seq_len), "--target-seq-len"
     if set_seq is not None:
         return int(set_seq), "--set seq_len"
-    scaling = getattr(target.config, "rope_scaling", None) or getattr(target.config, "rope_parameters", None)
+    ctx, whence = pretraining_context(target.config)
+    if ctx is not None:
+        return ctx, whence
+    return int(proxy_seq), "the proxy's (the config has no max_position_embeddings)"
+
+
+def pretraining_context(config: Any) -> tuple[int | None, str]:
+    """(the context a transformers config says its model was pretrained at, where it came
+    from): ``rope_scaling.original_max_position_embeddings`` where present (Llama 3.1+
+    carry the extended 131,072 in ``max_position_embeddings``), else
+    ``max_position_embeddings``; (None, "") when the config has neither."""
+    scaling = getattr(config, "rope_scaling", None) or getattr(config, "rope_parameters", None)
     original = scaling.get("original_max_position_embeddings") if isinstance(scaling, dict) else None
     if isinstance(original, int) and not isinstance(original, bool) and original > 0:
         return original, ("the config's rope_scaling.original_max_position_embeddings, its pretraining "
                           "context (no --target-seq-len)")
-    ctx = hf_shape(target.config)[2]
+    ctx = hf_shape(config)[2]
     if ctx is not None:
         return int(ctx), "the config's max_position_embeddings (no --target-seq-len)"
-    return int(proxy_seq), "the proxy's (the config has no max_position_embeddings)"
+    return None, ""
 
 
 def _target_rules(args: Any, tuned: Any, width: int, depth: int, base_width: int,

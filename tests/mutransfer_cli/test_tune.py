@@ -76,3 +76,36 @@ def test_tune_places_its_runs_and_writes_a_card_only_when_nothing_objects(
     assert main([*ARGS, "--budget", "90s", "--out", str(out), "--quiet"]) == code
     assert len(pd.read_csv(out / "results.csv")) == n
     assert json.loads((out / "plan.json").read_text()) == plan
+
+
+def test_an_hf_models_plan_keeps_its_head_rule_and_the_pretraining_context(tmp_path: Path) -> None:
+    """The plan's runs narrow heads by the user's --head-rule (the probe trains with it), and
+    the target's context is the config's pretraining context, as the card's rule reads it."""
+    import argparse
+
+    from mutransfer_cli._tune_run import _plan
+
+    d = tmp_path / "llama"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({
+        "model_type": "llama", "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 4,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 256,
+        "max_position_embeddings": 4096, "tie_word_embeddings": True,
+        "rope_scaling": {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                         "original_max_position_embeddings": 32}}))
+    args = argparse.Namespace(model=f"hf:{d}", preset=None, head_rule="keep_heads", width=32, depth=2,
+                              overrides=[("seq_len", "16")], budget=3600.0, tokens=1e6, target_width=None,
+                              target_depth=None)
+    plan, doc = _plan(args, tmp_path / "out", "cpu", 1, quiet=True)
+    assert doc["inputs"]["extra"]["head_rule"] == "keep_heads"
+    assert doc["target_context"] == 32  # rope_scaling.original_max_position_embeddings, not 4096
+    assert doc["cost"]["width1"] == 64  # probed at the first doubling, not the widest ladder width
+    assert plan.widths[0] == 32
+
+
+def test_a_failed_coordinate_check_is_not_sent_to_a_larger_budget() -> None:
+    from mutransfer_cli._tune_run import _to_run
+
+    (advice,) = _to_run(None, ["the coordinate check of muP failed at widths [32, 64] (see x)"])
+    assert "mutransfer audit" in advice and "does not change this verdict" in advice
+    assert "larger --budget" in _to_run(None, ["something else"])[0]
