@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import re
-import shlex
 from pathlib import Path
 
 import pytest
@@ -17,23 +15,6 @@ from mutransfer.card.engines.megatron_groups import megatron_name
 from mutransfer.card.make import TransferRequest, make_card
 from mutransfer.card.request import RunChoices
 from mutransfer_cli import main
-
-README = Path(__file__).resolve().parents[2] / "README.md"
-
-
-def export_commands() -> list[list[str]]:
-    """The ``mutransfer export`` commands of the README's "Export to ..." block."""
-    text = README.read_text(encoding="utf-8")
-    section = text[text.index("## Export to HF"):]
-    block = re.search(r"```bash\n(.*?)```", section, flags=re.S).group(1)
-    out = []
-    for line in block.splitlines():
-        lexer = shlex.shlex(line, posix=True)
-        lexer.whitespace_split, lexer.commenters = True, "#"
-        argv = list(lexer)
-        if argv[:2] == ["mutransfer", "export"]:
-            out.append(argv[1:])
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +28,9 @@ def demo_card(tmp_path_factory) -> Path:
     return folder
 
 
-def test_the_readme_exports_run_on_the_demos_card(demo_card: Path, monkeypatch, capsys) -> None:
-    commands = export_commands()
+def test_the_readme_exports_run_on_the_demos_card(demo_card: Path, monkeypatch, capsys,
+                                                   readme_commands) -> None:
+    commands = [c for c in readme_commands("## Export to HF") if c[:1] == ["export"]]
     assert {c[c.index("--to") + 1] for c in commands} == {"hf", "torchtitan", "megatron"}
     monkeypatch.chdir(demo_card)
     for argv in commands:

@@ -7,32 +7,11 @@ benchmarks/results/readme_llama32_run.md, not repeated here."""
 
 from __future__ import annotations
 
-import re
-import shlex
-from pathlib import Path
-
 from mutransfer_cli import build_parser
 
-README = Path(__file__).resolve().parents[2] / "README.md"
 
-
-def short_way() -> list[list[str]]:
-    """The argv (after ``mutransfer``) of the first code block under "## Your own model"."""
-    text = README.read_text(encoding="utf-8")
-    section = text[text.index("## Your own model"):]
-    block = re.search(r"```bash\n(.*?)```", section, flags=re.S).group(1)
-    out = []
-    for line in block.replace("\\\n", " ").splitlines():
-        lexer = shlex.shlex(line, posix=True)
-        lexer.whitespace_split, lexer.commenters = True, "#"
-        argv = list(lexer)
-        if argv and argv[0] == "mutransfer":
-            out.append(argv[1:])
-    return out
-
-
-def test_the_short_way_is_data_prepare_then_a_budgeted_tune() -> None:
-    prepare, tune = short_way()
+def test_the_short_way_is_data_prepare_then_a_budgeted_tune(readme_commands) -> None:
+    prepare, tune = readme_commands("## Your own model")
     assert prepare[:2] == ["data", "prepare"] and tune[0] == "tune"
     # tune reads the tokens data prepare wrote, and the budget and device are the flags to shrink
     assert f"data={prepare[prepare.index('--out') + 1]}" in tune
