@@ -29,7 +29,8 @@ from typing import Any
 
 from .baselines import deepseek_llm, step_law
 
-__all__ = ["LAW_SD_LOG", "OUT_OF_RANGE_SD_PER_E_FOLD", "PUBLISHED_RANGES", "published_lr_prior", "weigh"]
+__all__ = ["LAW_SD_LOG", "OUT_OF_RANGE_SD_PER_E_FOLD", "PUBLISHED_RANGES", "log_sd", "published_lr_prior", "weigh",
+           "with_prior"]
 
 #: One law's own spread (sd of ln η) where it was fitted: both papers report a broad,
 #: flat optimum (Step Law: the landscape is convex "with a broad optimum", its predictions
@@ -51,6 +52,23 @@ PUBLISHED_RANGES: dict[str, dict[str, tuple[float, float]]] = {
     "deepseek": {"compute": (1e17, 2e19)},
     "step_law": {"n_params": (6e7, 1e9), "tokens": (2e9, 1e11)},
 }
+
+
+def log_sd(lo: float, hi: float, level: float) -> float:
+    """The sd in log space of a normal whose ``level`` interval is [lo, hi]:
+    (ln hi − ln lo) / (2·q), q the normal quantile of (1 + level) / 2."""
+    return (math.log(hi) - math.log(lo)) / (2.0 * NormalDist().inv_cdf(0.5 + level / 2.0))
+
+
+def with_prior(factor: float, prior_sd: float | None, level: float) -> float:
+    """A data interval's factor (hi/lo at ``level``) after :func:`weigh` with a log-normal
+    prior of sd ``prior_sd``: exp(2·q·sd), 1/sd² = 1/sd_data² + 1/prior_sd²; the factor
+    itself without a prior. Never wider than the factor: a prior only adds information."""
+    if not prior_sd or factor <= 1.0:
+        return factor
+    q = NormalDist().inv_cdf(0.5 + level / 2.0)
+    sd = 1.0 / math.sqrt(1.0 / log_sd(1.0, factor, level) ** 2 + 1.0 / float(prior_sd) ** 2)
+    return math.exp(2.0 * q * sd)
 
 
 def _e_folds_outside(value: float, lo: float, hi: float) -> float:
@@ -116,7 +134,7 @@ def weigh(value: float, lo: float | None, hi: float | None, level: float, prior:
         # (the open side says "not measured"; the objections name it) and shows the prior
         return {"value": value, "lo": lo, "hi": hi, "weight_prior": 0.0, "data": data, "prior": prior_base}
     d_mu = math.log(value)
-    d_sd = max((math.log(hi) - math.log(lo)) / (2.0 * q), 1e-12)
+    d_sd = max(log_sd(lo, hi, level), 1e-12)
     prec_d, prec_p = 1.0 / d_sd**2, 1.0 / p_sd**2
     w = prec_p / (prec_d + prec_p)
     mu = (1.0 - w) * d_mu + w * p_mu

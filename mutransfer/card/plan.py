@@ -21,11 +21,10 @@ import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from statistics import NormalDist
 from typing import Any
 
 from analysis.baselines import scaling_baselines
-from analysis.prior import published_lr_prior, weigh
+from analysis.prior import log_sd, published_lr_prior, weigh
 from analysis.scaling_fit import ScalingLawFit
 from analysis.scaling_projection import extrapolation_factor
 from analysis.tau import PUBLISHED_ETA_LAMBDA, PUBLISHED_ETA_LAMBDA_SOURCE, weight_decay_for
@@ -231,7 +230,7 @@ def _weigh_published(lr: float, lr_est: dict[str, Any], *, n_params: float, toke
 def _sd(est: Mapping[str, Any], level: float) -> str:
     if est.get("lo") is None or est.get("hi") is None:
         return "open (a bound)"
-    return f"{math.log(est['hi'] / est['lo']) / (2 * NormalDist().inv_cdf(0.5 + level / 2)):.3g}"
+    return f"{log_sd(est['lo'], est['hi'], level):.3g}"
 
 
 def _plan_weight_decay(laws: ScalingLawFit | None, *, weight_decay: float | None, wd_mode: str,

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from statistics import NormalDist
 from typing import Any
 
+from analysis.prior import with_prior
 from mutransfer.card.batch_plan import whole_sequences
 
 __all__ = [
@@ -247,19 +247,6 @@ def _prior_line(lr: Mapping[str, Any]) -> list[str]:
 
     return [f"  base LR from the data {iv(data)}, the published laws' prior {iv(prior)}: weighed "
             f"{float(lr.get('weight_prior', 0.0)):.1%} toward the prior"]
-
-
-def with_prior(factor: float, prior_sd: float | None, level: float) -> float:
-    """A data interval's factor (hi/lo at ``level``) after weighing with a log-normal prior
-    of sd ``prior_sd`` (:func:`analysis.prior.weigh`): exp(2·q·sd_post), 1/sd_post² =
-    1/sd_data² + 1/prior_sd²; the factor itself without a prior. Never wider than the
-    factor: a prior only adds information."""
-    if not prior_sd or factor <= 1.0:
-        return factor
-    q = NormalDist().inv_cdf(0.5 + level / 2.0)
-    sd_d = math.log(factor) / (2.0 * q)
-    sd = 1.0 / math.sqrt(1.0 / sd_d**2 + 1.0 / float(prior_sd) ** 2)
-    return math.exp(2.0 * q * sd)
 
 
 def _interval(value: float, lo: float | None, hi: float | None, how: str) -> dict[str, Any]:
