@@ -29,8 +29,8 @@ from typing import Any
 
 from .baselines import deepseek_llm, step_law
 
-__all__ = ["LAW_SD_LOG", "OUT_OF_RANGE_SD_PER_E_FOLD", "PUBLISHED_RANGES", "log_sd", "published_lr_prior", "weigh",
-           "with_prior"]
+__all__ = ["LAW_SD_LOG", "OUT_OF_RANGE_SD_PER_E_FOLD", "PUBLISHED_RANGES", "log_sd", "published_lr_prior",
+           "weigh", "with_prior"]
 
 #: One law's own spread (sd of ln η) where it was fitted: both papers report a broad,
 #: flat optimum (Step Law: the landscape is convex "with a broad optimum", its predictions
@@ -102,7 +102,8 @@ def published_lr_prior(n_params: float | None, tokens: float) -> dict[str, Any] 
     out = max(v["e_folds_outside"] for v in laws.values())
     sd = math.sqrt(LAW_SD_LOG**2 + half_spread**2 + (OUT_OF_RANGE_SD_PER_E_FOLD * out) ** 2)
     z = NormalDist().inv_cdf(0.95)
-    return {"value": math.exp(mean), "sd_log": sd, "lo": math.exp(mean - z * sd), "hi": math.exp(mean + z * sd),
+    return {"value": math.exp(mean), "sd_log": sd,
+            "lo": math.exp(mean - z * sd), "hi": math.exp(mean + z * sd),
             "laws": laws, "e_folds_outside": out,
             "source": "DeepSeek LLM eta(C) (Bi et al. 2024, eq. 1) and Step Law eta(N, D) (Li et al. 2025): "
                       "mean in log space; sd from each law's band, their disagreement and the distance "

@@ -222,8 +222,9 @@ def _weigh_published(lr: float, lr_est: dict[str, Any], *, n_params: float, toke
     w = res["weight_prior"]
     est = {**lr_est, "value": res["value"], "lo": res["lo"], "hi": res["hi"],
            "data": res["data"], "prior": res["prior"], "weight_prior": w,
-           "source": f"{lr_est['source']}; weighed with the published laws' prior {res['prior']['value']:.4g} "
-                     f"(weight {w:.1%}: data sd {_sd(lr_est, level)}, prior sd_log {res['prior']['sd_log']:.3g})"}
+           "source": f"{lr_est['source']}; weighed with the published laws' prior "
+                     f"{res['prior']['value']:.4g} (weight {w:.1%}: data sd {_sd(lr_est, level)}, prior "
+                     f"sd_log {res['prior']['sd_log']:.3g})"}
     return float(res["value"]), est
 
 

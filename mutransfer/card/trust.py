@@ -146,7 +146,8 @@ def data_demand(card: Mapping[str, Any]) -> str | None:
         side, gap = "above", d_lo / p_hi
     else:
         return None
-    return (f"the data demand it: the scaling fit's own 90% interval for the base LR [{d_lo:.3g}, {d_hi:.3g}] "
+    return (f"the data demand it: the scaling fit's own 90% interval for the base LR "
+            f"[{d_lo:.3g}, {d_hi:.3g}] "
             f"lies {gap:.3g}x {side} the published laws' prior [{p_lo:.3g}, {p_hi:.3g}] (base-LR units), so "
             f"the prior weighed {float(lr.get('weight_prior', 0.0)):.1%}")
 
@@ -212,7 +213,8 @@ def objections(card: Mapping[str, Any]) -> list[str]:
     gap = _published_lr_gap(card)
     if gap is not None and gap[4] > STAND_BEHIND_LR_FACTOR and data_demand(card) is None:
         h, lo, hi, side, f = gap
-        out.append(f"the hidden matrices' Adam LR {h:.3g} is {f:.3g}x {side} the published LRs at the target's "
+        out.append(f"the hidden matrices' Adam LR {h:.3g} is {f:.3g}x {side} the published LRs at the "
+                   "target's "
                    f"size ({lo:.3g}-{hi:.3g}, projected.baselines deepseek/step_law), more than "
                    f"{STAND_BEHIND_LR_FACTOR:g}x, and the data do not demand it (their interval, "
                    "projected.lr.data, reaches the published laws' prior, or the card was not weighed "
@@ -243,7 +245,9 @@ def _prior_line(lr: Mapping[str, Any]) -> list[str]:
 
     def iv(d: Mapping[str, Any]) -> str:
         lo, hi = d.get("lo"), d.get("hi")
-        return f"{d['value']:.4g} [{lo:.3g}, {hi:.3g}]" if _num(lo) and _num(hi) else f"{d['value']:.4g} (open)"
+        if _num(lo) and _num(hi):
+            return f"{d['value']:.4g} [{lo:.3g}, {hi:.3g}]"
+        return f"{d['value']:.4g} (open)"
 
     return [f"  base LR from the data {iv(data)}, the published laws' prior {iv(prior)}: weighed "
             f"{float(lr.get('weight_prior', 0.0)):.1%} toward the prior"]
@@ -350,8 +354,9 @@ def trust_block(
                             "lr_factor": lr_factor(b_new, proxy_tokens), "batch_factor": b_iv["factor"]})
         n = int(getattr(laws, "n_seeds", 0) or 0)
         if n >= 1:  # the seeds' bootstrap (and the anchor's) shrink as n/(n+1); the misfit stays
-            options.append({"measurement": f"another seed of the scaling sweep ({n + 1} in all)", "kind": "seed",
-                            "seeds": n + 1, "lr_factor": lr_factor(proxy_batch_tokens, proxy_tokens, n / (n + 1)),
+            options.append({"measurement": f"another seed of the scaling sweep ({n + 1} in all)",
+                            "kind": "seed", "seeds": n + 1,
+                            "lr_factor": lr_factor(proxy_batch_tokens, proxy_tokens, n / (n + 1)),
                             "batch_factor": None})
     # an option narrows only what it makes narrower: one at or above the LR interval's own
     # factor (its anchor's law over a batch the card's LR is held below) would widen it

@@ -7,7 +7,14 @@ import math
 import pytest
 
 from sweeps.budget import (
-    MIN_STEPS, SHARES, CostModel, TunePlan, plan_budget, refine_seed_s, scaling_stage_cost)
+    MIN_STEPS,
+    SHARES,
+    CostModel,
+    TunePlan,
+    plan_budget,
+    refine_seed_s,
+    scaling_stage_cost,
+)
 
 WIDTHS = list(range(16, 2049, 16))
 
