@@ -443,7 +443,10 @@ def test_a_real_hf_family_goes_from_sweep_to_every_engine(family: str, tmp_path:
         import subprocess
 
         oracle = Path(__file__).parent / "mutransfer" / "card" / "megatron_oracle.py"
-        groups = [{k: grp[k] for k in ("name", "shape", "role")} for grp in card["param_groups"]]
+        from mutransfer.card.engines.megatron_groups import megatron_name
+
+        groups = [{**{k: grp[k] for k in ("name", "shape", "role")}, "megatron_name": megatron_name(grp["name"])}
+                  for grp in card["param_groups"]]
         (tmp_path / "cases.json").write_text(json.dumps([{"export": m, "groups": groups}]))
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         run = subprocess.run([megatron_python, str(oracle), str(tmp_path / "cases.json"),
