@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from analysis.scaling_fit import ScalingLawFit
 
 __all__ = [
+    "ROUNDING_TOLERANCE",
     "TOKENS_PER_PARAM_RANGE",
     "beta2_for",
     "cap_at_critical_batch",
@@ -32,6 +33,12 @@ __all__ = [
 #: Tokens per parameter inside which the published batch laws were fitted and agree (their
 #: forms in C = 6·N·D and in D part outside it; at 0.2 tokens per parameter by 4.5x).
 TOKENS_PER_PARAM_RANGE = (2.0, 200.0)
+
+
+#: How far (a ratio) rounding a projected batch to a hardware-friendly multiple may move it
+#: before a finer multiple is taken: 2^(1/8), an eighth of an octave, a quarter of the
+#: narrowest batch interval a scaling fit has given here (2×, on the card-decision proxy).
+ROUNDING_TOLERANCE = 2 ** 0.125
 
 
 def whole_sequences(lo: float | None, hi: float | None, seq_len: int) -> tuple[float | None, float | None]:
@@ -226,9 +233,13 @@ def _split_batch(raw_seqs: float, batch_sequences: int | None, dp: int, micro_ba
     else dp_size × a power of two <= 8) after its interval ``within`` (sequences; a side
     None is open) was computed, so the nearest multiple can fall outside it: the demo's
     1,269,760 tokens over an interval ending at 1,266,413. The multiple nearest the
-    projection inside the interval is taken when one exists (without ``--micro-batch`` a
-    smaller power of two is tried first); when none does, the flags force the batch out,
-    and ``warnings`` gets a line naming them."""
+    projection (in log) inside the interval is taken when one exists. Without
+    ``--micro-batch`` the coarsest power of two whose multiple lands within
+    :data:`ROUNDING_TOLERANCE` of the projection is taken, else the nearest multiple of any:
+    a coarse unit on a small batch is a large move (5.57 sequences to a multiple of 4 is 4,
+    0.48 octave, more than the batch's own interval [4.27, 7.26] allows; a multiple of 2
+    gives 6). When no multiple lies inside, the flags force the batch out, and
+    ``warnings`` gets a line naming them."""
     lo, hi = within
     if batch_sequences is not None:
         seqs, unit = batch_sequences, dp * (micro_batch or 1)
@@ -242,10 +253,11 @@ def _split_batch(raw_seqs: float, batch_sequences: int | None, dp: int, micro_ba
                 pow2 //= 2
             units = [(dp * p, f"a multiple of dp_size {dp} × {p} (power-of-two default: no --micro-batch given)")
                      for p in (pow2, pow2 // 2, pow2 // 4, pow2 // 8) if p >= 1]
-        for unit, how in units:
-            seqs = _multiple_within(raw_seqs, unit, lo, hi)
-            if seqs is not None:
-                break
+        fits = [(s_, unit, how) for unit, how in units
+                if (s_ := _multiple_within(raw_seqs, unit, lo, hi)) is not None]
+        close = [f for f in fits if abs(math.log(f[0] / raw_seqs)) <= math.log(ROUNDING_TOLERANCE)]
+        if fits:  # the coarsest unit close enough, else the nearest multiple of any unit
+            seqs, unit, how = close[0] if close else min(fits, key=lambda f: abs(math.log(f[0] / raw_seqs)))
         else:
             unit, how = units[0]
             seqs = max(unit, int(round(raw_seqs / unit)) * unit)
@@ -266,12 +278,15 @@ def _split_batch(raw_seqs: float, batch_sequences: int | None, dp: int, micro_ba
 
 
 def _multiple_within(raw: float, unit: int, lo: float | None, hi: float | None) -> int | None:
-    """The positive multiple of ``unit`` nearest ``raw`` inside [lo, hi] (a side None is
-    open; a relative 1e-9 slack for the float interval), or None when there is none."""
+    """The positive multiple of ``unit`` nearest ``raw`` in log inside [lo, hi] (a side
+    None is open; a relative 1e-9 slack for the float interval), or None when there is
+    none. In log because a batch's error is a ratio: between 4 and 8 the midpoint is 5.66."""
     slack = 1e-9
     first = unit if lo is None else max(unit, math.ceil(lo * (1 - slack) / unit) * unit)
     last = None if hi is None else math.floor(hi * (1 + slack) / unit) * unit
     if last is not None and last < first:
         return None
-    near = max(first, int(round(raw / unit)) * unit)
+    below = max(unit, math.floor(raw / unit) * unit)
+    near = min((below, below + unit), key=lambda m: abs(math.log(m / raw)))
+    near = max(first, near)
     return near if last is None else min(near, last)

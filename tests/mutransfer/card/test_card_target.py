@@ -252,3 +252,26 @@ def test_torchtitan_llama3_under_the_export_gives_the_reference_mup_logits(tmp_p
     names = [n for n, _ in c.build().named_parameters()]
     hits = [sum(bool(re.match(g["pattern"], n)) for g in export["optimizer"]["param_groups"]) for n in names]
     assert hits == [1] * len(names) and math.isclose(export["lr_scheduler"]["min_lr_factor"], 0.0)
+
+
+def test_a_small_batch_is_not_rounded_further_than_its_interval_allows(plan_kw) -> None:
+    """5.57 sequences with its interval [4.27, 7.26]: a multiple of 4 (the power-of-two
+    default) would be 4, 0.48 octave away; the coarsest unit within an eighth of an octave
+    is 2, giving 6. A large batch keeps the coarse unit (1194 -> a multiple of 8)."""
+    from mutransfer.card.batch_plan import ROUNDING_TOLERANCE, _split_batch
+
+    split = _split_batch(5.57, None, 1, None, within=(4.27, 7.26))
+    assert split["sequences"] == 6 and split["rounded_to"] == 2
+    assert split["micro_batch"] * split["grad_accum"] == 6
+    # property: whatever the projection, the rounded batch is inside a non-empty interval
+    # and within the tolerance whenever some unit allows it
+    for raw in [1.3, 2.9, 5.57, 11.2, 23.0, 47.5, 1194.0]:
+        for dp in (1, 2, 8):
+            s = _split_batch(raw, None, dp, None, within=(raw / 1.5, raw * 1.5))
+            if math.floor(raw * 1.5 / dp) * dp < raw / 1.5:
+                continue  # no multiple of dp inside: the flags force it out (tested elsewhere)
+            assert raw / 1.5 <= s["sequences"] <= raw * 1.5 and s["sequences"] % dp == 0
+            if abs(math.log(round(raw / dp) * dp / raw)) <= math.log(ROUNDING_TOLERANCE) and raw >= dp:
+                assert abs(math.log(s["sequences"] / raw)) <= math.log(ROUNDING_TOLERANCE), (raw, dp)
+    big = _split_batch(1194.0, None, 1, None, within=(900.0, 1500.0))
+    assert big["rounded_to"] == 8 and big["sequences"] in (1192, 1200)
