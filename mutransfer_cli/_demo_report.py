@@ -121,16 +121,18 @@ def _sections(s: dict[str, Any]) -> list[tuple[str, list[str], list[str], list[l
               _g(r.get("batch_ratio"), ".3f"),
               _gap(r)] for r in audit_rows]))
     c, t = s["card"], s["target"]
-    out.append(("The card for the big run", [
+    if "lr" in c:
+        out.append(("The card for the big run", [
         f"Target: {t.get('depth')} blocks of width {t.get('width')}, context {t.get('seq_len')}, "
         f"{t['n_params'] / 1e6:.1f}M parameters, {t['tokens']:.3g} tokens "
-        f"({t.get('tokens_per_param', 0):.0f} per parameter). The per-parameter table is in `card.yaml`.",
-        *(f"- warning: {w}" for w in c.get("warnings", []))],
-        ["batch (tokens)", "batch (sequences)", "steps", "base LR", "weight decay", "warmup (tokens)",
-         "warmup (steps)", "WSD decay fraction"],
-        [[_g(c["batch_tokens"], ".6g"), str(c["batch_sequences"]), str(c["steps"]), _g(c["lr"]),
-          _g(c["weight_decay"]), _g(c["warmup_tokens"], ".4g"), str(c["warmup_steps"]),
-          _g(c.get("decay_fraction"), ".3g")]]))
+            f"({t.get('tokens_per_param', 0):.0f} per parameter). The per-parameter table is in "
+            f"`{c['path']}`.",
+            *(f"- warning: {w}" for w in c.get("warnings", []))],
+            ["batch (tokens)", "batch (sequences)", "steps", "base LR", "weight decay", "warmup (tokens)",
+             "warmup (steps)", "WSD decay fraction"],
+            [[_g(c["batch_tokens"], ".6g"), str(c["batch_sequences"]), str(c["steps"]), _g(c["lr"]),
+              _g(c["weight_decay"]), _g(c["warmup_tokens"], ".4g"), str(c["warmup_steps"]),
+              _g(c.get("decay_fraction"), ".3g")]]))
     st = s["stages"]
     out.append(("Time", [
         f"Wall {s['wall_s']:.0f} s, CPU {s['cpu_s']:.0f} s; on idle cores about {s['idle_estimate_s']:.0f} s "
@@ -139,6 +141,39 @@ def _sections(s: dict[str, Any]) -> list[tuple[str, list[str], list[str], list[l
         [[k, f"{v['wall_s']:.1f}", f"{v['cpu_s']:.1f}", str(v["parallel"]), f"{v['idle_estimate_s']:.1f}"]
          for k, v in st.items()]))
     return out
+
+
+def _verdict(s: dict[str, Any]) -> list[str]:
+    """Whether tune stood behind the card, the card's LR beside the published LRs, and how
+    the budget was planned and spent."""
+    c = s["card"]
+    lines = ["## The card: written or refused", ""]
+    if c["written"]:
+        lines.append("`card.yaml` written: the held-out audit passed and nothing in the card contradicts "
+                     "its own intervals or the published LRs beyond what its data demand.")
+    else:
+        lines.append(f"No `card.yaml`: tune does not stand behind this card (`{c['path']}` keeps it to "
+                     "read).")
+        lines += [f"- objection: {r}" for r in c["objections"]]
+        lines += [f"- to run: {r}" for r in c["to_run"]]
+    pub = c.get("published_lr")
+    if pub:
+        where = "inside their range" if pub["factor"] <= 1.0 else f"{pub['factor']:.3g}x {pub['side']} them"
+        lines += ["", f"Hidden matrices' Adam LR {pub['hidden_lr']:.3g} against the published LRs at the "
+                  f"target ({pub['published'][0]:.3g}-{pub['published'][1]:.3g}: DeepSeek LLM, Step Law): "
+                  + where
+                  + (" (within 3x)." if pub["within_3x"] else
+                     "; the trust block above gives the data's interval, the laws' prior and the weight.")]
+    plan = s.get("plan") or {}
+    lines += ["", f"## How tune spent the {s['budget_s']:.0f} s budget", ""]
+    lines += [f"- {k}: {why}" for k, why in (plan.get("reasons") or {}).items()]
+    est = plan.get("estimate_s") or {}
+    if est:
+        lines.append("- estimated: " + ", ".join(f"{k} {v:.0f} s" for k, v in est.items()))
+    ref = s.get("refine") or {}
+    if ref.get("stopped"):
+        lines.append(f"- second pass: {len(ref.get('rounds') or [])} round(s); stopped: {ref['stopped']}")
+    return lines + [""]
 
 
 def report_md(s: dict[str, Any]) -> str:
@@ -150,6 +185,7 @@ def report_md(s: dict[str, Any]) -> str:
         "nats per byte.", "", f"**{s['headline'][0].upper()}{s['headline'][1:]}.**", "",
         *(["## How far to trust the card", "", *(f"- {line}" for line in s.get("trust", [])),
            *(f"- warning: {w}" for w in s["card"].get("warnings", [])), ""] if s.get("trust") else []),
+        *_verdict(s),
         "## Does the optimal learning rate transfer?", "",
         "| parametrization | drift of the optimum (octaves) | 95% interval "
         "| slope of log2 LR* vs log2 width |",

@@ -65,6 +65,13 @@ class DemoSize:
     scaling: ScalingStage
     train_extra: tuple[tuple[str, object], ...] = ()
     """More TrainConfig fields for every run of every stage (``tune --set data=...``)."""
+    budget_s: float = 270.0
+    """The demo's wall-second budget (``tune --budget``; ``demo --budget`` overrides it):
+    tune's plan sizes every stage to it from the measured cost of a run."""
+    plan_floors: tuple[int, int] | None = None
+    """(the fewest steps of a ladder run, of the largest batch in the smallest scaling
+    budget) for tune's plan (None: :func:`sweeps.budget.plan_budget`'s 100 and 8); only the
+    test size lowers them, to plan in seconds."""
     lr_max_extend: int = 2
     """An arm's optimum at the edge of its LR grid at some width gets up to this many grid
     points past that edge, until bracketed (:mod:`sweeps.extend`; the same rule for SP and
@@ -110,7 +117,7 @@ SIZES: dict[str, DemoSize] = {
                                            check_width=64, eval_sequences=256, target_width=2048,
                                            target_depth=24, target_seq_len=1024,
                                            check_batch_sizes=(16,), max_extend=2, batch_range=(1, 64),
-                                           audit_seeds=4)),
+                                           audit_seeds=4), budget_s=270.0),
     # A single GPU: Llamas of width 128..2048 (16x), 1000 steps of 64x256 bytes.
     # One wide grid (2^-14..2^-4) for both arms at every width: no measured optima to centre on.
     "gpu": DemoSize(preset="llama-small", widths=(128, 256, 512, 1024, 2048), log2_lr_center=-9.0,
@@ -120,16 +127,16 @@ SIZES: dict[str, DemoSize] = {
                     scaling=ScalingStage(batch_sizes=(16, 32, 64, 128), tokens=(2**21, 2**22, 2**23, 2**24),
                                          log2_lr_offsets=(-1.5, -1.0, -0.5, 0.0, 0.5, 1.0, 1.5),
                                          check_width=256, eval_sequences=512, target_width=8192,
-                                         target_depth=48, target_seq_len=4096)),
+                                         target_depth=48, target_seq_len=4096), budget_s=3600.0),
     # For tests: seconds, not minutes. Numbers are not meaningful at this size.
     "tiny": DemoSize(preset="llama-small", widths=(32, 64, 128, 256), log2_lr_center=-6.0,
                      log2_lr_offsets=(-3.0, -1.0, 1.0, 3.0), sp_lr_width_exponent=-1.0, seeds=(0,), steps=6,
-                     batch_size=4, seq_len=32, eval_sequences=32, coord_widths=(32, 64, 128),
+                     batch_size=4, seq_len=16, eval_sequences=32, coord_widths=(32, 64, 128),
                      scaling=ScalingStage(batch_sizes=(2, 4, 8, 16), tokens=(512, 1024, 2048, 4096),
                                           log2_lr_offsets=(-1.0, 0.0, 1.0), check_width=64,
                                           eval_sequences=8, target_width=512, target_depth=24,
                                           target_seq_len=256, max_extend=1),
-                     lr_max_extend=1),
+                     lr_max_extend=1, budget_s=120.0, plan_floors=(8, 1)),
 }
 
 

@@ -104,6 +104,11 @@ def _plan(args: argparse.Namespace, out: Path, device: str, workers: int, quiet:
     seq_len = int(extra.pop("seq_len", 64))
     inputs = {"model": model, "base_width": base, "depth": depth, "extra": extra, "seq_len": seq_len,
               "budget_s": args.budget, "workers": workers, "device": device, "target_tokens": args.tokens}
+    arms, floors = (2 if getattr(args, "compare_sp", False) else 1), getattr(args, "plan_floors", None)
+    if arms == 2:  # only when set, so a plan.json from before these options still resumes
+        inputs["compare_sp"] = True
+    if floors:
+        inputs["plan_floors"] = list(floors)
     path = out / "plan.json"
     if path.exists():
         doc = json.loads(path.read_text())
@@ -118,8 +123,25 @@ def _plan(args: argparse.Namespace, out: Path, device: str, workers: int, quiet:
         raise ValueError(f"no width of at least 2x the base width {base} fits this model")
     log(quiet, f"[plan] probing the cost of a run at widths {base} and {wider}")
     cost = probe(model, base, wider, depth, extra, 8, seq_len, device)
-    plan = plan_budget(cost, budget_s=args.budget, workers=workers, base_width=base, valid_widths=widths,
-                       seq_len=seq_len, max_tokens=args.tokens)
+    budget, stretched = args.budget, ""
+    while True:
+        try:
+            plan = plan_budget(cost, budget_s=budget, workers=workers, base_width=base, valid_widths=widths,
+                               seq_len=seq_len, max_tokens=args.tokens, arms=arms,
+                               **dict(zip(("min_steps", "min_batch_steps"), floors or ())))
+            break
+        except ValueError as exc:
+            # the demo (stretch_budget) runs on whatever machine it is given, a loaded one
+            # included: the smallest plan that stands, over budget and said so, not an error
+            if not getattr(args, "stretch_budget", False) or budget >= 8 * args.budget:
+                raise
+            stretched = stretched or str(exc)
+            budget *= 2 ** 0.25
+    if stretched:
+        why = (f"the budget of {args.budget:.0f} s buys too little on this machine as probed ({stretched}); "
+               f"planned for {budget:.0f} s instead, {budget / args.budget:.2f}x over")
+        log(quiet, f"[plan] {why}")
+        plan = dataclasses.replace(plan, reasons={**plan.reasons, "budget": why})
     doc = {"inputs": inputs, "cost": dataclasses.asdict(cost), "plan": plan.to_dict(), "target_context": ctx}
     atomic_write_text(path, json.dumps(doc, indent=2) + "\n")
     return plan, doc
@@ -141,13 +163,14 @@ def _size(plan: TunePlan, model: str, extra: dict[str, Any], centre: float, args
 
 def _lr_runs(out: Path, name: str, model: str, widths: tuple[int, ...], seeds: tuple[int, ...],
              log2_lrs: tuple[float, ...], plan: TunePlan, extra: dict[str, Any], depth: int, *, device: str,
-             workers: int | None, quiet: bool, max_extend: int) -> pd.DataFrame:
-    """μP's LR grid at ``widths``, widened past an edge optimum until bracketed."""
+             workers: int | None, quiet: bool, max_extend: int, parametrization: str = "mup") -> pd.DataFrame:
+    """The LR grid at ``widths`` (μP unless ``parametrization``), widened past an edge
+    optimum until bracketed."""
     base = {"steps": plan.steps, "batch_size": plan.batch_size, "seq_len": plan.seq_len,
             "base_width": plan.base_width, "eval_every": plan.steps, "eval_sequences": 128,
             "warmup_steps": max(1, plan.steps // 10), "schedule": "cosine", "lr_floor": 0.1,
             "threads": 1 if device == "cpu" else None, "depth": depth, **extra}
-    spec = LRSweep(**model_kw(model), widths=widths, parametrizations=("mup",), seeds=seeds,
+    spec = LRSweep(**model_kw(model), widths=widths, parametrizations=(parametrization,), seeds=seeds,
                    lrs=tuple(2.0**x for x in log2_lrs), base=base, name=name)
     sweep, _ = run_bracketed(spec, Bounds(max_extend=max_extend), out=out / "sweep", workers=workers,
                              device=device, quiet=quiet)
@@ -155,16 +178,41 @@ def _lr_runs(out: Path, name: str, model: str, widths: tuple[int, ...], seeds: t
     return results_table(study)
 
 
+@dataclasses.dataclass
+class Tuned:
+    """What :func:`tune` made, for a caller that reports on it (the demo): the exit status,
+    the plan, ``tune.json``'s content, the ladder's table and fit, the coordinate checks,
+    the scaling stage's result (its figures included) and the card (None where it stopped
+    before them)."""
+
+    code: int
+    plan: TunePlan
+    report: dict[str, Any]
+    table: pd.DataFrame | None = None
+    fit: OptimumFit | None = None
+    coord: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    scaling: dict[str, Any] | None = None
+    made: Any = None
+
+
 def run_tune(args: argparse.Namespace) -> int:
     """Plan, check, search, ladder, scaling, card (or the reasons there is none)."""
+    return tune(args).code
+
+
+def tune(args: argparse.Namespace) -> Tuned:
+    """:func:`run_tune`, returning what it made (:class:`Tuned`). ``args.compare_sp``: SP's
+    coordinate check (not a gate) and SP's ladder beside μP's (the demo's comparison)."""
     t0 = time.perf_counter()
     out, quiet = Path(args.out), args.quiet
+    compare_sp = bool(getattr(args, "compare_sp", False))
     out.mkdir(parents=True, exist_ok=True)
     (out / "figures").mkdir(exist_ok=True)
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     n_workers = args.workers or default_workers(device, 1 << 30)
     clock = Clock(quiet=quiet)
-    plan, doc = _plan(args, out, device, n_workers, quiet)
+    with clock.stage("plan"):  # the probe runs train: piped, it says it is alive
+        plan, doc = _plan(args, out, device, n_workers, quiet)
     model, depth, extra = doc["inputs"]["model"], doc["inputs"]["depth"], dict(doc["inputs"]["extra"])
     # a re-run resumes: the budget counts what the earlier runs spent, and the scaling sweep
     # starts with the seeds their second pass added, so it reaches the same card
@@ -176,27 +224,24 @@ def run_tune(args: argparse.Namespace) -> int:
     log(quiet, f"[plan] estimated {sum(est.values()):.0f} s on {n_workers} worker(s) "
                f"({', '.join(f'{k} {v:.0f} s' for k, v in est.items())}) of a {args.budget:.0f} s budget")
     report: dict[str, Any] = {"plan": plan.to_dict(), "cost": doc["cost"], "inputs": doc["inputs"]}
+    done = Tuned(code=1, plan=plan, report=report)
 
-    log(quiet, f"[1/5] coordinate check of muP at widths {list(plan.widths[:3])}")
+    arms = ("mup", "sp") if compare_sp else ("mup",)
+    log(quiet, f"[1/5] coordinate check of {'muP and SP' if compare_sp else 'muP'} at widths "
+               f"{list(plan.widths[:3])}")
     with clock.stage("coord_check"):
-        cdir = out / "coord_check"
-        # the proxies' own models: their depth, head rule and data (an hf: config is otherwise
-        # built at its own depth, which no proxy trains at)
-        gate = ["--depths", str(depth)]
-        if "head_rule" in extra:
-            gate += ["--head-rule", str(extra["head_rule"])]
-        if "data" in extra:
-            gate += ["--data", str(extra["data"])]
-        code = cli_main(["coord-check", "--model", model, "-p", "mup", "--widths",
-                         ",".join(map(str, plan.widths[:3])), "--steps", "4", "--n-seeds", "2",
-                         "--seq-len", str(min(plan.seq_len, 64)), *gate, "--out", str(cdir), "--overwrite",
-                         "--quiet"])
-    coord = json.loads((cdir / "coord_check.json").read_text()) if code in (0, 1) else {"passed": False}
+        for kind in arms:  # SP's is the comparison's (it should fail), not a gate
+            cdir = out / ("coord_check" if kind == "mup" else "coord_check_sp")
+            done.coord[kind] = _coord_check(cdir, kind, model, plan, depth, extra)
+    coord = done.coord["mup"]
     report["coord_check"] = {"passed": coord.get("passed")}
+    if compare_sp:
+        report["coord_check_sp"] = {"passed": done.coord["sp"].get("passed")}
     if not coord.get("passed"):
-        return _refuse(out, report, [f"the coordinate check of muP failed at widths {list(plan.widths[:3])} "
-                                     f"(see {cdir}): the parametrization is not width-stable on this model"],
-                       quiet, t0)
+        done.code = _refuse(out, report, [f"the coordinate check of muP failed at widths "
+                                          f"{list(plan.widths[:3])} (see {out / 'coord_check'}): the "
+                                          "parametrization is not width-stable on this model"], quiet, t0)
+        return done
 
     log(quiet, f"[2/5] coarse LR search at width {plan.base_width}: 2^{plan.search_log2_lrs[0]:g}.."
                f"2^{plan.search_log2_lrs[-1]:g}, widened until bracketed (est {est['search']:.0f} s)")
@@ -208,38 +253,56 @@ def run_tune(args: argparse.Namespace) -> int:
     report["search"] = {"centre_log2_lr": centre, "n_runs": int(len(found))}
 
     log(quiet, f"[3/5] LR x width ladder: widths {list(plan.widths)}, {len(plan.seeds)} seeds, LRs 2^{centre:g} "
-               f"+- {max(plan.ladder_offsets):g} octave (est {est['ladder']:.0f} s)")
+               f"+- {max(plan.ladder_offsets):g} octave"
+               + (" (muP; SP beside it, centred at 2^centre x base/width)" if compare_sp else "")
+               + f" (est {est['ladder']:.0f} s)")
     with clock.stage("ladder", parallel=n_workers, reports=True):
         table = _lr_runs(out, "tune-ladder", model, plan.widths, plan.seeds,
                          tuple(centre + o for o in plan.ladder_offsets), plan, extra, depth, device=device,
                          workers=args.workers, quiet=quiet, max_extend=2)
+        if compare_sp:
+            table = _with_sp(out, table, model, centre, plan, extra, depth, device=device,
+                             workers=args.workers, quiet=quiet)
         write_table(table, out / "results.csv")
         fit = OptimumFit(x="lr", y="loss", group_by=("parametrization", "width"), n_boot=500).fit(table)
         drift = fit.drift("width", where={"parametrization": "mup"})
-    report["ladder"] = {"optimum_per_width": {str(int(k[1])): float(v) for k, v in fit.params_.items()},
+    done.table, done.fit = table, fit
+    report["ladder"] = {"optimum_per_width": {str(int(k[1])): float(v) for k, v in fit.params_.items()
+                                              if k[0] == "mup"},
                         "drift_octaves": drift.to_dict()}
+    if compare_sp:
+        report["ladder"]["sp_optimum_per_width"] = {str(int(k[1])): float(v) for k, v in fit.params_.items()
+                                                    if k[0] == "sp"}
+        report["ladder"]["sp_drift_octaves"] = fit.drift("width", where={"parametrization": "sp"}).to_dict()
 
     log(quiet, f"[4/5] scaling sweep: budgets {list(plan.scaling_tokens)} tokens, batches "
                f"{list(plan.scaling_batch_sizes)}, and the held-out audit (est {est['scaling']:.0f} s)")
     sz = _size(plan, model, extra, centre, args, depth)
     sz = dataclasses.replace(sz, scaling=dataclasses.replace(sz.scaling, seeds=tuple(range(prev["seeds"]))))
-    scaling = scaling_stage(out, sz, "tune-scaling", fit, device=device, workers=args.workers, n_workers=n_workers,
-                            quiet=quiet, clock=clock)
-    scaling.pop("images", None)
+    mup_fit = OptimumFit(x="lr", y="loss", group_by=("parametrization", "width"), n_boot=500).fit(
+        table[table["parametrization"] == "mup"]) if compare_sp else fit
+    scaling = scaling_stage(out, sz, "tune-scaling", mup_fit, device=device, workers=args.workers,
+                            n_workers=n_workers, quiet=quiet, clock=clock)
+    done.scaling = scaling
     report["scaling"] = {k: scaling.get(k) for k in ("laws", "budget_optima", "error", "audit_path", "fit_path")}
     report["audit"] = (scaling.get("audit") or {}).get("passed")
     if not scaling.get("fit_path"):
-        return _refuse(out, report, [f"the scaling laws could not be fitted: {scaling.get('error')}"], quiet, t0)
+        done.code = _refuse(out, report, [f"the scaling laws could not be fitted: {scaling.get('error')}"],
+                            quiet, t0)
+        return done
 
     log(quiet, "[5/5] the card")
     with clock.stage("card"):
         made = _card(args, plan, depth, extra, scaling, out)
-    made, scaling, report["refine"] = _refine(args, out, plan, doc, sz, fit, made, scaling, depth, extra,
-                                              device=device, n_workers=n_workers, quiet=quiet, clock=clock, t0=t0)
+    made, again, report["refine"] = _refine(args, out, plan, doc, sz, mup_fit, made, scaling, depth, extra,
+                                            device=device, n_workers=n_workers, quiet=quiet, clock=clock,
+                                            t0=t0)
     if report["refine"]["rounds"]:
+        done.scaling = scaling = {**again, "images": again.get("images") or scaling.get("images")}
         report["scaling"] = {k: scaling.get(k) for k in ("laws", "budget_optima", "error", "audit_path",
                                                          "fit_path")}
         report["audit"] = (scaling.get("audit") or {}).get("passed")
+    done.made = made
     against = objections(made.card)
     report["card"] = {"warnings": made.warnings, "objections": against, "lr": made.plan.lr,
                       "batch_tokens": made.plan.batch_tokens, "steps": made.plan.steps,
@@ -247,14 +310,54 @@ def run_tune(args: argparse.Namespace) -> int:
     report["stages"] = clock.stages
     if against:
         save_card(made, out / "card.rejected.yaml")
-        return _refuse(out, report, against, quiet, t0, made.card)
+        done.code = _refuse(out, report, against, quiet, t0, made.card)
+        return done
+    (out / "card.rejected.yaml").unlink(missing_ok=True)  # a re-run that now stands behind it
     path = save_card(made, out / "card.yaml")
     report["wall_s"] = time.perf_counter() - t0
     _write_report(out, report, accepted=True)
     log(quiet, f"done in {report['wall_s']:.0f} s: wrote {path} (base LR {made.plan.lr:.4g}, "
                f"{made.plan.steps} steps of {made.plan.batch_tokens} tokens); {len(made.warnings)} warning(s); "
                f"see {out / 'report.md'}")
-    return 0
+    done.code = 0
+    return done
+
+
+def _coord_check(cdir: Path, kind: str, model: str, plan: TunePlan, depth: int, extra: dict[str, Any]
+                 ) -> dict[str, Any]:
+    """``mutransfer coord-check`` of ``kind`` on the proxies' own models: their depth, head
+    rule and data (an hf: config is otherwise built at its own depth, which no proxy trains
+    at); its coord_check.json, or ``{"passed": False}`` when it could not run."""
+    gate = ["--depths", str(depth)]
+    if "head_rule" in extra:
+        gate += ["--head-rule", str(extra["head_rule"])]
+    if "data" in extra:
+        gate += ["--data", str(extra["data"])]
+    widths = ",".join(map(str, plan.widths[:3]))
+    code = cli_main(["coord-check", "--model", model, "-p", kind, "--widths", widths,
+                     "--steps", "4", "--n-seeds", "2", "--seq-len", str(min(plan.seq_len, 64)), *gate,
+                     "--out", str(cdir), "--overwrite", "--quiet"])
+    return json.loads((cdir / "coord_check.json").read_text()) if code in (0, 1) else {"passed": False}
+
+
+def _with_sp(out: Path, table: pd.DataFrame, model: str, centre: float, plan: TunePlan, extra: dict[str, Any],
+             depth: int, *, device: str, workers: int | None, quiet: bool) -> pd.DataFrame:
+    """SP's ladder beside μP's, fairly: the same seeds, steps and grid shape (the ladder's
+    offsets), centred where SP's optimum is expected to move (Adam's hidden LR as 1/width:
+    2^centre · base/width), widened past an edge by the same rule; one study per width, as
+    its grid moves. At the base width μP is SP bit for bit, so μP's runs there are filed
+    under both arms (``shared_base``): the ratio there is exactly 1."""
+    tables = []
+    for w in plan.widths[1:]:
+        move = -math.log2(w / plan.base_width)
+        sp = _lr_runs(out, f"tune-ladder-sp-w{w}", model, (w,), plan.seeds,
+                      tuple(centre + move + o for o in plan.ladder_offsets), plan, extra, depth,
+                      device=device, workers=workers, quiet=quiet, max_extend=2, parametrization="sp")
+        tables.append(sp)
+    base = table[table["width"] == plan.base_width]
+    table = table.assign(shared_base=table["width"] == plan.base_width)
+    sp_base = base.assign(parametrization="sp", shared_base=True)
+    return pd.concat([table, sp_base, *(t.assign(shared_base=False) for t in tables)], ignore_index=True)
 
 
 def _previous(out: Path, inputs: dict[str, Any]) -> dict[str, Any]:

@@ -1,24 +1,22 @@
-"""``mutransfer demo``: the whole workflow, end to end, on the embedded stdlib corpus.
+"""``mutransfer demo``: ``mutransfer tune`` on the embedded stdlib corpus, with SP beside μP.
 
-1. coordinate check, SP against μP;
-2. LR × width sweep (SP and μP side by side, >= 4 widths spanning >= 8x, the same seeds and
-   the same grid shape around each arm's expected optimum; the base width, where μP is SP,
-   trained once for both);
-3. optimum per width and the drift of the optimum in octaves, with intervals; μP's best
-   loss ÷ SP's at every width (lowest measured seed mean, seed-paired interval);
-4. the scaling sweep at the base width (token budget D as WSD branches × batch B × an
-   LR grid around the optimum, plus a check at one wider width), every run logging its
-   gradient noise scale;
-5. the η*(B, D) and B*(D) laws, the critical batch two ways (steps-to-target S–E fit
-   and the measured GNS), and the held-out audit (fit without the largest budget, then
-   without the largest batch; train the predicted config there);
-6. a v2 card a person would launch for the target: a 24-layer model at the projected
-   batch in tokens, steps, LR, weight decay and warmup;
-7. the plots, ``report.md``, ``report.html`` and ``summary.json`` (with the wall and CPU
+The demo is :func:`mutransfer_cli._tune_run.tune` with a budget (the size's, or
+``--budget``) and ``compare_sp``: the plan measures what a run costs and sizes every stage
+to the budget (``plan.json``, each choice with its reason), then
+
+1. the coordinate check, μP (the gate) and SP;
+2. the coarse LR search at the base width, which centres the ladder;
+3. the LR x width ladder, SP and μP side by side (the same seeds, steps and grid shape,
+   SP's grid centred where its optimum moves, the base width trained once for both);
+   the optimum per width, its drift in octaves, μP's best loss ÷ SP's per width;
+4. the scaling sweep (token budget D as WSD branches × batch B × LRs), the η*(B, D) and
+   B*(D) laws, the critical batch two ways and the held-out audit;
+5. the card for the size's target, weighed against the published laws, written only when
+   tune stands behind it (else ``card.rejected.yaml`` and the reasons, exit status 1);
+6. the plots, ``report.md``, ``report.html`` and ``summary.json`` (with the wall and CPU
    time of every stage).
 
-Re-running reuses finished trials (the sweeps are Optuna studies in ``OUT/sweep`` and
-``OUT/scaling``; the audit's runs are cached in ``OUT/audit_runs.json``).
+Re-running into the same folder resumes (tune's plan, studies and audit cache).
 """
 
 from __future__ import annotations
@@ -30,7 +28,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import torch
 
 from analysis.best_loss import paired_best_ratio
@@ -38,22 +35,17 @@ from analysis.optimum import OptimumFit
 from analysis.plots import plot_lr_curves, plot_optimum_vs_width
 from analysis.table import num
 from mutransfer._io import atomic_write_text, check_output
-from mutransfer.card.build import save_card
-from mutransfer.card.make import TransferRequest, make_card
+from mutransfer.card.make import TransferRequest
 from mutransfer.card.request import RunChoices
+from mutransfer.card.trust import published_lr_gap
 from mutransfer.models.source import hf_proxy_config, parse_model
-from mutransfer_cli import main as cli_main
 from mutransfer_cli._common import add_track_flag, positive_int, print_json, tracking
 from mutransfer_cli._demo_report import report_html, report_md
-from mutransfer_cli._demo_scaling import holdout_summary, scaling_stage
-from mutransfer_cli._demo_sizes import SIZES, DemoSize, ScalingStage, model_kw
+from mutransfer_cli._demo_scaling import holdout_summary
+from mutransfer_cli._demo_sizes import SIZES, DemoSize, ScalingStage
 from mutransfer_cli._demo_stage import Clock, log
-from sweeps.progress import Progress
-from sweeps.results import results_table, write_table
-from sweeps.spec_kinds import LRSweep
-from sweeps.extend import Bounds, run_bracketed
-from sweeps.study import default_workers
-from sweeps.worker import open_study
+from mutransfer_cli._tune_run import Tuned, tune
+from mutransfer_cli.tune import budget_seconds
 
 __all__ = ["run_demo"]
 
@@ -71,21 +63,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the proxy: a preset name or hf:PATH (a local transformers config.json; the card "
                         "then targets the same architecture at the target's width and depth); default: "
                         "the size's Llama-shaped preset")
+    p.add_argument("--budget", type=budget_seconds, default=None,
+                   help="wall time for the whole demo, as tune's --budget (default: the size's, "
+                        + ", ".join(f"{k} {v.budget_s:g} s" for k, v in sorted(SIZES.items())) + ")")
     p.add_argument("--json", action="store_true", help="print summary.json")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     add_track_flag(p)
 
 
 def run(args: argparse.Namespace) -> int:
-    # re-running into the same folder resumes its sweep (finished trials are kept) and
-    # rebuilds the figures, table, card and report from it; a different size is refused
+    # re-running into the same folder resumes its sweeps (finished trials are kept) and
+    # rebuilds the figures, table, card and report from them
     check_output(args.out, directory=True)
     with tracking(args.track, args.out):  # every sweep trial and audit run is tracked
         summary = run_demo(Path(args.out), device=args.device, size=args.size, workers=args.workers,
-                           quiet=args.quiet or args.json, model=args.model)
+                           quiet=args.quiet or args.json, model=args.model, budget=args.budget)
     if args.json:
         print_json(summary)
-    return 0
+    return 0 if summary["card"]["written"] else 1
 
 
 def _hf_target_config(out: Path, model: str, sc: ScalingStage) -> Path:
@@ -103,46 +98,64 @@ def _hf_target_config(out: Path, model: str, sc: ScalingStage) -> Path:
 
 
 def run_demo(out: Path, *, device: str = "auto", size: str | None = None, workers: int | None = None,
-             quiet: bool = False, model: str | None = None) -> dict[str, Any]:
+             quiet: bool = False, model: str | None = None, budget: float | None = None) -> dict[str, Any]:
     """Run the demo into ``out``; returns the summary (also written as summary.json).
-    ``model``: the proxy instead of the size's preset, a preset name or ``hf:PATH``."""
+    ``model``: the proxy instead of the size's preset, a preset name or ``hf:PATH``;
+    ``budget``: wall seconds instead of the size's."""
     t0 = time.perf_counter()
-    clock = Clock(quiet=quiet)
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     size = size or ("gpu" if device.startswith("cuda") else "small")
     sz = _size(size, model)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "figures").mkdir(exist_ok=True)
-    n_workers = workers or default_workers(device, 1 << 30)
-    coord = _coord_check(out, sz, quiet, clock)
-    table, specs = _lr_sweep(out, sz, size, device=device, workers=workers, n_workers=n_workers,
-                             quiet=quiet, clock=clock)
-    log(quiet, "[3/7] optimum per width and drift of the optimum")
-    with clock.stage("lr_fits"):
-        fit = OptimumFit(x="lr", y="loss", group_by=("parametrization", "width"), n_boot=500).fit(table)
-        drifts = {p: fit.drift("width", where={"parametrization": p}) for p in ("sp", "mup")}
-    scaling = scaling_stage(out, sz, f"demo-{size}-scaling", fit, device=device, workers=workers, n_workers=n_workers,
-                            quiet=quiet, clock=clock)
-    card, card_warnings = _card(out, sz, specs[-1].study_name(), scaling, quiet, clock)
-    log(quiet, "[7/7] plots and report")
+    done = tune(tune_args(out, sz, device=device, workers=workers, quiet=quiet, budget=budget))
+    if done.table is None or done.fit is None:  # the gate failed: nothing to compare or project
+        raise RuntimeError(f"the demo stopped before its ladder: {'; '.join(done.report.get('refused', []))}")
+    clock = Clock(quiet=quiet)
+    log(quiet, "[report] plots, report.md, report.html and summary.json")
     with clock.stage("plots_report"):
+        fit = done.fit
+        drifts = {p: fit.drift("width", where={"parametrization": p}) for p in ("sp", "mup")}
         images = _figures(out, fit)
-        images.update(scaling.pop("images", {}))
-    summary = _summary(size, device, sz, table, fit, drifts, coord, card, card_warnings, scaling, images)
-    summary["stages"] = clock.stages
+        images.update((done.scaling or {}).get("images") or {})
+    summary = _summary(size, device, sz, done, drifts, images)
+    stages = {**done.report.get("stages", {}), **clock.stages}
+    summary["stages"] = stages
     summary["wall_s"] = time.perf_counter() - t0
-    summary["cpu_s"] = sum(v["cpu_s"] for v in clock.stages.values())
-    summary["idle_estimate_s"] = sum(v["idle_estimate_s"] for v in clock.stages.values())
+    summary["cpu_s"] = sum(v["cpu_s"] for v in stages.values())
+    summary["idle_estimate_s"] = sum(v["idle_estimate_s"] for v in stages.values())
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2, default=float) + "\n")
     atomic_write_text(out / "report.md", report_md(summary))
     atomic_write_text(out / "report.html", report_html(summary))
+    c = summary["card"]
     log(quiet, f"done in {summary['wall_s']:.0f} s ({summary['cpu_s']:.0f} CPU s, "
                f"~{summary['idle_estimate_s']:.0f} s on idle cores): drift SP "
                f"{summary['drift_octaves']['sp']:.2f} octaves, muP "
-               f"{summary['drift_octaves']['mup']:.2f}; {summary['headline']}; card: {summary['card']['steps']} steps of "
-               f"{summary['card']['batch_tokens']} tokens; see {out / 'report.md'}")
+               f"{summary['drift_octaves']['mup']:.2f}; {summary['headline']}; "
+               + (f"card: {c['steps']} steps of {c['batch_tokens']} tokens" if c["written"] else
+                  "no card.yaml (card.rejected.yaml): " + "; ".join(c["objections"]))
+               + f"; see {out / 'report.md'}")
     return summary
+
+
+def tune_args(out: Path, sz: DemoSize, *, device: str, workers: int | None, quiet: bool,
+              budget: float | None) -> argparse.Namespace:
+    """The ``mutransfer tune`` command the demo is, as its parsed arguments: the size's proxy
+    (its base width, depth and context), its target at the size's tokens per parameter, the
+    budget, and SP beside μP. An ``hf:`` proxy's target is the user's architecture at the
+    target's shape (:func:`_hf_target_config`), which tune narrows to the proxies."""
+    sc = sz.scaling
+    hf = sz.preset.startswith("hf:")
+    source = parse_model(sz.preset) if hf else None
+    return argparse.Namespace(
+        model=f"hf:{_hf_target_config(out, sz.preset, sc)}" if hf else None, preset=None if hf else sz.preset,
+        head_rule=source.head_rule if source is not None else "keep_head_dim", width=sz.widths[0],
+        depth=2 if hf else None, overrides=[("seq_len", str(sz.seq_len))],
+        target_width=None if hf else sc.target_width, target_depth=None if hf else sc.target_depth,
+        target_seq_len=sc.target_seq_len, tokens=None, tokens_per_param=sc.tokens_per_param,
+        allow_vocab_change=False, budget=float(budget or sz.budget_s), device=device, workers=workers,
+        out=str(out), quiet=quiet, compare_sp=True, plan_floors=sz.plan_floors,
+        stretch_budget=True)
 
 
 def _size(size: str, model: str | None) -> DemoSize:
@@ -158,68 +171,6 @@ def _size(size: str, model: str | None) -> DemoSize:
                              "lr --model` instead")
         sz = dataclasses.replace(sz, preset=source.ref if source.builtin else source.spec())
     return sz
-
-
-def _coord_check(out: Path, sz: DemoSize, quiet: bool, clock: Clock) -> dict[str, Any]:
-    """Stage 1: the coordinate check of SP and of μP (seeds 0 and 1), as ``coord-check`` runs it."""
-    log(quiet, f"[1/7] coordinate check, SP vs muP, widths {list(sz.coord_widths)}")
-    coord: dict[str, Any] = {}
-    with clock.stage("coord_check", parallel=min(2, torch.get_num_threads()), reports=True), \
-            Progress(2, "coord check", unit="parametrization", quiet=quiet) as bar:
-        for kind in ("sp", "mup"):
-            cdir = out / "coord_check" / kind
-            widths = ",".join(map(str, sz.coord_widths))
-            code = cli_main(["coord-check", "--model", sz.preset, "-p", kind, "--widths", widths,
-                             "--steps", "4", "--n-seeds", "2", "--seq-len", str(min(sz.seq_len, 64)),
-                             "--out", str(cdir), "--overwrite", "--quiet"])
-            if code != 0:
-                raise RuntimeError(f"coord-check {kind} failed with exit code {code}")
-            coord[kind] = json.loads((cdir / "coord_check.json").read_text())
-            bar.advance()
-    return coord
-
-
-def _lr_sweep(out: Path, sz: DemoSize, size: str, *, device: str, workers: int | None, n_workers: int,
-              quiet: bool, clock: Clock) -> tuple[pd.DataFrame, list[LRSweep]]:
-    """Stage 2: the LR x width sweep, SP and μP side by side; its table is ``out/results.csv``.
-
-    Both arms get the same seeds and the same grid shape (:meth:`DemoSize.log2_lrs`). At the
-    base width μP is SP to the last bit, so those runs are trained once (study ``-base``) and
-    filed under both arms (``shared_base`` true): the ratio there is exactly 1. Above it SP
-    has one study per width (its grid moves with its optimum), μP one for all widths. An
-    optimum at its grid's edge gets more LRs past it, the same rule for both arms
-    (:attr:`DemoSize.lr_max_extend`)."""
-    base = {"steps": sz.steps, "batch_size": sz.batch_size, "seq_len": sz.seq_len,
-            "base_width": sz.widths[0], "eval_every": sz.steps, "eval_sequences": sz.eval_sequences,
-            "warmup_steps": max(1, sz.steps // 10), "schedule": "cosine", "lr_floor": 0.1,
-            "threads": 1 if device == "cpu" else None}
-    w0, wider = sz.widths[0], sz.widths[1:]
-
-    def spec(p: str, widths: tuple[int, ...], name: str) -> LRSweep:
-        return LRSweep(**model_kw(sz.preset), widths=widths, parametrizations=(p,), seeds=sz.seeds,
-                       lrs=tuple(2.0**x for x in sz.log2_lrs(p, widths[0])), base=base,
-                       name=f"demo-{size}-{name}")
-
-    specs = [spec("sp", (w0,), "base"), *(spec("sp", (w,), f"sp-w{w}") for w in wider)]
-    if wider:
-        specs.append(spec("mup", wider, "mup"))
-    n_trials = sum(len(sp.points()) for sp in specs)
-    log(quiet, f"[2/7] LR sweep: {n_trials} trials ({len(sz.widths)} widths; SP and muP each "
-               f"{len(sz.log2_lr_offsets)} LRs around their expected optimum x {len(sz.seeds)} seed(s), the "
-               f"base width {w0} shared; {sz.steps} steps each; an optimum at a grid edge gets up to "
-               f"{sz.lr_max_extend} more LRs past it) on {device}")
-    tables = []
-    with clock.stage("lr_sweep", parallel=n_workers, reports=True):
-        for sp in specs:
-            sweep, _ = run_bracketed(sp, Bounds(max_extend=sz.lr_max_extend), out=out / "sweep",
-                                     workers=workers, device=device, quiet=quiet)
-            study, _ = open_study(sweep.plan.storage, sweep.plan.study_name)
-            tables.append(results_table(study))
-    shared = tables[0].assign(shared_base=True)
-    table = pd.concat([shared, shared.assign(parametrization="mup"), *tables[1:]], ignore_index=True)
-    table["shared_base"] = table["shared_base"].fillna(False).astype(bool)
-    write_table(table, out / "results.csv")
-    return table, specs
 
 
 def demo_request(out: Path, sz: DemoSize, study: str, scaling: dict[str, Any]) -> TransferRequest:
@@ -241,26 +192,12 @@ def demo_request(out: Path, sz: DemoSize, study: str, scaling: dict[str, Any]) -
         run=RunChoices() if fit else RunChoices(batch_sequences=sz.batch_size))  # no laws: the proxy's batch
 
 
-def _card(out: Path, sz: DemoSize, study: str, scaling: dict[str, Any], quiet: bool,
-          clock: Clock) -> tuple[dict[str, Any], list[str]]:
-    """Stage 6: the card for the target, made by the one library call ``mutransfer
-    transfer`` makes too (:func:`mutransfer.card.make.make_card` on :func:`demo_request`),
-    from the scaling laws when they were fitted; returns the card and its warnings."""
-    sc = sz.scaling
-    log(quiet, f"[6/7] card for the target: {sc.target_depth} blocks of width {sc.target_width}, "
-               f"context {sc.target_seq_len}, {sc.tokens_per_param:g} tokens per parameter")
-    with clock.stage("card"):
-        made = make_card(demo_request(out, sz, study, scaling))
-        save_card(made, out / "card.yaml")
-    return made.card, list(made.warnings)
-
-
 def _figures(out: Path, fit: OptimumFit) -> dict[str, str]:
     """The coordinate checks' figures and the LR sweep's: caption -> path under ``out``."""
     figs = out / "figures"
     return {
-        "coord check, SP": "coord_check/sp/coord_check.png",
-        "coord check, muP": "coord_check/mup/coord_check.png",
+        "coord check, SP": "coord_check_sp/coord_check.png",
+        "coord check, muP": "coord_check/coord_check.png",
         "loss vs LR, SP": str(plot_lr_curves(fit, figs / "lr_curves_sp.png",
                                              where={"parametrization": "sp"}).relative_to(out)),
         "loss vs LR, muP": str(plot_lr_curves(fit, figs / "lr_curves_mup.png",
@@ -285,10 +222,12 @@ def headline(width: int, ratio: float, ci: list[float], n_seeds: int) -> str:
     return f"{where}: {better} is ahead by {pct}, within the seeds' interval (no winner resolved)"
 
 
-def _summary(size: str, device: str, sz: DemoSize, table: pd.DataFrame, fit: OptimumFit, drifts: dict,
-             coord: dict[str, Any], card: dict[str, Any], card_warnings: list[str], scaling: dict[str, Any],
+def _summary(size: str, device: str, sz: DemoSize, done: Tuned, drifts: dict,
              images: dict[str, str]) -> dict[str, Any]:
-    """summary.json without the stages' times: the transfer check, the card, the scaling stage."""
+    """summary.json without the stages' times: the plan, the transfer check, the card (or
+    why tune did not stand behind it), the scaling stage."""
+    table, fit, plan = done.table, done.fit, done.plan
+    assert table is not None and fit is not None
     res = fit.results_
     widths = sorted(int(w) for w in res.loc[res["parametrization"] == "mup", "width"])
     widest = widths[-1]
@@ -310,38 +249,64 @@ def _summary(size: str, device: str, sz: DemoSize, table: pd.DataFrame, fit: Opt
         per_width.append(row)
     mup_best = [r["mup"]["best_loss"] for r in per_width]
     top = per_width[-1]
+    rep = done.report
+    made = done.made
+    card = made.card if made is not None else {}
+    scaling = {k: v for k, v in (done.scaling or {}).items() if k != "images"}
     proj_lr = (card.get("projected") or {}).get("lr") or {}
     lr_interval = proj_lr.get("interval")
     if lr_interval is None and "lo" in proj_lr:
         lr_interval = [proj_lr.get("lo"), proj_lr.get("hi")]
+    written = done.code == 0
+    c: dict[str, Any] = {"written": written, "path": "card.yaml" if written else
+                         ("card.rejected.yaml" if made is not None else None),
+                         "objections": list(rep.get("refused") or []) if not written else [],
+                         "to_run": list(rep.get("to_run") or []) if not written else []}
+    if card:
+        c.update({"batch_tokens": card["batch"]["tokens"], "batch_sequences": card["batch"]["sequences"],
+                  "steps": card["schedule"]["total_steps"], "lr": card["optimizer"]["lr"],
+                  "weight_decay": card["optimizer"]["weight_decay"],
+                  "warmup_tokens": card["schedule"]["warmup_tokens"],
+                  "warmup_steps": card["schedule"]["warmup_steps"],
+                  "decay_fraction": card["schedule"].get("decay_fraction"),
+                  "tau": card["optimizer"].get("tau"), "audit_passed": card["audit"].get("passed"),
+                  "warnings": list(made.warnings), "published_lr": _published(card)})
     return {
         "size": size, "device": device, "preset": sz.preset, "widths": list(widths),
-        "ladder_ratio": widest / widths[0], "steps": sz.steps, "batch_size": sz.batch_size,
-        "seq_len": sz.seq_len, "seeds": list(sz.seeds), "log2_lr_offsets": list(sz.log2_lr_offsets),
+        "ladder_ratio": widest / widths[0], "steps": plan.steps, "batch_size": plan.batch_size,
+        "seq_len": plan.seq_len, "seeds": list(plan.seeds), "log2_lr_offsets": list(plan.ladder_offsets),
+        "budget_s": rep["inputs"]["budget_s"], "plan": plan.to_dict(),
+        "search_centre_log2_lr": (rep.get("search") or {}).get("centre_log2_lr"),
         "n_trials": int(len(table) - table["shared_base"].sum() / 2),
         "n_diverged": int(table["diverged"].sum()) if "diverged" in table else 0,
-        "coord_check": {k: {"passed": v["passed"], "max_slope": v["worst"]["slope"]}
-                        for k, v in coord.items()},
+        "coord_check": {k: {"passed": v.get("passed"), "max_slope": (v.get("worst") or {}).get("slope")}
+                        for k, v in sorted(done.coord.items(), key=lambda kv: kv[0] != "sp")},
         "drift_octaves": {p: d.octaves for p, d in drifts.items()},
-        "drift_ci": {p: [num(c) for c in d.ci] for p, d in drifts.items()},
+        "drift_ci": {p: [num(x) for x in d.ci] for p, d in drifts.items()},
         "drift_slope": {p: d.slope for p, d in drifts.items()},
         "optimum_at_edge": {p: d.any_at_edge for p, d in drifts.items()},
         "per_width": per_width,
         "mup_wider_is_better": all(b < a for a, b in zip(mup_best, mup_best[1:])),
         "mup_over_sp_measured_best_at_widest": top["mup_over_sp"],
         "mup_over_sp_measured_best_at_widest_ci": top["mup_over_sp_ci"],
-        "headline": headline(widest, top["mup_over_sp"], top["mup_over_sp_ci"], len(sz.seeds)),
-        "target": card["target"], "card_lr": card["optimizer"]["lr"], "card_lr_interval": lr_interval,
+        "headline": headline(widest, top["mup_over_sp"], top["mup_over_sp_ci"], len(plan.seeds)),
+        "target": card.get("target") or {}, "card_lr": c.get("lr"), "card_lr_interval": lr_interval,
         "trust": (card.get("trust") or {}).get("summary", []),
-        "card": {"batch_tokens": card["batch"]["tokens"], "batch_sequences": card["batch"]["sequences"],
-                 "steps": card["schedule"]["total_steps"], "lr": card["optimizer"]["lr"],
-                 "weight_decay": card["optimizer"]["weight_decay"],
-                 "warmup_tokens": card["schedule"]["warmup_tokens"],
-                 "warmup_steps": card["schedule"]["warmup_steps"],
-                 "decay_fraction": card["schedule"].get("decay_fraction"),
-                 "tau": card["optimizer"].get("tau"), "audit_passed": card["audit"].get("passed"),
-                 "warnings": card_warnings},
-        "holdout": holdout_summary(scaling.get("audit") or {}),
+        "card": c,
+        "holdout": holdout_summary((done.scaling or {}).get("audit") or {}),
         "scaling": scaling,
+        "refine": rep.get("refine"),
         "images": images,
     }
+
+
+def _published(card: dict[str, Any]) -> dict[str, Any] | None:
+    """The card's hidden-matrix Adam LR beside the published LRs at the target
+    (``projected.baselines`` deepseek and step_law, read at the hidden matrices as the
+    trust block reads them): the ratio to the nearer, and whether it is within 3x."""
+    gap = published_lr_gap(card)
+    if gap is None:
+        return None
+    hidden, lo, hi, side, factor = gap
+    return {"hidden_lr": hidden, "published": [lo, hi], "side": side, "factor": factor,
+            "within_3x": factor <= 3.0}

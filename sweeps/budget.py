@@ -135,20 +135,25 @@ def _pow2_floor(x: float) -> int:
 def plan_budget(cost: CostModel, *, budget_s: float, workers: int, base_width: int,
                 valid_widths: Sequence[int], seq_len: int, batch_size: int = 8,
                 seeds: Sequence[int] = (0, 1), max_doublings: int = 3,
-                max_tokens: float | None = None) -> TunePlan:
+                max_tokens: float | None = None, arms: int = 1, min_steps: int = MIN_STEPS,
+                min_batch_steps: int = 8) -> TunePlan:
     """The proxy runs a ``budget_s`` wall-second budget on ``workers`` buys.
 
     - Ladder: the base width and up to ``max_doublings`` doublings of it (only widths in
       ``valid_widths``); each width runs 3 LRs x the seeds (x :data:`EXTENSION_SLACK`). The
       steps are what the ladder's share buys; below :data:`MIN_STEPS` the widest width is
       dropped, and with only the base and one doubling left the budget is refused, saying
-      what it would take.
+      what it would take. ``arms`` 2 (``tune --compare-sp``) runs SP beside μP at every
+      width above the base (at the base width μP is SP: those runs serve both), and
+      ``min_steps`` lowers the floor (the demo's test size only, as ``min_batch_steps``
+      lowers the scaling sweep's 8 steps below).
     - Search: :data:`SEARCH_LOG2_LRS` at the base width, one seed, the ladder's steps.
     - Scaling: batches 1..16 sequences, 4 budgets a factor 2 apart (the largest trained,
       the others WSD branches of it), 5 LRs, one seed, a check at twice the base width at
       the middle batch, and the held-out audit (about 8 runs of the largest budget): the
       largest budget is what the scaling share buys, a power of two. The smallest budget
-      must give the largest batch 8 steps; batches are dropped from the top until it does.
+      must give the largest batch 8 steps; batches are dropped from the top until it does
+      (down to 4: the held-out audit fits on 3 and holds one out).
       Never past ``max_tokens`` (the target's budget): a proxy trained longer than its
       target measures nothing the card uses.
     """
@@ -165,27 +170,37 @@ def plan_budget(cost: CostModel, *, budget_s: float, workers: int, base_width: i
     widths = [base_width * 2**k for k in range(max_doublings + 1) if base_width * 2**k in set(valid_widths)]
     tok_per_step = batch_size * seq_len
 
-    def steps_for(ws: Sequence[int]) -> float:
-        runs_per_width = len(LADDER_OFFSETS) * len(seeds) * EXTENSION_SLACK
-        per_step = sum(runs_per_width * (cost.seconds_per_step + cost.seconds_per_token(w) * tok_per_step)
+    if arms not in (1, 2):
+        raise ValueError(f"arms must be 1 (muP) or 2 (muP and SP), got {arms!r}")
+
+    def runs_at(w: int) -> float:
+        return len(LADDER_OFFSETS) * len(seeds) * EXTENSION_SLACK * (1 if w == base_width else arms)
+
+    def per_step_over(ws: Sequence[int]) -> tuple[float, float]:
+        per_step = sum(runs_at(w) * (cost.seconds_per_step + cost.seconds_per_token(w) * tok_per_step)
                        for w in ws)
-        over = sum(runs_per_width * cost.overhead_s for _ in ws)
+        return per_step, sum(runs_at(w) * cost.overhead_s for w in ws)
+
+    def steps_for(ws: Sequence[int]) -> float:
+        per_step, over = per_step_over(ws)
         return (ladder_s - over) / per_step if per_step > 0 else 0.0
 
-    while len(widths) > 2 and steps_for(widths) < MIN_STEPS:
+    while len(widths) > 2 and steps_for(widths) < min_steps:
         widths.pop()
     steps = steps_for(widths)
-    if len(widths) < 2 or steps < MIN_STEPS:
-        need = MIN_STEPS / max(steps, 1e-9) * budget_s if steps > 0 else float("inf")
+    if len(widths) < 2 or steps < min_steps:
+        per_step, over = per_step_over(widths)  # the budget whose ladder share buys min_steps
+        need = (min_steps * per_step + over) / (SHARES["ladder"] * workers)
         raise ValueError(f"a budget of {budget_s:.0f} s on {workers} worker(s) buys ladder runs of "
-                         f"{max(steps, 0):.0f} steps at widths {widths}: fewer than {MIN_STEPS}; give at "
+                         f"{max(steps, 0):.0f} steps at widths {widths}: fewer than {min_steps}; give at "
                          f"least {need:.0f} s (--budget), more workers, or a narrower base width")
     steps_i = int(min(MAX_STEPS, steps))
     held = max_tokens is not None and steps_i * tok_per_step > max_tokens
     if held:  # a ladder run longer than the target finds the optimum of another horizon
         steps_i = max(1, int(max_tokens // tok_per_step))
     reasons["widths"] = (f"{len(widths)} widths ({widths[-1] // widths[0]}x): the most doublings whose ladder "
-                         f"runs get >= {MIN_STEPS} steps in the ladder's {SHARES['ladder']:.0%} of the budget")
+                         f"runs get >= {min_steps} steps in the ladder's {SHARES['ladder']:.0%} of the budget"
+                         + (", SP beside muP above the base width" if arms == 2 else ""))
     reasons["steps"] = (f"{steps_i} steps of {batch_size} x {seq_len} tokens: what the ladder's share buys "
                         f"for {len(LADDER_OFFSETS)} LRs x {len(seeds)} seeds per width"
                         + (f" (capped at {MAX_STEPS})" if steps > MAX_STEPS and not held else "")
@@ -206,12 +221,14 @@ def plan_budget(cost: CostModel, *, budget_s: float, workers: int, base_width: i
         capped = max_tokens is not None and d_max > max_tokens
         if capped:
             d_max = _pow2_floor(max_tokens)
-        if d_max // 8 >= 8 * max(batches) * seq_len or len(batches) <= 3:
+        # down to 4 batches: the audit holds one of them out
+        if d_max // 8 >= min_batch_steps * max(batches) * seq_len or len(batches) <= 4:
             break
         batches.pop()
-    if d_max // 8 < 8 * max(batches) * seq_len:
+    if d_max // 8 < min_batch_steps * max(batches) * seq_len:
         raise ValueError(f"a budget of {budget_s:.0f} s buys scaling runs of {d_max} tokens: its smallest "
-                         f"budget gives batch {max(batches)} fewer than 8 steps; give a larger --budget")
+                         f"budget gives batch {max(batches)} fewer than {min_batch_steps} steps; give a larger "
+                         "--budget")
     tokens = tuple(d_max // 2**k for k in (3, 2, 1, 0))
     reasons["scaling_tokens"] = (f"budgets {tokens[0]}..{tokens[-1]} tokens: the largest power of two the "
                                  f"scaling share ({SHARES['scaling']:.0%}) buys for {len(batches)} batches x "
@@ -222,8 +239,8 @@ def plan_budget(cost: CostModel, *, budget_s: float, workers: int, base_width: i
     est = {
         "search": len(SEARCH_LOG2_LRS) * EXTENSION_SLACK
         * cost.run_s(base_width, steps_i * tok_per_step, tok_per_step) / workers,
-        "ladder": sum(len(LADDER_OFFSETS) * len(seeds) * EXTENSION_SLACK
-                      * cost.run_s(w, steps_i * tok_per_step, tok_per_step) for w in widths) / workers,
+        "ladder": sum(runs_at(w) * cost.run_s(w, steps_i * tok_per_step, tok_per_step)
+                      for w in widths) / workers,
         "scaling": scaling_cost(d_max, batches) / workers,
     }
     return TunePlan(base_width=base_width, widths=tuple(widths), seeds=seeds, steps=steps_i,

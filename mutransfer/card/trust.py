@@ -25,6 +25,7 @@ __all__ = [
     "card_warnings",
     "data_demand",
     "objections",
+    "published_lr_gap",
     "trust_block",
 ]
 
@@ -110,7 +111,7 @@ def card_warnings(card: Mapping[str, Any]) -> list[str]:
 PUBLISHED_LR_SLACK = 2.0
 
 
-def _published_lr_gap(card: Mapping[str, Any]) -> tuple[float, float, float, str, float] | None:
+def published_lr_gap(card: Mapping[str, Any]) -> tuple[float, float, float, str, float] | None:
     """(the hidden matrices' Adam LR, the published LRs' low and high end, ``above`` or
     ``below``, how many times outside that range; 1 inside it), or None when the card has
     no hidden Adam group or no published baseline (``projected.baselines``)."""
@@ -153,7 +154,7 @@ def data_demand(card: Mapping[str, Any]) -> str | None:
 
 
 def _published_lr_warning(card: Mapping[str, Any]) -> list[str]:
-    gap = _published_lr_gap(card)
+    gap = published_lr_gap(card)
     if gap is None or gap[4] <= PUBLISHED_LR_SLACK:
         return []
     h, lo, hi, side, f = gap
@@ -210,7 +211,7 @@ def objections(card: Mapping[str, Any]) -> list[str]:
         if not lo * (1 - 1e-9) <= held <= hi * (1 + 1e-9):
             out.append(f"{section}.{name} {held:.6g} lies outside its own interval [{lo:.6g}, {hi:.6g}] "
                        f"(trust.intervals.{key}): the card contradicts its own projection")
-    gap = _published_lr_gap(card)
+    gap = published_lr_gap(card)
     if gap is not None and gap[4] > STAND_BEHIND_LR_FACTOR and data_demand(card) is None:
         h, lo, hi, side, f = gap
         out.append(f"the hidden matrices' Adam LR {h:.3g} is {f:.3g}x {side} the published LRs at the "

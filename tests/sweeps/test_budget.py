@@ -103,3 +103,39 @@ def test_a_second_pass_seed_costs_what_the_plan_gave_one_seed_of_the_scaling_sta
     d = max(plan.scaling_tokens)
     assert scaling_stage_cost(cost, tokens=d, audit=False, **kw) < scaling_stage_cost(cost, tokens=d, **kw)
     assert scaling_stage_cost(cost, tokens=2 * d, **kw) > scaling_stage_cost(cost, tokens=d, **kw)
+
+
+def test_sp_beside_mup_is_counted_in_the_ladder_and_the_base_width_once() -> None:
+    """``arms=2`` (the demo's SP arm): every width above the base costs twice, the base
+    once (μP is SP there), so the same budget buys fewer ladder steps, in that ratio."""
+    cost = _cost(overhead=0.0, step=0.0, p=1.0)
+    one = plan_budget(cost, budget_s=300.0, workers=2, base_width=32, valid_widths=WIDTHS, seq_len=64)
+    two = plan_budget(cost, budget_s=300.0, workers=2, base_width=32, valid_widths=WIDTHS, seq_len=64, arms=2)
+    assert one.widths == two.widths and len(one.widths) >= 3 and two.steps < 2000
+    rel = [w / 32 for w in one.widths]  # per-token cost ∝ width here
+    assert two.steps == pytest.approx(one.steps * sum(rel) / (rel[0] + 2 * sum(rel[1:])), abs=1)
+    assert "SP beside muP" in two.reasons["widths"]
+    with pytest.raises(ValueError, match="arms must be 1"):
+        plan_budget(cost, budget_s=3600.0, workers=2, base_width=32, valid_widths=WIDTHS, seq_len=64, arms=3)
+
+
+def test_the_scaling_grid_keeps_four_batches_for_the_audit_and_names_the_budget_it_needs() -> None:
+    """Batches are dropped from the top only down to 4 (the audit fits on 3 and holds one
+    out); a budget too small for that, or for ladder runs of ``min_steps``, is refused with
+    the budget whose share would buy them."""
+    cost = _cost(overhead=0.2, step=2e-3)
+    for budget in (900.0, 3600.0, 4 * 3600.0):
+        plan = plan_budget(cost, budget_s=budget, workers=2, base_width=32, valid_widths=WIDTHS, seq_len=64)
+        assert len(plan.scaling_batch_sizes) >= 4
+    with pytest.raises(ValueError, match=r"give at least (\d+) s") as err:
+        plan_budget(cost, budget_s=20.0, workers=1, base_width=32, valid_widths=WIDTHS, seq_len=64)
+    need = float(err.value.args[0].split("give at least ")[1].split(" s")[0])
+    # the named budget buys the floor (within rounding), and a lower floor plans at 20 s
+    plan = plan_budget(cost, budget_s=need * 1.01, workers=1, base_width=32, valid_widths=WIDTHS, seq_len=64,
+                       min_batch_steps=1)
+    assert plan.steps >= MIN_STEPS
+    with pytest.raises(ValueError, match="scaling runs of"):  # the ladder fits at 8 steps, the sweep not
+        plan_budget(cost, budget_s=20.0, workers=1, base_width=32, valid_widths=WIDTHS, seq_len=16, min_steps=8)
+    low = plan_budget(cost, budget_s=60.0, workers=1, base_width=32, valid_widths=WIDTHS, seq_len=16,
+                      min_steps=8, min_batch_steps=1)
+    assert low.steps >= 8 and len(low.scaling_batch_sizes) >= 4
