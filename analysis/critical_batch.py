@@ -106,6 +106,7 @@ def _fit_log_hyperbola(b: np.ndarray, s: np.ndarray, w: np.ndarray | None = None
                        x0: np.ndarray | None = None) -> np.ndarray:
     """``[log S_min, log E_min]`` minimizing ``Σ w·(log(S_min + E_min/B) − log S)²``."""
     from scipy.optimize import least_squares
+    from scipy.special import expit
 
     sw = np.ones_like(s) if w is None else np.sqrt(w)
     ls, inv_b = np.log(s), 1.0 / b
@@ -115,7 +116,8 @@ def _fit_log_hyperbola(b: np.ndarray, s: np.ndarray, w: np.ndarray | None = None
 
     def jac(p: np.ndarray) -> np.ndarray:
         # d/dp log(e^p0 + e^p1/B) = the two terms' shares of the sum
-        share = 1.0 / (1.0 + np.exp(p[1] - p[0]) * inv_b)
+        # (the logistic of the log-ratio: no overflow when a bootstrap start runs far out)
+        share = expit(p[0] - p[1] - np.log(inv_b))
         return sw[:, None] * np.column_stack([share, 1.0 - share])
 
     if x0 is None:
@@ -214,7 +216,7 @@ class CriticalBatchFit:
 
     def _derived(self, logp: np.ndarray) -> list[dict[str, float]]:
         s_min, e_min = np.exp(logp[:, 0]), np.exp(logp[:, 1])
-        b_crit = e_min / s_min
+        b_crit = np.exp(logp[:, 1] - logp[:, 0])  # E_min / S_min in log: no 0/0 when S_min underflows
         cbs = (1.0 + self.overshoot) * self.b0 + self.overshoot * b_crit
         return [
             {"S_min": float(a), "E_min": float(e), "B_crit": float(c), "CBS": float(d)}

@@ -98,18 +98,20 @@ def scaling_stage(out: Path, sz: DemoSize, study: str, fit: Any, *, device: str,
                         "tau_ci": doc["tau"]["ci"], "warnings": doc.get("warnings", [])}
         info["cells"] = doc.get("cells", [])
         info["budget_optima"] = doc.get("budgets", [])
-        info["images"]["eta*(B, D) and B*(D) with bootstrap bands"] = str(
-            plot_scaling(sfit.curves_(), out / "figures" / "scaling_laws.png").relative_to(out))
+        with clock.stage("scaling_plots"):  # piped, no stage is silent for long
+            info["images"]["eta*(B, D) and B*(D) with bootstrap bands"] = str(
+                plot_scaling(sfit.curves_(), out / "figures" / "scaling_laws.png").relative_to(out))
     except ValueError as exc:
         info["error"] = f"scaling fit: {exc}"
         log(quiet, f"      the scaling fit failed: {exc}")
         return info
-    try:
-        info["critical_batch"], image = critical_batch(rows, sfit, sz.seq_len, out)
-        info["images"]["critical batch: S-E fit vs measured GNS"] = image
-    except ValueError as exc:
-        info["critical_batch"] = {"error": str(exc)}
-    info["width_check"] = width_check(table, spec)
+    with clock.stage("critical_batch"):
+        try:
+            info["critical_batch"], image = critical_batch(rows, sfit, sz.seq_len, out)
+            info["images"]["critical batch: S-E fit vs measured GNS"] = image
+        except ValueError as exc:
+            info["critical_batch"] = {"error": str(exc)}
+        info["width_check"] = width_check(table, spec)
     try:
         with clock.stage("holdout_audit"):  # its fits say nothing of their own
             audit = run_holdout(spec, table, out=out / "AUDIT.json", device=device, quiet=quiet,

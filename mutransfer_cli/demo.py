@@ -80,7 +80,9 @@ def run(args: argparse.Namespace) -> int:
                            quiet=args.quiet or args.json, model=args.model, budget=args.budget)
     if args.json:
         print_json(summary)
-    return 0 if summary["card"]["written"] else 1
+    # the demo's job is its report, which carries the verdict: a card tune does not stand
+    # behind is card.rejected.yaml and its reasons, not a failed demo (tune itself exits 1)
+    return 0
 
 
 def _hf_target_config(out: Path, model: str, sc: ScalingStage) -> Path:

@@ -226,9 +226,11 @@ def plan_budget(cost: CostModel, *, budget_s: float, workers: int, base_width: i
             break
         batches.pop()
     if d_max // 8 < min_batch_steps * max(batches) * seq_len:
+        d_need = 8 * min_batch_steps * max(batches) * seq_len  # the budget whose scaling share buys it
+        need = scaling_cost(d_need, batches) / (SHARES["scaling"] * workers)
         raise ValueError(f"a budget of {budget_s:.0f} s buys scaling runs of {d_max} tokens: its smallest "
-                         f"budget gives batch {max(batches)} fewer than {min_batch_steps} steps; give a larger "
-                         "--budget")
+                         f"budget gives batch {max(batches)} fewer than {min_batch_steps} steps; give at least "
+                         f"{max(need, budget_s):.0f} s (--budget)")
     tokens = tuple(d_max // 2**k for k in (3, 2, 1, 0))
     reasons["scaling_tokens"] = (f"budgets {tokens[0]}..{tokens[-1]} tokens: the largest power of two the "
                                  f"scaling share ({SHARES['scaling']:.0%}) buys for {len(batches)} batches x "
