@@ -132,7 +132,41 @@ def _pow2_floor(x: float) -> int:
     return 1 << max(0, int(math.floor(math.log2(max(x, 1.0)))))
 
 
-def plan_budget(cost: CostModel, *, budget_s: float, workers: int, base_width: int,
+class _TooSmall(ValueError):
+    """A budget that buys less than a plan that stands; :func:`plan_budget` names the least
+    budget that does."""
+
+
+def plan_budget(cost: CostModel, *, budget_s: float, **kw: Any) -> TunePlan:
+    """The proxy runs a ``budget_s`` wall-second budget on ``workers`` buys
+    (:func:`_plan_budget` says how). A budget too small for a plan that stands is refused
+    naming the least budget that buys one (found by bisection on the same pure planner, so
+    it satisfies the ladder's and the scaling sweep's floors together)."""
+    try:
+        return _plan_budget(cost, budget_s=budget_s, **kw)
+    except _TooSmall as exc:
+        lo, hi = budget_s, budget_s * 2
+        while not _plans(cost, hi, kw):
+            lo, hi = hi, hi * 2
+            if hi > 1e4 * budget_s:
+                raise ValueError(f"{exc}; no budget up to {hi:.3g} s buys a plan: more workers, or a narrower "
+                                 "base width") from None
+        while hi - lo > max(1.0, 0.01 * hi):
+            mid = (lo + hi) / 2
+            lo, hi = (lo, mid) if _plans(cost, mid, kw) else (mid, hi)
+        raise ValueError(f"{exc}; give at least {math.ceil(hi)} s (--budget), more workers, or a narrower "
+                         "base width") from None
+
+
+def _plans(cost: CostModel, budget_s: float, kw: dict[str, Any]) -> bool:
+    try:
+        _plan_budget(cost, budget_s=budget_s, **kw)
+        return True
+    except _TooSmall:
+        return False
+
+
+def _plan_budget(cost: CostModel, *, budget_s: float, workers: int, base_width: int,
                 valid_widths: Sequence[int], seq_len: int, batch_size: int = 8,
                 seeds: Sequence[int] = (0, 1), max_doublings: int = 3,
                 max_tokens: float | None = None, arms: int = 1, min_steps: int = MIN_STEPS,
@@ -189,11 +223,8 @@ def plan_budget(cost: CostModel, *, budget_s: float, workers: int, base_width: i
         widths.pop()
     steps = steps_for(widths)
     if len(widths) < 2 or steps < min_steps:
-        per_step, over = per_step_over(widths)  # the budget whose ladder share buys min_steps
-        need = (min_steps * per_step + over) / (SHARES["ladder"] * workers)
-        raise ValueError(f"a budget of {budget_s:.0f} s on {workers} worker(s) buys ladder runs of "
-                         f"{max(steps, 0):.0f} steps at widths {widths}: fewer than {min_steps}; give at "
-                         f"least {need:.0f} s (--budget), more workers, or a narrower base width")
+        raise _TooSmall(f"a budget of {budget_s:.0f} s on {workers} worker(s) buys ladder runs of "
+                        f"{max(steps, 0):.0f} steps at widths {widths}: fewer than {min_steps}")
     steps_i = int(min(MAX_STEPS, steps))
     held = max_tokens is not None and steps_i * tok_per_step > max_tokens
     if held:  # a ladder run longer than the target finds the optimum of another horizon
@@ -226,11 +257,8 @@ def plan_budget(cost: CostModel, *, budget_s: float, workers: int, base_width: i
             break
         batches.pop()
     if d_max // 8 < min_batch_steps * max(batches) * seq_len:
-        d_need = 8 * min_batch_steps * max(batches) * seq_len  # the budget whose scaling share buys it
-        need = scaling_cost(d_need, batches) / (SHARES["scaling"] * workers)
-        raise ValueError(f"a budget of {budget_s:.0f} s buys scaling runs of {d_max} tokens: its smallest "
-                         f"budget gives batch {max(batches)} fewer than {min_batch_steps} steps; give at least "
-                         f"{max(need, budget_s):.0f} s (--budget)")
+        raise _TooSmall(f"a budget of {budget_s:.0f} s buys scaling runs of {d_max} tokens: its smallest "
+                        f"budget gives batch {max(batches)} fewer than {min_batch_steps} steps")
     tokens = tuple(d_max // 2**k for k in (3, 2, 1, 0))
     reasons["scaling_tokens"] = (f"budgets {tokens[0]}..{tokens[-1]} tokens: the largest power of two the "
                                  f"scaling share ({SHARES['scaling']:.0%}) buys for {len(batches)} batches x "

@@ -44,11 +44,12 @@ def test_tune_places_its_runs_and_writes_a_card_only_when_nothing_objects(
     out = tmp_path / "tune"
     budget = "90s"
     code = main([*ARGS, "--budget", budget, "--out", str(out), "--quiet"])
-    if code == 2:  # a loaded machine's probe: the budget buys too little, and the refusal names
-        # the budget that would do; that budget must then plan (a property of the refusal)
+    for _ in range(2):  # a loaded machine's probe: the budget buys too little, and the refusal
+        if code != 2:   # names the least budget that plans (re-probed, the load may have grown)
+            break
         err = capsys.readouterr().err
         need = float(re.search(r"give at least (\d+) s", err).group(1))
-        budget = f"{math.ceil(need * 1.25)}s"
+        budget = f"{math.ceil(need * 1.5)}s"
         code = main([*ARGS, "--budget", budget, "--out", str(out), "--quiet"])
     assert code in (0, 1)
     plan = json.loads((out / "plan.json").read_text())

@@ -130,10 +130,12 @@ def test_the_scaling_grid_keeps_four_batches_for_the_audit_and_names_the_budget_
     with pytest.raises(ValueError, match=r"give at least (\d+) s") as err:
         plan_budget(cost, budget_s=20.0, workers=1, base_width=32, valid_widths=WIDTHS, seq_len=64)
     need = float(err.value.args[0].split("give at least ")[1].split(" s")[0])
-    # the named budget buys the floor (within rounding), and a lower floor plans at 20 s
-    plan = plan_budget(cost, budget_s=need * 1.01, workers=1, base_width=32, valid_widths=WIDTHS, seq_len=64,
-                       min_batch_steps=1)
-    assert plan.steps >= MIN_STEPS
+    # the named budget buys a plan that stands on every floor at once (ladder and scaling),
+    # and is the least that does (1% less does not)
+    plan = plan_budget(cost, budget_s=need, workers=1, base_width=32, valid_widths=WIDTHS, seq_len=64)
+    assert plan.steps >= MIN_STEPS and len(plan.scaling_batch_sizes) >= 4
+    with pytest.raises(ValueError, match="give at least"):
+        plan_budget(cost, budget_s=need * 0.98, workers=1, base_width=32, valid_widths=WIDTHS, seq_len=64)
     with pytest.raises(ValueError, match="scaling runs of"):  # the ladder fits at 8 steps, the sweep not
         plan_budget(cost, budget_s=20.0, workers=1, base_width=32, valid_widths=WIDTHS, seq_len=16, min_steps=8)
     low = plan_budget(cost, budget_s=60.0, workers=1, base_width=32, valid_widths=WIDTHS, seq_len=16,
