@@ -301,9 +301,52 @@ QWEN_25_05B = {  # Qwen2.5-0.5B: hidden 896, 14 heads / 2 KV of 64, MLP 4864, 24
     "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2, "head_dim": 16,
     "tie_word_embeddings": True, "rope_theta": 1000000.0, "max_position_embeddings": 32768,
     "rms_norm_eps": 1e-6, "hidden_act": "silu", "use_sliding_window": False, "torch_dtype": "bfloat16"}
-# (config, proxy widths: multiples of heads-per-KV-head x head_dim)
-FAMILIES = {"llama-3.2-1b": (LLAMA_32_1B, (128, 256)), "qwen2.5-0.5b": (QWEN_25_05B, (112, 224))}
+GEMMA_2_2B = {  # Gemma-2-2B: hidden 2304 = 9 head dims, 8 heads / 4 KV of 256 (attention 2048 wide), MLP
+    # 9216, 26 layers alternating 4096-token sliding and global attention, softcaps 50 (attention) and 30
+    # (logits), 1/sqrt(query_pre_attn_scalar = head_dim), GeLU-tanh, pre+post norms, sqrt(hidden) embedding
+    "model_type": "gemma2", "vocab_size": 256000, "hidden_size": 144, "intermediate_size": 576,
+    "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 16,
+    "query_pre_attn_scalar": 16, "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0,
+    "sliding_window": 4096, "hidden_act": "gelu_pytorch_tanh", "hidden_activation": "gelu_pytorch_tanh",
+    "rope_theta": 10000.0, "max_position_embeddings": 8192, "rms_norm_eps": 1e-6, "attention_bias": False,
+    "pad_token_id": 0, "bos_token_id": 2, "eos_token_id": 1, "torch_dtype": "float32"}
+MISTRAL_7B_V03 = {  # Mistral-7B-v0.3: hidden 4096, 32 heads / 8 KV of 128 (no head_dim field), MLP 14336
+    # (3.5x), 32 layers, untied, RoPE 1e6, no sliding window
+    "model_type": "mistral", "vocab_size": 32768, "hidden_size": 128, "intermediate_size": 448,
+    "num_hidden_layers": 32, "num_attention_heads": 8, "num_key_value_heads": 2, "tie_word_embeddings": False,
+    "rope_theta": 1000000.0, "sliding_window": None, "max_position_embeddings": 32768, "rms_norm_eps": 1e-5,
+    "hidden_act": "silu", "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "bfloat16"}
+PHI_3_MINI = {  # Phi-3-mini-4k: hidden 3072, 32 heads of 96, no GQA, fused qkv_proj and gate_up_proj, MLP
+    # 8192 (8/3 x), 32 layers, untied, 2047-token sliding window
+    "model_type": "phi3", "vocab_size": 32064, "hidden_size": 96, "intermediate_size": 256,
+    "num_hidden_layers": 32, "num_attention_heads": 6, "num_key_value_heads": 6, "tie_word_embeddings": False,
+    "rope_theta": 10000.0, "rope_scaling": None, "sliding_window": 2047, "max_position_embeddings": 4096,
+    "original_max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "hidden_act": "silu", "attention_bias": False,
+    "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attention_dropout": 0.0, "bos_token_id": 1, "eos_token_id": 32000,
+    "pad_token_id": 32000, "torch_dtype": "bfloat16"}
+OLMO_2_1B = {  # OLMo-2-0425-1B: hidden 2048, 16 heads of 128, no GQA, MLP 8192, 16 layers, untied, q/k RMSNorm
+    # over the whole projection, norms after attention and MLP (post-norm), RoPE 5e5
+    "model_type": "olmo2", "vocab_size": 100352, "hidden_size": 128, "intermediate_size": 512,
+    "num_hidden_layers": 16, "num_attention_heads": 8, "num_key_value_heads": 8, "tie_word_embeddings": False,
+    "rope_theta": 500000.0, "rope_scaling": None, "max_position_embeddings": 4096, "rms_norm_eps": 1e-6,
+    "hidden_act": "silu", "attention_bias": False, "eos_token_id": 100257, "pad_token_id": 100277,
+    "torch_dtype": "float32"}
+# (config, proxy widths: multiples of heads-per-KV-head x head_dim that keep the MLP whole)
+FAMILIES = {"llama-3.2-1b": (LLAMA_32_1B, (128, 256)), "qwen2.5-0.5b": (QWEN_25_05B, (112, 224)),
+            "gemma-2-2b": (GEMMA_2_2B, (72, 144)), "mistral-7b-v0.3": (MISTRAL_7B_V03, (64, 128)),
+            "phi-3-mini": (PHI_3_MINI, (48, 96)), "olmo-2-1b": (OLMO_2_1B, (64, 128))}
 MEGATRON_DROPS = ("init",)  # LR, eps, decay and the folded residual multiplier are carried
+# The engines that build each family's decoder (hf builds every one); the others refuse its card
+# at export, in one line naming the card field, with advice naming only engines that take it.
+ACCEPTS = {"llama": {"hf", "torchtitan", "megatron"}, "qwen2": {"hf", "megatron"},
+           "mistral": {"hf", "torchtitan", "megatron"}, "gemma2": {"hf"}, "phi3": {"hf"}, "olmo2": {"hf"}}
+REFUSED_AT = {("qwen2", "torchtitan"): "target.model.model_type: Qwen2's q/k/v biases",
+              **{(mt, e): f"target.model.model_type: {mt!r}" for mt in ("gemma2", "phi3", "olmo2")
+                 for e in ("torchtitan", "megatron")}}
+# Where the residual multiplier goes: the branch's output module, the norm after it in a
+# post-norm block (Gemma-2, OLMo-2), where one on the attention or MLP would be normalized away.
+BRANCH_OUT = {"gemma2": ("post_attention_layernorm", "post_feedforward_layernorm"),
+              "olmo2": ("post_attention_layernorm", "post_feedforward_layernorm")}
 
 
 @pytest.mark.slow
@@ -316,7 +359,8 @@ def test_a_real_hf_family_goes_from_sweep_to_every_engine(family: str, tmp_path:
     every parameter at the card's LR at every step; torchtitan, the export's model built
     under the card's μP (Llama) or refused at export naming the field (Qwen's biases);
     Megatron, its fields (Llama 3's rope scaling, Qwen's q/k/v biases), and where
-    MUTRANSFER_MEGATRON_PYTHON is set, megatron-core constructing them with HF's RoPE."""
+    MUTRANSFER_MEGATRON_PYTHON is set, megatron-core constructing them with HF's RoPE.
+    Gemma-2, Phi-3 and OLMo-2 go to HF only: torchtitan and Megatron refuse them by field."""
     import transformers
 
     from mutransfer.card.build import load_card
@@ -324,6 +368,7 @@ def test_a_real_hf_family_goes_from_sweep_to_every_engine(family: str, tmp_path:
     from mutransfer.training.schedules import Schedule
 
     config, widths = FAMILIES[family]
+    mt, vocab = config["model_type"], config["vocab_size"]
     proxy = tmp_path / "proxy"
     proxy.mkdir()
     (proxy / "config.json").write_text(json.dumps(dict(config, num_hidden_layers=2, hidden_size=widths[-1])))
@@ -345,13 +390,16 @@ def test_a_real_hf_family_goes_from_sweep_to_every_engine(family: str, tmp_path:
         "transfer", "--results", str(csv), "--model", f"hf:{target}", "--tokens", "384", "--batch-size", "4",
         "--micro-batch", "2", "--target-seq-len", "16", "--warmup-tokens", "64", "--base-width", str(widths[0]),
         "--base-depth", "2", "--weight-decay", "0.1", "--allow-vocab-change", "--out", str(card_path)]) == 0
-    assert "torch_dtype is bfloat16; the card builds float32 weights" in capsys.readouterr().err
+    bf16 = config["torch_dtype"] == "bfloat16"
+    assert ("torch_dtype is bfloat16; the card builds float32 weights" in capsys.readouterr().err) is bf16
     card = load_card(card_path)
     assert card["parametrization"]["kind"] == "completep" and card["target"]["dtype"] == "float32"
     depth = config["num_hidden_layers"]
     residual = {h["module"]: h["scale"] for h in card["forward_multipliers"]["hooks"] if h["kind"] == "post"}
-    assert residual["model.layers.0.self_attn"] == pytest.approx(2 / depth)  # (L/L_base)^-1, on HF attention
-    assert residual["model.layers.0.mlp"] == pytest.approx(2 / depth)
+    attn_out, mlp_out = BRANCH_OUT.get(mt, ("self_attn", "mlp"))
+    assert len(residual) == 2 * depth + ("model.embed_tokens" in residual)
+    assert residual[f"model.layers.0.{attn_out}"] == pytest.approx(2 / depth)  # (L/L_base)^-1
+    assert residual[f"model.layers.{depth - 1}.{mlp_out}"] == pytest.approx(2 / depth)
 
     exports = {}
     for engine, drops in (("hf", ()), ("torchtitan", ()), ("megatron", MEGATRON_DROPS)):
@@ -359,10 +407,11 @@ def test_a_real_hf_family_goes_from_sweep_to_every_engine(family: str, tmp_path:
         code = mutransfer_cli.main(["export", str(card_path), "--to", engine, *[x for d in drops for x in
                                     ("--drop", d)], "--out", str(out), "--quiet"])
         err = capsys.readouterr().err
-        if engine == "torchtitan" and config["model_type"] == "qwen2":  # refused at export, by field
+        if engine not in ACCEPTS[mt]:  # refused at export, by field, pointing at an engine that takes it
             assert code == 2 and not out.exists()
-            assert "cannot carry card field target.model.model_type: Qwen2's q/k/v biases" in err
-            assert len(err.strip().splitlines()) == 1
+            assert f"cannot carry card field {REFUSED_AT[mt, engine]}" in err and len(err.strip().splitlines()) == 1
+            others = sorted(ACCEPTS[mt] - {engine}, key=["hf", "megatron", "torchtitan"].index)
+            assert f"export this card to {' or '.join(others)} instead" in err, err
             continue
         assert code == 0, err
         exports[engine] = json.loads(out.read_text())
@@ -373,15 +422,19 @@ def test_a_real_hf_family_goes_from_sweep_to_every_engine(family: str, tmp_path:
     steps = card["schedule"]["total_steps"]
     assert (steps, card["batch"]["micro_batch"], card["batch"]["grad_accum"]) == (6, 2, 2)
     gen = torch.Generator().manual_seed(0)
-    tokens = torch.randint(0, 512, (4 * steps, 16), generator=gen)
+    tokens = torch.randint(0, vocab, (4 * steps, 16), generator=gen)
     data = [{"input_ids": ids, "labels": ids} for ids in tokens]
     ns: dict = {"train_dataset": data}
     torch.manual_seed(0)
-    with pytest.warns(UserWarning, match="config says dtype bfloat16; building float32 weights"):
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         exec(exports["hf"]["usage"], ns)  # noqa: S102 - the snippet the export hands the user
+    assert any("config says dtype bfloat16; building float32 weights" in str(w.message) for w in caught) is bf16
     model, trainer, optimizer = ns["model"], ns["trainer"], ns["optimizer"]
     assert {p.dtype for p in model.parameters()} == {torch.float32}
-    assert f"post:model.layers.{depth - 1}.self_attn:{2 / depth:g}" in model._mutransfer_hooks
+    assert f"post:model.layers.{depth - 1}.{attn_out}:{2 / depth:g}" in model._mutransfer_hooks
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     sched = Schedule(schedule_config(card["schedule"]))
     want = {g["name"]: g["lr"] for g in card["param_groups"]}
@@ -411,15 +464,18 @@ def test_a_real_hf_family_goes_from_sweep_to_every_engine(family: str, tmp_path:
         exec(exports["torchtitan"]["usage"], tt)  # noqa: S102
         tmodel = tt["spec"].model.build()  # the converter checks every name and shape here
         tmodel.init_states(buffer_device=None)
-        x = torch.randint(0, 512, (2, 12))
+        x = torch.randint(0, vocab, (2, 12))
         pos = torch.arange(12).expand_as(x)
         with torch.no_grad():
             logits = tmodel(x, positions=pos, attention_masks=tmodel.get_attention_masks(pos))
-        assert logits.shape == (2, 12, 512) and torch.isfinite(logits).all()
+        assert logits.shape == (2, 12, vocab) and torch.isfinite(logits).all()
         hooks = {k for m in tmodel.modules() for k in m._forward_hooks}  # the residual multipliers
         assert len(hooks) >= 2 * depth
         rope = next(m for m in tmodel.modules() if isinstance(m, ComplexRoPE))
-        hf_inv, _ = ROPE_INIT_FUNCTIONS["llama3"](transformers.AutoConfig.for_model(**config), "cpu")
+        rope_type = (config.get("rope_scaling") or {}).get("rope_type", "default")
+        hf_cfg = transformers.AutoConfig.for_model(**config)
+        hf_inv = (ROPE_INIT_FUNCTIONS[rope_type](hf_cfg, "cpu")[0] if rope_type != "default"
+                  else model.model.rotary_emb.inv_freq)
         torch.testing.assert_close(torch.angle(rope.cache[1]), hf_inv.float(), rtol=1e-5, atol=1e-7)
         groups = tt["optimizer"].param_groups
         names = [n for n, _ in tmodel.named_parameters()]
@@ -427,12 +483,15 @@ def test_a_real_hf_family_goes_from_sweep_to_every_engine(family: str, tmp_path:
 
         assert all(sum(bool(re.match(g.pattern, n)) for g in groups) == 1 for n in names)
 
+    if "megatron" not in exports:
+        return
     # Megatron: the architecture's fields, rope scaling and biases included.
     m = exports["megatron"]
     t, g = m["transformer_config"], m["gpt_model"]
-    assert (t["num_layers"], t["hidden_size"], t["kv_channels"]) == (depth, config["hidden_size"],
-                                                                     config["head_dim"])
-    assert t["num_query_groups"] == config["num_key_value_heads"] and g["share_embeddings_and_output_weights"]
+    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    assert (t["num_layers"], t["hidden_size"], t["kv_channels"]) == (depth, config["hidden_size"], head_dim)
+    assert t["num_query_groups"] == config["num_key_value_heads"]
+    assert g["share_embeddings_and_output_weights"] is config["tie_word_embeddings"]
     assert t["add_qkv_bias"] is (config["model_type"] == "qwen2") and g["rotary_base"] == config["rope_theta"]
     if "rope_scaling" in config:
         assert (g["rope_scaling"], g["rope_scaling_factor"]) == (True, 32.0)

@@ -51,6 +51,7 @@ from mutransfer.card.engines._common import (
     _steps,
     check_fields,
     decay_note,
+    family_traits,
     split_batch,
 )
 from mutransfer.card.engines.megatron_groups import branch_scales, config_overrides, folded
@@ -158,8 +159,10 @@ def _from_hf(model: Mapping[str, Any], seq_len: int | None,
     problem named ``target.model.config.<field>``."""
     mt, cfg = str(model.get("model_type")), dict(model.get("config") or {})
     if mt not in HF_FAMILIES:
-        raise ValueError(f"card field target.model.model_type: Megatron's GPTModel export covers "
-                         f"{', '.join(HF_FAMILIES)}, got {mt!r}")
+        # torchtitan's llama3 covers fewer of them (TORCHTITAN_HF_FAMILIES): hf is what is left
+        raise ValueError(f"the megatron export cannot carry card field target.model.model_type: {mt!r}"
+                         f"{family_traits(mt)}: Megatron's GPTModel export covers {', '.join(HF_FAMILIES)} "
+                         "(export this card to hf instead)")
     w, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
     kv = int(cfg.get("num_key_value_heads") or heads)
     head_dim = int(cfg.get("head_dim") or w // heads)
