@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["HF_FIELDS", "HFFields", "RELEASED", "hf_fields"]
+__all__ = ["HEAD_DIM_SCALARS", "HF_FIELDS", "HFFields", "RELEASED", "hf_fields"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,12 @@ HF_FIELDS: tuple[tuple[str, HFFields], ...] = (
                          "intermediate_size", None)),
     (r".*", _LLAMA_LIKE),
 )
+
+
+#: Config fields that are a head dim in another name (Gemma 2/3 scale attention logits by
+#: 1/sqrt(query_pre_attn_scalar), released equal to head_dim or a fixed multiple of it):
+#: a proxy whose head dim scales (``keep_heads``) scales them by the same factor.
+HEAD_DIM_SCALARS: tuple[str, ...] = ("query_pre_attn_scalar",)
 
 
 def hf_fields(model_type: str) -> HFFields:
