@@ -314,7 +314,8 @@ LLAMA_32_1B = narrowed("llama-3.2-1b", vocab_size=512, hidden_size=256, intermed
                        num_attention_heads=8, num_key_value_heads=2, head_dim=32)
 QWEN_25_05B = narrowed("qwen2.5-0.5b", vocab_size=512, hidden_size=224, intermediate_size=1216,
                        num_attention_heads=14, num_key_value_heads=2)
-GEMMA_2_2B = narrowed("gemma-2-2b", hidden_size=144, intermediate_size=576, head_dim=16, query_pre_attn_scalar=16)
+GEMMA_2_2B = narrowed("gemma-2-2b", hidden_size=144, intermediate_size=576, head_dim=16,
+                      query_pre_attn_scalar=16)
 MISTRAL_7B_V03 = narrowed("mistral-7b-v0.3", hidden_size=128, intermediate_size=448, num_attention_heads=8,
                           num_key_value_heads=2)
 PHI_3_MINI = narrowed("phi-3-mini-4k", hidden_size=96, intermediate_size=256, num_attention_heads=6,
@@ -337,16 +338,18 @@ def test_each_family_is_its_released_shape_narrowed(family: str) -> None:
 
     config, widths = FAMILIES[family]
     released = RELEASED[family]
-    assert {k for k in released if config[k] != released[k]} <= WIDTH_FIELDS and set(config) - set(released) <= {
-        "head_dim"}
+    assert {k for k in released if config[k] != released[k]} <= WIDTH_FIELDS
+    assert set(config) - set(released) <= {"head_dim"}
     assert _shape_rules(config) == pytest.approx(_shape_rules(released), rel=1e-12)
-    assert config["num_hidden_layers"] == released["num_hidden_layers"] and widths[-1] == config["hidden_size"]
+    assert config["num_hidden_layers"] == released["num_hidden_layers"]
+    assert widths[-1] == config["hidden_size"]
     import transformers
 
     full = transformers.AutoConfig.for_model(**config)
     for w in widths:
         proxy = hf_proxy_config(full, w, 2).to_dict()
-        proxy.setdefault("head_dim", config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"])
+        proxy.setdefault("head_dim", config.get("head_dim")
+                         or config["hidden_size"] // config["num_attention_heads"])
         assert _shape_rules(proxy) == pytest.approx(_shape_rules(released), rel=1e-12), w
 
 
@@ -429,7 +432,8 @@ def test_a_real_hf_family_goes_from_sweep_to_every_engine(family: str, tmp_path:
         err = capsys.readouterr().err
         if engine not in ACCEPTS[mt]:  # refused at export, by field, pointing at an engine that takes it
             assert code == 2 and not out.exists()
-            assert f"cannot carry card field {REFUSED_AT[mt, engine]}" in err and len(err.strip().splitlines()) == 1
+            assert f"cannot carry card field {REFUSED_AT[mt, engine]}" in err
+            assert len(err.strip().splitlines()) == 1
             advice = "hf instead; megatron refuses it too, at " if mt in MEGATRON_ALSO_DROP else " or ".join(
                 sorted(ACCEPTS[mt] - {engine}, key=["hf", "megatron", "torchtitan"].index)) + " instead"
             assert f"export this card to {advice}" in err, err
@@ -438,8 +442,9 @@ def test_a_real_hf_family_goes_from_sweep_to_every_engine(family: str, tmp_path:
             field = MEGATRON_ALSO_DROP[mt]
             assert code == 2 and not out.exists() and len(err.strip().splitlines()) == 1
             assert f"cannot carry card field {field}: " in err and f"pass --drop {field}" in err, err
-            code = mutransfer_cli.main(["export", str(card_path), "--to", engine, *[x for d in drops for x in (
-                "--drop", d)], "--drop", field, "--out", str(out), "--quiet"])
+            code = mutransfer_cli.main(["export", str(card_path), "--to", engine,
+                                        *[x for d in (*drops, field) for x in ("--drop", d)],
+                                        "--out", str(out), "--quiet"])
             err = capsys.readouterr().err
         assert code == 0, err
         exports[engine] = json.loads(out.read_text())
@@ -459,7 +464,8 @@ def test_a_real_hf_family_goes_from_sweep_to_every_engine(family: str, tmp_path:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         exec(exports["hf"]["usage"], ns)  # noqa: S102 - the snippet the export hands the user
-    assert any("config says dtype bfloat16; building float32 weights" in str(w.message) for w in caught) is bf16
+    said = [str(w.message) for w in caught]
+    assert any("config says dtype bfloat16; building float32 weights" in w for w in said) is bf16
     model, trainer, optimizer = ns["model"], ns["trainer"], ns["optimizer"]
     assert {p.dtype for p in model.parameters()} == {torch.float32}
     assert f"post:model.layers.{depth - 1}.{attn_out}:{2 / depth:g}" in model._mutransfer_hooks
@@ -550,5 +556,6 @@ def test_a_real_hf_family_goes_from_sweep_to_every_engine(family: str, tmp_path:
         # multiplier folded into the branches' output projections (LR x 2/depth)
         for grp in card["param_groups"]:
             s = 2 / depth if grp["name"].split(".")[-2] in ("o_proj", "down_proj") else 1.0
-            assert built["per_param"][grp["name"]]["max_lr"] == pytest.approx(grp["lr"] * s, rel=1e-9), grp["name"]
+            got = built["per_param"][grp["name"]]["max_lr"]
+            assert got == pytest.approx(grp["lr"] * s, rel=1e-9), grp["name"]
         assert built["rope_inv_freq"] == pytest.approx(model.model.rotary_emb.inv_freq.tolist(), rel=1e-6)

@@ -351,7 +351,8 @@ def _proxy_changes(config: Any, width: int, depth: int, head_rule: str) -> dict[
         for name in HEAD_DIM_SCALARS:  # Gemma's 1/sqrt(query_pre_attn_scalar) follows the head dim
             v = getattr(config, name, None)
             if isinstance(v, (int, float)) and not isinstance(v, bool) and new_hd != hd:
-                changes[name] = v * new_hd // hd if isinstance(v, int) and v * new_hd % hd == 0 else v * new_hd / hd
+                whole = isinstance(v, int) and v * new_hd % hd == 0
+                changes[name] = v * new_hd // hd if whole else v * new_hd / hd
     if not f.head_dim and width % changes.get(f.heads, heads):
         raise ValueError(f"{mt} at width {width}: {f.hidden} is not divisible by "
                          f"{f.heads}={changes.get(f.heads, heads)}")

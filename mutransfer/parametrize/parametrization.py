@@ -65,7 +65,6 @@ from mutransfer.parametrize.rules import (
 )
 from mutransfer.parametrize.specs import KINDS, OPTIMIZERS, Builder, Multipliers, ParamSpec, Rule
 
-
 #: The norm a post-norm block applies to each branch's output before the residual add
 #: (Hugging Face's names in Gemma 2/3 and OLMo 2): the residual multiplier goes there.
 POST_NORMS: dict[str, str] = {"self_attn": "post_attention_layernorm", "attn": "post_attention_layernorm",

@@ -153,5 +153,6 @@ def test_a_trials_config_names_the_model_it_trains(tmp_path) -> None:
     stored = full_config(hf)
     assert stored["source"] == hf["source"] and "preset" not in stored and stored["width"] == 32
     assert TrainConfig.from_flat(stored) == TrainConfig.from_flat({**stored, "preset": "gpt-tiny"})
-    named = resolve_config(LRSweep(model=f"hf:{tmp_path}", preset="gpt-small", widths=(32,), lrs=(1e-3,)), point)
+    named = resolve_config(LRSweep(model=f"hf:{tmp_path}", preset="gpt-small", widths=(32,), lrs=(1e-3,)),
+                           point)
     assert named["preset"] == "gpt-small" and full_config(named)["preset"] == "gpt-small"

@@ -9,7 +9,6 @@ from typing import Any, NamedTuple
 
 import torch.nn as nn
 
-
 #: What a Hugging Face family's decoder has that the torchtitan llama3 and Megatron GPTModel
 #: exports do not build: the reason beside a refusal of its ``model_type``.
 HF_FAMILY_TRAITS: dict[str, str] = {

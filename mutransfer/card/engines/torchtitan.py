@@ -124,8 +124,8 @@ def llama3_architecture(card: Mapping[str, Any]) -> dict[str, Any] | None:
     mt, cfg = str(model.get("model_type")), dict(model.get("config") or {})
     problems: list[tuple[str, str]] = []
     if mt not in TORCHTITAN_HF_FAMILIES:
-        problems.append(("target.model.model_type", f"{mt!r}{family_traits(mt)}: the torchtitan export covers "
-                         f"{', '.join(TORCHTITAN_HF_FAMILIES)}"))
+        problems.append(("target.model.model_type", f"{mt!r}{family_traits(mt)}: the torchtitan export "
+                         f"covers {', '.join(TORCHTITAN_HF_FAMILIES)}"))
     biases = sorted(g["name"] for g in card["param_groups"] if g["name"].endswith(".bias"))
     if biases:
         why = "Qwen2's q/k/v biases" if mt == "qwen2" else "biases"

@@ -136,8 +136,9 @@ def test_a_refusal_advises_only_engines_that_accept_the_card(tmp_path) -> None:
                                          r"target.model.model_type\)$") as err:
         export_card(gemma, "torchtitan")
     assert "or megatron" not in str(err.value)
-    with pytest.raises(ValueError, match=r"cannot carry card field target.model.model_type: 'gemma2' \(soft-capped"
-                                         r".*covers llama, mistral, qwen2, phi3 \(export this card to hf instead\)$"):
+    with pytest.raises(ValueError, match=r"cannot carry card field target.model.model_type: 'gemma2' "
+                                         r"\(soft-capped.*covers llama, mistral, qwen2, phi3 "
+                                         r"\(export this card to hf instead\)$"):
         export_card(gemma, "megatron", drop=["init"])
     # Qwen2: torchtitan's llama3 has no q/k/v biases, megatron has: both are named, and megatron takes it
     (tmp_path / "q").mkdir()
@@ -159,7 +160,8 @@ def test_phi3_goes_to_megatron_fused_as_megatron_fuses(tmp_path) -> None:
     assert (megatron_name("model.layers.1.self_attn.qkv_proj.weight")
             == "decoder.layers.1.self_attention.linear_qkv.weight")
     assert megatron_name("model.layers.0.mlp.gate_up_proj.weight") == "decoder.layers.0.mlp.linear_fc1.weight"
-    with pytest.raises(ValueError, match=r"'phi3' \(fused qkv_proj.*\(export this card to hf or megatron instead\)$"):
+    with pytest.raises(ValueError, match=r"'phi3' \(fused qkv_proj.*"
+                                         r"\(export this card to hf or megatron instead\)$"):
         export_card(card, "torchtitan")
     with pytest.warns(UserWarning, match="dropped card field init"):
         m = export_card(card, "megatron", drop=["init"])
@@ -169,8 +171,8 @@ def test_phi3_goes_to_megatron_fused_as_megatron_fuses(tmp_path) -> None:
     card2 = {**card, "target": {**card["target"], "model": {**card["target"]["model"], "config": {
         **cfg, "sliding_window": 2047, "rope_parameters": {**(cfg.get("rope_parameters") or {}),
                                                            "partial_rotary_factor": 0.75}}}}}
-    with pytest.raises(ValueError, match=r"cannot carry card field target.model.config.sliding_window: 2047: .*"
-                                         r"pass --drop target.model.config.sliding_window"):
+    with pytest.raises(ValueError, match=r"cannot carry card field target.model.config.sliding_window: "
+                                         r"2047: .*pass --drop target.model.config.sliding_window"):
         export_card(card2, "megatron", drop=["init"])
     with pytest.warns(UserWarning, match="dropped card field target.model.config.sliding_window"):
         m2 = export_card(card2, "megatron", drop=["init", "target.model.config.sliding_window"])
