@@ -3,14 +3,14 @@
 Seven families at the released models' configs (:data:`mutransfer.models.hf_families.RELEASED`:
 head_dim, GQA ratio, MLP ratio, biases, tying, soft-caps as released), each at three widths its
 head rule can represent (``keep_head_dim`` where the shape allows three at most 1024, else
-``keep_heads``; ``--reduced``: at most 768, written to its own file), depth 2, on the embedded
+``keep_heads``), depth 2, on the embedded
 stdlib corpus: the coordinate check with ``mutransfer coord-check``'s defaults (Adam, 5
 steps, 3 seeds, one batch of 8 × 64 tokens, the ladder's default tolerance) and its default
 LR for a model that is not ours (:func:`mutransfer.checks.coord_check.default_lr`: 0.1 × the init
 std of its hidden matrices, 2e-3 for Hugging Face's 0.02), or ``--lr``. Target: μP passes
 and SP fails on every family.
 
-    python -m benchmarks.hf_coord_default [--lr 1e-2] [--families llama,qwen2,...] [--seeds 3] [--reduced]
+    python -m benchmarks.hf_coord_default [--lr 1e-2] [--families llama,qwen2,...] [--seeds 3]
 """
 
 from __future__ import annotations
@@ -40,17 +40,10 @@ FAMILIES: dict[str, tuple[str, str, tuple[int, ...]]] = {
     "olmo2": ("olmo-2-1b", "keep_head_dim", (256, 512, 1024)),
     "mistral": ("mistral-7b-v0.3", "keep_heads", (256, 512, 1024)),
 }
-#: ``--reduced``: widths at most 768 where the full ones reach 1024 and allow it, each a width
-#: its head rule represents (OLMo-2 keeps 256..1024: at 128 its 128-wide heads leave one head,
-#: and μP failed there, slope -0.57 at layers.1.mlp with 2 seeds).
-REDUCED: dict[str, tuple[int, ...]] = {
-    "llama": (256, 512, 768), "qwen2": (112, 224, 448), "gpt2": (128, 256, 512), "gemma2": (144, 288, 576),
-    "phi3": (192, 384, 768), "olmo2": (256, 512, 1024), "mistral": (256, 512, 768)}
 DEPTH, STEPS, BATCH, SEQ = 2, 5, 8, 64
 
 
-def check_family(name: str, lr: float | None, seeds: int, folder: Path,
-                 reduced: bool = False) -> dict[str, Any]:
+def check_family(name: str, lr: float | None, seeds: int, folder: Path) -> dict[str, Any]:
     """SP and μP coordinate checks of one family at its widths, depth 2."""
     import torch
 
@@ -62,7 +55,6 @@ def check_family(name: str, lr: float | None, seeds: int, folder: Path,
 
     released, rule, widths = FAMILIES[name]
     fields = RELEASED[released]
-    widths = REDUCED[name] if reduced else widths
     path = folder / name / "config.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(fields))
@@ -93,8 +85,7 @@ def check_family(name: str, lr: float | None, seeds: int, folder: Path,
     return out
 
 
-def run(lr: float | None = None, families: list[str] | None = None, seeds: int = 3,
-        reduced: bool = False) -> dict[str, Any]:
+def run(lr: float | None = None, families: list[str] | None = None, seeds: int = 3) -> dict[str, Any]:
     import torch
 
     import mutransfer
@@ -103,8 +94,7 @@ def run(lr: float | None = None, families: list[str] | None = None, seeds: int =
     names = families or list(FAMILIES)
     t0 = time.perf_counter()
     # another setup, another file: the 3-seed full-width record stays as it was
-    tag = (("" if lr is None else f"_lr{lr:g}") + ("_reduced" if reduced else "")
-           + ("" if seeds == 3 else f"_{seeds}seeds"))
+    tag = ("" if lr is None else f"_lr{lr:g}") + ("" if seeds == 3 else f"_{seeds}seeds")
     path = HERE / "results" / f"hf_coord_default{tag}.json"
     # families measured before under the same setup are kept: a 2-core machine runs them in parts
     earlier = json.loads(path.read_text()) if path.exists() else {}
@@ -112,7 +102,7 @@ def run(lr: float | None = None, families: list[str] | None = None, seeds: int =
                            if (earlier.get("setup") or {}).get("seeds") == seeds and k not in names
                            and k in FAMILIES}
     with tempfile.TemporaryDirectory() as tmp:
-        per.update({n: check_family(n, lr, seeds, Path(tmp), reduced) for n in names})
+        per.update({n: check_family(n, lr, seeds, Path(tmp)) for n in names})
     per = {n: per[n] for n in FAMILIES if n in per}
     record = {
         "benchmark": "hf_coord_default",
@@ -123,7 +113,6 @@ def run(lr: float | None = None, families: list[str] | None = None, seeds: int =
                      "mutransfer": mutransfer.__version__},
         "setup": {"depth": DEPTH, "steps": STEPS, "seeds": seeds, "batch": [BATCH, SEQ], "optimizer": "adamw",
                   "lr": lr if lr is not None else "default (coord_check.default_lr)", "data": "stdlib",
-                  "widths": "reduced (REDUCED)" if reduced else "full (FAMILIES)",
                   "torch_threads": torch.get_num_threads()},
         "per_family": per,
         "figures": {"all_mup_pass": all(v["mup"]["passed"] for v in per.values()),
@@ -141,10 +130,9 @@ if __name__ == "__main__":
     parser.add_argument("--lr", type=float, default=None, help="fixed LR (default: the check's default rule)")
     parser.add_argument("--families", default=",".join(FAMILIES), help=f"comma-separated of {', '.join(FAMILIES)}")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per width (the check's default 3)")
-    parser.add_argument("--reduced", action="store_true", help="the REDUCED widths (at most 768)")
     a = parser.parse_args()
     bad = [f for f in a.families.split(",") if f not in FAMILIES]
     if bad:
         parser.error(f"unknown famil(ies) {', '.join(bad)}; choose from {', '.join(FAMILIES)}")
-    rec = run(a.lr, a.families.split(","), a.seeds, a.reduced)
+    rec = run(a.lr, a.families.split(","), a.seeds)
     print(json.dumps({"figures": rec["figures"], "wall_s": rec["wall_s"]}, indent=2))
