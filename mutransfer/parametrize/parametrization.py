@@ -71,6 +71,28 @@ POST_NORMS: dict[str, str] = {"self_attn": "post_attention_layernorm", "attn": "
                               "mlp": "post_feedforward_layernorm"}
 
 
+#: The layers that produce a branch's output inside the attention or MLP of a post-norm
+#: block (Hugging Face's names).
+BRANCH_OUTPUT_LAYERS: tuple[str, ...] = ("o_proj", "down_proj")
+
+
+def post_normed(model: nn.Module) -> tuple[str, ...]:
+    """The modules whose output scale a post-norm block divides out: in a block with a
+    ``post_feedforward_layernorm`` (:data:`POST_NORMS`), its attention and MLP and the
+    layer inside each that produces the branch's output (:data:`BRANCH_OUTPUT_LAYERS`).
+    Their output reaches the residual stream only through the norm, so the model computes
+    the same function at any scale of it (to the norm's eps)."""
+    names = {n for n, _ in model.named_modules() if n}
+    out = []
+    for n in sorted(names):
+        block, _, leaf = n.rpartition(".")
+        if (leaf in POST_NORMS and f"{block}.post_feedforward_layernorm" in names
+                and f"{block}.{POST_NORMS[leaf]}" in names):
+            out.append(n)
+            out += [f"{n}.{c}" for c in BRANCH_OUTPUT_LAYERS if f"{n}.{c}" in names]
+    return tuple(out)
+
+
 class Parametrization(ForwardMultipliers):
     """Width (and depth) transfer rules for any ``nn.Module`` built by ``builder``.
 

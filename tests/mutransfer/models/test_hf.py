@@ -281,6 +281,12 @@ def test_a_post_norm_blocks_residual_multiplier_goes_after_its_norms(arch: str, 
     hooks = {h["module"]: h["scale"] for h in pz.forward_multipliers()["hooks"] if h["kind"] == "post"}
     assert hooks["model.layers.3.post_feedforward_layernorm"] == pytest.approx(0.5)  # (4/2)^-1
     assert pz.specs["model.layers.0.post_attention_layernorm.weight"].in_residual_branch
+    # what the coordinate check may see shrink (the norms divide it out); a pre-norm Llama has none
+    from mutransfer.parametrize.parametrization import post_normed
+
+    assert post_normed(build(32, 1)) == ("model.layers.0.mlp", "model.layers.0.mlp.down_proj",
+                                         "model.layers.0.self_attn", "model.layers.0.self_attn.o_proj")
+    assert post_normed(tf.AutoModelForCausalLM.from_config(tiny_config("llama", 32, depth=1))) == ()
 
     def update(where: str | None) -> torch.Tensor:
         torch.manual_seed(0)
