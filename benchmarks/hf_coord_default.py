@@ -1,8 +1,9 @@
 """The coordinate check at its defaults on real Hugging Face shapes: does μP pass and SP fail?
 
-Six families at the shapes of released models (head_dim, GQA ratio, MLP ratio, biases,
-tying as released), each at three widths its head rule can represent (``keep_head_dim``
-where the shape allows three at most 1024, else ``keep_heads``), depth 2, on the embedded
+Seven families at the released models' configs (:data:`mutransfer.models.hf_families.RELEASED`:
+head_dim, GQA ratio, MLP ratio, biases, tying, soft-caps as released), each at three widths its
+head rule can represent (``keep_head_dim`` where the shape allows three at most 1024, else
+``keep_heads``), depth 2, on the embedded
 stdlib corpus: the coordinate check with ``mutransfer coord-check``'s defaults (Adam, 5
 steps, 3 seeds, one batch of 8 × 64 tokens, the ladder's default tolerance) and its default
 LR for a model that is not ours (:func:`mutransfer.checks.coord_check.default_lr`: 0.1 × the init
@@ -27,28 +28,17 @@ from typing import Any
 
 HERE = Path(__file__).parent
 
-#: (config fields at the released shape, head rule, widths): Llama-3.2-1B, Qwen2.5-0.5B,
-#: GPT-2 (124M), Gemma-2-2B, Phi-3-mini, OLMo-2-1B.
-FAMILIES: dict[str, tuple[dict[str, Any], str, tuple[int, ...]]] = {
-    "llama": ({"model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
-               "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64, "tie_word_embeddings": True,
-               "rope_scaling": {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
-                                "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
-               "max_position_embeddings": 131072}, "keep_head_dim", (256, 512, 1024)),
-    "qwen2": ({"model_type": "qwen2", "hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
-               "num_attention_heads": 14, "num_key_value_heads": 2, "tie_word_embeddings": True,
-               "max_position_embeddings": 32768}, "keep_heads", (224, 448, 896)),
-    "gpt2": ({"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12, "n_positions": 1024},
-             "keep_head_dim", (256, 512, 1024)),
-    "gemma2": ({"model_type": "gemma2", "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
-                "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
-                "max_position_embeddings": 8192}, "keep_heads", (144, 288, 576)),
-    "phi3": ({"model_type": "phi3", "hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 32,
-              "num_attention_heads": 32, "num_key_value_heads": 32, "max_position_embeddings": 4096,
-              "tie_word_embeddings": False}, "keep_head_dim", (192, 384, 768)),
-    "olmo2": ({"model_type": "olmo2", "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
-               "num_attention_heads": 16, "num_key_value_heads": 16, "max_position_embeddings": 4096,
-               "tie_word_embeddings": False}, "keep_head_dim", (256, 512, 1024)),
+#: family -> (its released config in :data:`mutransfer.models.hf_families.RELEASED`, head
+#: rule, widths): Llama-3.2-1B, Qwen2.5-0.5B, GPT-2 (124M), Gemma-2-2B, Phi-3-mini, OLMo-2-1B,
+#: Mistral-7B-v0.3.
+FAMILIES: dict[str, tuple[str, str, tuple[int, ...]]] = {
+    "llama": ("llama-3.2-1b", "keep_head_dim", (256, 512, 1024)),
+    "qwen2": ("qwen2.5-0.5b", "keep_heads", (224, 448, 896)),
+    "gpt2": ("gpt2", "keep_head_dim", (256, 512, 1024)),
+    "gemma2": ("gemma-2-2b", "keep_heads", (144, 288, 576)),
+    "phi3": ("phi-3-mini-4k", "keep_head_dim", (192, 384, 768)),
+    "olmo2": ("olmo-2-1b", "keep_head_dim", (256, 512, 1024)),
+    "mistral": ("mistral-7b-v0.3", "keep_heads", (256, 512, 1024)),
 }
 DEPTH, STEPS, BATCH, SEQ = 2, 5, 8, 64
 
@@ -59,10 +49,12 @@ def check_family(name: str, lr: float | None, seeds: int, folder: Path) -> dict[
 
     from mutransfer.checks.coord_check import coord_check, default_lr
     from mutransfer.models.builder import logits_of
+    from mutransfer.models.hf_families import RELEASED
     from mutransfer.models.source import build_model, parse_model
     from mutransfer.training.data import DataConfig, load_dataset
 
-    fields, rule, widths = FAMILIES[name]
+    released, rule, widths = FAMILIES[name]
+    fields = RELEASED[released]
     path = folder / name / "config.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(fields))
@@ -78,7 +70,7 @@ def check_family(name: str, lr: float | None, seeds: int, folder: Path) -> dict[
         return torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), b[1].flatten())
 
     use_lr = lr if lr is not None else default_lr(builder(min(widths)), "adamw")
-    out: dict[str, Any] = {"head_rule": rule, "widths": list(widths), "lr": use_lr}
+    out: dict[str, Any] = {"released": released, "head_rule": rule, "widths": list(widths), "lr": use_lr}
     for kind in ("sp", "mup"):
         t0 = time.perf_counter()
         r = coord_check(builder, batch, kind=kind, widths=widths, steps=STEPS, seeds=seeds, lr=use_lr,
@@ -101,12 +93,14 @@ def run(lr: float | None = None, families: list[str] | None = None, seeds: int =
 
     names = families or list(FAMILIES)
     t0 = time.perf_counter()
-    tag = "" if lr is None else f"_lr{lr:g}"
+    # another setup, another file: the 3-seed full-width record stays as it was
+    tag = ("" if lr is None else f"_lr{lr:g}") + ("" if seeds == 3 else f"_{seeds}seeds")
     path = HERE / "results" / f"hf_coord_default{tag}.json"
     # families measured before under the same setup are kept: a 2-core machine runs them in parts
     earlier = json.loads(path.read_text()) if path.exists() else {}
     per: dict[str, Any] = {k: v for k, v in (earlier.get("per_family") or {}).items()
-                           if (earlier.get("setup") or {}).get("seeds") == seeds and k not in names}
+                           if (earlier.get("setup") or {}).get("seeds") == seeds and k not in names
+                           and k in FAMILIES}
     with tempfile.TemporaryDirectory() as tmp:
         per.update({n: check_family(n, lr, seeds, Path(tmp)) for n in names})
     per = {n: per[n] for n in FAMILIES if n in per}
@@ -118,7 +112,8 @@ def run(lr: float | None = None, families: list[str] | None = None, seeds: int =
                      "transformers": __import__("transformers").__version__,
                      "mutransfer": mutransfer.__version__},
         "setup": {"depth": DEPTH, "steps": STEPS, "seeds": seeds, "batch": [BATCH, SEQ], "optimizer": "adamw",
-                  "lr": lr if lr is not None else "default (coord_check.default_lr)", "data": "stdlib"},
+                  "lr": lr if lr is not None else "default (coord_check.default_lr)", "data": "stdlib",
+                  "torch_threads": torch.get_num_threads()},
         "per_family": per,
         "figures": {"all_mup_pass": all(v["mup"]["passed"] for v in per.values()),
                     "all_sp_fail": all(not v["sp"]["passed"] for v in per.values())},

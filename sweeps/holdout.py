@@ -51,7 +51,7 @@ from analysis.scaling_fit import ScalingLawFit
 from mutransfer._io import atomic_write_text, plain
 from sweeps.progress import Progress
 from sweeps.runners import DEFAULT_RUNNER, fused_runner_for, load_runner
-from sweeps.spec_base import PSEUDO_FIELDS, model_source, point_key
+from sweeps.spec_base import PSEUDO_FIELDS, model_fields, point_key
 from sweeps.spec_scaling import ScalingSweep
 
 if TYPE_CHECKING:
@@ -142,7 +142,7 @@ def predicted_config(spec: ScalingSweep, lr: float, batch_tokens: float, tokens:
     steps = round(tokens / (b * seq))
     if steps < 1:
         raise ValueError(f"token budget {tokens:.0f} is below one batch of {b} x {seq} tokens")
-    cfg: dict[str, Any] = {"preset": spec.preset, **model_source(spec),
+    cfg: dict[str, Any] = {**model_fields(spec),
                            **{k: v for k, v in spec.base.items() if k not in PSEUDO_FIELDS}}
     if spec.width is not None:
         cfg["width"] = spec.width

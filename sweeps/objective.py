@@ -28,11 +28,16 @@ OUTCOMES = ("complete", "diverged", "pruned", "failed", "lost")
 
 
 def full_config(config: Mapping[str, Any]) -> dict[str, Any]:
-    """Every TrainConfig field of ``config`` (defaults filled) when the trainer imports."""
+    """Every TrainConfig field of ``config`` (defaults filled) when the trainer imports;
+    for a model given as ``source`` the default ``preset`` is left out, as the trial's
+    overrides leave it (:func:`sweeps.spec_base.model_fields`): it is not the model."""
     try:
-        return json_row(to_train_config(config).to_flat(), "the trial's config")
+        flat = to_train_config(config).to_flat()
     except Exception:
         return json_row(config, "the trial's config")
+    if flat.get("source") is not None and "preset" not in config:
+        flat.pop("preset", None)
+    return json_row(flat, "the trial's config")
 
 
 def told(config: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[str, float | None]:

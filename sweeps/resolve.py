@@ -16,17 +16,18 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from sweeps.spec_base import SweepSpec, default_seq_len, model_source
+from sweeps.spec_base import SweepSpec, default_seq_len, model_fields
 
 _DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
 
 
 def resolve_config(spec: SweepSpec, params: Mapping[str, Any]) -> dict[str, Any]:
-    """TrainConfig overrides of one trial: preset + spec.base + the trial's parameters.
+    """TrainConfig overrides of one trial: the model (:func:`sweeps.spec_base.model_fields`: a
+    preset, or the user's model as ``source``) + spec.base + the trial's parameters.
 
     The pseudo-field ``tokens`` becomes ``steps = round(tokens / (batch_size * seq_len))``.
     """
-    cfg: dict[str, Any] = {"preset": spec.preset, **model_source(spec), **dict(spec.base), **dict(params)}
+    cfg: dict[str, Any] = {**model_fields(spec), **dict(spec.base), **dict(params)}
     tokens = cfg.pop("tokens", None)
     if tokens is not None:
         bs = cfg.get("batch_size") or _default_batch_size()

@@ -290,9 +290,16 @@ def default_bases(spec: Any) -> None:
     object.__setattr__(spec, "base", base)
 
 
-def model_source(spec: SweepSpec) -> dict[str, Any]:
-    """The trials' ``source`` config field: the spec's model, if not a preset."""
-    return {"source": spec.model} if spec.model is not None else {}
+def model_fields(spec: SweepSpec) -> dict[str, Any]:
+    """The trials' model config fields: ``preset`` for a built-in model; ``source`` (the
+    model: ``hf:`` config or ``module:function``) for any other, with ``preset`` only where
+    the spec names one other than the default (it then sets the context default). A
+    default preset beside a source would read as the model trained (it is not: the
+    trainer's rows drop it too), and the TrainConfig is the same without it."""
+    if spec.model is None:
+        return {"preset": spec.preset}
+    default = SweepSpec.__dataclass_fields__["preset"].default
+    return {"source": spec.model, **({"preset": spec.preset} if spec.preset != default else {})}
 
 
 def default_seq_len(spec: SweepSpec) -> int:

@@ -19,7 +19,7 @@ from sweeps.spec_base import (
     default_seq_len,
     is_trusted,
     lr_values,
-    model_source,
+    model_fields,
 )
 
 #: AdamW weight decay of a scaling sweep unless ``base`` sets one (the common 0.1).
@@ -345,7 +345,7 @@ class ScalingSweep(SweepSpec, LRMixin):
             if key in seen:
                 continue
             seen.add(key)
-            over = {"preset": self.preset, **model_source(self), **{k: v for k, v in self.base.items()
+            over = {**model_fields(self), **{k: v for k, v in self.base.items()
                                               if k not in PSEUDO_FIELDS}, **p, "steps": steps}
             over.pop("tokens", None)
             over.setdefault("lr", 1e-3)

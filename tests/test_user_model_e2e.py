@@ -286,24 +286,90 @@ def test_audit_takes_the_same_model_names(llama: str, capsys) -> None:
 
 # ---- real 1B-class HF families (GQA, tying, biases, rope scaling), sweep -> transfer -> every engine
 
-# The real models' shapes, scaled down in width only (vocab aside): the same depth, GQA ratio,
-# tying, biases, RoPE base and scaling, MLP ratio; head_dim is a width dimension here, kept
-# fixed across the proxy's widths (the keep_head_dim rule) as the real models keep 64.
-LLAMA_32_1B = {  # Llama-3.2-1B: hidden 2048, 32 heads / 8 KV of 64, MLP 8192, 16 layers
-    "model_type": "llama", "vocab_size": 512, "hidden_size": 256, "intermediate_size": 1024,
-    "num_hidden_layers": 16, "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 32,
-    "tie_word_embeddings": True, "rope_theta": 500000.0, "max_position_embeddings": 131072,
-    "rope_scaling": {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                     "original_max_position_embeddings": 8192},
-    "rms_norm_eps": 1e-5, "hidden_act": "silu", "torch_dtype": "bfloat16"}
-QWEN_25_05B = {  # Qwen2.5-0.5B: hidden 896, 14 heads / 2 KV of 64, MLP 4864, 24 layers, q/k/v biases
-    "model_type": "qwen2", "vocab_size": 512, "hidden_size": 224, "intermediate_size": 1216,
-    "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2, "head_dim": 16,
-    "tie_word_embeddings": True, "rope_theta": 1000000.0, "max_position_embeddings": 32768,
-    "rms_norm_eps": 1e-6, "hidden_act": "silu", "use_sliding_window": False, "torch_dtype": "bfloat16"}
-# (config, proxy widths: multiples of heads-per-KV-head x head_dim)
-FAMILIES = {"llama-3.2-1b": (LLAMA_32_1B, (128, 256)), "qwen2.5-0.5b": (QWEN_25_05B, (112, 224))}
+# The released models' config.json fields (mutransfer.models.hf_families.RELEASED), narrowed in
+# width only: the same depth, GQA ratio, MLP ratio, attention width over hidden, tying, biases,
+# norms, RoPE base and scaling, soft-caps and sliding windows; head_dim is a width dimension
+# here, kept fixed across the proxy's widths (the keep_head_dim rule). Vocabularies are the
+# released ones where the test affords them (Llama's and Qwen's 128-152k take 512).
+WIDTH_FIELDS = {"hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+                "query_pre_attn_scalar", "vocab_size"}
+
+
+def narrowed(name: str, **sizes: int) -> dict:
+    """RELEASED[name] with ``sizes`` (width fields only) replaced."""
+    from mutransfer.models.hf_families import RELEASED
+
+    assert set(sizes) <= WIDTH_FIELDS, set(sizes) - WIDTH_FIELDS
+    return {**RELEASED[name], **sizes}
+
+
+def _shape_rules(c: dict) -> tuple:
+    heads, kv = c["num_attention_heads"], c["num_key_value_heads"]
+    hd = c.get("head_dim") or c["hidden_size"] // heads
+    return (c["intermediate_size"] / c["hidden_size"], heads / kv, heads * hd / c["hidden_size"],
+            c.get("query_pre_attn_scalar", hd) / hd)
+
+
+LLAMA_32_1B = narrowed("llama-3.2-1b", vocab_size=512, hidden_size=256, intermediate_size=1024,
+                       num_attention_heads=8, num_key_value_heads=2, head_dim=32)
+QWEN_25_05B = narrowed("qwen2.5-0.5b", vocab_size=512, hidden_size=224, intermediate_size=1216,
+                       num_attention_heads=14, num_key_value_heads=2)
+GEMMA_2_2B = narrowed("gemma-2-2b", hidden_size=144, intermediate_size=576, head_dim=16,
+                      query_pre_attn_scalar=16)
+MISTRAL_7B_V03 = narrowed("mistral-7b-v0.3", hidden_size=128, intermediate_size=448, num_attention_heads=8,
+                          num_key_value_heads=2)
+PHI_3_MINI = narrowed("phi-3-mini-4k", hidden_size=96, intermediate_size=256, num_attention_heads=6,
+                      num_key_value_heads=6)
+OLMO_2_1B = narrowed("olmo-2-1b", hidden_size=128, intermediate_size=512, num_attention_heads=8,
+                     num_key_value_heads=8)
+# (config, proxy widths: multiples of heads-per-KV-head x head_dim that keep the MLP whole)
+FAMILIES = {"llama-3.2-1b": (LLAMA_32_1B, (128, 256)), "qwen2.5-0.5b": (QWEN_25_05B, (112, 224)),
+            "gemma-2-2b": (GEMMA_2_2B, (72, 144)), "mistral-7b-v0.3": (MISTRAL_7B_V03, (64, 128)),
+            "phi-3-mini-4k": (PHI_3_MINI, (48, 96)), "olmo-2-1b": (OLMO_2_1B, (64, 128))}
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_each_family_is_its_released_shape_narrowed(family: str) -> None:
+    """The test's configs keep every released field but width ones, and the released shape
+    rules: MLP ratio, GQA ratio, attention width over hidden (Gemma-2's 8/9), the query
+    pre-attention scalar over head_dim; the proxy widths keep them too (whole heads)."""
+    from mutransfer.models.hf_families import RELEASED
+    from mutransfer.models.source import hf_proxy_config
+
+    config, widths = FAMILIES[family]
+    released = RELEASED[family]
+    assert {k for k in released if config[k] != released[k]} <= WIDTH_FIELDS
+    assert set(config) - set(released) <= {"head_dim"}
+    assert _shape_rules(config) == pytest.approx(_shape_rules(released), rel=1e-12)
+    assert config["num_hidden_layers"] == released["num_hidden_layers"]
+    assert widths[-1] == config["hidden_size"]
+    import transformers
+
+    full = transformers.AutoConfig.for_model(**config)
+    for w in widths:
+        proxy = hf_proxy_config(full, w, 2).to_dict()
+        proxy.setdefault("head_dim", config.get("head_dim")
+                         or config["hidden_size"] // config["num_attention_heads"])
+        assert _shape_rules(proxy) == pytest.approx(_shape_rules(released), rel=1e-12), w
+
+
 MEGATRON_DROPS = ("init",)  # LR, eps, decay and the folded residual multiplier are carried
+# The engines that build each family's decoder (hf builds every one); the others refuse its card
+# at export, in one line naming the card field, with advice naming only engines that take it.
+ACCEPTS = {"llama": {"hf", "torchtitan", "megatron"}, "qwen2": {"hf", "megatron"},
+           "mistral": {"hf", "torchtitan", "megatron"}, "gemma2": {"hf"}, "phi3": {"hf", "megatron"},
+           "olmo2": {"hf"}}
+REFUSED_AT = {("qwen2", "torchtitan"): "target.model.model_type: Qwen2's q/k/v biases",
+              ("phi3", "torchtitan"): "target.model.model_type: 'phi3' (fused qkv_proj and gate_up_proj",
+              **{(mt, e): f"target.model.model_type: {mt!r}" for mt in ("gemma2", "olmo2")
+                 for e in ("torchtitan", "megatron")}}
+# Phi-3's 2047-token sliding window has no field in the Megatron export: refused by name
+# until dropped (the test's 16-token sequences never reach it)
+MEGATRON_ALSO_DROP = {"phi3": "target.model.config.sliding_window"}
+# Where the residual multiplier goes: the branch's output module, the norm after it in a
+# post-norm block (Gemma-2, OLMo-2), where one on the attention or MLP would be normalized away.
+BRANCH_OUT = {"gemma2": ("post_attention_layernorm", "post_feedforward_layernorm"),
+              "olmo2": ("post_attention_layernorm", "post_feedforward_layernorm")}
 
 
 @pytest.mark.slow
@@ -316,7 +382,8 @@ def test_a_real_hf_family_goes_from_sweep_to_every_engine(family: str, tmp_path:
     every parameter at the card's LR at every step; torchtitan, the export's model built
     under the card's μP (Llama) or refused at export naming the field (Qwen's biases);
     Megatron, its fields (Llama 3's rope scaling, Qwen's q/k/v biases), and where
-    MUTRANSFER_MEGATRON_PYTHON is set, megatron-core constructing them with HF's RoPE."""
+    MUTRANSFER_MEGATRON_PYTHON is set, megatron-core constructing them with HF's RoPE.
+    Gemma-2, Phi-3 and OLMo-2 go to HF only: torchtitan and Megatron refuse them by field."""
     import transformers
 
     from mutransfer.card.build import load_card
@@ -324,6 +391,7 @@ def test_a_real_hf_family_goes_from_sweep_to_every_engine(family: str, tmp_path:
     from mutransfer.training.schedules import Schedule
 
     config, widths = FAMILIES[family]
+    mt, vocab = config["model_type"], config["vocab_size"]
     proxy = tmp_path / "proxy"
     proxy.mkdir()
     (proxy / "config.json").write_text(json.dumps(dict(config, num_hidden_layers=2, hidden_size=widths[-1])))
@@ -345,13 +413,16 @@ def test_a_real_hf_family_goes_from_sweep_to_every_engine(family: str, tmp_path:
         "transfer", "--results", str(csv), "--model", f"hf:{target}", "--tokens", "384", "--batch-size", "4",
         "--micro-batch", "2", "--target-seq-len", "16", "--warmup-tokens", "64", "--base-width", str(widths[0]),
         "--base-depth", "2", "--weight-decay", "0.1", "--allow-vocab-change", "--out", str(card_path)]) == 0
-    assert "torch_dtype is bfloat16; the card builds float32 weights" in capsys.readouterr().err
+    bf16 = config["torch_dtype"] == "bfloat16"
+    assert ("torch_dtype is bfloat16; the card builds float32 weights" in capsys.readouterr().err) is bf16
     card = load_card(card_path)
     assert card["parametrization"]["kind"] == "completep" and card["target"]["dtype"] == "float32"
     depth = config["num_hidden_layers"]
     residual = {h["module"]: h["scale"] for h in card["forward_multipliers"]["hooks"] if h["kind"] == "post"}
-    assert residual["model.layers.0.self_attn"] == pytest.approx(2 / depth)  # (L/L_base)^-1, on HF attention
-    assert residual["model.layers.0.mlp"] == pytest.approx(2 / depth)
+    attn_out, mlp_out = BRANCH_OUT.get(mt, ("self_attn", "mlp"))
+    assert len(residual) == 2 * depth + ("model.embed_tokens" in residual)
+    assert residual[f"model.layers.0.{attn_out}"] == pytest.approx(2 / depth)  # (L/L_base)^-1
+    assert residual[f"model.layers.{depth - 1}.{mlp_out}"] == pytest.approx(2 / depth)
 
     exports = {}
     for engine, drops in (("hf", ()), ("torchtitan", ()), ("megatron", MEGATRON_DROPS)):
@@ -359,11 +430,22 @@ def test_a_real_hf_family_goes_from_sweep_to_every_engine(family: str, tmp_path:
         code = mutransfer_cli.main(["export", str(card_path), "--to", engine, *[x for d in drops for x in
                                     ("--drop", d)], "--out", str(out), "--quiet"])
         err = capsys.readouterr().err
-        if engine == "torchtitan" and config["model_type"] == "qwen2":  # refused at export, by field
+        if engine not in ACCEPTS[mt]:  # refused at export, by field, pointing at an engine that takes it
             assert code == 2 and not out.exists()
-            assert "cannot carry card field target.model.model_type: Qwen2's q/k/v biases" in err
+            assert f"cannot carry card field {REFUSED_AT[mt, engine]}" in err
             assert len(err.strip().splitlines()) == 1
+            advice = "hf instead; megatron refuses it too, at " if mt in MEGATRON_ALSO_DROP else " or ".join(
+                sorted(ACCEPTS[mt] - {engine}, key=["hf", "megatron", "torchtitan"].index)) + " instead"
+            assert f"export this card to {advice}" in err, err
             continue
+        if engine == "megatron" and mt in MEGATRON_ALSO_DROP:
+            field = MEGATRON_ALSO_DROP[mt]
+            assert code == 2 and not out.exists() and len(err.strip().splitlines()) == 1
+            assert f"cannot carry card field {field}: " in err and f"pass --drop {field}" in err, err
+            code = mutransfer_cli.main(["export", str(card_path), "--to", engine,
+                                        *[x for d in (*drops, field) for x in ("--drop", d)],
+                                        "--out", str(out), "--quiet"])
+            err = capsys.readouterr().err
         assert code == 0, err
         exports[engine] = json.loads(out.read_text())
         assert any("from mutransfer" in n or "from megatron" in n for n in exports[engine]["notes"]), engine
@@ -373,15 +455,20 @@ def test_a_real_hf_family_goes_from_sweep_to_every_engine(family: str, tmp_path:
     steps = card["schedule"]["total_steps"]
     assert (steps, card["batch"]["micro_batch"], card["batch"]["grad_accum"]) == (6, 2, 2)
     gen = torch.Generator().manual_seed(0)
-    tokens = torch.randint(0, 512, (4 * steps, 16), generator=gen)
+    tokens = torch.randint(0, vocab, (4 * steps, 16), generator=gen)
     data = [{"input_ids": ids, "labels": ids} for ids in tokens]
     ns: dict = {"train_dataset": data}
     torch.manual_seed(0)
-    with pytest.warns(UserWarning, match="config says dtype bfloat16; building float32 weights"):
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         exec(exports["hf"]["usage"], ns)  # noqa: S102 - the snippet the export hands the user
+    said = [str(w.message) for w in caught]
+    assert any("config says dtype bfloat16; building float32 weights" in w for w in said) is bf16
     model, trainer, optimizer = ns["model"], ns["trainer"], ns["optimizer"]
     assert {p.dtype for p in model.parameters()} == {torch.float32}
-    assert f"post:model.layers.{depth - 1}.self_attn:{2 / depth:g}" in model._mutransfer_hooks
+    assert f"post:model.layers.{depth - 1}.{attn_out}:{2 / depth:g}" in model._mutransfer_hooks
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     sched = Schedule(schedule_config(card["schedule"]))
     want = {g["name"]: g["lr"] for g in card["param_groups"]}
@@ -411,15 +498,18 @@ def test_a_real_hf_family_goes_from_sweep_to_every_engine(family: str, tmp_path:
         exec(exports["torchtitan"]["usage"], tt)  # noqa: S102
         tmodel = tt["spec"].model.build()  # the converter checks every name and shape here
         tmodel.init_states(buffer_device=None)
-        x = torch.randint(0, 512, (2, 12))
+        x = torch.randint(0, vocab, (2, 12))
         pos = torch.arange(12).expand_as(x)
         with torch.no_grad():
             logits = tmodel(x, positions=pos, attention_masks=tmodel.get_attention_masks(pos))
-        assert logits.shape == (2, 12, 512) and torch.isfinite(logits).all()
+        assert logits.shape == (2, 12, vocab) and torch.isfinite(logits).all()
         hooks = {k for m in tmodel.modules() for k in m._forward_hooks}  # the residual multipliers
         assert len(hooks) >= 2 * depth
         rope = next(m for m in tmodel.modules() if isinstance(m, ComplexRoPE))
-        hf_inv, _ = ROPE_INIT_FUNCTIONS["llama3"](transformers.AutoConfig.for_model(**config), "cpu")
+        rope_type = (config.get("rope_scaling") or {}).get("rope_type", "default")
+        hf_cfg = transformers.AutoConfig.for_model(**config)
+        hf_inv = (ROPE_INIT_FUNCTIONS[rope_type](hf_cfg, "cpu")[0] if rope_type != "default"
+                  else model.model.rotary_emb.inv_freq)
         torch.testing.assert_close(torch.angle(rope.cache[1]), hf_inv.float(), rtol=1e-5, atol=1e-7)
         groups = tt["optimizer"].param_groups
         names = [n for n, _ in tmodel.named_parameters()]
@@ -427,14 +517,19 @@ def test_a_real_hf_family_goes_from_sweep_to_every_engine(family: str, tmp_path:
 
         assert all(sum(bool(re.match(g.pattern, n)) for g in groups) == 1 for n in names)
 
+    if "megatron" not in exports:
+        return
     # Megatron: the architecture's fields, rope scaling and biases included.
     m = exports["megatron"]
     t, g = m["transformer_config"], m["gpt_model"]
-    assert (t["num_layers"], t["hidden_size"], t["kv_channels"]) == (depth, config["hidden_size"],
-                                                                     config["head_dim"])
-    assert t["num_query_groups"] == config["num_key_value_heads"] and g["share_embeddings_and_output_weights"]
+    assert {d["field"] for d in m["dropped"]} == {*MEGATRON_DROPS, *([MEGATRON_ALSO_DROP[mt]] if mt in
+                                                                   MEGATRON_ALSO_DROP else [])}
+    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    assert (t["num_layers"], t["hidden_size"], t["kv_channels"]) == (depth, config["hidden_size"], head_dim)
+    assert t["num_query_groups"] == config["num_key_value_heads"]
+    assert g["share_embeddings_and_output_weights"] is config["tie_word_embeddings"]
     assert t["add_qkv_bias"] is (config["model_type"] == "qwen2") and g["rotary_base"] == config["rope_theta"]
-    if "rope_scaling" in config:
+    if config.get("rope_scaling"):
         assert (g["rope_scaling"], g["rope_scaling_factor"]) == (True, 32.0)
     else:
         assert "rope_scaling" not in g
@@ -457,4 +552,10 @@ def test_a_real_hf_family_goes_from_sweep_to_every_engine(family: str, tmp_path:
         for section in ("transformer_config", "optimizer_config", "scheduler_config", "training_config"):
             assert built[section] == m[section], section
         assert built["gpt_model_args_missing"] == []
+        # megatron-core's own grouping gives every parameter the card's LR, CompleteP's
+        # multiplier folded into the branches' output projections (LR x 2/depth)
+        for grp in card["param_groups"]:
+            s = 2 / depth if grp["name"].split(".")[-2] in ("o_proj", "down_proj") else 1.0
+            got = built["per_param"][grp["name"]]["max_lr"]
+            assert got == pytest.approx(grp["lr"] * s, rel=1e-9), grp["name"]
         assert built["rope_inv_freq"] == pytest.approx(model.model.rotary_emb.inv_freq.tolist(), rel=1e-6)

@@ -23,7 +23,9 @@ a few Adam steps much larger than the init (Hugging Face's std 0.02 at lr 1e-2) 
 smallest widths furthest from the infinite-width limit, and the fitted slope over 32-256
 read -0.3 to -0.4 on GPT-2, Qwen2 and Mixtral while it shrinks toward 0 as the ladder
 moves up (benchmarks/hf_vanishing.py). Vanishing activations (slope <= -tol) fail too: a
-layer whose output dies with width stops learning features. The one exception is mup's
+layer whose output dies with width stops learning features, unless a norm divides its
+scale out before anything else reads it (a post-norm block's attention and MLP: OLMo-2,
+Gemma-2; their norms' outputs are judged instead). The other exception is mup's
 readout (``readout_init="constant"``): TP-V's output layer (init variance 1/fan_in², or a
 forward 1/m_in) makes the logits shrink like width^-1/2 at init by design (Yang et al.
 2022, Table 3), and that init part fades only as the Θ(1) updates take over (on our GPT
@@ -51,7 +53,7 @@ import torch
 import torch.nn as nn
 
 from mutransfer._io import atomic_path, atomic_write_text
-from mutransfer.parametrize.parametrization import Parametrization
+from mutransfer.parametrize.parametrization import Parametrization, post_normed
 from mutransfer.parametrize.rules import DEFAULT_READOUT_INIT
 from mutransfer.parametrize.specs import Multipliers
 from mutransfer.training.optim import build_optimizer
@@ -108,18 +110,26 @@ class CoordCheckResult:
     """The readout modules whose logits μP shrinks like width^-1/2 at init (``constant``
     readouts, and readouts tied to the embedding, whose init is the input's, under any
     ``readout_init``; not the default ``fan_in`` readout; :func:`shrinking_readouts`)."""
+    normalized_modules: tuple[str, ...] = ()
+    """Modules whose output a post-norm block divides out (OLMo-2, Gemma-2: the attention,
+    the MLP and their output projections, :func:`mutransfer.parametrize.parametrization.post_normed`):
+    the model is the same function at any scale of them, so they may shrink with width; the
+    norm's own output, which is what the residual stream gets, is judged as any module."""
 
     def lower_bounds(self) -> pd.Series:
         """Per slope row, the most negative slope allowed: -tol along width, -(1/2 + tol)
         for the :attr:`readout_modules` (a μP readout whose init shrinks its logits:
         ``constant``, a tied one, and in the audit every readout of the user's, whose law
-        may be any of the allowed range), -inf along depth (see the module docstring)."""
+        may be any of the allowed range), -inf for the :attr:`normalized_modules` and along
+        depth (see the module docstring)."""
         s = self.slopes
         low = pd.Series(-self.tol, index=s.index, dtype=float)
         low[s["axis"] != "width"] = -math.inf
         if self.parametrization != "sp" and self.readout_modules:
             readout = (s["axis"] == "width") & s["module"].isin(self.readout_modules)
             low[readout] = -(0.5 + self.tol)
+        if self.normalized_modules:
+            low[s["module"].isin(self.normalized_modules)] = -math.inf
         return low
 
     def out_of_band(self) -> pd.DataFrame:
@@ -196,6 +206,8 @@ class CoordCheckResult:
                            for _, r in transients.iterrows()],
             "settings": self.settings,
         }
+        if self.normalized_modules:  # judged for growth only: a post-norm divides their scale out
+            out["normalized_modules"] = list(self.normalized_modules)
         if (self.slopes["axis"] == "depth").any():
             out["depth_slopes"] = self.max_slopes("depth")
         return out
@@ -458,6 +470,7 @@ def coord_check(
     get_batch = batch if callable(batch) else (lambda: batch)
     records: list[dict[str, Any]] = []
     readouts: set[str] = set()
+    normalized: set[str] = set()
     for depth in depth_list:
         for width in widths:
             pz = Parametrization(
@@ -468,6 +481,7 @@ def coord_check(
             for seed in seed_list:
                 model = pz.build(seed=seed)
                 readouts.update(_depth_alias(model, n) if depth else n for n in shrinking_readouts(pz))
+                normalized.update(_depth_alias(model, n) if depth else n for n in post_normed(model))
                 opt = build_optimizer(pz.param_groups(model, lr), optimizer)
                 watched = modules(model)
                 alias = {n: _depth_alias(model, n) if depth else n for n in watched}
@@ -487,7 +501,8 @@ def coord_check(
                 "seeds": seeds, "optimizer": optimizer, "lr": lr, "base_width": base_width,
                 "base_depth": base_depth, "depth_alpha": depth_alpha,
                 "rules": [list(r) for r in rules], "readout_init": readout_init, "tol_rule": tol_rule}
-    return CoordCheckResult(kind, data, fit_slopes(data), tol, settings, tuple(sorted(readouts)))
+    return CoordCheckResult(kind, data, fit_slopes(data), tol, settings, tuple(sorted(readouts)),
+                            tuple(sorted(normalized)))
 
 
 def shrinking_readouts(pz: Parametrization) -> tuple[str, ...]:

@@ -38,7 +38,7 @@ import torch.nn as nn
 
 from mutransfer.models.builder import call_builder, contain_builder, load_builder
 from mutransfer.models.gpt import GPT, GPTConfig
-from mutransfer.models.hf_families import hf_fields
+from mutransfer.models.hf_families import HEAD_DIM_SCALARS, hf_fields
 from mutransfer.models.mlp import MLP
 from mutransfer.models.presets import PRESETS, get_preset
 
@@ -348,6 +348,11 @@ def _proxy_changes(config: Any, width: int, depth: int, head_rule: str) -> dict[
         new_hd = _scaled(hd, width, hidden, "head_dim", mt)
         if f.head_dim:
             changes[f.head_dim] = new_hd
+        for name in HEAD_DIM_SCALARS:  # Gemma's 1/sqrt(query_pre_attn_scalar) follows the head dim
+            v = getattr(config, name, None)
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and new_hd != hd:
+                whole = isinstance(v, int) and v * new_hd % hd == 0
+                changes[name] = v * new_hd // hd if whole else v * new_hd / hd
     if not f.head_dim and width % changes.get(f.heads, heads):
         raise ValueError(f"{mt} at width {width}: {f.hidden} is not divisible by "
                          f"{f.heads}={changes.get(f.heads, heads)}")
@@ -362,7 +367,9 @@ def hf_proxy_config(config: Any, width: int, depth: int, head_rule: str = "keep_
 
     The intermediate size keeps its ratio to the hidden size. ``keep_head_dim``: query and
     KV heads scale with width together (GQA ratio kept), head_dim fixed; ``keep_heads``:
-    head counts fixed, head_dim scales. Vocab and context are the user's. A per-layer
+    head counts fixed, head_dim scales, and so does a field that is a head dim in another
+    name (:data:`mutransfer.models.hf_families.HEAD_DIM_SCALARS`: Gemma's
+    query_pre_attn_scalar). Vocab and context are the user's. A per-layer
     ``layer_types`` list is repeated to the new depth. A width the config cannot represent
     (a non-integer size or head count) raises ValueError naming the field."""
     changes = _proxy_changes(config, width, depth, head_rule)

@@ -65,6 +65,33 @@ from mutransfer.parametrize.rules import (
 )
 from mutransfer.parametrize.specs import KINDS, OPTIMIZERS, Builder, Multipliers, ParamSpec, Rule
 
+#: The norm a post-norm block applies to each branch's output before the residual add
+#: (Hugging Face's names in Gemma 2/3 and OLMo 2): the residual multiplier goes there.
+POST_NORMS: dict[str, str] = {"self_attn": "post_attention_layernorm", "attn": "post_attention_layernorm",
+                              "mlp": "post_feedforward_layernorm"}
+
+
+#: The layers that produce a branch's output inside the attention or MLP of a post-norm
+#: block (Hugging Face's names).
+BRANCH_OUTPUT_LAYERS: tuple[str, ...] = ("o_proj", "down_proj")
+
+
+def post_normed(model: nn.Module) -> tuple[str, ...]:
+    """The modules whose output scale a post-norm block divides out: in a block with a
+    ``post_feedforward_layernorm`` (:data:`POST_NORMS`), its attention and MLP and the
+    layer inside each that produces the branch's output (:data:`BRANCH_OUTPUT_LAYERS`).
+    Their output reaches the residual stream only through the norm, so the model computes
+    the same function at any scale of it (to the norm's eps)."""
+    names = {n for n, _ in model.named_modules() if n}
+    out = []
+    for n in sorted(names):
+        block, _, leaf = n.rpartition(".")
+        if (leaf in POST_NORMS and f"{block}.post_feedforward_layernorm" in names
+                and f"{block}.{POST_NORMS[leaf]}" in names):
+            out.append(n)
+            out += [f"{n}.{c}" for c in BRANCH_OUTPUT_LAYERS if f"{n}.{c}" in names]
+    return tuple(out)
+
 
 class Parametrization(ForwardMultipliers):
     """Width (and depth) transfer rules for any ``nn.Module`` built by ``builder``.
@@ -91,7 +118,8 @@ class Parametrization(ForwardMultipliers):
             defaults are), ``normal`` re-initializes with ``init_std`` at base width.
         init_std: the base-width std for ``init="normal"``.
         residual_branches: regexes (re.fullmatch on module names) of the residual branch
-            modules; default: modules named ``...attn``/``...mlp`` inside a ModuleList.
+            modules; default: modules named ``...attn``/``...mlp`` inside a ModuleList, or
+            in a post-norm block the norms after them (:data:`POST_NORMS`).
         base_shapes: a mup .bsh path or mapping to use instead of building the base model.
     """
 
@@ -203,7 +231,19 @@ class Parametrization(ForwardMultipliers):
             return tuple(n for n in names if any(p.fullmatch(n) for p in pats))
         # Default: children called attn/mlp of the items of a ModuleList (blocks.3.attn).
         pat = re.compile(r"(.*\.)?\d+\.(attn|attention|self_attn|mlp|ffn|feed_forward)")
-        return tuple(n for n in names if pat.fullmatch(n))
+        found = [n for n in names if pat.fullmatch(n)]
+        # A post-norm block (Hugging Face Gemma 2/3, OLMo 2: x + norm(attn(x)), a
+        # post_feedforward_layernorm beside the MLP) normalizes the branch before the residual
+        # add, which would divide a multiplier on the attention or MLP out again: the branch's
+        # output is its norm's. (Llama's post_attention_layernorm is the MLP's pre-norm: no
+        # post_feedforward_layernorm there, so it is left alone.)
+        present = set(names)
+        out = []
+        for n in found:
+            block, _, leaf = n.rpartition(".")
+            post = f"{block}.{POST_NORMS.get(leaf, '')}"
+            out.append(post if f"{block}.post_feedforward_layernorm" in present and post in present else n)
+        return tuple(out)
 
     def _fan_dims(self, name: str, role: str | None = None) -> tuple[int | None, int | None]:
         """(fan_in dim, fan_out dim). Embedding weights are (num, dim): fan_in is the

@@ -126,3 +126,33 @@ def test_every_integer_field_of_the_trainer_is_recorded_as_an_integer() -> None:
     for name in sorted(INT_FIELDS):
         assert isinstance(dim_distribution(name, [10, 20]), IntDistribution), name
     assert isinstance(dim_distribution("spike_threshold", [2, 3]), FloatDistribution)
+
+
+def test_a_trials_config_names_the_model_it_trains(tmp_path) -> None:
+    """A preset sweep's trials carry ``preset``; an ``hf:`` or ``module:function`` sweep's
+    carry ``source`` (the absolute config.json) and no default ``preset`` (it is not the
+    model), in the overrides and in the full config a trial stores; a preset named beside
+    a source (its context is the default) is kept, and the TrainConfig is the same."""
+    pytest.importorskip("transformers")
+    import json
+
+    from mutransfer.training.config import TrainConfig
+    from sweeps.objective import full_config
+    from sweeps.resolve import resolve_config
+
+    (tmp_path / "config.json").write_text(json.dumps({
+        "model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 256,
+        "max_position_embeddings": 64}))
+    point = {"parametrization": "mup", "width": 32, "seed": 0, "lr": 1e-3}
+    preset = resolve_config(LRSweep(widths=(32,), lrs=(1e-3,)), point)
+    assert preset["preset"] == "gpt-tiny" and "source" not in preset
+    assert full_config(preset)["preset"] == "gpt-tiny"
+    hf = resolve_config(LRSweep(model=f"hf:{tmp_path}", widths=(32,), lrs=(1e-3,)), point)
+    assert hf["source"] == f"hf:{tmp_path.resolve() / 'config.json'}" and "preset" not in hf
+    stored = full_config(hf)
+    assert stored["source"] == hf["source"] and "preset" not in stored and stored["width"] == 32
+    assert TrainConfig.from_flat(stored) == TrainConfig.from_flat({**stored, "preset": "gpt-tiny"})
+    named = resolve_config(LRSweep(model=f"hf:{tmp_path}", preset="gpt-small", widths=(32,), lrs=(1e-3,)),
+                           point)
+    assert named["preset"] == "gpt-small" and full_config(named)["preset"] == "gpt-small"

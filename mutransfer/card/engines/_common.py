@@ -9,6 +9,21 @@ from typing import Any, NamedTuple
 
 import torch.nn as nn
 
+#: What a Hugging Face family's decoder has that the torchtitan llama3 and Megatron GPTModel
+#: exports do not build: the reason beside a refusal of its ``model_type``.
+HF_FAMILY_TRAITS: dict[str, str] = {
+    "gemma2": "soft-capped attention and logits, norms after attention and MLP, embeddings x sqrt(hidden)",
+    "gemma3_text": "norms after attention and MLP, q/k norms, embeddings x sqrt(hidden)",
+    "phi3": "fused qkv_proj and gate_up_proj, sliding-window attention",
+    "olmo2": "q/k RMSNorm over the whole projection, norms after attention and MLP",
+}
+
+
+def family_traits(model_type: str) -> str:
+    """`` (its TRAITS)`` for a family in :data:`HF_FAMILY_TRAITS`, else nothing."""
+    traits = HF_FAMILY_TRAITS.get(model_type)
+    return f" ({traits})" if traits else ""
+
 
 def _lr_floor(schedule: Mapping[str, Any]) -> float:
     """The LR floor of a validated card's schedule (a fraction of the peak)."""

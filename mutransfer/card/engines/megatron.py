@@ -51,6 +51,7 @@ from mutransfer.card.engines._common import (
     _steps,
     check_fields,
     decay_note,
+    family_traits,
     split_batch,
 )
 from mutransfer.card.engines.megatron_groups import branch_scales, config_overrides, folded
@@ -119,8 +120,9 @@ ARCH_MAP: dict[str, str] = {
 
 
 #: HF model types whose decoder Megatron's GPTModel builds (pre-norm RMSNorm, RoPE,
-#: SwiGLU, GQA), and whether the q/k/v projections carry biases (Qwen2's do).
-HF_FAMILIES: dict[str, bool] = {"llama": False, "mistral": False, "qwen2": True}
+#: SwiGLU, GQA), and whether the q/k/v projections carry biases (Qwen2's do). Phi-3's
+#: fused qkv_proj and gate_up_proj are Megatron's linear_qkv and linear_fc1.
+HF_FAMILIES: dict[str, bool] = {"llama": False, "mistral": False, "qwen2": True, "phi3": False}
 
 
 #: The Llama 3 RoPE scaling megatron-core's ``RotaryEmbedding._apply_scaling`` hard-codes
@@ -158,14 +160,22 @@ def _from_hf(model: Mapping[str, Any], seq_len: int | None,
     problem named ``target.model.config.<field>``."""
     mt, cfg = str(model.get("model_type")), dict(model.get("config") or {})
     if mt not in HF_FAMILIES:
-        raise ValueError(f"card field target.model.model_type: Megatron's GPTModel export covers "
-                         f"{', '.join(HF_FAMILIES)}, got {mt!r}")
+        # torchtitan's llama3 covers fewer of them (TORCHTITAN_HF_FAMILIES): hf is what is left
+        raise ValueError(f"the megatron export cannot carry card field target.model.model_type: {mt!r}"
+                         f"{family_traits(mt)}: Megatron's GPTModel export covers {', '.join(HF_FAMILIES)} "
+                         "(export this card to hf instead)")
     w, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
     kv = int(cfg.get("num_key_value_heads") or heads)
     head_dim = int(cfg.get("head_dim") or w // heads)
     rope = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
     theta = float(rope.get("rope_theta", cfg.get("rope_theta", 10000.0)))
     gpt_extra = _rope_scaling(rope, problems)
+    # Phi-3's partial RoPE (the first fraction of each head rotates, as in megatron-core)
+    partial = float(rope.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0)))
+    if not 0.0 < partial <= 1.0:
+        problems.append(("target.model.config.partial_rotary_factor", f"{partial!r}: not in (0, 1]"))
+    elif partial != 1.0:
+        gpt_extra["rotary_percent"] = partial
     for key, ok, why in (
             ("hidden_act", cfg.get("hidden_act", "silu") == "silu", "Megatron's swiglu is silu-gated"),
             ("attention_bias", not cfg.get("attention_bias"), "an o_proj bias without MLP biases"),

@@ -32,8 +32,10 @@ from collections.abc import Mapping
 from typing import Any
 
 #: card parameter name -> Megatron GPTModel name (first match wins), for the GPT's own
-#: names and HF's Llama, Mistral and Qwen2 names. Megatron fuses q/k/v into
-#: ``linear_qkv`` and gate/up into ``linear_fc1``.
+#: names and HF's Llama, Mistral, Qwen2 and Phi-3 names. Megatron fuses q/k/v into
+#: ``linear_qkv`` and gate/up into ``linear_fc1``, as Phi-3's ``qkv_proj`` and
+#: ``gate_up_proj`` already are (the same shapes; Megatron orders the qkv rows by query
+#: group, a fixed permutation of Phi-3's [q; k; v], the same model trained from scratch).
 MEGATRON_NAMES: tuple[tuple[str, str], ...] = (
     (r"wte\.(weight)", r"embedding.word_embeddings.\1"),
     (r"wpe\.(weight)", r"embedding.position_embeddings.\1"),
@@ -50,10 +52,10 @@ MEGATRON_NAMES: tuple[tuple[str, str], ...] = (
     (r"model\.embed_tokens\.(weight)", r"embedding.word_embeddings.\1"),
     (r"model\.layers\.(\d+)\.input_layernorm\.(\w+)", r"decoder.layers.\1.input_layernorm.\2"),
     (r"model\.layers\.(\d+)\.post_attention_layernorm\.(\w+)", r"decoder.layers.\1.pre_mlp_layernorm.\2"),
-    (r"model\.layers\.(\d+)\.self_attn\.[qkv]_proj\.(\w+)",
+    (r"model\.layers\.(\d+)\.self_attn\.(?:[qkv]|qkv)_proj\.(\w+)",
      r"decoder.layers.\1.self_attention.linear_qkv.\2"),
     (r"model\.layers\.(\d+)\.self_attn\.o_proj\.(\w+)", r"decoder.layers.\1.self_attention.linear_proj.\2"),
-    (r"model\.layers\.(\d+)\.mlp\.(?:gate|up)_proj\.(\w+)", r"decoder.layers.\1.mlp.linear_fc1.\2"),
+    (r"model\.layers\.(\d+)\.mlp\.(?:gate|up|gate_up)_proj\.(\w+)", r"decoder.layers.\1.mlp.linear_fc1.\2"),
     (r"model\.layers\.(\d+)\.mlp\.down_proj\.(\w+)", r"decoder.layers.\1.mlp.linear_fc2.\2"),
     (r"model\.norm\.(\w+)", r"decoder.final_layernorm.\1"),
 )
@@ -132,7 +134,7 @@ def config_overrides(groups: list[dict[str, Any]], scales: Mapping[str, float], 
         mname = megatron_name(g["name"])
         if mname is None:
             problems.append((f"param_groups.{g['name']}", "has no Megatron GPTModel name (the export "
-                             "maps the GPT's and HF Llama/Mistral/Qwen2 names)"))
+                             "maps the GPT's and HF Llama/Mistral/Qwen2/Phi-3 names)"))
             continue
         values = folded(g, scales.get(g["name"], 1.0), wd_mode)
         by_glob.setdefault(glob_of(mname), []).append((g["name"], values))

@@ -26,7 +26,15 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from mutransfer.card.engines._common import Drops, _groups, _lr_floor, check_fields, decay_note, split_batch
+from mutransfer.card.engines._common import (
+    Drops,
+    _groups,
+    _lr_floor,
+    check_fields,
+    decay_note,
+    family_traits,
+    split_batch,
+)
 from mutransfer.card.engines.megatron import _from_hf
 from mutransfer.card.schema import schedule_config
 from mutransfer.training.schedules import Schedule
@@ -116,8 +124,8 @@ def llama3_architecture(card: Mapping[str, Any]) -> dict[str, Any] | None:
     mt, cfg = str(model.get("model_type")), dict(model.get("config") or {})
     problems: list[tuple[str, str]] = []
     if mt not in TORCHTITAN_HF_FAMILIES:
-        problems.append(("target.model.model_type", f"{mt!r}: the torchtitan export covers "
-                         f"{', '.join(TORCHTITAN_HF_FAMILIES)}"))
+        problems.append(("target.model.model_type", f"{mt!r}{family_traits(mt)}: the torchtitan export "
+                         f"covers {', '.join(TORCHTITAN_HF_FAMILIES)}"))
     biases = sorted(g["name"] for g in card["param_groups"] if g["name"].endswith(".bias"))
     if biases:
         why = "Qwen2's q/k/v biases" if mt == "qwen2" else "biases"
@@ -158,7 +166,7 @@ def _instead(model: Mapping[str, Any]) -> str:
     try:
         _from_hf(model, None, problems)
     except (ValueError, KeyError, TypeError) as exc:
-        named = re.match(r"card field (\S+):", str(exc))
+        named = re.search(r"card field (\S+):", str(exc))
         problems.append((named.group(1) if named else "target.model", str(exc)))
     return ("export this card to hf or megatron instead" if not problems else
             f"export this card to hf instead; megatron refuses it too, at {problems[0][0]}")

@@ -136,7 +136,9 @@ def test_a_refusal_advises_only_engines_that_accept_the_card(tmp_path) -> None:
                                          r"target.model.model_type\)$") as err:
         export_card(gemma, "torchtitan")
     assert "or megatron" not in str(err.value)
-    with pytest.raises(ValueError, match="Megatron's GPTModel export covers llama, mistral, qwen2"):
+    with pytest.raises(ValueError, match=r"cannot carry card field target.model.model_type: 'gemma2' "
+                                         r"\(soft-capped.*covers llama, mistral, qwen2, phi3 "
+                                         r"\(export this card to hf instead\)$"):
         export_card(gemma, "megatron", drop=["init"])
     # Qwen2: torchtitan's llama3 has no q/k/v biases, megatron has: both are named, and megatron takes it
     (tmp_path / "q").mkdir()
@@ -145,3 +147,33 @@ def test_a_refusal_advises_only_engines_that_accept_the_card(tmp_path) -> None:
         export_card(qwen, "torchtitan")
     with pytest.warns(UserWarning, match="dropped card field init"):
         assert export_card(qwen, "megatron", drop=["init"])["transformer_config"]["add_qkv_bias"] is True
+
+
+def test_phi3_goes_to_megatron_fused_as_megatron_fuses(tmp_path) -> None:
+    """Phi-3's fused ``qkv_proj`` and ``gate_up_proj`` are Megatron's ``linear_qkv`` and
+    ``linear_fc1`` (same shapes); its partial RoPE is ``rotary_percent``; its sliding window
+    is refused by name until dropped; torchtitan refuses it, advising megatron."""
+    from mutransfer.card.engines.megatron_groups import megatron_name
+    from mutransfer.card.export import export_card
+
+    card = _hf_card(tmp_path, "phi3")
+    assert (megatron_name("model.layers.1.self_attn.qkv_proj.weight")
+            == "decoder.layers.1.self_attention.linear_qkv.weight")
+    assert megatron_name("model.layers.0.mlp.gate_up_proj.weight") == "decoder.layers.0.mlp.linear_fc1.weight"
+    with pytest.raises(ValueError, match=r"'phi3' \(fused qkv_proj.*"
+                                         r"\(export this card to hf or megatron instead\)$"):
+        export_card(card, "torchtitan")
+    with pytest.warns(UserWarning, match="dropped card field init"):
+        m = export_card(card, "megatron", drop=["init"])
+    assert "rotary_percent" not in m["gpt_model"] or m["gpt_model"]["rotary_percent"] == 1.0
+    assert m["transformer_config"]["kv_channels"] == 16 and m["transformer_config"]["add_qkv_bias"] is False
+    cfg = card["target"]["model"]["config"]
+    card2 = {**card, "target": {**card["target"], "model": {**card["target"]["model"], "config": {
+        **cfg, "sliding_window": 2047, "rope_parameters": {**(cfg.get("rope_parameters") or {}),
+                                                           "partial_rotary_factor": 0.75}}}}}
+    with pytest.raises(ValueError, match=r"cannot carry card field target.model.config.sliding_window: "
+                                         r"2047: .*pass --drop target.model.config.sliding_window"):
+        export_card(card2, "megatron", drop=["init"])
+    with pytest.warns(UserWarning, match="dropped card field target.model.config.sliding_window"):
+        m2 = export_card(card2, "megatron", drop=["init", "target.model.config.sliding_window"])
+    assert m2["gpt_model"]["rotary_percent"] == 0.75

@@ -78,3 +78,18 @@ def test_the_seeds_spread_is_not_a_trend() -> None:
     noisy = result(data(0.6))
     assert list(noisy.slopes.set_index("step")["slope"].round(6)[[2, 3]]) == [0.45, 0.45]  # the same mean
     assert noisy.passed and noisy.out_of_band().empty
+
+
+def test_a_module_a_post_norm_divides_out_may_shrink_but_not_grow() -> None:
+    """OLMo-2's MLP output before its post-norm shrank like width^-1.4 on released shapes
+    while the norm's output, what the residual stream gets, held: a module the check is told
+    a norm divides out (``normalized_modules``) may vanish; it still fails by growing, and any
+    other module still fails by vanishing."""
+    vanish = coords(lambda w, t: w ** (-1.0 if t else 0.0))
+    assert not result(vanish).passed
+    told = CoordCheckResult("mup", vanish, fit_slopes(vanish), TOL, {}, (), ("m",))
+    assert told.passed and told.to_json_dict()["normalized_modules"] == ["m"]
+    grow = coords(lambda w, t: w ** (0.4 * t))
+    assert not CoordCheckResult("mup", grow, fit_slopes(grow), TOL, {}, (), ("m",)).passed
+    other = CoordCheckResult("mup", vanish, fit_slopes(vanish), TOL, {}, (), ("n",))
+    assert not other.passed

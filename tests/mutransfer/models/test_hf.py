@@ -258,3 +258,57 @@ def test_conv1d_rules_match_mup_on_gpt2() -> None:
         other = lin.specs[name]
         assert (other.role, other.lr_mult, other.init, other.fan_in_mult, other.fan_out_mult) == (
             spec.role, spec.lr_mult, spec.init, spec.fan_in_mult, spec.fan_out_mult), name
+
+
+@pytest.mark.parametrize("arch, mlp_input", [("olmo2", "mlp"), ("gemma2", "pre_feedforward_layernorm")])
+def test_a_post_norm_blocks_residual_multiplier_goes_after_its_norms(arch: str, mlp_input: str) -> None:
+    """OLMo-2 and Gemma-2 add norm(attn(x)) and norm(mlp(h)) to the residual stream:
+    CompleteP's branch multiplier goes on those norms. Known answer: with it at s on
+    layer 0's ``post_attention_layernorm``, the stream's update before the MLP is s times
+    the plain one (1e-5); on ``self_attn`` (where pre-norm blocks take it) the norm
+    divides it out and the update is the plain one (what the default used to do)."""
+    from mutransfer.models.hf_tiny import tiny_config
+    from mutransfer.parametrize.layers import install_forward_multipliers
+
+    def build(width: int, depth: int) -> torch.nn.Module:
+        # eps 1e-12: at HF's 0.02 init a tiny model's attention output has a mean square
+        # below the default 1e-6, where the norm is still nearly linear in its input
+        return tf.AutoModelForCausalLM.from_config(tiny_config(arch, width, depth=depth, rms_norm_eps=1e-12))
+
+    pz = Parametrization(build, width=64, base_width=32, kind="completep", depth=4, base_depth=2)
+    assert pz.branch_modules == tuple(f"model.layers.{i}.{n}" for i in range(4)
+                                      for n in ("post_attention_layernorm", "post_feedforward_layernorm"))
+    hooks = {h["module"]: h["scale"] for h in pz.forward_multipliers()["hooks"] if h["kind"] == "post"}
+    assert hooks["model.layers.3.post_feedforward_layernorm"] == pytest.approx(0.5)  # (4/2)^-1
+    assert pz.specs["model.layers.0.post_attention_layernorm.weight"].in_residual_branch
+    # what the coordinate check may see shrink (the norms divide it out); a pre-norm Llama has none
+    from mutransfer.parametrize.parametrization import post_normed
+
+    assert post_normed(build(32, 1)) == ("model.layers.0.mlp", "model.layers.0.mlp.down_proj",
+                                         "model.layers.0.self_attn", "model.layers.0.self_attn.o_proj")
+    assert post_normed(tf.AutoModelForCausalLM.from_config(tiny_config("llama", 32, depth=1))) == ()
+
+    def update(where: str | None) -> torch.Tensor:
+        torch.manual_seed(0)
+        model = build(64, 4).eval()
+        if where is not None:
+            install_forward_multipliers(model, [{"module": f"model.layers.0.{where}", "kind": "post",
+                                                 "scale": 0.5}], {})
+        seen: dict[str, torch.Tensor] = {}
+
+        def keep(key: str):
+            def hook(_m: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+                seen[key] = args[0] if args else kwargs["hidden_states"]
+            return hook
+
+        layer = model.model.layers[0]
+        layer.register_forward_pre_hook(keep("x"), with_kwargs=True)
+        layer.get_submodule(mlp_input).register_forward_pre_hook(keep("h"), with_kwargs=True)
+        with torch.no_grad():
+            model(torch.randint(0, 128, (2, 8), generator=torch.Generator().manual_seed(1)))
+        return seen["h"] - seen["x"]
+
+    plain = update(None)
+    assert plain.abs().max() > 0.1
+    torch.testing.assert_close(update("post_attention_layernorm"), 0.5 * plain, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(update("self_attn"), plain, rtol=1e-4, atol=1e-4)

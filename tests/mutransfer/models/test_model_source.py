@@ -363,3 +363,21 @@ def test_a_gqa_width_refusal_names_the_other_head_rule() -> None:
         hf_proxy_config(cfg, 128, 2)
     small = hf_proxy_config(cfg, 128, 2, head_rule="keep_heads")
     assert (small.num_attention_heads, small.num_key_value_heads, small.head_dim) == (32, 8, 4)
+
+
+def test_gemmas_query_scalar_follows_a_scaled_head_dim(tmp_path: Path) -> None:
+    """Gemma-2 divides attention logits by sqrt(query_pre_attn_scalar), released equal to
+    head_dim: a keep_heads proxy scales it with the head dim, so the proxy's attention scale
+    is 1/sqrt(its own head dim) as in the released model (a keep_head_dim proxy keeps both)."""
+    from mutransfer.models.hf_families import RELEASED
+
+    released = dict(RELEASED["gemma-2-2b"])
+    cfg = load_hf_config(write_config(tmp_path, **released))
+    q = hf_proxy_config(cfg, 576, 2, head_rule="keep_heads")
+    assert (q.head_dim, q.query_pre_attn_scalar, q.num_attention_heads) == (64, 64, 8)
+    attn = tf.AutoModelForCausalLM.from_config(q, dtype=torch.float32).model.layers[0].self_attn
+    assert attn.scaling == pytest.approx(64**-0.5)
+    k = hf_proxy_config(cfg, 1152, 2)
+    assert (k.head_dim, k.query_pre_attn_scalar, k.num_attention_heads) == (256, 256, 4)
+    odd = load_hf_config(write_config(tmp_path, "27b", **{**released, "query_pre_attn_scalar": 288}))
+    assert hf_proxy_config(odd, 576, 2, head_rule="keep_heads").query_pre_attn_scalar == 72  # 9/8 of 64 kept
