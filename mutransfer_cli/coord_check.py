@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from mutransfer._io import check_fresh_dir, check_output
@@ -145,9 +146,18 @@ def _check(args: argparse.Namespace, seeds: list[int], rules: list[Any], optimiz
         builder, batch, kind=args.parametrization, widths=args.widths, base_width=args.base_width,
         depths=args.depths, depth_alpha=args.depth_alpha, steps=args.steps, seeds=seeds,
         optimizer=optimizer, lr=lr, tol=args.tol, rules=rules, progress=bar.advance,
-        readout_init=args.readout_init, **kwargs)
-    result.settings["lr_rule"] = lr_rule
-    return result, lr
+        readout_init=args.readout_init, adapt_lr=args.lr is None, **kwargs)
+    # a default LR is lowered when the run itself is unstable (a given --lr is the user's):
+    # said on stderr and recorded, so the verdict names the LR it was taken at
+    for low in result.settings.get("lr_lowered", []):
+        print(f"coord-check: the run was unstable at lr {low['lr']:.3g} ({low['why']}); lowered to "
+              f"{low['to']:.3g}", file=sys.stderr)
+    if result.settings.get("unstable"):
+        print(f"coord-check: still unstable at lr {result.settings['lr']:.3g} ({result.settings['unstable']}); "
+              "the verdict below is not a width trend: give a lower --lr", file=sys.stderr)
+    result.settings["lr_rule"] = lr_rule + (f", lowered {len(result.settings['lr_lowered'])}x by "
+                                            "4 for an unstable run" if result.settings.get("lr_lowered") else "")
+    return result, result.settings["lr"]
 
 
 def _report(args: argparse.Namespace, result: Any, lr: float, paths: dict[str, Any]) -> int:

@@ -439,6 +439,7 @@ def coord_check(
     modules: Callable[[nn.Module], list[str]] = default_modules,
     tol: float | None = None,
     progress: Callable[[], None] | None = None,
+    adapt_lr: bool = False,
 ) -> CoordCheckResult:
     """Run the check. ``builder(width)`` (or ``builder(width, depth)`` when ``depths`` is
     given) builds a model; ``batch`` is the single (inputs, targets) batch fed at every
@@ -448,7 +449,15 @@ def coord_check(
     Parametrization's; under ``fan_in`` (the default) the readout's logits keep SP's
     width-independent init scale, so the readout gets no allowance for vanishing; under
     ``constant`` they shrink as width^-1/2 at init and may (see :meth:`lower_bounds`).
-    ``tol`` None (the default) is :func:`ladder_tol` of ``widths``."""
+    ``tol`` None (the default) is :func:`ladder_tol` of ``widths``.
+
+    ``adapt_lr``: when the run itself is unstable at ``lr`` (:func:`unstable`: a non-finite
+    activation or loss, or a loss that ends above its init at some width and seed), the
+    check is run again at ``lr`` / :data:`LR_BACKOFF`, up to :data:`MAX_BACKOFFS` times;
+    ``settings["lr_lowered"]`` records each lowering and why, and ``settings["lr"]`` is
+    the LR the verdict was taken at. An unstable run says nothing about width-stability:
+    its coordinates move with the instability, not with width. Without it, a non-finite
+    activation is an error naming the module."""
     widths = sorted({int(w) for w in widths})
     if len(widths) < 2 and not (depths and len(set(depths)) >= 2):
         raise ValueError(f"a coordinate check needs at least 2 widths (or depths), got {widths}")
@@ -466,6 +475,73 @@ def coord_check(
     depth_list: list[int | None] = sorted({int(d) for d in depths}) if depths else [None]
     if depths:
         base_depth = base_depth or min(d for d in depth_list if d is not None)
+    lowered: list[dict[str, Any]] = []
+    while True:
+        data, readouts, normalized = _measure(
+            builder, batch, kind=kind, widths=widths, base_width=base_width, depth_list=depth_list,
+            base_depth=base_depth, depth_alpha=depth_alpha, steps=steps, seed_list=seed_list,
+            optimizer=optimizer, lr=lr, multipliers=multipliers, rules=rules, readout_init=readout_init,
+            loss_fn=loss_fn, modules=modules, progress=progress)
+        why = unstable(data) if adapt_lr else None
+        if why is None or len(lowered) >= MAX_BACKOFFS:
+            break
+        lowered.append({"lr": lr, "why": why, "to": lr / LR_BACKOFF})
+        lr /= LR_BACKOFF
+    bad = data[~np.isfinite(data["l1"])]
+    if len(bad):
+        r = bad.iloc[0]
+        raise ValueError(f"non-finite activation in {r['module']} at width {r['width']}, step "
+                         f"{r['step']}: lower the learning rate (lr={lr})")
+    settings = {"widths": widths, "depths": [d for d in depth_list if d], "steps": steps,
+                "seeds": seeds, "optimizer": optimizer, "lr": lr, "base_width": base_width,
+                "base_depth": base_depth, "depth_alpha": depth_alpha,
+                "rules": [list(r) for r in rules], "readout_init": readout_init, "tol_rule": tol_rule}
+    if adapt_lr:
+        settings["lr_lowered"] = lowered
+        if lowered and unstable(data):
+            settings["unstable"] = unstable(data)
+    return CoordCheckResult(kind, data, fit_slopes(data), tol, settings, tuple(sorted(readouts)),
+                            tuple(sorted(normalized)))
+
+
+#: How much :func:`coord_check`'s ``adapt_lr`` lowers an unstable run's LR each time, and
+#: how many times at most (so 4^3 = 64x below the asked LR).
+LR_BACKOFF = 4.0
+MAX_BACKOFFS = 3
+#: A loss this much above its init value at the last step is an unstable run.
+UNSTABLE_LOSS_RISE = 1.05
+
+
+def unstable(data: pd.DataFrame) -> str | None:
+    """Why a coordinate-check run is unstable at its smallest width, or None: a non-finite
+    activation or loss, or a seed whose loss after its last update is more than
+    :data:`UNSTABLE_LOSS_RISE` × its loss at init (the updates made the fit to the one
+    batch worse: the LR is past the edge of stability for the model itself). Only the
+    smallest width (and depth) is judged: there every parametrization is the same model,
+    so instability there is the LR's; instability that appears only wider is the width
+    effect the check exists to find (SP's), and lowering the LR for it would hide it."""
+    data = data[(data["width"] == data["width"].min()) & (data["depth"] == data["depth"].min())]
+    if not np.isfinite(data["l1"]).all() or not np.isfinite(data["loss"]).all():
+        r = data[~(np.isfinite(data["l1"]) & np.isfinite(data["loss"]))].iloc[0]
+        return f"non-finite activation or loss at width {r['width']}, step {r['step']} ({r['module']})"
+    per = data.groupby(["width", "depth", "seed", "step"])["loss"].first().unstack("step")
+    first, last = per[per.columns.min()], per[per.columns.max()]
+    rise = (last / first).sort_values(ascending=False)
+    if len(rise) and rise.iloc[0] > UNSTABLE_LOSS_RISE:
+        w, d, sd = rise.index[0]
+        return (f"the loss rose from {first[rise.index[0]]:.3g} at init to {last[rise.index[0]]:.3g} at width {w}"
+                + (f", depth {d}" if d else "") + f", seed {sd}")
+    return None
+
+
+def _measure(builder: Callable[..., nn.Module], batch: Batch | Callable[[], Batch], *, kind: str,
+             widths: list[int], base_width: int, depth_list: list[int | None], base_depth: int | None,
+             depth_alpha: float, steps: int, seed_list: list[int], optimizer: str, lr: float,
+             multipliers: Multipliers | None, rules: Sequence[tuple[str, str]], readout_init: str,
+             loss_fn: LossFn, modules: Callable[[nn.Module], list[str]],
+             progress: Callable[[], None] | None) -> tuple[pd.DataFrame, set[str], set[str]]:
+    """One run of the check at ``lr``: (the coordinates, the readouts that may shrink, the
+    modules a norm follows)."""
     rule_set = "sgd" if optimizer == "sgd" else "adam"
     get_batch = batch if callable(batch) else (lambda: batch)
     records: list[dict[str, Any]] = []
@@ -491,18 +567,7 @@ def coord_check(
                                     "module": alias[name], "step": step, "l1": l1, "loss": loss})
                 if progress is not None:
                     progress()
-    data = pd.DataFrame(records)
-    bad = data[~np.isfinite(data["l1"])]
-    if len(bad):
-        r = bad.iloc[0]
-        raise ValueError(f"non-finite activation in {r['module']} at width {r['width']}, step "
-                         f"{r['step']}: lower the learning rate (lr={lr})")
-    settings = {"widths": widths, "depths": [d for d in depth_list if d], "steps": steps,
-                "seeds": seeds, "optimizer": optimizer, "lr": lr, "base_width": base_width,
-                "base_depth": base_depth, "depth_alpha": depth_alpha,
-                "rules": [list(r) for r in rules], "readout_init": readout_init, "tol_rule": tol_rule}
-    return CoordCheckResult(kind, data, fit_slopes(data), tol, settings, tuple(sorted(readouts)),
-                            tuple(sorted(normalized)))
+    return pd.DataFrame(records), readouts, normalized
 
 
 def shrinking_readouts(pz: Parametrization) -> tuple[str, ...]:
