@@ -153,6 +153,27 @@ def test_multiplier_spec_searches_only_trainconfig_fields_and_its_corners_are_va
 
 
 
+def test_summary_shows_a_superseded_records_note_in_place_of_its_verdict() -> None:
+    """A record that measures a setup no longer the default shows its note before its
+    headline and no verdict; every other record keeps its figures and verdict."""
+    import json
+
+    from benchmarks.__main__ import summary_row
+
+    rec = {"date": "2026-12-01T18:02:47+00:00", "machine": {"device": "cpu", "cpu_count": 2},
+           "figures": {"ratio_best_loss_mup_over_sp_widest": 1.0305}, "passed": True}
+    plain = summary_row("x", rec)
+    assert plain.endswith("| ratio_best_loss_mup_over_sp_widest = 1.03 | yes |") and "superseded" not in plain
+    old = summary_row("x", {**rec, "superseded": "mup's constant readout"})
+    cells = [c.strip() for c in old.strip("|").split("|")]
+    assert cells[3] == "**superseded**: mup's constant readout. ratio_best_loss_mup_over_sp_widest = 1.03"
+    assert cells[4] == "superseded"
+    # the committed records of the old proxy's constant readout say so (the summary reads them)
+    for name in ("mup_vs_sp", "mup_vs_sp_ablation", "tuned_multipliers", "transfer_fidelity"):
+        note = json.loads((ROOT / "benchmarks" / "results" / f"{name}.json").read_text())["superseded"]
+        assert "constant readout" in note and "150 steps" in note and "gpt-small" in note, name
+
+
 def test_mup_vs_sp_imports_only_rows_of_its_own_setup(tmp_path: Path) -> None:
     """Earlier results are reused only when every hyperparameter column equals the
     benchmark's config at that (parametrization, width, lr, seed)."""
