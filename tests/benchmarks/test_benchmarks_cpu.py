@@ -302,6 +302,27 @@ def test_readout_ladder_work_list_equal_seeds_and_base_width_twins() -> None:
     assert twins[("mup_fan_in", 64)] is None and twins[("sp", 32)] is None
 
 
+def test_readout_ladder_widest_seeds_cut_only_the_widest_width() -> None:
+    """--widest-seeds gives every arm those seeds at the widest width (still paired with
+    SP's there) and leaves every narrower width, and the base width's twins, as they were."""
+    from benchmarks.readout_ladder import work_list
+
+    arms = ("sp", "mup_fan_in")
+    full = work_list((32, 128, 256), (0, 1, 2), arms=arms, equal_seeds=True)
+    cut = work_list((32, 128, 256), (0, 1, 2), arms=arms, equal_seeds=True, widest_seeds=(0, 1))
+    assert [(a, w) for a, _, w, *_ in cut] == [(a, w) for a, _, w, *_ in full]
+    for (a, over, w, sd, same), (_, over_f, _, sd_f, same_f) in zip(cut, full, strict=True):
+        assert sd == ((0, 1) if w == 256 else (0, 1, 2)) and sd_f == (0, 1, 2), (a, w)
+        assert (over, same) == (over_f, same_f)
+    # a one-seed cut named for an arm still wins at the widest width
+    one = work_list((32, 256), (0, 1, 2), ("sp",), arms, True, widest_seeds=(0, 1))
+    assert {(a, w): sd for a, _, w, sd, _ in one}[("sp", 256)] == (0,)
+    with pytest.raises(ValueError, match=r"widest seeds \[3\] must be some of the seeds \[0, 1, 2\]"):
+        from benchmarks.readout_ladder import run
+
+        run((32, 256), (0, 1, 2), widest_seeds=(3,), train_missing=False)
+
+
 def test_readout_ladder_files_demo_rows_under_named_readouts(tmp_path: Path) -> None:
     """The demo's μP rows are imported as the constant readout only when their
     readout_init column says so, and SP rows as SP, under the ladder's own proxy."""
