@@ -41,6 +41,11 @@ half-octave grid: ``--seeds 0,1,2 --step 0.5 --arms sp,mup_fan_in,mup_constant
 ``results/readout_ladder_500_steps.json`` is the same proxy at 500 steps of 8×64, widths 32
 and 256, seeds 0, 1: ``--widths 32,256 --seeds 0,1 --step 0.5 --arms sp,mup_fan_in
 --equal-seeds --steps 500 --name readout_ladder_500_steps``.
+``results/readout_ladder_1000_steps.json`` is the same proxy at 1,000 steps of 8×64, widths
+32, 128 and 256, SP and the default ``fan_in`` readout, seeds 0, 1, 2 at every width:
+``--widths 32,128,256 --seeds 0,1,2 --step 0.5 --arms sp,mup_fan_in --equal-seeds --steps 1000
+--name readout_ladder_1000_steps``, one process on one thread, built in three resumed passes
+(widths 32 and 128; then 256 with ``--widest-seeds 0,1``; then seed 2 at 256).
 ``results/readout_ladder_demo_equal_seeds.json`` is the demo's earlier horizon (125 steps of
 16×64) over widths 32–256 with SP and the fan-in readout on seeds 0, 1 and a half-octave
 grid: ``--widths 32,64,128,256 --seeds 0,1 --step 0.5 --arms sp,mup_fan_in --equal-seeds
@@ -238,8 +243,9 @@ def plot(fit: Any, arms: dict[str, Any], path: Path, demo: dict[str, Any] | None
     left.set_ylabel("optimal log2 LR")
     right.set_ylabel("best loss / SP's best loss")
     demo = demo or DEMO
+    span = res["width"].max() / res["width"].min()
     fig.suptitle(f"{demo['preset']}, {demo['steps']} steps of batch {demo['batch_size']}: readout init over "
-                 "16x width", fontsize=9)
+                 f"{span:.0f}x width", fontsize=9)
     fig.tight_layout()
     try:
         return savefig_atomic(fig, path)
