@@ -46,6 +46,10 @@ and 256, seeds 0, 1: ``--widths 32,256 --seeds 0,1 --step 0.5 --arms sp,mup_fan_
 ``--widths 32,128,256 --seeds 0,1,2 --step 0.5 --arms sp,mup_fan_in --equal-seeds --steps 1000
 --name readout_ladder_1000_steps``, one process on one thread, built in three resumed passes
 (widths 32 and 128; then 256 with ``--widest-seeds 0,1``; then seed 2 at 256).
+``results/readout_ladder_1000_steps_constant.json`` adds mup's ``constant`` readout beside it
+at widths 32 and 128 (the same trial log): ``--widths 32,128 --seeds 0,1,2 --step 0.5 --arms
+sp,mup_constant --equal-seeds --steps 1000 --name readout_ladder_1000_steps_constant --out
+runs/readout_ladder_1000_steps``.
 ``results/readout_ladder_demo_equal_seeds.json`` is the demo's earlier horizon (125 steps of
 16×64) over widths 32–256 with SP and the fan-in readout on seeds 0, 1 and a half-octave
 grid: ``--widths 32,64,128,256 --seeds 0,1 --step 0.5 --arms sp,mup_fan_in --equal-seeds
