@@ -59,6 +59,9 @@ def _fmt(v: Any) -> str:
 
 
 def summary_row(name: str, data: dict[str, Any]) -> str:
+    """One markdown row of SUMMARY.md. A record with a ``superseded`` note (it measures
+    a setup that is no longer the default) shows the note before its figures and no
+    verdict, so its headline is never read as the current answer."""
     figures = _flatten(data.get("figures", {}))
     keys = [k for k in figures if k.rsplit(".", 1)[-1].startswith(("speedup_", "ratio_", "drift_"))]
     keys += [k for k in figures if k not in keys][: max(0, 6 - len(keys))]
@@ -66,6 +69,9 @@ def summary_row(name: str, data: dict[str, Any]) -> str:
     machine = data.get("machine", {})
     where = f"{machine.get('device', machine.get('platform', '?'))}, {machine.get('cpu_count', '?')} CPU"
     verdict = {True: "yes", False: "no"}.get(data.get("passed"), "-")
+    if data.get("superseded"):
+        shown = f"**superseded**: {data['superseded']}. {shown}"
+        verdict = "superseded"
     return f"| {name} | {data.get('date', '?')[:16]} | {where} | {shown} | {verdict} |"
 
 

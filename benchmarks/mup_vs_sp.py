@@ -1,6 +1,17 @@
 """μP vs SP at the widest proxy: where μP's 3% best-loss gap comes from, and a fix.
 
-On the demo's proxy (gpt-small, 150 steps; ``DEMO`` in
+**Superseded** (:data:`benchmarks.tuned_multipliers.SUPERSEDED`, written into its records):
+this is mup's ``constant`` readout on the old demo proxy (gpt-small, 150 steps of 16×64,
+2 seeds), not the default. Its records
+(``results/mup_vs_sp.json``, ``mup_vs_sp_ablation.json``: μP/SP 1.030 at width 256) found
+the readout init behind the gap, and ``fan_in`` became the default; μP-vs-SP on the default
+readout and the demo's proxy is :mod:`benchmarks.readout_ladder` (``readout_ladder.json``).
+Re-running this module on the default was not done: its ablation alone is ~70 LR-scan runs
+at width 256 (22 CPU-s each at 250 steps of 8×64 with 1 thread, ~60 s wall on the shared
+2-core machine under load), ~26 CPU-min and over an hour of wall time, and the ladder already
+holds its transfer mode's arms.
+
+On the old demo proxy (gpt-small, 150 steps; ``DEMO`` in
 ``benchmarks/tuned_multipliers.py``) μP transfers its LR but its best loss at width 256 is
 ~3% above SP's. At its optimum μP's hidden-matrix LR equals SP's (2^-5.6 / 8 ≈ 2^-8.6), so
 the gap comes from what μP does differently from SP elsewhere. Two modes:
@@ -225,7 +236,7 @@ def ablate(width: int = 256, seeds: tuple[int, ...] = (0, 1), arms: tuple[str, .
     optimal log2 LR. Writes ``results/mup_vs_sp_ablation.json``."""
     from analysis.optimum import OptimumFit
     from benchmarks._proxy import log, record_header
-    from benchmarks.tuned_multipliers import DEMO, best_loss_ratio
+    from benchmarks.tuned_multipliers import DEMO, SUPERSEDED, best_loss_ratio
     from mutransfer._io import atomic_write_text
 
     names = tuple(arms or ABLATIONS)
@@ -252,7 +263,7 @@ def ablate(width: int = 256, seeds: tuple[int, ...] = (0, 1), arms: tuple[str, .
     figures = {f"ratio_{a}_over_sp": v["best_loss_over_sp"] for a, v in per_arm.items() if a != "sp"}
     figures |= {"arms": per_arm, "wall_s": time.perf_counter() - t0,
                 "train_s": float(table["wall_s"].sum())}
-    record = {**record_header("mup_vs_sp_ablation"),
+    record = {**record_header("mup_vs_sp_ablation"), "superseded": SUPERSEDED,
               "setup": {**DEMO, "width": width, "seeds": list(seeds), "lr_grid_step_octaves": step,
                         "lr_grid": "3 points around a guess, widened until the minimum is interior",
                         "n_trials": len(table), "n_diverged": int(table["diverged"].sum()),
@@ -283,7 +294,7 @@ def transfer(fix: str = "readout_fan_in", widths: tuple[int, ...] = (32, 64, 128
     ``results/mup_vs_sp.json``."""
     from analysis.optimum import OptimumFit
     from benchmarks._proxy import finite_or_none, log, record_header
-    from benchmarks.tuned_multipliers import DEMO, best_loss_ratio
+    from benchmarks.tuned_multipliers import DEMO, SUPERSEDED, best_loss_ratio
     from mutransfer._io import atomic_write_text
 
     if fix not in FIXES:
@@ -320,7 +331,7 @@ def transfer(fix: str = "readout_fan_in", widths: tuple[int, ...] = (32, 64, 128
         "wall_s": time.perf_counter() - t0,
         "train_s": float(table["wall_s"].sum()),
     }
-    record = {**record_header("mup_vs_sp"),
+    record = {**record_header("mup_vs_sp"), "superseded": SUPERSEDED,
               "setup": {**DEMO, "widths": sorted(widths), "seeds": list(seeds),
                         "sp_seeds_below_widest": list(seeds[:1]), "fix": {fix: fix_overrides},
                         "lr_grid_step_octaves": step, "n_trials": len(table),

@@ -31,7 +31,7 @@ still leaves the candidate's verdict.
 
     python -m benchmarks.readout_ladder [--widths 32,...,512] [--import-csv RESULTS.csv]
         [--arms sp,mup_fan_in] [--equal-seeds] [--step 0.5] [--name NAME] [--jobs 2]
-        [--steps N --batch-size B]
+        [--steps N --batch-size B] [--widest-seeds 0,1]
 
 ``results/readout_ladder.json`` (2026-12-03) is the demo's proxy at the demo's horizon, SP,
 the default ``fan_in`` readout and mup's ``constant`` on seeds 0, 1, 2 at every width, a
@@ -41,6 +41,15 @@ half-octave grid: ``--seeds 0,1,2 --step 0.5 --arms sp,mup_fan_in,mup_constant
 ``results/readout_ladder_500_steps.json`` is the same proxy at 500 steps of 8×64, widths 32
 and 256, seeds 0, 1: ``--widths 32,256 --seeds 0,1 --step 0.5 --arms sp,mup_fan_in
 --equal-seeds --steps 500 --name readout_ladder_500_steps``.
+``results/readout_ladder_1000_steps.json`` is the same proxy at 1,000 steps of 8×64, widths
+32, 128 and 256, SP and the default ``fan_in`` readout, seeds 0, 1, 2 at every width:
+``--widths 32,128,256 --seeds 0,1,2 --step 0.5 --arms sp,mup_fan_in --equal-seeds --steps 1000
+--name readout_ladder_1000_steps``, one process on one thread, built in three resumed passes
+(widths 32 and 128; then 256 with ``--widest-seeds 0,1``; then seed 2 at 256).
+``results/readout_ladder_1000_steps_constant.json`` adds mup's ``constant`` readout beside it
+at widths 32 and 128 (the same trial log): ``--widths 32,128 --seeds 0,1,2 --step 0.5 --arms
+sp,mup_constant --equal-seeds --steps 1000 --name readout_ladder_1000_steps_constant --out
+runs/readout_ladder_1000_steps``.
 ``results/readout_ladder_demo_equal_seeds.json`` is the demo's earlier horizon (125 steps of
 16×64) over widths 32–256 with SP and the fan-in readout on seeds 0, 1 and a half-octave
 grid: ``--widths 32,64,128,256 --seeds 0,1 --step 0.5 --arms sp,mup_fan_in --equal-seeds
@@ -110,12 +119,14 @@ TARGETS = {"ratio_best_loss_over_sp_widest_max": 1.0, "drift_octaves_max": 0.25}
 
 def work_list(widths: tuple[int, ...], seeds: tuple[int, ...],
               one_seed_widest: tuple[str, ...] = (), arms: tuple[str, ...] = tuple(ARMS),
-              equal_seeds: bool = False) -> list[Work]:
+              equal_seeds: bool = False, widest_seeds: tuple[int, ...] | None = None) -> list[Work]:
     """The LR scans in the order the decision needs them, widest width first (the
     verdict's width): SP and the fan-in readout (the candidate), then the constant readout
     (its narrower widths are usually imported from the demo), then the zero readout.
     ``arms``: the arms to scan (a subset of :data:`ARMS`); ``equal_seeds``: every arm gets
-    every seed at every width (no seed cuts, so each ratio to SP is seed-paired)."""
+    every seed at every width (no seed cuts, so each ratio to SP is seed-paired);
+    ``widest_seeds``: every arm's seeds at the widest width (a cut for time that keeps the
+    ratio to SP there seed-paired; the narrower widths keep ``seeds``)."""
     wide = max(widths)
     work: list[Work] = []
     scanned: list[str] = []
@@ -126,6 +137,8 @@ def work_list(widths: tuple[int, ...], seeds: tuple[int, ...],
             for a in group:
                 cut = a in ONE_SEED or (a in ONE_SEED_BELOW_WIDEST and w != wide)
                 sd = seeds[:1] if (cut and not equal_seeds) or (a in one_seed_widest and w == wide) else seeds
+                if widest_seeds and w == wide and a not in one_seed_widest:
+                    sd = widest_seeds
                 twin = next((t for t in SAME_AT_BASE.get(a, ()) if t in scanned or t in group[:group.index(a)]),
                             None)
                 same = ARMS[twin](m) if twin is not None and m == 1 else None
@@ -234,8 +247,9 @@ def plot(fit: Any, arms: dict[str, Any], path: Path, demo: dict[str, Any] | None
     left.set_ylabel("optimal log2 LR")
     right.set_ylabel("best loss / SP's best loss")
     demo = demo or DEMO
+    span = res["width"].max() / res["width"].min()
     fig.suptitle(f"{demo['preset']}, {demo['steps']} steps of batch {demo['batch_size']}: readout init over "
-                 "16x width", fontsize=9)
+                 f"{span:.0f}x width", fontsize=9)
     fig.tight_layout()
     try:
         return savefig_atomic(fig, path)
@@ -248,12 +262,14 @@ def run(widths: tuple[int, ...] = (32, 64, 128, 256, 512), seeds: tuple[int, ...
         import_csv: str | os.PathLike[str] | None = None, results: Path = HERE / "results",
         train_missing: bool = True, one_seed_widest: tuple[str, ...] = (),
         arms: tuple[str, ...] = tuple(ARMS), equal_seeds: bool = False,
-        name: str = "readout_ladder", setup: dict[str, Any] | None = None, jobs: int = 1) -> dict[str, Any]:
+        name: str = "readout_ladder", setup: dict[str, Any] | None = None, jobs: int = 1,
+        widest_seeds: tuple[int, ...] | None = None) -> dict[str, Any]:
     """Scan every (arm, width) (resuming ``out``), then write ``results/NAME.json``
     and ``.png``; returns the record. ``train_missing=False`` reports what the trial log
     holds: a scan it cannot finish is left out and listed under ``setup.incomplete``.
     ``one_seed_widest``: arms scanned with the first seed only at the widest width (a cut
-    for time; their narrower widths keep every seed). ``arms``: the arms to scan (SP is
+    for time; their narrower widths keep every seed). ``widest_seeds``: every arm's seeds
+    at the widest width (:func:`work_list`). ``arms``: the arms to scan (SP is
     always among them: every ratio is to it); ``equal_seeds``: no seed cuts at all.
     ``name``: the record's file name (another ladder is another record, so a figure of
     one name never holds two ladders' values)."""
@@ -272,8 +288,10 @@ def run(widths: tuple[int, ...] = (32, 64, 128, 256, 512), seeds: tuple[int, ...
     bad = sorted((set(one_seed_widest) | set(arms)) - set(ARMS))
     if bad:
         raise ValueError(f"unknown arm(s) {bad}; choose from {', '.join(ARMS)}")
-    table = scan(work_list(widths, seeds, one_seed_widest, arms, equal_seeds), out, jobs, step, demo,
-                 train_missing)
+    if widest_seeds is not None and not (widest_seeds and set(widest_seeds) <= set(seeds)):
+        raise ValueError(f"widest seeds {list(widest_seeds)} must be some of the seeds {list(seeds)}")
+    table = scan(work_list(widths, seeds, one_seed_widest, arms, equal_seeds, widest_seeds), out, jobs, step,
+                 demo, train_missing)
     s = summarize(table, widths)
     wide = str(max(widths))
     figures: dict[str, Any] = {}
@@ -298,7 +316,8 @@ def run(widths: tuple[int, ...] = (32, 64, 128, 256, 512), seeds: tuple[int, ...
                         "seeds_below_widest": {a: list(seeds[:1]) for a in ONE_SEED_BELOW_WIDEST
                                                if cuts and a in arms},
                         "seeds_everywhere": {a: list(seeds[:1]) for a in ONE_SEED if cuts and a in arms},
-                        "seeds_at_widest": {a: list(seeds[:1]) for a in one_seed_widest},
+                        "seeds_at_widest": {**({a: list(widest_seeds) for a in arms} if widest_seeds else {}),
+                                            **{a: list(seeds[:1]) for a in one_seed_widest}},
                         "equal_seeds": equal_seeds,
                         "arms": {a: ARMS[a](2.0) for a in arms}, "lr_grid_step_octaves": step,
                         "lr_grid": "3 points around a guess, widened until the minimum is interior",
@@ -327,6 +346,8 @@ if __name__ == "__main__":
                         "results.csv (a 'mutransfer demo --size small' run's) as finished trials")
     parser.add_argument("--one-seed-widest", default="", help="arms scanned with the first seed only at "
                         f"the widest width, to save time, of {','.join(ARMS)} (default none)")
+    parser.add_argument("--widest-seeds", type=_ints, default=None,
+                        help="every arm's seeds at the widest width, to save time (default --seeds)")
     parser.add_argument("--arms", default=",".join(ARMS),
                         help=f"arms to scan, of {','.join(ARMS)} (default all; sp is always scanned)")
     parser.add_argument("--equal-seeds", action="store_true",
@@ -345,5 +366,5 @@ if __name__ == "__main__":
         parser.error(f"unknown arm(s) {unknown}; choose from {', '.join(ARMS)}")
     rec = run(a.widths, a.seeds, a.out, a.step, a.import_csv, train_missing=not a.report_only,
               one_seed_widest=one, arms=chosen, equal_seeds=a.equal_seeds, name=a.name,
-              setup=demo_setup(a.steps, a.batch_size), jobs=a.jobs)
+              setup=demo_setup(a.steps, a.batch_size), jobs=a.jobs, widest_seeds=a.widest_seeds or None)
     print(json.dumps({k: v for k, v in rec["figures"].items() if k != "arms"}, indent=2))

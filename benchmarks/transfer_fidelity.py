@@ -10,6 +10,17 @@ widest proxy within 1% of SP's (Tensor Programs V, Fig. 1).
     python -m benchmarks.transfer_fidelity [--size small|gpu] [--out DIR]
 
 The sweep is resumable: a re-run with the same --out reuses finished trials.
+
+**The committed record is superseded** (its ``superseded`` field says so): it ran the demo
+of 2026-11-29, gpt-small at 150 steps of 16×64 on 2 seeds with mup's ``constant`` readout
+(the default then), so its μP/SP 1.030 at width 256 is not the default's figure. A re-run
+runs today's demo (llama-small, 250 steps of 8×64, the default ``fan_in`` readout) and
+writes a record without that field; it was not re-run for the record: the whole demo is
+889 CPU-s on the idle 2-core machine (its LR sweep alone ~525 CPU-s with 1 thread, from
+3.5 CPU-s per 250-step run at width 32 and 22 at 256), past 15 minutes of one thread on the
+shared machine. The demo's own figures on the default are
+in docs/results.md ("The demo"); the 3-seed answer over 16× is
+:mod:`benchmarks.readout_ladder`.
 """
 
 from __future__ import annotations

@@ -153,6 +153,27 @@ def test_multiplier_spec_searches_only_trainconfig_fields_and_its_corners_are_va
 
 
 
+def test_summary_shows_a_superseded_records_note_in_place_of_its_verdict() -> None:
+    """A record that measures a setup no longer the default shows its note before its
+    headline and no verdict; every other record keeps its figures and verdict."""
+    import json
+
+    from benchmarks.__main__ import summary_row
+
+    rec = {"date": "2026-12-01T18:02:47+00:00", "machine": {"device": "cpu", "cpu_count": 2},
+           "figures": {"ratio_best_loss_mup_over_sp_widest": 1.0305}, "passed": True}
+    plain = summary_row("x", rec)
+    assert plain.endswith("| ratio_best_loss_mup_over_sp_widest = 1.03 | yes |") and "superseded" not in plain
+    old = summary_row("x", {**rec, "superseded": "mup's constant readout"})
+    cells = [c.strip() for c in old.strip("|").split("|")]
+    assert cells[3] == "**superseded**: mup's constant readout. ratio_best_loss_mup_over_sp_widest = 1.03"
+    assert cells[4] == "superseded"
+    # the committed records of the old proxy's constant readout say so (the summary reads them)
+    for name in ("mup_vs_sp", "mup_vs_sp_ablation", "tuned_multipliers", "transfer_fidelity"):
+        note = json.loads((ROOT / "benchmarks" / "results" / f"{name}.json").read_text())["superseded"]
+        assert "constant readout" in note and "150 steps" in note and "gpt-small" in note, name
+
+
 def test_mup_vs_sp_imports_only_rows_of_its_own_setup(tmp_path: Path) -> None:
     """Earlier results are reused only when every hyperparameter column equals the
     benchmark's config at that (parametrization, width, lr, seed)."""
@@ -279,6 +300,27 @@ def test_readout_ladder_work_list_equal_seeds_and_base_width_twins() -> None:
     twins = {(a, w): same for a, _, w, _, same in work_list((32, 64), (0, 1))}
     assert twins[("mup_fan_in", 32)] == ARMS["sp"](1.0) and twins[("mup_constant", 32)] == ARMS["sp"](1.0)
     assert twins[("mup_fan_in", 64)] is None and twins[("sp", 32)] is None
+
+
+def test_readout_ladder_widest_seeds_cut_only_the_widest_width() -> None:
+    """--widest-seeds gives every arm those seeds at the widest width (still paired with
+    SP's there) and leaves every narrower width, and the base width's twins, as they were."""
+    from benchmarks.readout_ladder import work_list
+
+    arms = ("sp", "mup_fan_in")
+    full = work_list((32, 128, 256), (0, 1, 2), arms=arms, equal_seeds=True)
+    cut = work_list((32, 128, 256), (0, 1, 2), arms=arms, equal_seeds=True, widest_seeds=(0, 1))
+    assert [(a, w) for a, _, w, *_ in cut] == [(a, w) for a, _, w, *_ in full]
+    for (a, over, w, sd, same), (_, over_f, _, sd_f, same_f) in zip(cut, full, strict=True):
+        assert sd == ((0, 1) if w == 256 else (0, 1, 2)) and sd_f == (0, 1, 2), (a, w)
+        assert (over, same) == (over_f, same_f)
+    # a one-seed cut named for an arm still wins at the widest width
+    one = work_list((32, 256), (0, 1, 2), ("sp",), arms, True, widest_seeds=(0, 1))
+    assert {(a, w): sd for a, _, w, sd, _ in one}[("sp", 256)] == (0,)
+    with pytest.raises(ValueError, match=r"widest seeds \[3\] must be some of the seeds \[0, 1, 2\]"):
+        from benchmarks.readout_ladder import run
+
+        run((32, 256), (0, 1, 2), widest_seeds=(3,), train_missing=False)
 
 
 def test_readout_ladder_files_demo_rows_under_named_readouts(tmp_path: Path) -> None:
