@@ -175,7 +175,7 @@ def test_export_refuses_what_an_engine_cannot_carry_unless_dropped(tmp_path, cap
 
 
 def test_batch_is_rounded_to_a_power_of_two_friendly_multiple(plan_kw) -> None:
-    
+
     plan = plan_kw(proxy_lr=0.01, proxy_lr_interval=None, tokens=1e9, seq_len=64, batch_tokens=1194 * 64)
     assert plan.batch_sequences % 8 == 0 and abs(plan.batch_sequences - 1194) <= 4
     assert plan.micro_batch == 8 and "power-of-two default" in plan.projected["batch_split"]["rule"]
