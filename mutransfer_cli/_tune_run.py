@@ -30,7 +30,7 @@ from mutransfer_cli import main as cli_main
 from mutransfer_cli._demo_scaling import scaling_stage
 from mutransfer_cli._demo_sizes import DemoSize, ScalingStage, model_kw
 from mutransfer_cli._demo_stage import Clock, log
-from sweeps.budget import CostModel, TunePlan, plan_budget, refine_seed_s
+from sweeps.budget import CostModel, TunePlan, least_budget, plan_budget, refine_seed_s
 from sweeps.extend import Bounds, run_bracketed
 from sweeps.results import results_table, write_table
 from sweeps.spec_kinds import LRSweep
@@ -123,23 +123,19 @@ def _plan(args: argparse.Namespace, out: Path, device: str, workers: int, quiet:
         raise ValueError(f"no width of at least 2x the base width {base} fits this model")
     log(quiet, f"[plan] probing the cost of a run at widths {base} and {wider}")
     cost = probe(model, base, wider, depth, extra, 8, seq_len, device)
-    budget, stretched = args.budget, ""
-    while True:
-        try:
-            plan = plan_budget(cost, budget_s=budget, workers=workers, base_width=base, valid_widths=widths,
-                               seq_len=seq_len, max_tokens=args.tokens, arms=arms,
-                               **dict(zip(("min_steps", "min_batch_steps"), floors or ())))
-            break
-        except ValueError as exc:
-            # the demo (stretch_budget) runs on whatever machine it is given, a loaded one
-            # included: the smallest plan that stands, over budget and said so, not an error
-            if not getattr(args, "stretch_budget", False) or budget >= 8 * args.budget:
-                raise
-            stretched = stretched or str(exc)
-            budget *= 2 ** 0.25
-    if stretched:
-        why = (f"the budget of {args.budget:.0f} s buys too little on this machine as probed ({stretched}); "
-               f"planned for {budget:.0f} s instead, {budget / args.budget:.2f}x over")
+    kw = {"workers": workers, "base_width": base, "valid_widths": widths, "seq_len": seq_len,
+          "max_tokens": args.tokens, "arms": arms, **dict(zip(("min_steps", "min_batch_steps"), floors or ()))}
+    try:
+        plan = plan_budget(cost, budget_s=args.budget, **kw)
+    except ValueError as exc:
+        # the demo (stretch_budget) runs on whatever machine it is given, a loaded one
+        # included: the least plan that stands, over budget and said so, not an error
+        need = least_budget(cost, budget_s=args.budget, **kw) if getattr(args, "stretch_budget", False) else None
+        if need is None:
+            raise
+        plan = plan_budget(cost, budget_s=need, **kw)
+        why = (f"the budget of {args.budget:.0f} s buys too little on this machine as probed ({exc}); planned "
+               f"for {need} s instead, {need / args.budget:.2f}x over")
         log(quiet, f"[plan] {why}")
         plan = dataclasses.replace(plan, reasons={**plan.reasons, "budget": why})
     doc = {"inputs": inputs, "cost": dataclasses.asdict(cost), "plan": plan.to_dict(), "target_context": ctx}

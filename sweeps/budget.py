@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["SHARES", "CostModel", "TunePlan", "plan_budget", "refine_seed_s", "scaling_stage_cost"]
+__all__ = ["SHARES", "CostModel", "TunePlan", "least_budget", "plan_budget", "refine_seed_s", "scaling_stage_cost"]
 
 #: The budget's split over the stages: the coordinate check and the coarse LR search at the
 #: base width; the LR x width ladder (μP's optimum and its drift); the LR x batch x budget
@@ -145,17 +145,29 @@ def plan_budget(cost: CostModel, *, budget_s: float, **kw: Any) -> TunePlan:
     try:
         return _plan_budget(cost, budget_s=budget_s, **kw)
     except _TooSmall as exc:
-        lo, hi = budget_s, budget_s * 2
-        while not _plans(cost, hi, kw):
-            lo, hi = hi, hi * 2
-            if hi > 1e4 * budget_s:
-                raise ValueError(f"{exc}; no budget up to {hi:.3g} s buys a plan: more workers, or a narrower "
-                                 "base width") from None
-        while hi - lo > max(1.0, 0.01 * hi):
-            mid = (lo + hi) / 2
-            lo, hi = (lo, mid) if _plans(cost, mid, kw) else (mid, hi)
-        raise ValueError(f"{exc}; give at least {math.ceil(hi)} s (--budget), more workers, or a narrower "
-                         "base width") from None
+        need = least_budget(cost, budget_s=budget_s, **kw)
+        if need is None:
+            raise ValueError(f"{exc}; no budget up to {1e4 * budget_s:.3g} s buys a plan: more workers, or a "
+                             "narrower base width") from None
+        raise ValueError(f"{exc}; give at least {need} s (--budget), more workers, or a narrower base "
+                         "width") from None
+
+
+def least_budget(cost: CostModel, *, budget_s: float, **kw: Any) -> int | None:
+    """The least whole-second budget at or above ``budget_s`` for which :func:`plan_budget`
+    plans with the same arguments (to 1%, by bisection on the pure planner), or None when
+    none up to 10^4 × ``budget_s`` does."""
+    if _plans(cost, budget_s, kw):
+        return math.ceil(budget_s)
+    lo, hi = budget_s, budget_s * 2
+    while not _plans(cost, hi, kw):
+        lo, hi = hi, hi * 2
+        if hi > 1e4 * budget_s:
+            return None
+    while hi - lo > max(1.0, 0.01 * hi):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if _plans(cost, mid, kw) else (mid, hi)
+    return math.ceil(hi)
 
 
 def _plans(cost: CostModel, budget_s: float, kw: dict[str, Any]) -> bool:

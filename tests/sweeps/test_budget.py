@@ -141,3 +141,18 @@ def test_the_scaling_grid_keeps_four_batches_for_the_audit_and_names_the_budget_
     low = plan_budget(cost, budget_s=60.0, workers=1, base_width=32, valid_widths=WIDTHS, seq_len=16,
                       min_steps=8, min_batch_steps=1)
     assert low.steps >= 8 and len(low.scaling_batch_sizes) >= 4
+
+
+def test_least_budget_is_the_threshold_of_the_planner() -> None:
+    """least_budget is where plan_budget starts to plan: it plans there and not 2% below;
+    a budget that already plans is its own answer."""
+    from sweeps.budget import least_budget
+
+    cost = _cost(overhead=0.2, step=2e-3)
+    kw = {"workers": 2, "base_width": 32, "valid_widths": WIDTHS, "seq_len": 64, "arms": 2}
+    need = least_budget(cost, budget_s=10.0, **kw)
+    assert need is not None and need > 10
+    assert plan_budget(cost, budget_s=need, **kw).steps >= MIN_STEPS
+    with pytest.raises(ValueError, match="give at least"):
+        plan_budget(cost, budget_s=need * 0.98, **kw)
+    assert least_budget(cost, budget_s=4.0 * need, **kw) == math.ceil(4.0 * need)
