@@ -275,9 +275,8 @@ def tune(args: argparse.Namespace) -> Tuned:
                f"{list(plan.scaling_batch_sizes)}, and the held-out audit (est {est['scaling']:.0f} s)")
     sz = _size(plan, model, extra, centre, args, depth)
     sz = dataclasses.replace(sz, scaling=dataclasses.replace(sz.scaling, seeds=tuple(range(prev["seeds"]))))
-    mup_fit = OptimumFit(x="lr", y="loss", group_by=("parametrization", "width"), n_boot=500).fit(
-        table[table["parametrization"] == "mup"]) if compare_sp else fit
-    scaling = scaling_stage(out, sz, "tune-scaling", mup_fit, device=device, workers=args.workers,
+    # the scaling stage reads μP's group of the ladder's fit only (SP's rows change nothing there)
+    scaling = scaling_stage(out, sz, "tune-scaling", fit, device=device, workers=args.workers,
                             n_workers=n_workers, quiet=quiet, clock=clock)
     done.scaling = scaling
     report["scaling"] = {k: scaling.get(k) for k in ("laws", "budget_optima", "error", "audit_path", "fit_path")}
@@ -290,7 +289,7 @@ def tune(args: argparse.Namespace) -> Tuned:
     log(quiet, "[5/5] the card")
     with clock.stage("card"):
         made = _card(args, plan, depth, extra, scaling, out)
-    made, again, report["refine"] = _refine(args, out, plan, doc, sz, mup_fit, made, scaling, depth, extra,
+    made, again, report["refine"] = _refine(args, out, plan, doc, sz, fit, made, scaling, depth, extra,
                                             device=device, n_workers=n_workers, quiet=quiet, clock=clock,
                                             t0=t0)
     if report["refine"]["rounds"]:

@@ -12,7 +12,8 @@ to the budget (``plan.json``, each choice with its reason), then
 4. the scaling sweep (token budget D as WSD branches × batch B × LRs), the η*(B, D) and
    B*(D) laws, the critical batch two ways and the held-out audit;
 5. the card for the size's target, weighed against the published laws, written only when
-   tune stands behind it (else ``card.rejected.yaml`` and the reasons, exit status 1);
+   tune stands behind it (else ``card.rejected.yaml`` and the reasons; the demo still
+   exits 0, its report carrying the verdict, where ``tune`` exits 1);
 6. the plots, ``report.md``, ``report.html`` and ``summary.json`` (with the wall and CPU
    time of every stage).
 
