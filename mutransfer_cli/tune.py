@@ -2,8 +2,9 @@
 
 One command places the proxy runs itself:
 
-1. **plan** (:func:`sweeps.budget.plan_budget`): two short probe runs measure the seconds
-   per token at the base width and twice it; the budget is split over the stages and each
+1. **plan** (:func:`sweeps.budget.plan_budget`): short probe runs (each 3 times, the
+   fastest kept: load only adds time) measure the seconds per token at the base width and
+   twice it; the budget is split over the stages and each
    stage's runs sized to fill its share; every choice is recorded with its reason
    (``plan.json``). A re-run with the same inputs reuses the plan and resumes the sweeps.
 2. **coordinate check** of μP at the ladder's widths: a gate (a failure stops here).
