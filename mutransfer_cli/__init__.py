@@ -119,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.verb is None:
         parser.print_help()
         return 2
+    args.raw_argv = argv  # a verb that resubmits itself (tune --slurm) runs what was typed
     module = importlib.import_module(VERBS[args.verb][0])
     # A module:function model builder is first imported and built in a child process
     # (mutransfer.contain): one that exits or hangs is an error line, not this verb's end.

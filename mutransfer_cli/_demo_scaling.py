@@ -45,7 +45,7 @@ def scaling_stage(out: Path, sz: DemoSize, study: str, fit: Any, *, device: str,
                               **dict(sz.train_extra)},
                         name=study)
     n = len(spec.points())
-    log(quiet, f"[4/7] scaling sweep: {n} trials at width {width} (+ {sc.check_width}): budgets "
+    log(quiet, f"      {n} trials at width {width} (+ {sc.check_width}): budgets "
                 f"{[f'{t:.3g}' for t in spec.budgets()]} tokens as WSD branches, batches "
                 f"{list(sc.batch_sizes)} "
                 f"x {sz.seq_len} tokens, {len(sc.log2_lr_offsets)} LRs around 2^{math.log2(lr_center):.2f} "
@@ -80,7 +80,7 @@ def scaling_stage(out: Path, sz: DemoSize, study: str, fit: Any, *, device: str,
     if bracket is not None:
         for line in bracket.lines():
             log(quiet, f"      {line}")
-    log(quiet, "[5/7] eta*(B, D) and B*(D) laws, critical batch two ways, held-out audit")
+    log(quiet, "      fitting eta*(B, D) and B*(D), the critical batch two ways; the held-out audit")
     rows = fit_rows(table, spec)
     try:
         with clock.stage("scaling_fit"):

@@ -13,6 +13,7 @@ names; a journal file or a password-less URL is named as is.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shlex
@@ -118,6 +119,41 @@ def storage_args(storage: Storage, storage_file: str | None) -> tuple[str, ...]:
     return ("--storage", storage.url)
 
 
+def sbatch_options(*, cpus: int, gpus: int, time: str | None, partition: str | None, account: str | None,
+                   extra: tuple[str, ...], own: dict[str, str]) -> list[str]:
+    """The ``#SBATCH`` lines every job script shares, each value checked: ``own`` maps the
+    options the caller sets itself to the flag that sets them (refused in ``extra``)."""
+    for opt in extra:
+        if not _SAFE_OPT.match(opt):
+            raise ValueError(f"--sbatch-arg {opt!r} must look like --option or --option=value")
+        name = opt.split("=", 1)[0]
+        if name in own:
+            raise ValueError(f"--sbatch-arg {opt!r}: mutransfer sets {name} itself (from "
+                             f"{own[name]}); drop it")
+    if time is not None:
+        time_minutes(time)
+    lines = [f"#SBATCH --cpus-per-task={cpus}"]
+    if gpus:
+        lines.append(f"#SBATCH --gres=gpu:{gpus}")
+    for opt, value in (("time", time), ("partition", partition), ("account", account)):
+        if value is not None:
+            if not re.fullmatch(r"[A-Za-z0-9_.:,+-]+", value):
+                raise ValueError(f"--{opt} {value!r} has characters SLURM does not take")
+            lines.append(f"#SBATCH --{opt}={value}")
+    return lines + [f"#SBATCH {opt}" for opt in extra]
+
+
+def _environment(cwd: str) -> list[str]:
+    """The script's shell set-up: strict mode, the working folder, this checkout first on
+    PYTHONPATH, one BLAS thread per allotted core."""
+    root = check_text("mutransfer's folder", str(Path(__file__).resolve().parent.parent))
+    q = shlex.quote
+    return ["set -euo pipefail",
+            f"cd {q(check_text('working folder', cwd))}",
+            f'export PYTHONPATH={q(root)}"${{PYTHONPATH:+:$PYTHONPATH}}"',
+            'export OMP_NUM_THREADS="${SLURM_CPUS_PER_TASK:-1}"']
+
+
 def job_script(job: SlurmJob, *, python: str | None = None, cwd: str | None = None) -> str:
     """The ``sbatch`` script of ``job`` (bash; the ``#SBATCH`` lines are comments to bash,
     so the script also runs as is, one worker, outside SLURM)."""
@@ -125,20 +161,8 @@ def job_script(job: SlurmJob, *, python: str | None = None, cwd: str | None = No
         raise ValueError(f"--workers {job.workers} must be >= 1")
     check_text("study name", job.study)
     check_text("log folder", job.log_dir)
-    for opt in job.extra:
-        if not _SAFE_OPT.match(opt):
-            raise ValueError(f"--sbatch-arg {opt!r} must look like --option or --option=value")
-        name = opt.split("=", 1)[0]
-        if name in _OWN_OPTS:
-            raise ValueError(f"--sbatch-arg {opt!r}: launch sets {name} itself (from "
-                             f"{_OWN_OPTS[name]}); drop it")
-    if job.time is not None:
-        time_minutes(job.time)
     q = shlex.quote
-    python = python or sys.executable
-    cwd = cwd or os.getcwd()
-    root = check_text("mutransfer's folder", str(Path(__file__).resolve().parent.parent))
-    check_text("python", python)
+    python = check_text("python", python or sys.executable)
     array = f"0-{job.workers - 1}" + (f"%{job.max_parallel}" if job.max_parallel else "")
     lines = [
         "#!/bin/bash",
@@ -148,17 +172,10 @@ def job_script(job: SlurmJob, *, python: str | None = None, cwd: str | None = No
          if "--storage-file" in job.storage_args else "# The storage holds no secret: it is named as is."),
         f"#SBATCH --job-name={slug('mutransfer-' + job.study)}",
         f"#SBATCH --array={array}",
-        f"#SBATCH --cpus-per-task={job.cpus_per_worker}",
         f"#SBATCH --output={sbatch_quote(job.log_dir + '/worker-%A_%a.log')}",
+        *sbatch_options(cpus=job.cpus_per_worker, gpus=job.gpus_per_worker, time=job.time,
+                        partition=job.partition, account=job.account, extra=job.extra, own=_OWN_OPTS),
     ]
-    if job.gpus_per_worker:
-        lines.append(f"#SBATCH --gres=gpu:{job.gpus_per_worker}")
-    for opt, value in (("time", job.time), ("partition", job.partition), ("account", job.account)):
-        if value is not None:
-            if not re.fullmatch(r"[A-Za-z0-9_.:,+-]+", value):
-                raise ValueError(f"--{opt} {value!r} has characters SLURM does not take")
-            lines.append(f"#SBATCH --{opt}={value}")
-    lines += [f"#SBATCH {opt}" for opt in job.extra]
     worker = [python, "-m", "mutransfer_cli", "sweep", "worker", *job.storage_args, "--study", job.study]
     tail = ['--worker-index "${SLURM_ARRAY_TASK_ID:-0}"']
     if job.fuse is not None:
@@ -166,13 +183,76 @@ def job_script(job: SlurmJob, *, python: str | None = None, cwd: str | None = No
     if job.track is not None:
         tail.append(f"--track {q(job.track)}")
     lines += [
-        "set -euo pipefail",
-        f"cd {q(check_text('working folder', cwd))}",
+        *_environment(cwd or os.getcwd())[:2],
         f"mkdir -p -- {q(job.log_dir)}  # SLURM needs it before the task starts: `launch` made it",
-        f'export PYTHONPATH={q(root)}"${{PYTHONPATH:+:$PYTHONPATH}}"',
-        'export OMP_NUM_THREADS="${SLURM_CPUS_PER_TASK:-1}"',
+        *_environment(cwd or os.getcwd())[2:],
         "# one GPU per task: SLURM sets CUDA_VISIBLE_DEVICES to the task's own",
         "exec " + " ".join(q(a) for a in worker) + " " + " ".join(tail),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class SlurmTune:
+    """``mutransfer tune --slurm``: the whole tune as one job on one node. Its stages depend
+    on each other's results, so one driver runs them, with its sweep workers beside it
+    (one per GPU of the job); a re-run resumes, so the job is requeueable."""
+
+    argv: tuple[str, ...]
+    """tune's own arguments, the SLURM flags taken out."""
+    log_dir: str
+    """Where the job's log goes (``tune-JOB.log``)."""
+    gpus: int = 1
+    """GPUs of the job (``--gres=gpu:N``): tune runs one sweep worker per GPU; 0 for CPU."""
+    cpus: int = 8
+    """CPU cores of the job."""
+    time: str | None = None
+    """Wall-clock limit (``--time``); None: from tune's ``--budget``."""
+    partition: str | None = None
+    """SLURM partition; None: the cluster's default."""
+    account: str | None = None
+    """SLURM account; None: the user's default."""
+    extra: tuple[str, ...] = ()
+    """More ``#SBATCH`` options, as given."""
+
+
+#: ``#SBATCH`` options that ``tune --slurm`` sets itself.
+_TUNE_OWN = {"--output": "--out", "-o": "--out", "--error": "--out", "-e": "--out",
+             "--requeue": "tune --slurm (always requeueable)", "--array": "tune --slurm (one job)",
+             "-a": "tune --slurm (one job)"}
+
+
+def budget_time(budget_s: float) -> str:
+    """The job's ``--time`` for a tune of ``budget_s`` seconds: the budget x 1.25 + 15 min.
+    The plan fills the budget with runs; the coordinate check, fits and audit bookkeeping come
+    on top (about 45 s on 2 CPU cores), and a loaded node overruns the probe's estimate."""
+    minutes = math.ceil(budget_s * 1.25 / 60 + 15)
+    if minutes > MAX_TIME_MINUTES:
+        raise ValueError(f"--budget {budget_s:g} s gives a job longer than a year; pass --time")
+    return f"{minutes // 1440}-{minutes % 1440 // 60:02d}:{minutes % 60:02d}:00"
+
+
+def tune_script(job: SlurmTune, *, python: str | None = None, cwd: str | None = None) -> str:
+    """The ``sbatch`` script running ``mutransfer tune`` once with ``job.argv`` (also runs as
+    is outside SLURM, like :func:`job_script`)."""
+    check_text("log folder", job.log_dir)
+    for a in job.argv:
+        check_text("tune argument", a)
+    q = shlex.quote
+    python = check_text("python", python or sys.executable)
+    lines = [
+        "#!/bin/bash",
+        "# mutransfer tune as one job: the driver and one sweep worker per GPU on one node.",
+        "# Written by `mutransfer tune --slurm`; submit with `sbatch THIS_FILE`. Requeueable:",
+        "# a re-run of tune with the same --out resumes its plan and its studies.",
+        "#SBATCH --job-name=mutransfer-tune",
+        f"#SBATCH --output={sbatch_quote(job.log_dir + '/tune-%j.log')}",
+        "#SBATCH --requeue",
+        *sbatch_options(cpus=job.cpus, gpus=job.gpus, time=job.time, partition=job.partition,
+                        account=job.account, extra=job.extra, own=_TUNE_OWN),
+        *_environment(cwd or os.getcwd()),
+        "exec " + " ".join(q(a) for a in (python, "-m", "mutransfer_cli", "tune", *job.argv)),
         "",
     ]
     return "\n".join(lines)

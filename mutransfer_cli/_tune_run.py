@@ -65,30 +65,51 @@ def _flat(model: str, width: int, depth: int, extra: dict[str, Any], **kw: Any) 
             "base_depth": depth, **extra, **kw}
 
 
+#: Times each probe run is repeated after the warm-up; the cost model reads the fastest.
+PROBE_REPEATS = 3
+
+
 def probe(model: str, width0: int, width1: int, depth: int, extra: dict[str, Any], batch: int,
-          seq_len: int, device: str) -> CostModel:
+          seq_len: int, device: str, repeats: int = PROBE_REPEATS) -> CostModel:
     """Seconds per training token at two widths, from short runs (the setup measured apart:
-    two lengths at the base width)."""
-    times = {}
-    # the first run of a length is replaced by the second (a warm-up: data, allocator);
+    two lengths at the base width), each timed ``repeats`` times (:func:`cost_from_times`)."""
+    times: dict[tuple[int, int, int], list[float]] = {}
+    # a first run of the shortest length loads the data and warms the allocator (not kept);
     # batch 1 apart from batch ``batch`` separates the per-step cost from the per-token one
-    runs = ((width0, batch, PROBE_STEPS[0]), (width0, batch, PROBE_STEPS[0]), (width0, batch, PROBE_STEPS[1]),
-            (width0, 1, PROBE_STEPS[1]), (width1, batch, PROBE_STEPS[1]))
-    for w, b, steps in runs:
+    runs = ((width0, batch, PROBE_STEPS[0]), (width0, batch, PROBE_STEPS[1]), (width0, 1, PROBE_STEPS[1]),
+            (width1, batch, PROBE_STEPS[1]))
+    for i, (w, b, steps) in enumerate([runs[0]] + list(runs) * repeats):
         cfg = TrainConfig.from_flat(_flat(model, w, depth, extra, steps=steps, batch_size=b, seq_len=seq_len,
                                           lr=2.0**-6, eval_every=steps, eval_sequences=8, device=device,
                                           threads=1 if device == "cpu" else None, base_width=min(w, width0)))
         t0 = time.perf_counter()
         train(cfg)
-        times[(w, b, steps)] = time.perf_counter() - t0
-    n = PROBE_STEPS[1] - PROBE_STEPS[0]
-    step_b = max(1e-9, (times[(width0, batch, PROBE_STEPS[1])] - times[(width0, batch, PROBE_STEPS[0])]) / n)
-    overhead = max(0.0, times[(width0, batch, PROBE_STEPS[0])] - step_b * PROBE_STEPS[0])
-    step_1 = max(1e-9, (times[(width0, 1, PROBE_STEPS[1])] - overhead) / PROBE_STEPS[1])
+        if i:
+            times.setdefault((w, b, steps), []).append(time.perf_counter() - t0)
+    return cost_from_times(times, width0=width0, width1=width1, batch=batch, seq_len=seq_len)
+
+
+def cost_from_times(times: dict[tuple[int, int, int], list[float]], *, width0: int, width1: int, batch: int,
+                    seq_len: int) -> CostModel:
+    """The cost model from the probe's wall times, ``(width, batch, steps) -> [seconds, ...]``.
+
+    Each run's time is the fastest of its repeats: another process on the machine only ever
+    adds time, so the minimum is the run's own cost (the reasoning of :mod:`timeit`), and one
+    slow repeat no longer moves the plan. Then, with ``n0 < n1`` the probe's step counts:
+    per step at ``batch`` = (t(n1) - t(n0)) / (n1 - n0); the setup = t(n0) - n0 · that;
+    per step at batch 1 = (t1(n1) - setup) / n1; per token = the two steps' difference over
+    ``(batch - 1) · seq_len``; the fixed per-step part = step(1) - seq_len · per token; the
+    wider width's per token from its own run, never below the base's.
+    """
+    t = {k: min(v) for k, v in times.items()}
+    n0, n1 = PROBE_STEPS
+    step_b = max(1e-9, (t[(width0, batch, n1)] - t[(width0, batch, n0)]) / (n1 - n0))
+    overhead = max(0.0, t[(width0, batch, n0)] - step_b * n0)
+    step_1 = max(1e-9, (t[(width0, 1, n1)] - overhead) / n1)
     # step(b) = fixed + b * seq * s_token
     s0 = max(1e-12, (step_b - step_1) / ((batch - 1) * seq_len))
     fixed = max(0.0, step_1 - seq_len * s0)
-    step_w1 = (times[(width1, batch, PROBE_STEPS[1])] - overhead) / PROBE_STEPS[1]
+    step_w1 = (t[(width1, batch, n1)] - overhead) / n1
     s1 = max(s0, (step_w1 - fixed) / (batch * seq_len))
     return CostModel(width0=width0, seconds_per_token0=s0, width1=width1, seconds_per_token1=s1,
                      overhead_s=overhead, seconds_per_step=fixed)

@@ -142,10 +142,17 @@ def _check(args: argparse.Namespace, seeds: list[int], rules: list[Any], optimiz
         lr_rule = f"default: {LR_PER_INIT_STD:g} x the init std {init_std(probe):.3g} of the weight matrices"
         del probe
     kwargs = {"loss_fn": loss_fn} if loss_fn is not None else {}
+    per_pass = bar.total
+
+    def tick() -> None:
+        if bar.done >= bar.total:  # the LR was lowered: the whole check runs again
+            bar.extend(per_pass)
+        bar.advance()
+
     result = coord_check(
         builder, batch, kind=args.parametrization, widths=args.widths, base_width=args.base_width,
         depths=args.depths, depth_alpha=args.depth_alpha, steps=args.steps, seeds=seeds,
-        optimizer=optimizer, lr=lr, tol=args.tol, rules=rules, progress=bar.advance,
+        optimizer=optimizer, lr=lr, tol=args.tol, rules=rules, progress=tick,
         readout_init=args.readout_init, adapt_lr=args.lr is None, **kwargs)
     # a default LR is lowered when the run itself is unstable (a given --lr is the user's):
     # said on stderr and recorded, so the verdict names the LR it was taken at

@@ -156,6 +156,15 @@ class Progress:
             if self._bar is not None:
                 self._bar.set_postfix_str(self._postfix(with_eta=False), refresh=True)
 
+    def extend(self, n: int) -> None:
+        """``n`` more units to do than planned (work found on the way, e.g. a check run again
+        at a lowered LR): the total grows, so ``done`` never reads past it."""
+        with self._lock:
+            self.total += max(0, int(n))
+            if self._bar is not None:
+                self._bar.total = self.total
+                self._bar.refresh()
+
     def advance(self, n: int = 1, loss: float | None = None) -> None:
         """``n`` more units done, one of them with ``loss``."""
         self.set(done=self.done + n, best=loss)

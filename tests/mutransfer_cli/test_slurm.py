@@ -192,3 +192,87 @@ def test_a_second_launch_of_the_same_study_is_refused_unless_resubmit(tmp_path) 
     assert "study 'lr' was submitted from here already (job 4242" in p.stderr and "--resubmit" in p.stderr
     assert launch("--resubmit").returncode == 0
     assert len(calls.read_text().splitlines()) == 2  # the refused launch submitted nothing
+
+
+def _exec_words(script: str) -> list[str]:
+    """The words bash execs on the script's last command line."""
+    line = next(x for x in script.splitlines() if x.startswith("exec "))
+    return shlex.split(line)[1:]
+
+
+def test_tune_slurm_submits_the_same_tune_minus_its_slurm_flags(tmp_path) -> None:
+    out = tmp_path / "runs $(touch PWNED_o) 'tune'"
+    tune = ["--preset", "llama-small", "--target-width", "64", "--target-depth", "4", "--tokens", "1e5",
+            "--budget", "2h", "--out", str(out), "--set", "seq_len=16"]
+    p = _cli("tune", *tune[:10], "--slurm", "--time=90", "--gpus", "2", "--sbatch-arg=--constraint=a100",
+             "--dry-run", *tune[10:], cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    # the job runs tune with exactly the user's words, the SLURM ones taken out (both forms)
+    assert _exec_words(p.stdout) == [sys.executable, "-m", "mutransfer_cli", "tune", *tune]
+    assert "#SBATCH --gres=gpu:2" in p.stdout and "#SBATCH --time=90" in p.stdout
+    assert "#SBATCH --requeue" in p.stdout and "#SBATCH --constraint=a100" in p.stdout
+    assert _sbatch_value(p.stdout, "output") == f"{out}/slurm/logs/tune-%j.log"
+    assert (out / "slurm" / "logs").is_dir()
+    # no --time: the budget x 1.25 + 15 minutes (2 h -> 165 min); --workers gives the GPUs
+    p = _cli("tune", *tune, "--workers", "4", "--slurm", "--dry-run", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "#SBATCH --time=0-02:45:00" in p.stdout and "#SBATCH --gres=gpu:4" in p.stdout
+    p = _cli("tune", *tune, "--device", "cpu", "--slurm", "--dry-run", cwd=tmp_path)
+    assert p.returncode == 0 and "--gres" not in p.stdout, p.stderr
+    assert _pwned(tmp_path) == []
+
+
+@pytest.mark.parametrize("extra, word", [(["--dry-run"], "--dry-run goes with --slurm"),
+                                         (["--time", "90"], "--time goes with --slurm"),
+                                         (["--slurm", "--sbatch-arg=--requeue"], "sets --requeue itself"),
+                                         (["--slurm", "--device", "cpu", "--gpus", "2"], "--gpus 2 with --device cpu"),
+                                         (["--slurm", "--time", "-5"], "--time '-5'")])
+def test_tune_slurm_flags_out_of_place_are_one_line(tmp_path, extra, word) -> None:
+    p = _cli("tune", "--preset", "llama-small", "--target-width", "64", "--target-depth", "4", "--tokens",
+             "1e5", "--budget", "60s", "--out", str(tmp_path / "o"), *extra, cwd=tmp_path)
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert word in p.stderr
+    assert not (tmp_path / "o" / "plan.json").exists()  # nothing ran
+
+
+def test_the_tune_script_runs_its_argv_verbatim_under_bash(tmp_path) -> None:
+    from mutransfer_cli._slurm import SlurmTune, tune_script
+
+    record = tmp_path / "argv.json"
+    fake = tmp_path / "fake-python"
+    fake.write_text(f"#!{sys.executable}\nimport json, sys\n"
+                    f"open({str(record)!r}, 'w').write(json.dumps(sys.argv[1:]))\n")
+    fake.chmod(0o755)
+    argv = ("--preset", "llama-small", "--out", *HOSTILE)
+    script = tmp_path / "tune.sbatch"
+    script.write_text(tune_script(SlurmTune(argv=argv, log_dir=str(tmp_path / "logs `touch PWNED_l`")),
+                                  python=str(fake), cwd=str(tmp_path)))
+    p = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(record.read_text()) == ["-m", "mutransfer_cli", "tune", *argv]
+    assert _pwned(tmp_path) == []
+    with pytest.raises(ValueError, match="newline"):
+        tune_script(SlurmTune(argv=("--out", "a\nb"), log_dir="l"))
+
+
+def test_a_second_tune_submission_of_one_out_is_refused_unless_resubmit(tmp_path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "sbatch-calls"
+    (bin_dir / "sbatch").write_text(f"#!/bin/sh\necho \"$@\" >> {shlex.quote(str(calls))}\necho 77\n")
+    (bin_dir / "sbatch").chmod(0o755)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    argv = [sys.executable, "-m", "mutransfer_cli", "tune", "--preset", "llama-small", "--target-width", "64",
+            "--target-depth", "4", "--tokens", "1e5", "--budget", "1h", "--out", str(tmp_path / "t"), "--slurm"]
+
+    def submit(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*argv, *extra], capture_output=True, text=True, env=env, timeout=120)
+
+    p = submit()
+    assert p.returncode == 0 and "submitted job 77" in p.stderr, p.stderr
+    assert (tmp_path / "t" / "slurm" / "tune.submitted").read_text().startswith("job 77, 1 GPUs")
+    assert "--requeue" in (tmp_path / "t" / "slurm" / "tune.sbatch").read_text()
+    p = submit()
+    assert p.returncode == 2 and "submitted already (job 77" in p.stderr and "--resubmit" in p.stderr
+    assert submit("--resubmit").returncode == 0
+    assert len(calls.read_text().splitlines()) == 2

@@ -118,3 +118,33 @@ def test_a_failed_coordinate_check_is_not_sent_to_a_larger_budget() -> None:
     (advice,) = _to_run(None, ["the coordinate check of muP failed at widths [32, 64] (see x)"])
     assert "mutransfer audit" in advice and "does not change this verdict" in advice
     assert "larger --budget" in _to_run(None, ["something else"])[0]
+
+
+def test_the_probe_reads_the_fastest_repeat_so_one_slow_run_does_not_move_the_plan() -> None:
+    from mutransfer_cli._tune_run import PROBE_STEPS, cost_from_times
+    from sweeps.budget import CostModel
+
+    truth = CostModel(width0=32, seconds_per_token0=2e-6, width1=64, seconds_per_token1=6e-6, overhead_s=1.5,
+                      seconds_per_step=0.01)
+    seq, batch = 16, 8
+
+    def t(w: int, b: int, n: int) -> float:  # the cost model's own time of a run
+        return truth.overhead_s + n * (truth.seconds_per_step + b * seq * truth.seconds_per_token(w))
+
+    keys = [(32, batch, PROBE_STEPS[0]), (32, batch, PROBE_STEPS[1]), (32, 1, PROBE_STEPS[1]),
+            (64, batch, PROBE_STEPS[1])]
+    clean = {k: [t(*k)] for k in keys}
+    got = cost_from_times(clean, width0=32, width1=64, batch=batch, seq_len=seq)
+    for f in ("seconds_per_token0", "seconds_per_token1", "overhead_s", "seconds_per_step"):
+        assert getattr(got, f) == pytest.approx(getattr(truth, f), rel=1e-6), f
+    # another process stalls one repeat of each run 3x: the fastest repeat is the run's cost
+    for slow in keys:
+        noisy = {k: [t(*k), 3 * t(*k)] if k == slow else [t(*k), t(*k) * 1.0001] for k in keys}
+        got = cost_from_times(noisy, width0=32, width1=64, batch=batch, seq_len=seq)
+        fields = ("seconds_per_token0", "seconds_per_token1", "overhead_s", "seconds_per_step")
+        err = max(abs(getattr(got, f) / getattr(truth, f) - 1) for f in fields)
+        assert err < 1e-3, slow
+        # one sample of the stalled run (the old probe) puts some part of the model far off
+        one = cost_from_times({k: v[-1:] for k, v in noisy.items()}, width0=32, width1=64, batch=batch,
+                              seq_len=seq)
+        assert max(abs(getattr(one, f) / getattr(truth, f) - 1) for f in fields) > 0.5, slow

@@ -103,3 +103,22 @@ def test_an_unbounded_progress_interval_is_refused_naming_the_variable(text, mon
         progress_interval()
     monkeypatch.setenv(PROGRESS_INTERVAL_ENV, "86400")
     assert progress_interval() == 86400
+
+
+def test_work_found_on_the_way_extends_the_total_so_done_never_reads_past_it() -> None:
+    import io
+
+    bar = Progress(4, "coord-check", unit="run", stream=io.StringIO(), interval=60)
+    per_pass = bar.total
+
+    def tick() -> None:  # the coordinate check's CLI: a lowered LR runs the check again
+        if bar.done >= bar.total:
+            bar.extend(per_pass)
+        bar.advance()
+
+    for _ in range(10):  # two passes and half of a third
+        tick()
+    assert (bar.done, bar.total) == (10, 12) and "10/12 runs" in bar.line()
+    bar.extend(-3)  # never shrinks
+    assert bar.total == 12
+    bar.close()
