@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import math
 import os
 import sys
@@ -89,20 +90,43 @@ def base_sizes(cfg: TrainConfig, gcfg: GPTConfig | ModelShape) -> tuple[int, int
     return (pz.base_width or min(own_width, gcfg.width), pz.base_depth or min(own_depth, gcfg.depth))
 
 
+class GPTBuilder:
+    """``builder(width, depth)`` of our GPT at ``cfg`` with that width and depth. Builders of
+    configs that differ only in width and depth compare (and hash) equal, so the
+    parametrization's base and delta models (:meth:`Parametrization._measure_real`) are
+    built once for all trials of one model, the members of a fused group first of all."""
+
+    def __init__(self, cfg: GPTConfig) -> None:
+        self.cfg = cfg
+        self._key = tuple((f.name, getattr(cfg, f.name)) for f in dataclasses.fields(cfg)
+                          if f.name not in ("width", "depth"))
+
+    def __call__(self, width: int, depth: int) -> torch.nn.Module:
+        return GPT(self.cfg.replace(width=width, depth=depth))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, GPTBuilder) and other._key == self._key
+
+    def __hash__(self) -> int:
+        return hash(self._key)
+
+
 def build_parametrization(cfg: TrainConfig, gcfg: GPTConfig | ModelShape,
                           vocab_size: int | None = None) -> Parametrization:
     """The parametrization a run of ``cfg`` trains its ``gcfg`` model under (the
     trainer's, and ``mutransfer fold``'s to rebuild a checkpoint's model). A ``source``
     model (``gcfg`` its ModelShape) is built by :func:`mutransfer.models.source.build_model`
     at ``vocab_size``."""
+    builder: Callable[[int, int], torch.nn.Module]
     if isinstance(gcfg, GPTConfig):
-        def builder(width: int, depth: int) -> torch.nn.Module:
-            return GPT(gcfg.replace(width=width, depth=depth))
+        builder = GPTBuilder(gcfg)
     else:
         source = cfg.model.model_source()
 
-        def builder(width: int, depth: int) -> torch.nn.Module:
+        def source_builder(width: int, depth: int) -> torch.nn.Module:
             return build_model(source, width, depth, vocab_size=vocab_size)
+
+        builder = source_builder
 
     pz = cfg.parametrization
     base_width, base_depth = base_sizes(cfg, gcfg)
