@@ -32,6 +32,7 @@ from mutransfer.training.checkpoint import (
     set_rng_state,
     state_dict_error,
 )
+from mutransfer.training.compile_watch import CompileWatch, compile_model
 from mutransfer.training.config import TrainConfig
 from mutransfer.training.data import DataConfig, TokenDataset, load_dataset
 from mutransfer.training.device import dist_env, flush_denormals, resolve_device
@@ -206,7 +207,9 @@ class Trainer:
 
             model = DDP(model, device_ids=[dev.index] if dev.type == "cuda" else None)
         self.ddp_model = model
-        self.model = torch.compile(model) if cfg.run.compile else model
+        self.model = compile_model(model) if cfg.run.compile else model
+        # compiled: is every step's forward a compiled graph? (compile_watch)
+        self.compile_watch = CompileWatch(self.source.model_id) if cfg.run.compile else None
         self.attn = attention_modules(self.raw_model)
         self._measure_always = bool(cfg.run.compile and self.attn and (
             cfg.optim.qk_clip or cfg.run.max_logit_every > 0))
@@ -300,6 +303,8 @@ class Trainer:
         losses = []
         g_small = None
         rec: dict[str, Any]
+        if self.compile_watch is not None:
+            self.compile_watch.begin()
         for i in range(n):
             x, y = self.data.get_batch("train", dstep, cfg.run.batch_size, self.seq_len, cfg.run.seed,
                                        micro=(i, n),
@@ -319,6 +324,8 @@ class Trainer:
             if i == 0 and n >= 2:
                 # |G_small|^2 of one micro-batch (local to this rank under DDP: no_sync).
                 g_small = grad_sq_norm(self.params, scale=n)
+        if self.compile_watch is not None:
+            self.compile_watch.end(forwards=n)
         loss_t = torch.stack(losses).mean()
         if self.world > 1:
             torch.distributed.all_reduce(loss_t)
@@ -651,7 +658,8 @@ class Trainer:
             rollbacks=list(self.rollbacks), flops_per_token=flops,
             tokens_per_s=self.tokens / self.train_time if self.train_time > 0 else 0.0,
             device=str(self.device), tokenizer=self.data.tokenizer, vocab_size=int(self.data.vocab_size),
-            compute_dtype="bf16" if self.amp_dtype is not None else "fp32")
+            compute_dtype="bf16" if self.amp_dtype is not None else "fp32",
+            compile_fallback=self.compile_watch.fallback if self.compile_watch is not None else None)
 
     def _count_params(self, model: torch.nn.Module) -> tuple[int, int]:
         """(all, non-embedding) parameters of a source model, tied ones once: the
