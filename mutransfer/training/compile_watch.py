@@ -35,17 +35,19 @@ BACKEND = "inductor"
 
 
 class _CountingBackend:
-    """A dynamo backend: compiles each graph with ``inner`` and counts calls of the results."""
+    """A dynamo backend: compiles each graph with ``inner``; counts the graphs and their calls."""
 
     def __init__(self, inner: str) -> None:
         self.inner = inner
         self.calls = 0
+        self.graphs = 0
         self.__name__ = f"counting_{inner}"  # dynamo names a backend by it in its logs
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
         from torch._dynamo import lookup_backend
 
         compiled = lookup_backend(self.inner)(gm, example_inputs)
+        self.graphs += 1
 
         def run(*args: Any) -> Any:
             self.calls += 1
