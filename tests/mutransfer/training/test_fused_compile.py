@@ -48,11 +48,17 @@ def _curves(r: TrainResult) -> tuple[list[Any], list[Any], list[Any]]:
 
 def test_a_compiled_fused_group_equals_the_uncompiled_one(aot_eager: Any) -> None:
     data = load_dataset(DataConfig(max_bytes=300_000))
-    # different LRs and seeds (own batches), one member diverging at step 1
+    # different LRs, seeds (own batches) and multipliers ([K] scales in the graph), one
+    # member diverging at step 1
     lrs = (1e-3, 4e-3, 1.6e-2, 1e3)
-    plain = train_fused([tiny(lr=lr, seed=i % 2) for i, lr in enumerate(lrs)], data=data)
+    mults = [{"attn_mult": 2.0}, {"output_mult": 0.5}, {}, {}]
+
+    def group(**kw: Any) -> list[TrainConfig]:
+        return [tiny(lr=lr, seed=i % 2, **mults[i], **kw) for i, lr in enumerate(lrs)]
+
+    plain = train_fused(group(), data=data)
     graphs, calls = aot_eager.graphs, aot_eager.calls
-    compiled = train_fused([tiny(lr=lr, seed=i % 2, compile=True) for i, lr in enumerate(lrs)], data=data)
+    compiled = train_fused(group(compile=True), data=data)
     assert [r.diverged for r in compiled] == [False, False, False, True]
     for a, b in zip(plain, compiled):
         assert b.compile_fallback is None and b.steps_done == a.steps_done
