@@ -87,10 +87,12 @@ class CompileWatch:
 
     Call :meth:`begin` before a step's forward passes and :meth:`end` after them with the
     number of forward passes. :attr:`fallback` is None, or the first reason found.
+    ``split_graphs``: the forward is meant to run as several graphs (DDP: dynamo splits it
+    at the gradient buckets), so only dynamo's own graph-break count tells a break.
     """
 
-    def __init__(self, model_name: str) -> None:
-        self.model_name = model_name
+    def __init__(self, model_name: str, *, split_graphs: bool = False) -> None:
+        self.model_name, self.split_graphs = model_name, split_graphs
         self.fallback: str | None = None
         self._calls = 0
         self._breaks, self._unsupported = _dynamo_reports()
@@ -104,11 +106,13 @@ class CompileWatch:
         ran = _backend().calls - self._calls
         if ran == 0:
             self._fell_back(self._eager_reason())
-        elif ran > forwards:
+        elif ran > forwards or self.split_graphs:
             breaks, _ = _dynamo_reports()
             new = [m for m, n in breaks.items() if n > self._breaks.get(m, 0)]
+            if self.split_graphs and not new:
+                return
             why = f": {_first_line(new[0])}" if new else ""
-            self._fell_back(f"graph break (the forward ran as {ran // forwards} graphs with eager code "
+            self._fell_back(f"graph break (the forward ran as {ran / forwards:g} graphs with eager code "
                             f"between them){why}")
 
     def _eager_reason(self) -> str:

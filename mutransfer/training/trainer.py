@@ -209,7 +209,8 @@ class Trainer:
         self.ddp_model = model
         self.model = compile_model(model) if cfg.run.compile else model
         # compiled: is every step's forward a compiled graph? (compile_watch)
-        self.compile_watch = CompileWatch(self.source.model_id) if cfg.run.compile else None
+        self.compile_watch = (CompileWatch(self.source.model_id, split_graphs=self.world > 1)
+                              if cfg.run.compile else None)
         self.attn = attention_modules(self.raw_model)
         self._measure_always = bool(cfg.run.compile and self.attn and (
             cfg.optim.qk_clip or cfg.run.max_logit_every > 0))

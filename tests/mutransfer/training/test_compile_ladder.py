@@ -75,3 +75,20 @@ def test_a_fallback_past_the_recompile_limit_warns_once_and_is_recorded(eager_co
         assert r.compile_fallback is not None and "recompile_limit=1" in r.compile_fallback
         assert r.to_row()["compile_fallback"] == r.compile_fallback
     assert all(r.steps_done == 4 for r in results)
+
+
+def test_a_graph_break_in_the_forward_is_a_fallback_too(eager_compile: None,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import mutransfer.models.gpt as gpt
+
+    real = gpt.MLP.forward
+
+    def broken(self: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+        torch._dynamo.graph_break()  # eager code between two graphs, as an unsupported op makes
+        return real(self, x)
+
+    monkeypatch.setattr(gpt.MLP, "forward", broken)
+    with pytest.warns(RuntimeWarning, match="fell back to eager for model gpt-tiny: graph break"):
+        (r,) = ladder((32,))
+    assert r.compile_fallback is not None and r.compile_fallback.startswith("graph break")
+    assert r.steps_done == 4
