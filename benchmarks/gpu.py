@@ -150,10 +150,12 @@ def _mfu(size: Size) -> dict[str, Any]:
     """Tokens/s and MFU, eager and compiled, per batch, over steady-state steps."""
     import torch
 
+    import mutransfer.training.compile_watch as compile_watch  # lazy: torch
+
     out: dict[str, Any] = {}
-    real_compile = torch.compile
+    backend = compile_watch.BACKEND
     if size.compile_backend is not None:
-        torch.compile = lambda m, **kw: real_compile(m, backend=size.compile_backend, **kw)  # type: ignore
+        compile_watch.BACKEND = size.compile_backend
     try:
         for batch in size.batches:
             for compiled in (False, True):
@@ -172,10 +174,12 @@ def _mfu(size: Size) -> dict[str, Any]:
                 out[key] = {"tokens_per_s": round(tps, 1), "tflops": round(tps * fpt / 1e12, 3),
                             "mfu": round(tps * fpt / peak, 4) if peak else None,
                             "final_loss": t.history[-1]["loss"]}
+                if compiled:  # None: every step ran a compiled graph
+                    out[key]["compile_fallback"] = t.compile_watch.fallback if t.compile_watch else None
                 out["device_name"], out["peak_bf16_tflops"] = name, peak and peak / 1e12
                 del t
     finally:
-        torch.compile = real_compile  # type: ignore[assignment]
+        compile_watch.BACKEND = backend
     return out
 
 

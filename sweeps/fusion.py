@@ -8,7 +8,7 @@ the model shape, batch size, step count, sequence length, everything else listed
 trials at one batch fuse, trials at other batches do not); the learning rate, seed, weight
 decay and multipliers may differ. A trial that cannot run fused at all
 (:func:`mutransfer.training.fusion.unsupported_reason`: rollback spike policy, checkpointing,
-compile, DDP) is popped alone and runs through the unfused path.
+DDP) is popped alone and runs through the unfused path.
 
 ``fuse`` values: ``None`` (not given: the study's setting, else unfused), ``1`` (unfused),
 an integer K >= 2 (groups of up to K), or ``"auto"`` (K from

@@ -318,6 +318,8 @@ def _finish(study: SweepStudy, trial: optuna.Trial, config: Mapping[str, Any], r
     try:
         trial.set_user_attr(attrs.ROW, row)
         trial.set_user_attr(attrs.DIVERGED, row["diverged"])
+        if row.get("compile_fallback"):
+            trial.set_user_attr(attrs.COMPILE_FALLBACK, row["compile_fallback"])
         if outcome == "diverged":
             trial.set_user_attr(attrs.TOLD_VALUE, value)
         frozen = study.tell(trial, value, state=state, skip_if_finished=True)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,13 @@ POST_NORMS: dict[str, str] = {"self_attn": "post_attention_layernorm", "attn": "
 #: The layers that produce a branch's output inside the attention or MLP of a post-norm
 #: block (Hugging Face's names).
 BRANCH_OUTPUT_LAYERS: tuple[str, ...] = ("o_proj", "down_proj")
+
+
+#: :meth:`Parametrization._measure_real`'s results, per builder (held weakly: an entry
+#: lives as long as the builder that made it).
+_MEASURED: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], tuple[dict[str, float],
+                                                                    tuple[InternalMultiplier, ...]]]] = (
+    weakref.WeakKeyDictionary())
 
 
 def post_normed(model: nn.Module) -> tuple[str, ...]:
@@ -213,14 +221,35 @@ class Parametrization(ForwardMultipliers):
         self.internal_multipliers: tuple[InternalMultiplier, ...] = ()
         self._internal_comp: dict[str, float] = {}
         if kind != "sp" and base_model is not None:
-            models = real_models(builder, base_width, delta_w, depth)
+            assert delta_w is not None
+            self.init_exponents, self.internal_multipliers = self._measure_real(builder, base_width, delta_w)
             if init == "model":
-                self.init_exponents = measure_init_exponents(
-                    self.specs, self._width_dims, lambda n, role: self._fan_dims(n, role)[0],
-                    *models.values())
                 self.specs = corrected_for_init_law(self.specs, self.init_exponents, self.readout_init)
-            self.internal_multipliers = probe_internals(builder, models, depth)
             self._absorb_internals()
+
+    def _measure_real(self, builder: Builder, base_width: int,
+                      delta_width: int) -> tuple[dict[str, float], tuple[InternalMultiplier, ...]]:
+        """(init exponents, internal multipliers) read off the model built for real at the
+        base and delta widths (CPU, seed 0: :func:`real_models`), remembered per builder and
+        what the reading depends on. A builder that compares equal to another (the trainer's
+        :class:`~mutransfer.training.trainer.GPTBuilder` of one model config) shares the
+        entry: a fused group of K μP trials builds the two models once, not K times (1.7
+        CPU-s each for a 40M proxy at its own base width)."""
+        read = tuple((n, s.role, self._fan_dims(n, s.role)[0], self._width_dims[n])
+                     for n, s in self.specs.items())
+        key = (base_width, delta_width, self.depth, self.init, read)
+        try:
+            cache = _MEASURED.setdefault(builder, {})
+        except TypeError:  # a builder that takes no weak reference (or no hash): measured every time
+            cache = {}
+        if key not in cache:
+            models = real_models(builder, base_width, delta_width, self.depth)
+            exponents = measure_init_exponents(
+                self.specs, self._width_dims, lambda n, role: self._fan_dims(n, role)[0],
+                *models.values()) if self.init == "model" else {}
+            cache[key] = (exponents, probe_internals(builder, models, self.depth))
+        exponents, internals = cache[key]
+        return dict(exponents), internals
 
     # ---- shapes and roles ------------------------------------------------------------
 

@@ -263,9 +263,9 @@ class RunSection(_Section):
     """Measure the max attention logit every this many steps (0: never, unless QK-clip)."""
 
     # A fused group steps, evaluates and fetches data in lock step on one device; the
-    # seed only picks a member's init and batches. ``compile`` is refused by fusion
-    # (mutransfer.training.fusion.unsupported_reason) and ``threads`` is process-wide.
-    PER_MEMBER: ClassVar[frozenset[str]] = frozenset({"seed", "compile", "threads", "gns_beta"})
+    # seed only picks a member's init and batches. ``threads`` is process-wide; ``compile``
+    # compiles the group's one stacked forward, so its members agree on it.
+    PER_MEMBER: ClassVar[frozenset[str]] = frozenset({"seed", "threads", "gns_beta"})
 
     def __post_init__(self) -> None:
         self._check_choices()

@@ -51,9 +51,21 @@ diverge factor, QK-clip tau, gns beta, out_dir) may differ per member.
 WSD branching of a fused group (one stacked trunk, each member's own cooldowns) is
 :func:`mutransfer.training.fused_wsd.train_fused_wsd_branches`.
 
+``compile`` (equal across a group) compiles the stacked forward, and through AOTAutograd
+its backward: one graph for the whole group (its per-member scales are data, so members
+with other LRs, multipliers or attention scales share it), one more for evaluation, one
+more each time a member leaves the stack (K changes). On CPU with the ``aot_eager``
+backend the compiled group's numbers equal the uncompiled group's (tests/mutransfer/
+training/test_fused_compile.py). The rest of a step stays eager: each member's decision
+(divergence, spikes, clipping) is host logic over its own numbers, and each member's own
+``torch.optim`` optimizer steps its views of the stack; compiled, every optimizer instance
+would be a graph of its own (dynamo guards on the optimizer object), K graphs per group, past the
+recompile limit of a sweep worker by the second group. A fallback to eager is reported as
+for an unfused run (:mod:`mutransfer.training.compile_watch`).
+
 Not supported (run such trials unfused; :func:`unsupported_reason`): the ``rollback``
 spike policy (a per-member rewind of the data stream), checkpointing/resume inside a
-fused group, ``torch.compile`` and multi-process (DDP) runs.
+fused group and multi-process (DDP) runs.
 """
 
 from __future__ import annotations
@@ -68,14 +80,15 @@ import torch
 import torch.nn as nn
 
 from mutransfer.models.gpt import GPT, member_scale
+from mutransfer.training.compile_watch import CompileWatch, compile_model
 from mutransfer.training.config import TrainConfig
 from mutransfer.training.data import DataConfig, TokenDataset, load_dataset
 from mutransfer.training.device import flush_denormals
 from mutransfer.training.fusion import check_fusible, check_k, choose_k
 from mutransfer.training.noise_scale import grad_sq_norm
 from mutransfer.training.optim import attention_modules, muon_step_batched, qk_clip, set_lr
-from mutransfer.training.train_result import TrainResult
 from mutransfer.training.stabilizers import clip_grad_norm
+from mutransfer.training.train_result import TrainResult
 from mutransfer.training.trainer import SYNC_EVERY, Callback, Trainer, Verdict, eval_rows, sequence_losses
 
 __all__ = ["FusedCallback", "train_fused"]
@@ -162,6 +175,17 @@ class FusedGroup:
             mname, _, leaf = bname.rpartition(".")
             self.model.get_submodule(mname)._buffers[leaf] = buf
         self.attn = attention_modules(self.model)
+        # Compiled: the stacked forward (and its backward) is one graph for the whole group.
+        # The max logit is then measured on every step, as the unfused trainer does: a flag
+        # that changes from step to step would be a guard (two graphs).
+        self.forward_model: nn.Module = self.model
+        self.compile_watch: CompileWatch | None = None
+        self._measure_always = t0._measure_always
+        if configs[0].run.compile:
+            self.forward_model = compile_model(self.model)
+            self.compile_watch = CompileWatch(f"{t0.source.model_id} (fused group of {len(configs)})")
+            for m in self.members:  # each member's result reports the group's fallback
+                m.trainer.compile_watch = self.compile_watch
         self.alive = list(self.members)
         self._scales: dict[tuple[str, str], float | torch.Tensor] = {}
         self._install_hooks()
@@ -299,7 +323,7 @@ class FusedGroup:
         per_seq = []
         for x, y in self._val:
             with self._autocast():
-                logits, _ = self.model(x.unsqueeze(0).expand(k, *x.shape))
+                logits, _ = self.forward_model(x.unsqueeze(0).expand(k, *x.shape))
             per_seq.append(sequence_losses(logits, y.unsqueeze(0).expand(k, *y.shape)))
         total = torch.cat(per_seq, dim=1).double().sum(dim=1)
         return [t / cfg.run.eval_sequences for t in total.tolist()]
@@ -318,14 +342,16 @@ class FusedGroup:
             set_lr(m.trainer.opt, mult)
         track = self.members[0].trainer._track(step)
         for _, a in self.attn:
-            a.track_max_logit = track
+            a.track_max_logit = track or self._measure_always
         max_logits: dict[str, torch.Tensor] = {}
         losses = []
         g_small: list[torch.Tensor] | None = None
+        if self.compile_watch is not None:
+            self.compile_watch.begin()
         for i in range(n):
             x, y = self._batches("train", step, (i, n))
             with self._autocast():
-                _, loss_K = self.model(x, y)
+                _, loss_K = self.forward_model(x, y)
             # d(sum_k loss_k / n)/d loss_k = 1/n: each member gets exactly the gradient of
             # its own (loss / n).backward(); members share no parameters.
             (loss_K / n).sum().backward()
@@ -336,6 +362,8 @@ class FusedGroup:
             if i == 0 and n >= 2:  # |G_small|^2 of one micro-batch, per member
                 self._grads_to_members()
                 g_small = [grad_sq_norm(m.trainer.params, scale=n) for m in at_forward]
+        if self.compile_watch is not None:
+            self.compile_watch.end(forwards=n)
         if all(m.trainer.deferred() for m in at_forward):
             self._deferred_step(step, at_forward, mults, torch.stack(losses).mean(0), max_logits, g_small, t0)
             return
@@ -532,8 +560,8 @@ def train_fused(
             # The whole group starts over at half the size: its members' runs are pure
             # functions of their configs, so nothing of the failed attempt is kept.
             event = {"event": "out_of_memory", "k": kk, "retry_k": kk // 2, "first_member": start}
-            warnings.warn(f"fused group of {kk} ran out of memory; retrying its members in groups of {kk // 2}",
-                          RuntimeWarning, stacklevel=2)
+            warnings.warn(f"fused group of {kk} ran out of memory; retrying its members in groups of "
+                          f"{kk // 2}", RuntimeWarning, stacklevel=2)
             if events is not None:
                 events.append(event)
             kk //= 2

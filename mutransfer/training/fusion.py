@@ -79,8 +79,6 @@ def unsupported_reason(cfg: TrainConfig) -> str | None:
         return "resume is not supported by fused training"
     if cfg.output.checkpoint_every:
         return "checkpoint_every > 0 is not supported by fused training"
-    if cfg.run.compile:
-        return "compile=True is not supported by fused training (it runs eager)"
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         return "fused training is single-process (WORLD_SIZE > 1)"
     return None

@@ -78,6 +78,10 @@ class TrainResult:
     from here, never from a preset."""
     compute_dtype: str = "fp32"
     """What the forward ran in: ``fp32`` or ``bf16`` (autocast over fp32 weights)."""
+    compile_fallback: str | None = None
+    """Why a ``compile`` run's training ran eager for some steps (dynamo's recompile limit
+    hit, a graph break: :mod:`mutransfer.training.compile_watch`); None when it stayed
+    compiled or was not compiled. In the row only when set."""
 
     @property
     def batch_tokens(self) -> int:
@@ -90,6 +94,8 @@ class TrainResult:
         row.update(pruned=self.pruned, steps_done=self.steps_done, stop_reason=self.stop_reason,
                    tokens_per_s=self.tokens_per_s, flops_per_token=self.flops_per_token,
                    tokenizer=self.tokenizer, vocab_size=self.vocab_size, compute_dtype=self.compute_dtype)
+        if self.compile_fallback is not None:
+            row["compile_fallback"] = self.compile_fallback
         for k, v in self.config.to_flat().items():
             if k not in row and k not in _NOT_HYPERPARAMETERS and v is not None:
                 row[k] = v

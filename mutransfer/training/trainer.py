@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import math
 import os
 import sys
@@ -31,6 +32,7 @@ from mutransfer.training.checkpoint import (
     set_rng_state,
     state_dict_error,
 )
+from mutransfer.training.compile_watch import CompileWatch, compile_model
 from mutransfer.training.config import TrainConfig
 from mutransfer.training.data import DataConfig, TokenDataset, load_dataset
 from mutransfer.training.device import dist_env, flush_denormals, resolve_device
@@ -89,20 +91,43 @@ def base_sizes(cfg: TrainConfig, gcfg: GPTConfig | ModelShape) -> tuple[int, int
     return (pz.base_width or min(own_width, gcfg.width), pz.base_depth or min(own_depth, gcfg.depth))
 
 
+class GPTBuilder:
+    """``builder(width, depth)`` of our GPT at ``cfg`` with that width and depth. Builders of
+    configs that differ only in width and depth compare (and hash) equal, so the
+    parametrization's base and delta models (:meth:`Parametrization._measure_real`) are
+    built once for all trials of one model, the members of a fused group first of all."""
+
+    def __init__(self, cfg: GPTConfig) -> None:
+        self.cfg = cfg
+        self._key = tuple((f.name, getattr(cfg, f.name)) for f in dataclasses.fields(cfg)
+                          if f.name not in ("width", "depth"))
+
+    def __call__(self, width: int, depth: int) -> torch.nn.Module:
+        return GPT(self.cfg.replace(width=width, depth=depth))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, GPTBuilder) and other._key == self._key
+
+    def __hash__(self) -> int:
+        return hash(self._key)
+
+
 def build_parametrization(cfg: TrainConfig, gcfg: GPTConfig | ModelShape,
                           vocab_size: int | None = None) -> Parametrization:
     """The parametrization a run of ``cfg`` trains its ``gcfg`` model under (the
     trainer's, and ``mutransfer fold``'s to rebuild a checkpoint's model). A ``source``
     model (``gcfg`` its ModelShape) is built by :func:`mutransfer.models.source.build_model`
     at ``vocab_size``."""
+    builder: Callable[[int, int], torch.nn.Module]
     if isinstance(gcfg, GPTConfig):
-        def builder(width: int, depth: int) -> torch.nn.Module:
-            return GPT(gcfg.replace(width=width, depth=depth))
+        builder = GPTBuilder(gcfg)
     else:
         source = cfg.model.model_source()
 
-        def builder(width: int, depth: int) -> torch.nn.Module:
+        def source_builder(width: int, depth: int) -> torch.nn.Module:
             return build_model(source, width, depth, vocab_size=vocab_size)
+
+        builder = source_builder
 
     pz = cfg.parametrization
     base_width, base_depth = base_sizes(cfg, gcfg)
@@ -182,7 +207,10 @@ class Trainer:
 
             model = DDP(model, device_ids=[dev.index] if dev.type == "cuda" else None)
         self.ddp_model = model
-        self.model = torch.compile(model) if cfg.run.compile else model
+        self.model = compile_model(model) if cfg.run.compile else model
+        # compiled: is every step's forward a compiled graph? (compile_watch)
+        self.compile_watch = (CompileWatch(self.source.model_id, split_graphs=self.world > 1)
+                              if cfg.run.compile else None)
         self.attn = attention_modules(self.raw_model)
         self._measure_always = bool(cfg.run.compile and self.attn and (
             cfg.optim.qk_clip or cfg.run.max_logit_every > 0))
@@ -276,6 +304,8 @@ class Trainer:
         losses = []
         g_small = None
         rec: dict[str, Any]
+        if self.compile_watch is not None:
+            self.compile_watch.begin()
         for i in range(n):
             x, y = self.data.get_batch("train", dstep, cfg.run.batch_size, self.seq_len, cfg.run.seed,
                                        micro=(i, n),
@@ -295,6 +325,8 @@ class Trainer:
             if i == 0 and n >= 2:
                 # |G_small|^2 of one micro-batch (local to this rank under DDP: no_sync).
                 g_small = grad_sq_norm(self.params, scale=n)
+        if self.compile_watch is not None:
+            self.compile_watch.end(forwards=n)
         loss_t = torch.stack(losses).mean()
         if self.world > 1:
             torch.distributed.all_reduce(loss_t)
@@ -627,7 +659,8 @@ class Trainer:
             rollbacks=list(self.rollbacks), flops_per_token=flops,
             tokens_per_s=self.tokens / self.train_time if self.train_time > 0 else 0.0,
             device=str(self.device), tokenizer=self.data.tokenizer, vocab_size=int(self.data.vocab_size),
-            compute_dtype="bf16" if self.amp_dtype is not None else "fp32")
+            compute_dtype="bf16" if self.amp_dtype is not None else "fp32",
+            compile_fallback=self.compile_watch.fallback if self.compile_watch is not None else None)
 
     def _count_params(self, model: torch.nn.Module) -> tuple[int, int]:
         """(all, non-embedding) parameters of a source model, tied ones once: the

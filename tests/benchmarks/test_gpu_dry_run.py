@@ -51,6 +51,9 @@ def test_dry_run_runs_every_part_on_cpu_in_under_a_minute(tmp_path: Path) -> Non
     assert set(fig) >= {"counts", "mfu", "fused", "fuse_auto", "sweep_smoke", "demo"}
     assert fig["counts"]["host_syncs_plain"] == 0 and fig["counts"]["host_syncs_logging"] == 1
     assert {"b2_eager", "b2_compiled", "b4_eager", "b4_compiled"} <= set(fig["mfu"])
+    # both batches stayed compiled (the device run reports a fallback's reason here)
+    assert fig["mfu"]["b2_compiled"]["compile_fallback"] is None
+    assert fig["mfu"]["b4_compiled"]["compile_fallback"] is None
     assert fig["fuse_auto"]["passed"] and fig["sweep_smoke"]["passed"]
     # cut after 12 s, the demo is still in its coordinate check (its sweeps start at ~40 s
     # on a loaded 2-core machine): the part ran and read what was there, creating nothing;

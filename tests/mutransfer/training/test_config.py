@@ -189,7 +189,8 @@ def test_fusion_key_is_the_sections_minus_their_per_member_fields() -> None:
         "z_loss", "freeze_norm_gains", "source", "head_rule", "parametrization", "optimizer", "steps",
         "batch_size", "grad_accum", "data", "data_dtype", "data_max_bytes", "data_cache", "eval_every",
         "eval_sequences",
-        "max_logit_every", "qk_clip", "device", "dtype"}
+        "max_logit_every", "qk_clip", "device", "dtype",
+        "compile"}  # one stacked forward per group: compiled for all members or none
     base = TrainConfig.from_flat({"preset": "gpt-tiny", "device": "cpu"})
     for flat in ALIASES:
         sec, name = ALIASES[flat]
