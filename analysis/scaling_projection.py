@@ -24,6 +24,7 @@ from ._fitted import check_is_fitted
 from ._io import finite_or_none as _num
 from ._stats import SeedSpread, check_level, seed_spread
 from .baselines import scaling_baselines
+from .lr_surge import surge_grad, surge_log_lr
 from .projection import Estimate
 from .scaling_doc import edge_flags
 from .schedule import ScheduleRules, warmup_from_section
@@ -142,8 +143,6 @@ class ScalingPredictions:
         """``(ln eta*, ∂ ln eta*/∂coefficients)`` of the chosen form at each point (flattened)."""
         log_b, log_d = (np.ravel(v).astype(float) for v in np.broadcast_arrays(log_b, log_d))
         if self.lr_form == "surge":
-            from .lr_surge import surge_grad, surge_log_lr
-
             theta = np.asarray(self._surge()["coef_log"], dtype=float)  # type: ignore[index]
             return surge_log_lr(theta, log_b, log_d), surge_grad(theta, log_b, log_d)
         X = np.column_stack([np.ones(log_b.size), log_b, log_d])
@@ -461,8 +460,6 @@ class ScalingPredictions:
         the chosen form (:attr:`lr_form`; for the power law ``(B1/B0)^a (D1/D0)^b`` with each
         refit's exponents). Empty with fewer than 2 seeds."""
         if self.lr_form == "surge":
-            from .lr_surge import surge_log_lr
-
             lb, ld = np.log([batch[0], batch[1]]), np.log([tokens[0], tokens[1]])
             out = []
             for f in getattr(self, "loso_fits_", []):
@@ -565,8 +562,6 @@ class ScalingPredictions:
         if not self.loso_fits_:
             return None
         if self.lr_form == "surge":
-            from .lr_surge import surge_log_lr
-
             vals = {f["seed"]: float(np.exp(surge_log_lr(np.asarray(f["lr_surge_log"], dtype=float),
                                                           np.log([b]), np.log([d]))[0]))
                     for f in self.loso_fits_ if f.get("lr_surge_log") is not None}
