@@ -3,7 +3,9 @@
 The power law ``eta*(B, D) = c·B^a·D^b`` (:class:`~analysis.ScalingLawFit`) rises with B
 without end. For Adam-style optimizers the optimal LR rises with batch, peaks and then
 falls (Li et al. 2024, "Surge Phenomenon in Optimal Learning Rate and Batch Size
-Scaling", NeurIPS 2024, Theorem 3 / eq. 8 of arXiv:2405.14578):
+Scaling", NeurIPS 2024, arXiv:2405.14578, §3, the optimal LR of sign-of-gradient updates;
+its peak at B_peak = B_noise; the equation's number was not checked here: the stored
+copies reachable when this was written held the abstract and summaries only):
 
     eta*(B) = 2·eta_max / (sqrt(B_peak / B) + sqrt(B / B_peak)),   B_peak ∝ B_noise,
 
