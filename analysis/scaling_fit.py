@@ -95,6 +95,15 @@ class ScalingLawFit(TauMeasurement, ScalingPredictions, ScalingDocument):
     exponents), with each refit's laws in ``loso_fits_`` (so a projection can be redone
     with each). With one seed there is nothing to leave out: ``sensitivity_`` is empty.
 
+    The LR law's form in batch (``form``, default ``"auto"``): beside the power law the
+    fit makes the Adam "surge" form, which rises with B, peaks at B_peak(D) and falls
+    (:mod:`analysis.lr_surge`, Li et al. 2024), on the same cell optima, and keeps the one
+    with the lower leave-one-batch-out error in log2 eta* (the surge only where the data
+    show a peak); ``"power"`` or ``"surge"`` force one. The chosen form gives
+    :meth:`predict_lr`, :meth:`lr_interval` and :meth:`lr_ratio` (its own bootstrap and
+    misfit band); ``params_`` and ``ci_`` stay the power law's. The band method fits the
+    power law only.
+
     Needs at least 3 budgets and 3 batch sizes (ValueError naming what is missing),
     each budget with at least 3 batches and each cell with at least 3 LRs.
 
@@ -106,7 +115,10 @@ class ScalingLawFit(TauMeasurement, ScalingPredictions, ScalingDocument):
     ``n_excluded_``, ``n_diverged_``, ``warnings_``, ``boot_lr_``/``boot_batch_`` (draws
     of the log-space coefficients), ``seeds_`` (the seed values of the usable rows),
     ``sensitivity_`` (name -> SeedSpread) and ``loso_fits_`` (one dict per refit: the left-out
-    ``seed``, ``lr_coef_log`` and ``batch_coef_log``).
+    ``seed``, ``lr_coef_log``, ``batch_coef_log`` and, for a surge fit, ``lr_surge_log``),
+    ``lr_form_`` ("power" | "surge"), ``lr_form_choice_`` (both forms' scores, the criterion,
+    whether a peak is shown) and ``lr_surge_`` (the surge's ``coef_log`` [m0, m1, p0, p1],
+    ``boot``, ``cov_log``, ``ci`` and ``misfit``; None with too few optima).
     """
 
     def __init__(
