@@ -107,10 +107,18 @@ def _read_form(lr: Mapping[str, Any], where: str) -> tuple[str, dict[str, Any] |
             "sd_log": 0.0, "dof": 0, "cov_log": np.zeros((4, 4))}
         surge = {"coef_log": _coefs(sec["coef_log"], 4), "cov_log": _cov(sec.get("cov_log"), 4),
                  "misfit": misfit}
+        ci = sec.get("ci_log")
+        if isinstance(ci, list) and len(ci) == 4 and all(_pair(c) is not None for c in ci):
+            surge["ci"] = [list(_pair(c)) for c in ci]
     if form == "surge" and surge is None:
         raise ValueError(f"{where}: field lr.form is 'surge' but lr.surge (its coefficients) is missing")
-    choice = lr.get("form_scores")
-    return form, surge, dict(choice) if isinstance(choice, Mapping) else None
+    sc = lr.get("form_scores")
+    choice = None
+    if isinstance(sc, Mapping):  # as the fit holds it: the scores apart from how they were made
+        choice = {"form": form, "criterion": sc.get("criterion"), "peak_shown": sc.get("peak_shown"),
+                  "scores": {f: sc.get(f) if isinstance(sc.get(f), (int, float)) else None
+                             for f in ("power", "surge")}}
+    return form, surge, choice
 
 
 def _cov(obj: Any, n: int) -> np.ndarray:

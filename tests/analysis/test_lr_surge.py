@@ -126,6 +126,9 @@ def test_fit_json_keeps_the_form_and_an_old_one_reads_as_the_power_law(surge_fit
     assert set(doc["lr"]["form_scores"]) >= {"power", "surge", "criterion"}
     back = ScalingLawFit.from_dict(doc)
     assert back.lr_form == "surge"
+    assert back.report().count("LR form in batch: surge") == 1
+    assert back.to_dict()["lr"]["form_scores"] == doc["lr"]["form_scores"]
+    assert back.to_dict()["lr"]["surge"] == doc["lr"]["surge"]
     for b, d in ((2.0**13, 2.0**20), (2.0**20, 2.0**25)):
         assert np.allclose(back.lr_interval(b, d), surge_fit.lr_interval(b, d), rtol=1e-9)
     assert back.project(2.0**25).lr.value == pytest.approx(surge_fit.project(2.0**25).lr.value, rel=1e-9)
