@@ -69,19 +69,56 @@ def _exp_ci(section: Mapping[str, Any], name: str) -> tuple[float, float] | None
     return _pair(ci.get(name)) or (_pair(exps.get(name)) if isinstance(exps, Mapping) else None)
 
 
-def _read_misfit(obj: Any, where: str) -> dict[str, Any] | None:
+def _read_misfit(obj: Any, where: str, path: str = "lr.misfit", n: int = 3) -> dict[str, Any] | None:
     """The LR law's ``misfit`` section (None when absent: an older FIT.json, whose band is
     the bootstrap's alone); one ValueError names a bad field."""
     if obj is None:
         return None
     if not isinstance(obj, Mapping):
-        raise ValueError(f"{where}: lr.misfit must be a mapping, got {obj!r}")
+        raise ValueError(f"{where}: {path} must be a mapping, got {obj!r}")
     sd, dof = obj.get("sd_log"), obj.get("dof")
     if not (isinstance(sd, (int, float)) and not isinstance(sd, bool) and math.isfinite(sd) and sd >= 0):
-        raise ValueError(f"{where}: lr.misfit.sd_log must be a finite number >= 0, got {sd!r}")
+        raise ValueError(f"{where}: {path}.sd_log must be a finite number >= 0, got {sd!r}")
     if not (isinstance(dof, int) and not isinstance(dof, bool) and dof >= 0):
-        raise ValueError(f"{where}: lr.misfit.dof must be an integer >= 0, got {dof!r}")
-    return {"sd_log": float(sd), "dof": dof, "cov_log": _cov(obj.get("cov_log"), 3)}
+        raise ValueError(f"{where}: {path}.dof must be an integer >= 0, got {dof!r}")
+    return {"sd_log": float(sd), "dof": dof, "cov_log": _cov(obj.get("cov_log"), n)}
+
+
+def _coefs(obj: Any, n: int) -> np.ndarray | None:
+    if (isinstance(obj, list) and len(obj) == n and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in obj)):
+        return np.asarray(obj, dtype=float)
+    return None
+
+
+def _read_form(lr: Mapping[str, Any], where: str) -> tuple[str, dict[str, Any] | None, dict[str, Any] | None]:
+    """(``lr.form``, the surge section as the fit holds it, the choice) of a FIT.json; a
+    document without ``form`` (written before the surge form) is the power law."""
+    form = lr.get("form", "power")
+    if form not in ("power", "surge"):
+        raise ValueError(f"{where}: field lr.form must be 'power' or 'surge', got {form!r}")
+    sec = lr.get("surge")
+    surge = None
+    if sec is not None:
+        if not isinstance(sec, Mapping) or _coefs(sec.get("coef_log"), 4) is None:
+            raise ValueError(f"{where}: field lr.surge.coef_log must be 4 finite numbers "
+                             f"[m0, m1, p0, p1], got {sec.get('coef_log') if isinstance(sec, Mapping) else sec!r}")
+        misfit = _read_misfit(sec.get("misfit"), where, "lr.surge.misfit", 4) or {
+            "sd_log": 0.0, "dof": 0, "cov_log": np.zeros((4, 4))}
+        surge = {"coef_log": _coefs(sec["coef_log"], 4), "cov_log": _cov(sec.get("cov_log"), 4),
+                 "misfit": misfit}
+        ci = sec.get("ci_log")
+        if isinstance(ci, list) and len(ci) == 4 and all(_pair(c) is not None for c in ci):
+            surge["ci"] = [list(_pair(c)) for c in ci]
+    if form == "surge" and surge is None:
+        raise ValueError(f"{where}: field lr.form is 'surge' but lr.surge (its coefficients) is missing")
+    sc = lr.get("form_scores")
+    choice = None
+    if isinstance(sc, Mapping):  # as the fit holds it: the scores apart from how they were made
+        choice = {"form": form, "criterion": sc.get("criterion"), "peak_shown": sc.get("peak_shown"),
+                  "scores": {f: sc.get(f) if isinstance(sc.get(f), (int, float)) else None
+                             for f in ("power", "surge")}}
+    return form, surge, choice
 
 
 def _cov(obj: Any, n: int) -> np.ndarray:
@@ -186,7 +223,9 @@ def _read_loso(d: Mapping[str, Any], where: str) -> tuple[dict[str, Any] | None,
         a, b = _field(f, "lr.exponents.batch_tokens", w), _field(f, "lr.exponents.tokens", w)
         lc, bc = _field(f, "lr.coef", w, optional=True), _field(f, "batch.coef", w, optional=True)
         g = _field(f, "batch.exponents.tokens", w, optional=True)
+        sg = f.get("lr_surge")
         fits.append({"seed": f.get("seed"), "tau": f.get("tau"),
+                     "lr_surge_log": _coefs(sg.get("coef_log"), 4) if isinstance(sg, Mapping) else None,
                      "lr_coef_log": np.array([math.log(lc) if lc else math.nan, a, b]),
                      "batch_coef_log": np.array([math.log(bc) if bc else math.nan,
                                                  math.nan if g is None else g])})
@@ -237,7 +276,8 @@ class ScalingDocument:
                           "batch_tokens": _fmt_pair(c.get("lr_exp_batch")),
                           "tokens": _fmt_pair(c.get("lr_exp_tokens"))},
                    "cov_log": self.cov_lr_.tolist(), "law": self._lr_law(),
-                   "n_points": int(self.n_lr_points_), "misfit": self._misfit_doc()},
+                   "n_points": int(self.n_lr_points_), "misfit": self._misfit_doc(),
+                   **self._form_doc()},
             "batch": {"coef": _num(p["batch_coef"]),
                       "exponents": {"tokens": _num(p["batch_exp_tokens"])},
                       "ci": {"coef": _fmt_pair(c.get("batch_coef")),
@@ -310,6 +350,7 @@ class ScalingDocument:
         self.batch_coef_log_ = np.array([math.log(bt["coef"]), bt["exponents"]["tokens"]], dtype=float)
         self.cov_lr_, self.cov_batch_ = _cov(lr.get("cov_log"), 3), _cov(bt.get("cov_log"), 2)
         self.lr_misfit_ = _read_misfit(lr.get("misfit"), where)
+        self.lr_form_, self.lr_surge_, self.lr_form_choice_ = _read_form(lr, where)
         self.n_lr_points_, self.n_batch_points_ = lr.get("n_points", 0), bt.get("n_points", 0)
         self.boot_lr_, self.boot_batch_ = np.empty((0, 3)), np.empty((0, 2))
         self._read_params(d)
@@ -329,6 +370,27 @@ class ScalingDocument:
         self.flags_ = edge_flags(d)
         self.budget_optima_ = [dict(b) for b in d.get("budgets") or [] if isinstance(b, Mapping)]
         return self
+
+    def _form_doc(self) -> dict[str, Any]:
+        """``lr.form``, ``lr.form_scores`` and ``lr.surge`` (:mod:`analysis.lr_surge`)."""
+        ch = getattr(self, "lr_form_choice_", None)
+        sg = getattr(self, "lr_surge_", None)
+        out: dict[str, Any] = {"form": self.lr_form, "form_scores": None, "surge": None}
+        if ch:
+            out["form_scores"] = {"criterion": ch.get("criterion"), "peak_shown": ch.get("peak_shown"),
+                                  **{k: _num(v) for k, v in (ch.get("scores") or {}).items()}}
+        if sg is not None:
+            m0, m1, p0, p1 = (float(v) for v in sg["coef_log"])
+            m = sg["misfit"]
+            out["surge"] = {
+                "law": self._surge_law(), "coef_log": [_num(v) for v in sg["coef_log"]],
+                "eta_max": {"coef": _num(math.exp(m0)), "exponent_tokens": _num(m1)},
+                "batch_peak": {"coef": _num(math.exp(p0)), "exponent_tokens": _num(p1)},
+                "ci_log": sg.get("ci"), "cov_log": np.asarray(sg["cov_log"], dtype=float).tolist(),
+                "misfit": {"sd_log": _num(m["sd_log"]), "dof": int(m["dof"]),
+                           "cov_log": np.asarray(m["cov_log"], dtype=float).tolist()},
+                "reference": "Li et al. 2024, Surge Phenomenon in Optimal Learning Rate and Batch Size Scaling"}
+        return out
 
     def _misfit_doc(self) -> dict[str, Any] | None:
         m = getattr(self, "lr_misfit_", None)
@@ -378,6 +440,8 @@ class ScalingDocument:
                                            "tokens": _num(f["lr_coef_log"][2])}},
                       "batch": {"coef": _num(math.exp(f["batch_coef_log"][0])),
                                 "exponents": {"tokens": _num(f["batch_coef_log"][1])}},
-                      "tau": _num(f["tau"])} for f in self.loso_fits_],
+                      "tau": _num(f["tau"]),
+                      **({"lr_surge": {"coef_log": [_num(v) for v in f["lr_surge_log"]]}}
+                         if f.get("lr_surge_log") is not None else {})} for f in self.loso_fits_],
         }
 

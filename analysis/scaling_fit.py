@@ -20,6 +20,7 @@ from ._fitted import check_is_fitted
 from ._io import finite_positive, require_columns, usable_rows
 from ._stats import SeedSpread, check_level, check_n_boot, make_rng, percentile_interval, seed_spread
 from .critical_batch import noise_scale_law
+from .lr_surge import FORMS, choose_form, fit_surge, surge_boot, surge_misfit
 from .optimum import OptimumFit, _boot_locate_min, _locate, _resampled_means
 from .scaling_doc import ScalingDocument
 from .scaling_projection import ScalingPredictions
@@ -94,6 +95,15 @@ class ScalingLawFit(TauMeasurement, ScalingPredictions, ScalingDocument):
     exponents), with each refit's laws in ``loso_fits_`` (so a projection can be redone
     with each). With one seed there is nothing to leave out: ``sensitivity_`` is empty.
 
+    The LR law's form in batch (``form``, default ``"auto"``): beside the power law the
+    fit makes the Adam "surge" form, which rises with B, peaks at B_peak(D) and falls
+    (:mod:`analysis.lr_surge`, Li et al. 2024), on the same cell optima, and keeps the one
+    with the lower leave-one-batch-out error in log2 eta* (the surge only where the data
+    show a peak); ``"power"`` or ``"surge"`` force one. The chosen form gives
+    :meth:`predict_lr`, :meth:`lr_interval` and :meth:`lr_ratio` (its own bootstrap and
+    misfit band); ``params_`` and ``ci_`` stay the power law's. The band method fits the
+    power law only.
+
     Needs at least 3 budgets and 3 batch sizes (ValueError naming what is missing),
     each budget with at least 3 batches and each cell with at least 3 LRs.
 
@@ -105,7 +115,10 @@ class ScalingLawFit(TauMeasurement, ScalingPredictions, ScalingDocument):
     ``n_excluded_``, ``n_diverged_``, ``warnings_``, ``boot_lr_``/``boot_batch_`` (draws
     of the log-space coefficients), ``seeds_`` (the seed values of the usable rows),
     ``sensitivity_`` (name -> SeedSpread) and ``loso_fits_`` (one dict per refit: the left-out
-    ``seed``, ``lr_coef_log`` and ``batch_coef_log``).
+    ``seed``, ``lr_coef_log``, ``batch_coef_log`` and, for a surge fit, ``lr_surge_log``),
+    ``lr_form_`` ("power" | "surge"), ``lr_form_choice_`` (both forms' scores, the criterion,
+    whether a peak is shown) and ``lr_surge_`` (the surge's ``coef_log`` [m0, m1, p0, p1],
+    ``boot``, ``cov_log``, ``ci`` and ``misfit``; None with too few optima).
     """
 
     def __init__(
@@ -119,11 +132,14 @@ class ScalingLawFit(TauMeasurement, ScalingPredictions, ScalingDocument):
         window: int = 2,
         rules: ScheduleRules | None = None,
         loso: bool = True,
+        form: str = "auto",
     ) -> None:
         if not (math.isfinite(band) and band >= 0):
             raise ValueError(f"band must be a non-negative fraction, got {band!r}.")
         if method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {method!r}.")
+        if form not in ("auto", *FORMS):
+            raise ValueError(f"form must be one of {('auto', *FORMS)}, got {form!r}.")
         if int(window) != window or window < 1:
             raise ValueError(f"window must be a positive integer, got {window!r}.")
         self.band = float(band)
@@ -134,6 +150,7 @@ class ScalingLawFit(TauMeasurement, ScalingPredictions, ScalingDocument):
         self.window = int(window)
         self.rules = rules or ScheduleRules()
         self.loso = bool(loso)
+        self.form = form
 
     # ------------------------------------------------------------------ fitting
     def fit(
@@ -223,7 +240,8 @@ class ScalingLawFit(TauMeasurement, ScalingPredictions, ScalingDocument):
         refits: dict[str, dict[Any, float | None]] = {k: {} for k in self.LOSO_VALUES}
         for s in self.seeds_:
             sub = ScalingLawFit(band=self.band, n_boot=0, level=self.level, seed=self.seed,
-                                method=self.method, window=self.window, rules=self.rules, loso=False)
+                                method=self.method, window=self.window, rules=self.rules, loso=False,
+                                form=self.lr_form_)
             try:
                 sub.fit(ok[(ok[seed] != s).to_numpy()], **kw)
             except ValueError:
@@ -237,7 +255,9 @@ class ScalingLawFit(TauMeasurement, ScalingPredictions, ScalingDocument):
                 refits[k][s] = vals.get(k)
             self.loso_fits_.append({"seed": s, "lr_coef_log": sub.lr_coef_log_.copy(),
                                     "batch_coef_log": sub.batch_coef_log_.copy(),
-                                    "tau": sub.params_.get("tau")})
+                                    "tau": sub.params_.get("tau"),
+                                    "lr_surge_log": None if sub.lr_surge_ is None or self.lr_form_ != "surge"
+                                    else sub.lr_surge_["coef_log"].copy()})
         for k, positive in self.LOSO_VALUES.items():
             if any(v is not None for v in refits[k].values()):
                 self.sensitivity_[k] = seed_spread(k, refits[k], log_scale=positive)
@@ -349,6 +369,8 @@ class ScalingLawFit(TauMeasurement, ScalingPredictions, ScalingDocument):
             self.lr_coef_log_ = _ols(Xc[use], t_lr[use] * _LN2)
             self.boot_lr_ = _ols_many(Xc[use], T[:, use] * _LN2) if nb_ else np.empty((0, 3))
             self.lr_misfit_ = lr_misfit(Xc[use], t_lr[use] * _LN2, self.lr_coef_log_)
+            self._fit_lr_form(np.log(B[use]), np.log(D[use]), t_lr[use] * _LN2,
+                              T[:, use] * _LN2 if nb_ else np.empty((0, int(use.sum()))))
             Xd = np.column_stack([np.ones(Ds.size), np.log(Ds)])
             t_b = np.array([math.log2(b["batch_opt"]) for b in budgets])
             self.batch_coef_log_ = _ols(Xd, t_b * _LN2)
@@ -356,6 +378,10 @@ class ScalingLawFit(TauMeasurement, ScalingPredictions, ScalingDocument):
             self.n_lr_points_, self.n_batch_points_ = int(use.sum()), int(Ds.size)
         else:
             self._fit_band(cells, B, D, rng)
+            self.lr_surge_ = None
+            self.lr_form_ = "power"
+            self.lr_form_choice_ = {"form": "power", "scores": {f: None for f in FORMS}, "peak_shown": None,
+                                    "criterion": "the band method fits the power law only"}
 
         self.cells_ = pd.DataFrame({
             "batch_tokens": B, "tokens": D, "lr_opt": 2.0**t_lr, "loss_opt": l_opt,
@@ -378,6 +404,36 @@ class ScalingLawFit(TauMeasurement, ScalingPredictions, ScalingDocument):
         self.reference_ = {"lr": float(2.0 ** t_lr[j]), "batch_tokens": float(B[j]),
                            "tokens": float(D[j]), "loss": float(l_opt[j])}
         self._set_params()
+
+    def _fit_lr_form(self, log_b: np.ndarray, log_d: np.ndarray, y: np.ndarray, Y: np.ndarray) -> None:
+        """The surge form on the same optima as the power law (:mod:`analysis.lr_surge`) and
+        the choice between them (``form`` "auto": leave-one-batch-out; else as given)."""
+        self.lr_surge_ = None
+        if self.form == "power":  # given (a leave-one-seed-out refit of a power-law fit): no second form
+            self.lr_form_, self.lr_form_choice_ = "power", {
+                "form": "power", "scores": {f: None for f in FORMS}, "peak_shown": None,
+                "criterion": "given (form='power')"}
+            return
+        if y.size > 4 and np.unique(log_b).size >= 3:
+            theta = fit_surge(log_b, log_d, y)
+            boot = surge_boot(log_b, log_d, y, theta, Y)
+            self.lr_surge_ = {"coef_log": theta, "boot": boot,
+                              "cov_log": np.cov(boot, rowvar=False) if boot.shape[0] > 2 else np.zeros((4, 4)),
+                              "misfit": surge_misfit(log_b, log_d, y, theta)}
+            if boot.shape[0] > 2:
+                lo, hi = percentile_interval(boot, self.level)
+                self.lr_surge_["ci"] = [[float(a), float(b)] for a, b in zip(lo, hi, strict=True)]
+            choice = choose_form(log_b, log_d, y, theta) if self.form == "auto" else {
+                "form": "surge", "scores": {f: None for f in FORMS}, "peak_shown": None}
+        else:
+            choice = {"form": "power", "scores": {f: None for f in FORMS}, "peak_shown": None,
+                      "criterion": "too few optima for the surge form (needs 5 over 3 batches)"}
+        if self.form != "auto":
+            if self.form == "surge" and self.lr_surge_ is None:
+                raise ValueError("form='surge' needs at least 5 LR optima over 3 batches; "
+                                 f"the fit has {y.size} over {np.unique(log_b).size}.")
+            choice = {**choice, "form": self.form, "criterion": f"given (form={self.form!r})"}
+        self.lr_form_, self.lr_form_choice_ = choice["form"], choice
 
     def _single_seed_boot(self, t: np.ndarray, per_x: list[np.ndarray],
                           rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -479,7 +535,7 @@ class ScalingLawFit(TauMeasurement, ScalingPredictions, ScalingDocument):
             cells=self.cells_.copy(), lr_lines=pd.concat(rows, ignore_index=True),
             budgets=self.budgets_.copy(),
             batch_line=pd.DataFrame({"tokens": dg, "batch": p, "lo": lo, "hi": hi}),
-            level=self.level, lr_law=self._lr_law(), batch_law=self._batch_law())
+            level=self.level, lr_law=self._chosen_lr_law(), batch_law=self._batch_law())
 
     def bracketing(self) -> pd.DataFrame:
         """Per budget: is the optimal batch, and every batch's optimal LR, bracketed?
@@ -509,6 +565,24 @@ class ScalingLawFit(TauMeasurement, ScalingPredictions, ScalingDocument):
         return (f"eta* = {p['lr_coef']:.4g} · B^{p['lr_exp_batch']:.3f} · "
                 f"D^{p['lr_exp_tokens']:.3f}")
 
+    def _surge_law(self) -> str:
+        m0, m1, p0, p1 = (float(v) for v in self.lr_surge_["coef_log"])
+        return (f"eta* = 2·eta_max/(sqrt(B_peak/B) + sqrt(B/B_peak)), eta_max = {math.exp(m0):.4g}·D^{m1:.3f}, "
+                f"B_peak = {math.exp(p0):.4g}·D^{p1:.3f}")
+
+    def _chosen_lr_law(self) -> str:
+        return self._surge_law() if self.lr_form == "surge" else self._lr_law()
+
+    def _form_text(self) -> list[str]:
+        ch = getattr(self, "lr_form_choice_", None)
+        if not ch:
+            return [f"  LR form in batch: {self.lr_form} (no choice recorded)"]
+        sc = ", ".join(f"{k} {'n/a' if v is None else f'{v:.3f}'}" for k, v in ch["scores"].items())
+        out = [f"  LR form in batch: {self.lr_form} ({ch['criterion']}: {sc}; peak shown: {ch.get('peak_shown')})"]
+        if self._surge() is not None:
+            out.append(f"    surge form: {self._surge_law()}")
+        return out
+
     def _batch_law(self) -> str:
         p = self.params_
         return f"B* = {p['batch_coef']:.4g} · D^{p['batch_exp_tokens']:.3f}"
@@ -528,6 +602,7 @@ class ScalingLawFit(TauMeasurement, ScalingPredictions, ScalingDocument):
                  f"  {self._lr_law()}",
                  f"    a (batch) = {p['lr_exp_batch']:.4f}{ci('lr_exp_batch')}, "
                  f"b (tokens) = {p['lr_exp_tokens']:.4f}{ci('lr_exp_tokens')}",
+                 *self._form_text(),
                  f"  {self._batch_law()}",
                  f"    g (tokens) = {p['batch_exp_tokens']:.4f}{ci('batch_exp_tokens')}"]
         if p.get("tau") is not None and getattr(self, "tau_source_", None) == "measured":

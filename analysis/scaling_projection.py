@@ -24,6 +24,7 @@ from ._fitted import check_is_fitted
 from ._io import finite_or_none as _num
 from ._stats import SeedSpread, check_level, seed_spread
 from .baselines import scaling_baselines
+from .lr_surge import surge_grad, surge_log_lr
 from .projection import Estimate
 from .scaling_doc import edge_flags
 from .schedule import ScheduleRules, warmup_from_section
@@ -120,12 +121,51 @@ class ScalingPredictions:
 
     # ---------------------------------------------------------------------- laws
     def predict_lr(self, batch_tokens: Any, tokens: Any) -> np.ndarray:
-        """``eta*(B, D) = c_eta · B^a · D^b`` (arrays broadcast)."""
+        """The chosen LR law at ``(B, D)`` (arrays broadcast): ``eta*(B, D) = c_eta · B^a · D^b``,
+        or the surge form (:attr:`lr_form`, :mod:`analysis.lr_surge`)."""
         check_is_fitted(self, "params_")
         b = np.atleast_1d(_arr(batch_tokens, "batch_tokens"))
         d = np.atleast_1d(_arr(tokens, "tokens"))
-        c = self.lr_coef_log_
-        return np.exp(c[0] + c[1] * np.log(b) + c[2] * np.log(d))
+        b, d = np.broadcast_arrays(b, d)
+        return np.exp(self._lr_log_and_grad(np.log(b), np.log(d))[0]).reshape(b.shape)
+
+    @property
+    def lr_form(self) -> str:
+        """The LR law's form in batch: ``"power"`` (c·B^a·D^b, held past the saturation
+        batch) or ``"surge"`` (rises, peaks at B_peak(D), falls: :mod:`analysis.lr_surge`),
+        chosen per fit by the data; a fit that recorded none (an older FIT.json) is ``"power"``."""
+        return "surge" if getattr(self, "lr_form_", "power") == "surge" and self._surge() else "power"
+
+    def _surge(self) -> dict[str, Any] | None:
+        return getattr(self, "lr_surge_", None)
+
+    def _lr_log_and_grad(self, log_b: np.ndarray, log_d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(ln eta*, ∂ ln eta*/∂coefficients)`` of the chosen form at each point (flattened)."""
+        log_b, log_d = (np.ravel(v).astype(float) for v in np.broadcast_arrays(log_b, log_d))
+        if self.lr_form == "surge":
+            theta = np.asarray(self._surge()["coef_log"], dtype=float)  # type: ignore[index]
+            return surge_log_lr(theta, log_b, log_d), surge_grad(theta, log_b, log_d)
+        X = np.column_stack([np.ones(log_b.size), log_b, log_d])
+        return X @ self.lr_coef_log_, X
+
+    def surge_at(self, tokens: float, level: float | None = None) -> dict[str, tuple[float, float, float]]:
+        """The surge form's ``eta_max(D)`` and ``B_peak(D)`` at one budget, each ``(value,
+        lo, hi)`` from the coefficients' bootstrap and misfit covariance (the law's
+        uncertainty, not a new cell's scatter). ValueError when the fit has no surge form."""
+        check_is_fitted(self, "params_")
+        s = self._surge()
+        if s is None:
+            raise ValueError(f"{self.source} has no surge form of the LR law (too few optima).")
+        lv = self.level if level is None else check_level(level, "level")
+        theta = np.asarray(s["coef_log"], dtype=float)
+        cov = np.asarray(s["cov_log"], dtype=float) + np.asarray(s["misfit"]["cov_log"], dtype=float)
+        q = self._quantile(lv, int(s["misfit"]["dof"]), float(s["misfit"]["sd_log"]))
+        ld = math.log(float(_arr(tokens, "tokens")))
+        out = {}
+        for name, g in (("lr_max", np.array([1.0, ld, 0.0, 0.0])), ("batch_peak", np.array([0.0, 0.0, 1.0, ld]))):
+            m, se = float(g @ theta), math.sqrt(max(float(g @ cov @ g), 0.0))
+            out[name] = (math.exp(m), math.exp(m - q * se), math.exp(m + q * se))
+        return out
 
     def predict_batch(self, tokens: Any) -> np.ndarray:
         """``B*(D) = c_B · D^g`` in tokens."""
@@ -144,31 +184,45 @@ class ScalingPredictions:
         return np.exp(mean), np.exp(mean - z * se), np.exp(mean + z * se)
 
     def _misfit(self) -> tuple[float, int, np.ndarray]:
-        """``(s, dof, s²·(XᵀX)⁻¹)`` of the LR law (:func:`analysis.scaling_fit.lr_misfit`);
-        ``(0, 0, zeros)`` for a fit that recorded none (an older FIT.json)."""
+        """``(s, dof, s²·(XᵀX)⁻¹)`` of the chosen LR law (:func:`analysis.scaling_fit.lr_misfit`,
+        :func:`analysis.lr_surge.surge_misfit`); ``(0, 0, zeros)`` for a fit that recorded
+        none (an older FIT.json)."""
+        if self.lr_form == "surge":
+            m = self._surge()["misfit"]  # type: ignore[index]
+            return float(m["sd_log"]), int(m["dof"]), np.asarray(m["cov_log"], dtype=float)
         m = getattr(self, "lr_misfit_", None) or {}
         cov = np.asarray(m.get("cov_log", np.zeros((3, 3))), dtype=float)
         return float(m.get("sd_log", 0.0)), int(m.get("dof", 0)), cov
 
-    def _lr_band(self, X: np.ndarray, level: float, point_share: np.ndarray | float = 1.0,
-                 boot_scale: float = 1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The LR law's prediction band at the rows of ``X``:
-        ``exp(x·c ± q·sqrt(x·(Σ_boot + Σ_misfit)·x + share·s²))`` with ``q`` Student's t at the
-        misfit's degrees of freedom (the normal quantile when the fit recorded none), so
-        the band holds a new cell's optimum, not only the law's coefficients
-        (:func:`analysis.scaling_fit.lr_misfit`). ``point_share`` (0–1 per row) is how much
-        of one cell's own misfit s² the row carries; ``boot_scale`` scales the bootstrap
-        covariance (n/(n+1): the band one more seed of the sweep would give, the misfit kept)."""
-        s, dof, cov_m = self._misfit()
-        mean = X @ self.lr_coef_log_
-        var = np.einsum("ij,jk,ik->i", X, boot_scale * self.cov_lr_ + cov_m, X) + np.asarray(point_share) * s * s
-        se = np.sqrt(np.maximum(var, 0.0))
+    def _lr_boot_cov(self) -> np.ndarray:
+        if self.lr_form == "surge":
+            return np.asarray(self._surge()["cov_log"], dtype=float)  # type: ignore[index]
+        return self.cov_lr_
+
+    @staticmethod
+    def _quantile(level: float, dof: int, s: float) -> float:
         if dof > 0 and s > 0:
             from scipy.stats import t as student_t
 
-            q = float(student_t.ppf(0.5 + level / 2.0, dof))
-        else:
-            q = NormalDist().inv_cdf(0.5 + level / 2.0)
+            return float(student_t.ppf(0.5 + level / 2.0, dof))
+        return NormalDist().inv_cdf(0.5 + level / 2.0)
+
+    def _lr_band(self, mean: np.ndarray, G: np.ndarray, level: float, point_share: np.ndarray | float = 1.0,
+                 boot_scale: float = 1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The LR law's prediction band at log-LR values ``mean`` with gradient rows ``G``
+        (∂ ln eta*/∂coefficients; for the power law the design rows ``x = (1, ln B, ln D)``):
+        ``exp(mean ± q·sqrt(g·(Σ_boot + Σ_misfit)·g + share·s²))`` with ``q`` Student's t at the
+        misfit's degrees of freedom (the normal quantile when the fit recorded none), so
+        the band holds a new cell's optimum, not only the law's coefficients
+        (:func:`analysis.scaling_fit.lr_misfit`); for the surge form ``g`` linearises it (the
+        delta method). ``point_share`` (0–1 per row) is how much of one cell's own misfit s²
+        the row carries; ``boot_scale`` scales the bootstrap covariance (n/(n+1): the band
+        one more seed of the sweep would give, the misfit kept)."""
+        s, dof, cov_m = self._misfit()
+        var = np.einsum("ij,jk,ik->i", G, boot_scale * self._lr_boot_cov() + cov_m, G) \
+            + np.asarray(point_share) * s * s
+        se = np.sqrt(np.maximum(var, 0.0))
+        q = self._quantile(level, dof, s)
         return np.exp(mean), np.exp(mean - q * se), np.exp(mean + q * se)
 
     def lr_interval(self, batch_tokens: Any, tokens: Any,
@@ -183,8 +237,7 @@ class ScalingPredictions:
         b = np.atleast_1d(_arr(batch_tokens, "batch_tokens"))
         d = np.atleast_1d(_arr(tokens, "tokens"))
         b, d = np.broadcast_arrays(b, d)
-        X = np.column_stack([np.ones(b.size), np.log(b.ravel()), np.log(d.ravel())])
-        return self._lr_band(X, lv)
+        return self._lr_band(*self._lr_log_and_grad(np.log(b), np.log(d)), lv)
 
     def batch_interval(self, tokens: Any,
                        level: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -232,10 +285,12 @@ class ScalingPredictions:
 
     def lr_ratio(self, batch: tuple[float, float], tokens: tuple[float, float], *, boot_scale: float = 1.0
                  ) -> tuple[float, float, float]:
-        """``eta*(B1, D1) / eta*(B0, D0) = (B1/B0)^a (D1/D0)^b`` and its (lo, hi): the band
-        of the law at ``x = (0, ln B1/B0, ln D1/D0)`` (:meth:`_lr_band`) when the fit has a
-        bootstrap covariance, else over the corners of the exponent intervals (the ratio is
-        monotone in each exponent). ``batch`` and ``tokens`` are (from, to).
+        """``eta*(B1, D1) / eta*(B0, D0)`` of the chosen form (``(B1/B0)^a (D1/D0)^b`` for the
+        power law) and its (lo, hi): the band of the law with the gradient difference
+        ``g1 − g0`` (for the power law ``x = (0, ln B1/B0, ln D1/D0)``, :meth:`_lr_band`) when
+        the fit has a bootstrap covariance or is the surge form, else over the corners of
+        the exponent intervals (the ratio is monotone in each exponent). ``batch`` and
+        ``tokens`` are (from, to).
 
         The far end's own misfit s² enters in proportion to the distance moved, in full
         from one octave on (min(1, δ²), δ the move in octaves of B and D together): a
@@ -244,10 +299,11 @@ class ScalingPredictions:
         check_is_fitted(self, "params_")
         rb, rd = batch[1] / batch[0], tokens[1] / tokens[0]
         a, b = self.lr_coef_log_[1], self.lr_coef_log_[2]
-        if _usable_cov(self.cov_lr_):
-            x = np.array([[0.0, math.log(rb), math.log(rd)]])
+        if self.lr_form == "surge" or _usable_cov(self.cov_lr_):
+            m, G = self._lr_log_and_grad(np.log([batch[0], batch[1]]), np.log([tokens[0], tokens[1]]))
             octaves2 = (math.log2(rb) ** 2 + math.log2(rd) ** 2)
-            return tuple(float(v[0]) for v in self._lr_band(x, self.level, min(1.0, octaves2), boot_scale)
+            return tuple(float(v[0]) for v in self._lr_band(
+                np.array([m[1] - m[0]]), G[1:2] - G[0:1], self.level, min(1.0, octaves2), boot_scale)
                          )  # type: ignore[return-value]
         ca = self.ci_.get("lr_exp_batch", (a, a))
         cb = self.ci_.get("lr_exp_tokens", (b, b))
@@ -280,7 +336,11 @@ class ScalingPredictions:
         the demo's card, B^0.56 over 1,256x in batch gave a hidden-matrix LR 3-6x the
         published recipes at its size). Below the measured batches the small-batch regime,
         where the LR does follow a power of B (Malladi et al. 2022), is extrapolated as fitted.
+        When the fit chose the surge form (:attr:`lr_form`) nothing is held: the batch is
+        returned as given.
         """
+        if self.lr_form == "surge":  # the form itself says what happens past the peak
+            return float(batch_tokens)
         return float(min(batch_tokens, self.lr_saturation_batch(tokens, limit)))
 
     def lr_saturation_batch(self, tokens: float | None = None, limit: float = 100.0) -> float:
@@ -395,6 +455,21 @@ class ScalingPredictions:
         return tuple((float(f["lr_coef_log"][1]), float(f["lr_coef_log"][2]))
                      for f in getattr(self, "loso_fits_", []))
 
+    def lr_ratio_loso(self, batch: tuple[float, float], tokens: tuple[float, float]) -> list[float]:
+        """``eta*(B1, D1) / eta*(B0, D0)`` redone with each leave-one-seed-out refit's law in
+        the chosen form (:attr:`lr_form`; for the power law ``(B1/B0)^a (D1/D0)^b`` with each
+        refit's exponents). Empty with fewer than 2 seeds."""
+        if self.lr_form == "surge":
+            lb, ld = np.log([batch[0], batch[1]]), np.log([tokens[0], tokens[1]])
+            out = []
+            for f in getattr(self, "loso_fits_", []):
+                if f.get("lr_surge_log") is not None:
+                    m = surge_log_lr(np.asarray(f["lr_surge_log"], dtype=float), lb, ld)
+                    out.append(float(np.exp(m[1] - m[0])))
+            return out
+        rb, rd = batch[1] / batch[0], tokens[1] / tokens[0]
+        return [rb**a * rd**b for a, b in self.lr_loso]
+
     @property
     def n_seeds(self) -> int:
         """Seeds of the scaling sweep (0 when a FIT.json read back does not say)."""
@@ -447,7 +522,8 @@ class ScalingPredictions:
         e_lr = max(batch.extrapolation, extrapolation_factor(b_tok, self.measured_batch_tokens))
         b_law = self.lr_batch(b_tok, d, limit)  # the LR law is held past the saturation batch
         lp, llo, lhi = (float(v[0]) for v in self.lr_interval(b_law, d))
-        lsrc = (f"eta*(B, D) = {self.params_['lr_coef']:.4g}·B^{self.params_['lr_exp_batch']:.4g}"
+        lsrc = (self._surge_law() if self.lr_form == "surge" else
+                f"eta*(B, D) = {self.params_['lr_coef']:.4g}·B^{self.params_['lr_exp_batch']:.4g}"
                 f"·D^{self.params_['lr_exp_tokens']:.4g}"
                 + (f", held at B = {b_law:.4g} (saturation batch)" if b_law < b_tok else ""))
         lr_e = Estimate(lp, llo, lhi, level, lsrc, e_lr)
@@ -460,9 +536,7 @@ class ScalingPredictions:
         dec = Estimate(df, df, df, level, "WSD cooldown fraction (Hägele et al. 2024: 20 % matches cosine)",
                        1.0)
 
-        x = np.array([1.0, math.log(b_law), math.log(d)])
-        loso = seed_spread("lr", {f["seed"]: float(np.exp(f["lr_coef_log"] @ x))
-                                  for f in self.loso_fits_}) if self.loso_fits_ else None
+        loso = self._loso_lr(b_law, d)
         ref = self.reference_
         if not ref:
             raise ValueError(f"{self.source} has no reference (the proxy optimum the baselines are "
@@ -481,6 +555,19 @@ class ScalingPredictions:
             weight_decay=wd_e, tau=tau_e, warmup_tokens=warm, decay_fraction=dec,
             extrapolation=ext, extrapolation_limit=float(limit), extrapolated=extrapolated,
             baselines=base, warnings=warnings, lr_loso=loso)
+
+    def _loso_lr(self, b: float, d: float) -> SeedSpread | None:
+        """The LR at (b, d) redone with each leave-one-seed-out refit's law, in the chosen form
+        (a refit with no surge coefficients recorded is left out of a surge fit's spread)."""
+        if not self.loso_fits_:
+            return None
+        if self.lr_form == "surge":
+            vals = {f["seed"]: float(np.exp(surge_log_lr(np.asarray(f["lr_surge_log"], dtype=float),
+                                                          np.log([b]), np.log([d]))[0]))
+                    for f in self.loso_fits_ if f.get("lr_surge_log") is not None}
+            return seed_spread("lr", vals) if vals else None
+        x = np.array([1.0, math.log(b), math.log(d)])
+        return seed_spread("lr", {f["seed"]: float(np.exp(f["lr_coef_log"] @ x)) for f in self.loso_fits_})
 
     def _projected_batch(self, d: float, seq_len: int | None, dp_size: int | None,
                          batch_sequences: int | None) -> tuple[int, Estimate]:

@@ -68,7 +68,7 @@ def lr_sensitivity(proxy: Mapping[str, Any] | None, laws: ScalingLawFit | None, 
     The base LR is the proxy optimum times the laws' ratio eta*(B_t, D_t) / eta*(B_p, D_p).
     Each part has its own refits without each seed: the proxy optimum's (``proxy``: the
     ``sensitivity`` of ``fit optimum``, ``ratio`` = max/min of the refit optima) and the
-    ratio redone with each refit's exponents (``laws.lr_loso``). The two sweeps' seeds
+    ratio redone with each refit's law in the fit's form (``laws.lr_ratio_loso``). The two sweeps' seeds
     are different runs, so the card's ratio is the product of the two: the most that
     one seed of each could move the LR. ``loso_ratio`` is None when no part could be
     refitted; ``loso.complete`` is false when a part the LR depends on has fewer than 2
@@ -83,9 +83,9 @@ def lr_sensitivity(proxy: Mapping[str, Any] | None, laws: ScalingLawFit | None, 
         "proxy": {"n_seeds": proxy.get("n_seeds"), "ratio": proxy.get("ratio")}}
     if laws is not None:
         ratio = None
-        if len(laws.lr_loso) >= 2 and proxy_batch_tokens and proxy_tokens:
-            rb, rd = batch_tokens / proxy_batch_tokens, tokens / proxy_tokens
-            rs = [rb**a * rd**b for a, b in laws.lr_loso]
+        rs = laws.lr_ratio_loso((proxy_batch_tokens, batch_tokens), (proxy_tokens, tokens)) \
+            if proxy_batch_tokens and proxy_tokens else []
+        if len(rs) >= 2:
             ratio = max(rs) / min(rs)
         parts["law"] = {"n_seeds": laws.n_seeds, "ratio": ratio}
     known = [p["ratio"] for p in parts.values() if p["ratio"] is not None]
@@ -167,8 +167,11 @@ def _plan_lr(laws: ScalingLawFit | None, *, proxy_lr: float, proxy_lr_interval: 
              level: float, ext: Mapping[str, float], bound: _Bounds, warnings: list[str],
              ext_limit: float = 100.0) -> tuple[float, dict[str, Any]]:
     """The base LR: the proxy optimum moved by the laws' ratio eta*(B_t, D_t)/eta*(B_p, D_p)
-    (:meth:`~analysis.ScalingLawFit.lr_ratio`). No interval given (--lr): the law's alone;
-    an open side (optimum at the grid's edge) stays open (None)."""
+    (:meth:`~analysis.ScalingLawFit.lr_ratio`), in the form the fit chose (``laws.lr_form``):
+    the power law is held past the saturation batch (:meth:`~analysis.ScalingLawFit.lr_batch`),
+    the surge form is evaluated at the target's batch itself (it says what happens past the
+    peak). No interval given (--lr): the law's alone; an open side (optimum at the grid's
+    edge) stays open (None)."""
     p_lo, p_hi = (list(proxy_lr_interval) + [None, None])[:2] if proxy_lr_interval else (
         proxy_lr, proxy_lr)
     if laws is not None:
@@ -190,9 +193,10 @@ def _plan_lr(laws: ScalingLawFit | None, *, proxy_lr: float, proxy_lr_interval: 
                             "batch if larger); the LR is that batch's, not the power law's "
                             f"({unheld:.4g}"
                             "), since the optimal LR saturates in batch")
+        form = "" if laws.lr_form == "power" else " (surge form: rises to B_peak(D), falls past it)"
         lr_est = _estimate(lr, None if p_lo is None else p_lo * r_lo,
                            None if p_hi is None else p_hi * r_hi, level,
-                           f"proxy optimum {proxy_lr:.4g} × eta*(B, D) ratio {r:.4g} from (B "
+                           f"proxy optimum {proxy_lr:.4g} × eta*(B, D){form} ratio {r:.4g} from (B "
                            f"{proxy_batch_tokens:.4g}, D {proxy_tokens:.4g}) to (B {b_tok}, D "
                            f"{tokens:.4g}){held}", max(ext.values()))
     else:
@@ -403,8 +407,9 @@ def plan_run(
       ``projected.batch_split``. A given ``batch_sequences`` must be such a multiple.
     - Base LR: the proxy's μP optimum ``proxy_lr`` moved by the fitted law's ratio
       eta*(B_t, D_t) / eta*(B_p, D_p) from the proxy's batch and tokens to the target's;
-      past the largest measured batch the law is held at that batch
-      (:meth:`~analysis.ScalingLawFit.lr_batch`: the optimal LR saturates in batch).
+      past the largest measured batch the power law is held at that batch
+      (:meth:`~analysis.ScalingLawFit.lr_batch`: the optimal LR saturates in batch); a fit
+      that chose the surge form is evaluated at the target's batch (it peaks and falls).
     - Critical batch: with the sweep's measured GNS law B_simple(D), a projected batch above
       it is capped there (inside the extrapolation limit), and ``projected.critical_batch``
       records it with the token cost 1 + B/B_crit

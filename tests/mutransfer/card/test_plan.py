@@ -136,3 +136,36 @@ def test_a_bad_proxy_point_names_its_field(kw, exc, needle) -> None:
     with pytest.raises(exc) as e:
         ProxyPoint(**{"lr": 0.01, **kw})
     assert needle in str(e.value)
+
+
+def test_a_surge_law_is_evaluated_at_the_targets_batch_with_no_hold(
+        plan_kw, fitted: tuple[ScalingLawFit, Path], tmp_path: Path) -> None:
+    """A FIT.json whose LR law chose the surge form (eta_max = 2^-3·D^-0.25, B_peak = 2^-5·D):
+    the plan moves the proxy's LR by the surge's own ratio to a batch 16x past the largest
+    measured one (the LR falls past the peak), never by the held power law."""
+    fit, _ = fitted
+    doc = fit.to_dict()
+    zeros = np.zeros((4, 4)).tolist()
+    theta = [math.log(2.0**-3), -0.25, math.log(2.0**-5), 1.0]
+    doc["lr"] = {**doc["lr"], "form": "surge",
+                 "surge": {"coef_log": theta, "cov_log": zeros, "misfit": {"sd_log": 0.1, "dof": 20, "cov_log": zeros}}}
+    path = tmp_path / "FIT.json"
+    path.write_text(json.dumps(doc))
+    laws = read_scaling_fit(path)
+    assert laws.lr_form == "surge"
+    b_t = 16 * fit.measured_batch_tokens[1]
+    plan = plan_kw(proxy_lr=0.01, proxy_lr_interval=None, tokens=D_T, seq_len=SEQ, laws=laws,
+                   proxy_batch_tokens=B_P, proxy_tokens=D_P, batch_sequences=int(b_t / SEQ), n_params=1e7)
+
+    def surge(b: float, d: float) -> float:
+        bp, em = 2.0**-5 * d, 2.0**-3 * d**-0.25
+        return 2 * em / (math.sqrt(bp / b) + math.sqrt(b / bp))
+
+    assert plan.batch_tokens == b_t
+    assert plan.lr == pytest.approx(0.01 * surge(b_t, D_T) / surge(B_P, D_P), rel=1e-9)
+    assert surge(b_t, D_T) < surge(2.0**-5 * D_T, D_T)  # past the peak: below the LR at the peak
+    src = plan.projected["lr"]["source"]
+    assert "surge form" in src and "saturation batch" not in src
+    assert not any("LR law is held" in w for w in plan.warnings), plan.warnings
+    lo, hi = plan.projected["lr"]["lo"], plan.projected["lr"]["hi"]
+    assert lo < plan.lr < hi and math.isfinite(hi / lo)
