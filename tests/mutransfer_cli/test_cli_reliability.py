@@ -456,3 +456,15 @@ def test_export_hf_config_hub_id_exits_2_before_any_request(tmp_path, monkeypatc
                    "--out", str(tmp_path / "h.json")], capsys)
     assert rc == 2 and "--hf-config 'org/model' is not a local file or folder" in err and one_line(err)
     assert not (tmp_path / "h.json").exists()
+
+
+@pytest.mark.parametrize(("var", "value"), [("MUTRANSFER_PROGRESS_INTERVAL", "1e300"),
+                                            ("MUTRANSFER_PROGRESS_INTERVAL", "abc"),
+                                            ("MUTRANSFER_BUILD_TIMEOUT", "0")])
+def test_a_bad_setting_is_refused_before_a_sweep_writes_anything(var, value, tmp_path, monkeypatch,
+                                                                 capsys) -> None:
+    monkeypatch.setenv(var, value)
+    out = tmp_path / "o"
+    rc, err = run([*LR_SWEEP[:-1], "--workers", "1", "--out", str(out)], capsys)
+    assert rc == 2 and one_line(err) and f"${var}={value!r}" in err, err
+    assert not out.exists()  # no optuna.journal, no sweep.yaml: nothing to clean up or resume
