@@ -159,18 +159,38 @@ def _results_frame() -> Any:
                 rows.append(dict(parametrization="mup", width=w, lr=2.0**t, seed=s, batch_size=16,
                                  loss=3.0 + 0.02 * (t + 9.3) ** 2 + rng.normal(0, 0.002), diverged=False,
                                  N=1e6 * w, D=2e7 * w, n_params=1e6 * w, tokens=2e7 * w * (1 + s),
-                                 steps=1000 / (1 + t + 13)))
+                                 batch=2.0 ** (t + 16), steps=100 + 20000 / 2.0 ** (t + 16)))
     return pd.DataFrame(rows)
 
 
-def build_fixtures(base: Path, python: str) -> dict[str, Path]:
+def _scaling_frame() -> Any:
+    """A batch x budget x LR sweep on known laws: eta* = 2^-12 B^0.5 D^-0.25, B* = 16 D^0.5."""
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for d in (2**20, 2**21, 2**22, 2**23):
+        for b in (2.0**12, 2.0**13, 2.0**14, 2.0**15, 2.0**16):
+            t_opt = np.log2(2.0**-12 * b**0.5 * d**-0.25)
+            for t in np.arange(-14.0, -5.5):
+                for s in range(2):
+                    loss = 3 + 0.02 * (t - t_opt) ** 2 + 0.01 * (np.log2(b / (16 * d**0.5))) ** 2
+                    rows.append(dict(lr=2.0**t, batch_tokens=b, tokens=d, loss=loss + rng.normal(0, 0.001), seed=s,
+                                     diverged=False, weight_decay=0.1, seq_len=128))
+    return pd.DataFrame(rows)
+
+
+def build_fixtures(base: Path, python: str, needed: set[str] | None = None) -> dict[str, Path]:
     """The good files the cases start from, made once: a results table, a transfer card, a
-    prepared study, a sweep spec, a tokenizer and its text, a training checkpoint."""
+    prepared study, a sweep spec, a tokenizer and its text, a training checkpoint (the last
+    three by the CLI itself, only when ``needed`` names them; None: all)."""
     base.mkdir(parents=True, exist_ok=True)
-    fx = {"results": base / "results.csv", "card": base / "card.yaml", "study": base / "study",
+    fx = {"results": base / "results.csv", "scaling": base / "scaling.csv", "card": base / "card.yaml", "study": base / "study",
           "spec": base / "spec.yaml", "tokenizer": base / "tok.json", "text": base / "text.txt",
           "checkpoint": base / "ckpt" / "checkpoint.pt", "cache": base / "cache"}
     _results_frame().to_csv(fx["results"], index=False)
+    _scaling_frame().to_csv(fx["scaling"], index=False)
     fx["spec"].write_text(json.dumps({"kind": "run", "grid": {"lr": [0.01]},
                                       "base": {"steps": 2, "width": 16, "depth": 1, "batch_size": 2,
                                                "seq_len": 16}}))
@@ -182,15 +202,26 @@ def build_fixtures(base: Path, python: str) -> dict[str, Path]:
     tk.save(str(fx["tokenizer"]))
     fx["text"].write_text(" ".join(f"w{i % 63}" for i in range(2000)), encoding="utf-8")
     env = {**_clean_env(), "MUTRANSFER_CACHE": str(fx["cache"])}
-    cli = [python, "-m", "mutransfer_cli"]
-    for argv in (["transfer", "--lr", "1e-3", "--tokens", "1e8", "--batch-size", "32", "--out", str(fx["card"])],
-                 ["sweep", "lr", "--widths", "16", "--lrs", "0.01", "--steps", "2", "--out", str(fx["study"]),
-                  "--prepare-only", "--quiet"],
-                 ["train", *TINY_TRAIN, "--set", "checkpoint_every=1", "--out", str(fx["checkpoint"].parent)]):
-        p = subprocess.run(cli + argv, capture_output=True, text=True, env=env, cwd=base, timeout=600)
+    made = {"card": ["transfer", "--lr", "1e-3", "--tokens", "1e8", "--batch-size", "32", "--out", str(fx["card"])],
+            "study": ["sweep", "lr", "--widths", "16", "--lrs", "0.01", "--steps", "2", "--out", str(fx["study"]),
+                      "--prepare-only", "--quiet"],
+            "checkpoint": ["train", *TINY_TRAIN, "--set", "checkpoint_every=1", "--out",
+                           str(fx["checkpoint"].parent)]}
+    for name, argv in made.items():
+        if needed is not None and name not in needed:
+            continue
+        p = subprocess.run([python, "-m", "mutransfer_cli", *argv], capture_output=True, text=True, env=env,
+                           cwd=base, timeout=600)
         if p.returncode != 0:
             raise RuntimeError(f"fixture `mutransfer {' '.join(argv)}` exited {p.returncode}: {p.stderr[-2000:]}")
     return fx
+
+
+def fixtures_needed(cases: list[Case]) -> set[str]:
+    """The fixtures made by the CLI that ``cases`` start from."""
+    return {s.partition("=")[0] for c in cases for s in c.setup} | (
+        {"card"} if any(s.startswith(("card:", "cardtext:")) for c in cases for s in c.setup) else set()) | (
+        {"study"} if any(s.startswith("prep:") for c in cases for s in c.setup) else set())
 
 
 def _clean_env() -> dict[str, str]:
@@ -291,7 +322,7 @@ BASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "audit": (("audit", "--model", "gpt-tiny", "--widths", "16,32", "--no-coord-check"), ()),
     "explain": (("explain",), ()),
     "data prepare": (("data", "prepare", "--tokenizer", "{d}/tok.json", "--text", "{d}/text.txt", "--out",
-                      "{d}/tokens.bin", "--quiet"), ("tokenizer", "text")),
+                      "{d}/tokens.bin", "--eos", "none", "--quiet"), ("tokenizer", "text")),
     "train": (("train", *TINY_TRAIN, "--out", "{d}/run"), ()),
     "sweep lr": (("sweep", "lr", "--widths", "16", "--lrs", "0.01", "--steps", "2", "--out", "{d}/sw",
                   "--prepare-only", "--quiet"), ()),
@@ -306,25 +337,25 @@ BASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
                      ("study",)),
     "sweep status": (("sweep", "status", "--storage", STORE), ("study",)),
     "sweep results": (("sweep", "results", "--storage", STORE, "--out", "{d}/r.csv"), ("study",)),
-    "fit optimum": (("fit", "optimum", "{d}/results.csv", "--n-boot", "20", "--out", "{d}/o.json",
+    "fit optimum": (("fit", "optimum", "{d}/results.csv", "--group", "width", "--n-boot", "20", "--out", "{d}/o.json",
                      "--quiet"), ("results",)),
     "fit power-law": (("fit", "power-law", "{d}/results.csv", "--x", "N", "--y", "lr", "--n-boot", "20",
                        "--out", "{d}/o.json", "--quiet"), ("results",)),
-    "fit critical-batch": (("fit", "critical-batch", "{d}/results.csv", "--batch", "batch_size", "--steps",
+    "fit critical-batch": (("fit", "critical-batch", "{d}/results.csv", "--batch", "batch", "--steps",
                             "steps", "--n-boot", "20", "--out", "{d}/o.json", "--quiet"), ("results",)),
     "fit loss": (("fit", "loss", "{d}/results.csv", "--n", "n_params", "--d", "tokens", "--n-boot", "0",
                   "--out", "{d}/o.json", "--quiet"), ("results",)),
-    "fit scaling": (("fit", "scaling", "{d}/results.csv", "--n-boot", "20", "--out", "{d}/o.json", "--quiet"),
-                    ("results",)),
+    "fit scaling": (("fit", "scaling", "{d}/scaling.csv", "--n-boot", "20", "--out", "{d}/o.json", "--quiet"),
+                    ("scaling",)),
     "plot lr-curves": (("plot", "lr-curves", "{d}/results.csv", "--out", "{d}/p.png", "--quiet"), ("results",)),
     "plot optimum": (("plot", "optimum", "{d}/results.csv", "--n-boot", "20", "--out", "{d}/p.png",
                       "--quiet"), ("results",)),
-    "plot critical-batch": (("plot", "critical-batch", "{d}/results.csv", "--batch", "batch_size", "--steps",
+    "plot critical-batch": (("plot", "critical-batch", "{d}/results.csv", "--batch", "batch", "--steps",
                              "steps", "--n-boot", "20", "--out", "{d}/p.png", "--quiet"), ("results",)),
     "plot loss-law": (("plot", "loss-law", "{d}/results.csv", "--n", "n_params", "--d", "tokens", "--n-boot",
                        "0", "--out", "{d}/p.png", "--quiet"), ("results",)),
-    "plot scaling": (("plot", "scaling", "{d}/results.csv", "--n-boot", "20", "--out", "{d}/p.png",
-                      "--quiet"), ("results",)),
+    "plot scaling": (("plot", "scaling", "{d}/scaling.csv", "--n-boot", "20", "--out", "{d}/p.png",
+                      "--quiet"), ("scaling",)),
     "demo": (("demo", "--size", "tiny", "--out", "{d}/demo", "--quiet"), ()),
     "tune": (("tune", "--preset", "gpt-tiny", "--target-width", "128", "--target-depth", "2", "--tokens", "1e8",
               "--budget", "60s", "--out", "{d}/tune", "--quiet"), ()),
@@ -332,7 +363,8 @@ BASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
                   "{d}/card.yaml"), ()),
     "memory": (("memory", "--params", "7B"), ()),
     "fold": (("fold", "{d}/checkpoint.pt", "--out", "{d}/plain.pt", "--quiet"), ("checkpoint",)),
-    "export": (("export", "{d}/card.yaml", "--to", "megatron", "--out", "{d}/mg.json", "--quiet"), ("card",)),
+    "export": (("export", "{d}/card.yaml", "--to", "megatron", "--drop", "init", "--out", "{d}/mg.json",
+                "--quiet"), ("card",)),
 }
 #: Verbs whose good run takes minutes (the demo, tune): only input that argparse or the
 #: first checks refuse is fed to them; anything accepted is a hang by the case's timeout.
@@ -434,9 +466,12 @@ def flag_cases() -> list[Case]:
             values = ["", *HOSTILE]
         else:
             values = ["bogus", "", HOSTILE[1]]
+        builtin = action.type in (int, float) or getattr(action.type, "__name__", "") == "_int"
         for value in values:
             parse_error = _parse_rejects(action, value)
-            fine = value in FINE.get((verb, flag), set())
+            # a checked type that takes 0 or -1 declares them in its range (a seed, an offset)
+            fine = value in FINE.get((verb, flag), set()) or (
+                not builtin and not parse_error and value in ("0", "-1"))
             if verb in SLOW and not parse_error and flag not in NAME_FLAGS and flag not in OUTPUT_FLAGS:
                 continue
             dir_out = flag == "--out" and verb.split()[0] in ("coord-check", "train", "sweep", "demo", "tune")
@@ -444,8 +479,10 @@ def flag_cases() -> list[Case]:
                 dir_out and value == "{d}")
             if verb in SLOW and accept:
                 continue
-            cases.append(Case(id=f"{verb} {flag}={value!r}", verb=verb,
-                              argv=_with(base, flag, value), setup=setup,
+            argv = _with(base, flag, value)
+            if flag == "--audit-out":  # read by the held-out audit only
+                argv = (*argv, "--holdout")
+            cases.append(Case(id=f"{verb} {flag}={value!r}", verb=verb, argv=argv, setup=setup,
                               names=(*words, value) if value not in ("", "0", "-1") else words,
                               rc=(0, 2) if accept else (2,), timeout=60 if verb in SLOW else DEFAULT_TIMEOUT))
     return cases
@@ -460,7 +497,7 @@ def _file_cases() -> list[Case]:
         "export": ["--hf-config", "card"], "fold": ["checkpoint"], "sweep run": ["spec"],
         "sweep status": ["--storage-file", "--storage"], "sweep worker": ["--storage"],
         "sweep results": ["--storage"], "sweep launch": ["--storage"],
-        "data prepare": ["--tokenizer", "--text"], "fit optimum": ["results"], "fit scaling": ["results"],
+        "data prepare": ["--tokenizer", "--text"], "fit optimum": ["results"],
         "fit loss": ["results"], "plot lr-curves": ["results"], "plot optimum": ["results"],
     }
     fixture_of = {"card": "card", "checkpoint": "checkpoint", "spec": "spec", "--tokenizer": "tokenizer",
@@ -534,6 +571,10 @@ def _model_cases() -> list[Case]:
             cases.append(Case(id=f"{verb} --runner={value!r}", verb=verb, argv=_with(base, "--runner", value),
                               setup=setup, names=("--runner", "runner", value)))
     base, setup = BASES["audit"]
+    for value in ("nosuchmodule_xyz:f", "os:nosuchfunction", "json:dumps", "bogus", HOSTILE[1]):
+        cases.append(Case(id=f"audit --entry={value!r}", verb="audit",
+                          argv=_with(tuple(a for a in base if a not in ("--model", "gpt-tiny")), "--entry", value),
+                          setup=setup, names=("--entry", "entry", "builder", value)))
     for value in ("nosuchmodule_xyz:f", "os:nosuchfunction", "bogus"):
         cases.append(Case(id=f"audit --input={value!r}", verb="audit", argv=_with(base, "--input", value),
                           setup=setup, names=("--input", "input", value)))
@@ -870,7 +911,7 @@ def run_cases(cases: list[Case], *, jobs: int = 2, cold: bool = False, workdir: 
     own = workdir is None
     workdir = Path(tempfile.mkdtemp(prefix="cli_audit_")) if workdir is None else workdir
     try:
-        fx = fixtures or build_fixtures(workdir / "fixtures", sys.executable)
+        fx = fixtures or build_fixtures(workdir / "fixtures", sys.executable, fixtures_needed(cases))
         os.environ["CLI_AUDIT_FIXTURES"] = json.dumps({k: str(v) for k, v in fx.items()})
         os.environ["PYTHONPATH"] = str(ROOT)  # for the interpreters the CLI starts (contained builders)
         ctx = multiprocessing.get_context("fork")
@@ -945,9 +986,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", action="append", help="only this verb's cases (repeatable): 'sweep', 'env', 'card'")
     ap.add_argument("--limit", type=int, default=None, help="only the first N cases")
     ap.add_argument("--list", action="store_true", help="print the case ids and counts; run nothing")
+    ap.add_argument("--bases", action="store_true", help="run each verb's good run (every case spoils one)")
     ap.add_argument("--out", type=Path, default=None,
                     help=f"record (default {RESULTS.relative_to(ROOT)} for a whole run; nothing for a sample)")
     args = ap.parse_args(argv)
+    if args.bases:  # each verb's good run, which every case of the verb spoils one way
+        cases = [Case(id=f"base {v}", verb=v, argv=a, setup=s, rc=(0,), timeout=300) for v, (a, s) in BASES.items()
+                 if v not in SLOW]
+        for o in run_cases(cases, jobs=args.jobs, progress=False):
+            print(f"{o.klass:5s} {o.rc} {o.seconds:5.1f} s {o.case.verb}: {error_lines(o.stderr)[-1:]}")
+        return 0
     if args.list:
         cases = all_cases()
         for c in cases:

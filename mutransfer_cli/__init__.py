@@ -122,12 +122,14 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(VERBS[args.verb][0])
     # A module:function model builder is first imported and built in a child process
     # (mutransfer.contain): one that exits or hangs is an error line, not this verb's end.
-    from mutransfer.contain import BUILD_TIMEOUT_ENV, DEFAULT_BUILD_TIMEOUT, build_timeout
-    from sweeps.progress import progress_interval
+    from mutransfer_cli._common import (  # after the shadowing check
+        BUILD_TIMEOUT_ENV,
+        DEFAULT_BUILD_TIMEOUT,
+        check_settings,
+    )
 
     try:  # a bad setting is named before the verb writes anything (a sweep's storage, a run folder)
-        progress_interval()
-        build_timeout()
+        check_settings()
     except ValueError as exc:
         print(f"mutransfer {args.verb}: error: {exc}", file=sys.stderr)
         return 2

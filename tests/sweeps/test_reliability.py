@@ -125,7 +125,7 @@ def test_workers_get_the_url_off_argv_and_die_with_their_parent(tmp_path) -> Non
 
 @pytest.mark.parametrize(("argv", "needle"), [
     (["lr", "--widths", "32", "--steps", "0"], "steps"),
-    (["lr", "--widths", "32", "--batch-size", "0"], "batch_size"),
+    (["lr", "--widths", "32", "--batch-size", "0"], "--batch-size"),
     (["lr", "--widths", "32", "--seeds", "-1"], "seed"),
     (["lr", "--widths", "32", "--depths", "0"], "depth"),
     (["lr", "--widths", "32", "--set", "width=0"], "width"),
