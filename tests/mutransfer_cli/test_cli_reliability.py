@@ -332,7 +332,8 @@ def test_a_bad_sweep_spec_field_is_named_even_when_unused(spec, needle, tmp_path
 
 @pytest.mark.parametrize(("argv", "needle"), [
     (["--log2-lr-offsets=2000"], "--log2-lr-offsets"),
-    (["--lr-center", "1e300", "--lr-batch-exponent", "1e5"], "the LR grid at batch 16 leaves the floats"),
+    (["--lr-center", "1e300", "--lr-batch-exponent", "1e5"], "argument --lr-center: '1e300' must be a finite"),
+    (["--lr-center", "1e-3", "--lr-batch-exponent", "1e5"], "argument --lr-batch-exponent: '1e5' must be"),
 ])
 def test_lr_grids_beyond_floats_exit_2_not_overflow(argv, needle, tmp_path, capsys) -> None:
     base = [a for a in SCALING if a not in ("--lr-center", "0.0072")]
