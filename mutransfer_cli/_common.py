@@ -71,8 +71,8 @@ def float_list(text: str, *, high: float = float("inf"), what: str = "value") ->
             value = float(item)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{item!r} is not a number (in {text!r})") from None
-        if not (0 < value <= high and value != float("inf")):
-            bound = "positive and finite" if high == float("inf") else f"in (0, {high:g}]"
+        if not (0 < value <= min(high, MAX_FLOAT)):
+            bound = f"positive, at most {MAX_FLOAT:g}" if high == float("inf") else f"in (0, {high:g}]"
             raise argparse.ArgumentTypeError(f"{what} {item!r} must be {bound} (in {text!r})")
         out.append(value)
     return out

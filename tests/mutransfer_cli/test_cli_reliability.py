@@ -469,3 +469,22 @@ def test_a_bad_setting_is_refused_before_a_sweep_writes_anything(var, value, tmp
     rc, err = run([*LR_SWEEP[:-1], "--workers", "1", "--out", str(out)], capsys)
     assert rc == 2 and one_line(err) and f"${var}={value!r}" in err, err
     assert not out.exists()  # no optuna.journal, no sweep.yaml: nothing to clean up or resume
+
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["fit", "optimum", "{r}", "--json", "--diverged", "divergd"], "--diverged 'divergd' is not a column of the results"),
+    (["fit", "optimum", "{r}", "--json", "--state", ""], "--state '' is not a column of the results table"),
+    (["fit", "optimum", "{r}", "--json", "--seed-col", "sede"], "--seed-col 'sede' is not a column"),
+    (["fit", "optimum", "{r}", "--band", "1e300"], "argument --band: '1e300' must be a finite number in [0, 1]"),
+    (["plot", "loss-law", "{r}", "--compute", "1e300", "--out", "{o}/p.png"], "argument --compute:"),
+    (["memory", "--params", "7B", "--width", "99999999999999999999999"], "argument --width:"),
+    (["coord-check", "--model", "mlp", "--data", "{o}/tokens.bin", "--out", "{o}/cc", "--widths", "16,32",
+      "--steps", "1", "--n-seeds", "1", "--no-plot", "--quiet"], "--data '"),
+    (["coord-check", "--depth-alpha", "nan", "--out", "{o}/cc"], "argument --depth-alpha: 'nan' must be one of 0.5, 1"),
+])
+def test_a_flag_that_was_taken_silently_is_named(argv, needle, results, tmp_path, capsys) -> None:
+    argv = [a.replace("{r}", str(results)).replace("{o}", str(tmp_path)) for a in argv]
+    rc, err = run(argv, capsys)
+    message = [ln for ln in err.splitlines() if not ln.startswith(("usage:", " "))]  # argparse's usage aside
+    assert rc == 2 and len(message) == 1 and needle in message[0], err
+    assert not (tmp_path / "p.png").exists() and not (tmp_path / "cc").exists()
