@@ -378,6 +378,9 @@ FINE: dict[tuple[str, str], set[str]] = {
     ("sweep scaling", "--lr-batch-exponent"): {"0", "-1"}, ("sweep scaling", "--lr-center"): set(),
     ("memory", "--width"): {"0"}, ("memory", "--adamw-fraction"): {"0"},
     ("data prepare", "--val-fraction"): {"0"},
+    # an empty value is the flag left out: no group, the proxy's preset, no second variable
+    ("transfer", "--group"): {""}, ("transfer", "--preset"): {""}, ("transfer", "--target-preset"): {""},
+    ("fit power-law", "--x2"): {""}, ("fit power-law", "--weight"): {""},
 }
 #: Flags whose value is a name the user picks: hostile text must never run, and may be kept.
 NAME_FLAGS = {"--study", "--tokenizer", "--partition", "--account", "--decay-shape", "--eos"}
@@ -480,10 +483,10 @@ def flag_cases() -> list[Case]:
             if verb in SLOW and accept:
                 continue
             argv = _with(base, flag, value)
-            if flag == "--audit-out":  # read by the held-out audit only
-                argv = (*argv, "--holdout")
+            if flag == "--audit-out":  # written by the held-out audit only, which --prepare-only never runs
+                accept = True
             cases.append(Case(id=f"{verb} {flag}={value!r}", verb=verb, argv=argv, setup=setup,
-                              names=(*words, value) if value not in ("", "0", "-1") else words,
+                              names=(*words, repr(value), *((value,) if value not in ("", "0", "-1") else ())),
                               rc=(0, 2) if accept else (2,), timeout=60 if verb in SLOW else DEFAULT_TIMEOUT))
     return cases
 
@@ -527,9 +530,11 @@ def _file_cases() -> list[Case]:
                     filename = INPUT_FILE_FLAGS[flag]
                     steps = (*setup, f"raw:{filename}={how}")
                     argv = _with(base, flag, "{d}/" + filename)
+                # an empty YAML file is an empty mapping: every field at its default
+                empty_ok = how == "empty" and flag in ("--config", "--proxy-config", "--model-config")
                 cases.append(Case(id=f"{verb} {flag} {how}", verb=verb, argv=argv, setup=steps,
                                   names=(flag, flag.lstrip("-"), filename), cold=how == "unreadable",
-                                  rc=(2,)))
+                                  rc=(0, 2) if empty_ok else (2,)))
     return cases
 
 
@@ -556,15 +561,18 @@ def _model_cases() -> list[Case]:
             if verb == "transfer" and not value.startswith("bogus"):
                 continue
             argv = tuple(a for a in base if a not in ("--out", "{d}/sw")) if verb == "sweep lr" else base
+            # a sweep makes a new SQLite file's folder; transfer only records the URL, masked
+            made = (verb == "sweep lr" and value.startswith("sqlite")) or verb == "transfer"
             cases.append(Case(id=f"{verb} --storage={value.split(':')[0]}:{value[-12:]}", verb=verb,
                               argv=_with(argv, "--storage", value), setup=setup, timeout=90,
-                              names=("storage", value.split(":")[0], "bogus")))
+                              names=("storage", value.split(":")[0], "bogus"), rc=(0, 2) if made else (2,)))
     for verb in ("train", "sweep lr", "sweep worker"):
         base, setup = BASES[verb]
         for value in ("bogus", "wandb:", "tensorboard:", "tensorboard:{d}/file.txt/x", HOSTILE[1], "wandb:a/b/c"):
             cases.append(Case(id=f"{verb} --track={value!r}", verb=verb, argv=_with(base, "--track", value),
                               setup=(*setup, "raw:file.txt=empty"), names=("--track", "track", value),
-                              rc=(0, 2) if value in ("wandb:", "tensorboard:", HOSTILE[1]) else (2,)))
+                              rc=(0, 2) if value in ("wandb:", "tensorboard:", HOSTILE[1]) or (
+                                  verb == "sweep lr" and value != "bogus") else (2,)))
     for verb in ("sweep lr", "sweep run"):
         base, setup = BASES[verb]
         for value in ("bogus", "nosuchmodule_xyz:run", "os:nosuchfunction", HOSTILE[1]):
@@ -595,8 +603,11 @@ def _set_cases() -> list[Case]:
             if verb == "tune" and value.split("=")[0] in ("lr", "steps", "width", "depth", "batch_size"):
                 continue
             key = value.partition("=")[0] or value
+            # a study prepared here may run on machines that hold the data: its path is theirs
+            later = key == "data" and "--prepare-only" in base
             cases.append(Case(id=f"{verb} {flag} {value}", verb=verb, argv=(*base, flag, value), setup=setup,
-                              names=(key, value, flag), timeout=60 if verb in SLOW else DEFAULT_TIMEOUT))
+                              names=(key, value, flag), timeout=60 if verb in SLOW else DEFAULT_TIMEOUT,
+                              rc=(0, 2) if later else (2,)))
     return cases
 
 
@@ -613,10 +624,10 @@ def _env_cases() -> list[Case]:
         cases.append(Case(id=f"env MUTRANSFER_BUILD_TIMEOUT={value}", verb="env",
                           argv=("explain", "--model", "json:dumps"), env=(("MUTRANSFER_BUILD_TIMEOUT", value),),
                           names=("MUTRANSFER_BUILD_TIMEOUT",)))
-    for value in ("bogus", "wandb:a/b/c", HOSTILE[1], "tensorboard:{d}/file.txt/x"):
-        cases.append(Case(id=f"env MUTRANSFER_TRACK={value!r}", verb="env", argv=(*BASES["train"][0],),
-                          env=(("MUTRANSFER_TRACK", value),), setup=("raw:file.txt=empty",),
-                          names=("MUTRANSFER_TRACK", value), rc=(0, 2) if value == HOSTILE[1] else (2,)))
+    # set by --track for the workers a sweep starts (JSON); a worker started by hand reads it
+    for value in ("bogus", "wandb:a/b/c", HOSTILE[1], '{"kind": "bogus", "target": "x"}', '{"kind": "wandb"}'):
+        cases.append(Case(id=f"env MUTRANSFER_TRACK={value!r}", verb="env", argv=BASES["sweep worker"][0],
+                          env=(("MUTRANSFER_TRACK", value),), setup=("study",), names=("MUTRANSFER_TRACK",)))
     for value in ("bogus://x", f"postgresql://u:{SECRET}@127.0.0.1:1/db", "", "{d}/nope/optuna.journal"):
         cases.append(Case(id=f"env MUTRANSFER_STORAGE={value[:30]!r}", verb="env",
                           argv=("sweep", "status"), env=(("MUTRANSFER_STORAGE", value),),
@@ -724,7 +735,9 @@ def _slurm_cases() -> list[Case]:
                           argv=(*base, flag, value) if flag == "--sbatch-arg" else _with(base, flag, value),
                           setup=setup, names=(flag, flag.lstrip("-"), value), rc=(0, 2) if accept else (2,),
                           run_stdout=accept))
-    for name in HOSTILE:
+    cases.append(Case(id="sweep lr --study='a\\nb'", verb="sweep lr", argv=(*BASES["sweep lr"][0], "--study", "a\nb"),
+                      names=("study",)))
+    for name in HOSTILE[1:]:
         cases.append(Case(id=f"sweep launch --study={name!r} (script run)", verb="sweep launch",
                           argv=(*base, "--study", name), setup=(*setup, f"prep:{name}"), rc=(0, 2),
                           names=("study",), run_stdout=True, timeout=240))
@@ -879,7 +892,9 @@ def run_case(case: Case, workdir: str, cold: bool = False) -> Outcome:
     half = tmp + (new if rc not in (0, None) else ())
     secret = tuple(k for k in after if _holds(d / k, SECRET))
     pwned = any(p.name == PWNED for p in d.rglob("*")) or Path(workdir, PWNED).exists()
-    klass, why = classify(case, rc, stdout, stderr, timed_out=timed_out, pwned=pwned, half_written=half,
+    filled = tuple(n for v in case.names for n in (_fill(v, d), repr(_fill(v, d))[1:-1]))
+    klass, why = classify(replace(case, names=filled), rc, stdout, stderr, timed_out=timed_out, pwned=pwned,
+                          half_written=half,
                           secret_in_files=secret)
     if "script_rc" in extra and klass == "pass" and pwned:
         klass, why = "fail", "the written script ran a hostile name"

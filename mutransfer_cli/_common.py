@@ -9,6 +9,7 @@ import math
 import os
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from mutransfer.contain import BUILD_TIMEOUT_ENV, DEFAULT_BUILD_TIMEOUT, build_timeout  # noqa: F401 - for main
@@ -189,6 +190,17 @@ def add_track_flag(p: argparse.ArgumentParser) -> None:
                         "Needs pip install 'mutransfer[track]'")
 
 
+def _check_makeable(folder: str, what: str) -> None:
+    """``folder`` exists as a directory or could be made: its first existing ancestor is a
+    directory (a file on the way is a ValueError naming ``what``). Nothing is made."""
+    path = Path(folder).resolve()
+    for parent in (path, *path.parents):
+        if parent.exists():
+            if not parent.is_dir():
+                raise ValueError(f"{what}: cannot make the folder {str(path)!r}: {str(parent)!r} is a file")
+            return
+
+
 @contextlib.contextmanager
 def tracking(text: str | None, out: str | os.PathLike[str] | None) -> Iterator[Any]:
     """Parse ``--track`` (bad text or a missing package: ValueError, one line) and set
@@ -202,6 +214,8 @@ def tracking(text: str | None, out: str | os.PathLike[str] | None) -> Iterator[A
         yield None
         return
     spec = parse_track(text, out)
+    if spec.kind == "tensorboard":  # else every run fails in turn, each at its tracker's start
+        _check_makeable(spec.target, f"--track {text!r}")
     old = os.environ.get(TRACK_ENV)
     os.environ[TRACK_ENV] = spec.to_env()
     try:

@@ -488,3 +488,11 @@ def test_a_flag_that_was_taken_silently_is_named(argv, needle, results, tmp_path
     message = [ln for ln in err.splitlines() if not ln.startswith(("usage:", " "))]  # argparse's usage aside
     assert rc == 2 and len(message) == 1 and needle in message[0], err
     assert not (tmp_path / "p.png").exists() and not (tmp_path / "cc").exists()
+
+
+def test_a_tensorboard_folder_that_cannot_be_made_is_named_before_any_run(tmp_path, capsys) -> None:
+    (tmp_path / "file.txt").write_text("")
+    out = tmp_path / "o"
+    rc, err = run([*LR_SWEEP, "--out", str(out), "--track", f"tensorboard:{tmp_path}/file.txt/tb"], capsys)
+    assert rc == 2 and one_line(err) and f"'{tmp_path}/file.txt' is a file" in err, err
+    assert not out.exists()  # not a study whose every trial fails at its tracker's start
