@@ -631,7 +631,7 @@ def _env_cases() -> list[Case]:
     for value in ("bogus://x", f"postgresql://u:{SECRET}@127.0.0.1:1/db", "", "{d}/nope/optuna.journal"):
         cases.append(Case(id=f"env MUTRANSFER_STORAGE={value[:30]!r}", verb="env",
                           argv=("sweep", "status"), env=(("MUTRANSFER_STORAGE", value),),
-                          names=("MUTRANSFER_STORAGE", "storage")))
+                          names=("MUTRANSFER_STORAGE", "storage", "journal file", *((value,) if value else ()))))
     cases.append(Case(id="env MUTRANSFER_STORAGE with --out", verb="env", argv=BASES["sweep lr"][0],
                       env=(("MUTRANSFER_STORAGE", "{d}/x.journal"),), names=("MUTRANSFER_STORAGE",)))
     for value in ("{d}/file.txt", "{d}/file.txt/sub"):

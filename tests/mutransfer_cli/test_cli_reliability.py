@@ -273,6 +273,7 @@ def test_transfer_scaling_fit_with_a_huge_exponent(tmp_path, capsys) -> None:
     ("seed=-5", "seed must be a non-negative integer"),
     ("seed=5000000000", "seed must be at most 4,294,967,295"),
     ("width=100000000", "width must be at most 1,048,576"),
+    ("lr=1e300", "lr must be at most 10000 (what a card may hold), got 1e+300"),
 ])
 def test_train_config_values_a_real_run_cannot_have(setting, needle, capsys) -> None:
     rc, err = run(["train", "--set", setting], capsys)

@@ -344,3 +344,12 @@ def test_a_database_without_its_driver_is_one_line(tmp_path, capsys) -> None:
     assert sweep("lr", "--widths", "32", "--lrs", "0.01", "--storage", url, "--prepare-only", "--quiet") == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "missing driver (MySQLdb)" in err[0] and "s3cretpw" not in err[0], err
+
+
+def test_an_empty_spec_file_is_named(tmp_path, capsys) -> None:
+    path = tmp_path / "spec.yaml"
+    path.write_text("")
+    assert sweep("run", str(path), "--out", str(tmp_path / "o"), "--prepare-only") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"spec file '{path}' is empty" in err[0], err
+    assert not (tmp_path / "o").exists()
