@@ -122,7 +122,8 @@ def _check(args: argparse.Namespace, seeds: list[int], rules: list[Any], optimiz
         loss_fn = None
     else:
         if args.data != "stdlib":  # the MLP reads random features: a --data would be ignored
-            raise ValueError(f"--data {args.data!r} is read by token models only; {name} takes random features")
+            raise ValueError(f"--data {args.data!r} is read by token models only; {name} takes random "
+                             "features")
         base_m = get_preset(source.ref)
         g = torch.Generator().manual_seed(0)
         x = torch.randn(args.batch_size * 8, base_m.in_features, generator=g)

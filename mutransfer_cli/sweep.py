@@ -227,7 +227,8 @@ def _add_run_flags(p: argparse.ArgumentParser, kind: str) -> None:
                        help="warmup in tokens at every batch (default 10%% of the smallest budget)")
         p.add_argument("--eval-sequences", type=_int, default=None,
                        help="held-out sequences per evaluation at every batch (default 256)")
-        p.add_argument("--weight-decays", type=_list(_ranged(0.0, 100.0, open_low=False), "a weight decay in [0, 100]"),
+        p.add_argument("--weight-decays",
+                       type=_list(_ranged(0.0, 100.0, open_low=False), "a weight decay in [0, 100]"),
                        default=None, metavar="L1,L2,...",
                        help="weight decays run at --tau-batch-size besides the base one (>= 3 in all): "
                             "fit scaling then measures tau* = B/(eta·lambda·D) at its optimum")
