@@ -945,6 +945,15 @@ def run_cases(cases: list[Case], *, jobs: int = 2, cold: bool = False, workdir: 
             shutil.rmtree(workdir, ignore_errors=True)
 
 
+def _revision() -> str | None:
+    """The commit of the code audited (the checkout this file sits in), or None."""
+    try:
+        p = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return p.stdout.strip() or None
+
+
 def report(outcomes: list[Outcome], wall: float, jobs: int, cold: bool) -> dict[str, Any]:
     """The JSON record: counts in all and per verb, each non-pass case in full."""
     counts = Counter(o.klass for o in outcomes)
@@ -966,6 +975,7 @@ def report(outcomes: list[Outcome], wall: float, jobs: int, cold: bool) -> dict[
         "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(), "python": platform.python_version()},
         "versions": versions,
         "settings": {"jobs": jobs, "cold": cold, "timeout_s": DEFAULT_TIMEOUT},
+        "code": _revision(),
         "passed": counts.get("fail", 0) == 0 and counts.get("error", 0) == 0,
         "figures": {"fail": counts.get("fail", 0), "vague": counts.get("vague", 0), "pass": counts.get("pass", 0),
                     "cases": len(outcomes), "harness_errors": counts.get("error", 0), "wall_s": round(wall, 1)},
@@ -977,8 +987,9 @@ def report(outcomes: list[Outcome], wall: float, jobs: int, cold: bool) -> dict[
 
 
 def run(jobs: int = 2, cold: bool = False, only: list[str] | None = None, limit: int | None = None,
-        out: Path | None = RESULTS) -> dict[str, Any]:
-    """Run the audit and write its record (``out``; None: write nothing)."""
+        out: Path | None = RESULTS, before: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Run the audit and write its record (``out``; None: write nothing); ``before``, an
+    earlier record of the same table, is kept in it as its counts (``before``)."""
     cases = all_cases()
     if only:
         cases = [c for c in cases if any(c.verb == v or c.verb.startswith(v + " ") for v in only)]
@@ -987,6 +998,8 @@ def run(jobs: int = 2, cold: bool = False, only: list[str] | None = None, limit:
     t0 = time.perf_counter()
     outcomes = run_cases(cases, jobs=jobs, cold=cold)
     data = report(outcomes, time.perf_counter() - t0, jobs, cold)
+    if before is not None:
+        data["before"] = {k: before.get(k) for k in ("date", "figures", "per_verb", "code")}
     if out is not None:
         from mutransfer._io import atomic_write_text
 
@@ -1001,6 +1014,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", action="append", help="only this verb's cases (repeatable): 'sweep', 'env', 'card'")
     ap.add_argument("--limit", type=int, default=None, help="only the first N cases")
     ap.add_argument("--list", action="store_true", help="print the case ids and counts; run nothing")
+    ap.add_argument("--before", type=Path, default=None,
+                    help="an earlier record (the same table on older code): its counts go in this one's 'before'")
     ap.add_argument("--bases", action="store_true", help="run each verb's good run (every case spoils one)")
     ap.add_argument("--out", type=Path, default=None,
                     help=f"record (default {RESULTS.relative_to(ROOT)} for a whole run; nothing for a sample)")
@@ -1018,7 +1033,9 @@ def main(argv: list[str] | None = None) -> int:
         print(Counter(c.verb for c in cases), len(cases), file=sys.stderr)
         return 0
     sample = bool(args.only or args.limit)
-    data = run(args.jobs, args.cold, args.only, args.limit, args.out or (None if sample else RESULTS))
+    before = json.loads(args.before.read_text()) if args.before else None
+    data = run(args.jobs, args.cold, args.only, args.limit, args.out or (None if sample else RESULTS),
+               before=before)
     print(json.dumps({k: data[k] for k in ("figures", "per_verb")}, indent=2))
     return 0 if data["passed"] else 1
 
