@@ -33,6 +33,7 @@ per verb and class, each non-pass case's argv and stderr; a sample run with ``--
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -735,7 +736,7 @@ def _slurm_cases() -> list[Case]:
                           argv=(*base, flag, value) if flag == "--sbatch-arg" else _with(base, flag, value),
                           setup=setup, names=(flag, flag.lstrip("-"), value), rc=(0, 2) if accept else (2,),
                           run_stdout=accept))
-    cases.append(Case(id="sweep lr --study='a\\nb'", verb="sweep lr", argv=(*BASES["sweep lr"][0], "--study", "a\nb"),
+    cases.append(Case(id="sweep lr --study='a\\nb' (refused)", verb="sweep lr", argv=(*BASES["sweep lr"][0], "--study", "a\nb"),
                       names=("study",)))
     for name in HOSTILE[1:]:
         cases.append(Case(id=f"sweep launch --study={name!r} (script run)", verb="sweep launch",
@@ -834,19 +835,11 @@ def _wait(pid: int, timeout: float) -> tuple[int | None, bool]:
         if done:
             return os.waitstatus_to_exitcode(status), False
         if time.monotonic() > end:
-            with _suppress():
+            with contextlib.suppress(ProcessLookupError, PermissionError):  # the group may be gone
                 os.killpg(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
             return None, True
         time.sleep(0.02)
-
-
-class _suppress:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> bool:
-        return exc[0] is not None and issubclass(exc[0], (ProcessLookupError, PermissionError))  # type: ignore[arg-type]
 
 
 def run_case(case: Case, workdir: str, cold: bool = False) -> Outcome:
@@ -858,7 +851,8 @@ def run_case(case: Case, workdir: str, cold: bool = False) -> Outcome:
         _setup(case.setup, d, fx)
     except Exception as exc:  # a setup that cannot be made is the harness's fault, said as such
         return Outcome(case, None, "", "error", f"setup failed: {exc}", 0.0)
-    (d / "file.txt").touch(exist_ok=True) if any("file.txt" in a for a in case.argv) else None
+    if any("file.txt" in a for a in case.argv):  # a file that a path goes through, as if a folder
+        (d / "file.txt").touch(exist_ok=True)
     argv = [_fill(a, d) for a in case.argv]
     env = {"MUTRANSFER_CACHE": str(fx["cache"]), **{k: _fill(v, d) for k, v in case.env}}
     before = _files(d)
