@@ -123,11 +123,17 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(VERBS[args.verb][0])
     # A module:function model builder is first imported and built in a child process
     # (mutransfer.contain): one that exits or hangs is an error line, not this verb's end.
-    from mutransfer.contain import BUILD_TIMEOUT_ENV, DEFAULT_BUILD_TIMEOUT  # after the shadowing check
+    from mutransfer_cli import _common  # after the shadowing check
 
-    set_timeout = BUILD_TIMEOUT_ENV not in os.environ
+    try:  # a bad setting is named before the verb writes anything (a sweep's storage, a run folder)
+        _common.check_settings()
+    except ValueError as exc:
+        print(f"mutransfer {args.verb}: error: {exc}", file=sys.stderr)
+        return 2
+    timeout_env = _common.BUILD_TIMEOUT_ENV
+    set_timeout = timeout_env not in os.environ
     if set_timeout:
-        os.environ[BUILD_TIMEOUT_ENV] = f"{DEFAULT_BUILD_TIMEOUT:g}"
+        os.environ[timeout_env] = f"{_common.DEFAULT_BUILD_TIMEOUT:g}"
     try:
         return int(module.run(args) or 0)
     except SystemExit as exc:  # user code (a builder's forward, an entry) called sys.exit mid-run
@@ -149,4 +155,4 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     finally:
         if set_timeout:
-            os.environ.pop(BUILD_TIMEOUT_ENV, None)
+            os.environ.pop(timeout_env, None)

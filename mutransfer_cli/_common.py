@@ -5,13 +5,24 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
+from mutransfer.contain import BUILD_TIMEOUT_ENV, DEFAULT_BUILD_TIMEOUT, build_timeout  # noqa: F401 - for main
 from mutransfer.training.tracking import TRACK_ENV, check_installed, env_spec, parse_track
-from sweeps.progress import Progress
+from sweeps.progress import Progress, progress_interval
+
+
+def check_settings() -> None:
+    """The environment's settings that every verb may read, checked before it runs (one
+    ValueError naming the variable): ``$MUTRANSFER_PROGRESS_INTERVAL`` (read by the first
+    progress line, after a sweep has written its storage) and ``$MUTRANSFER_BUILD_TIMEOUT``."""
+    progress_interval()
+    build_timeout()
 
 
 def key_value(text: str) -> tuple[str, str]:
@@ -25,7 +36,8 @@ def key_value(text: str) -> tuple[str, str]:
     return key.strip().replace("-", "_"), value
 
 
-def _ints(text: str, minimum: int, what: str) -> list[int]:
+def _ints(text: str, minimum: int, what: str, maximum: int | None = None) -> list[int]:
+    top = MAX_COUNT if maximum is None else maximum
     out = []
     for item in text.split(","):
         item = item.strip()
@@ -35,6 +47,8 @@ def _ints(text: str, minimum: int, what: str) -> list[int]:
             raise argparse.ArgumentTypeError(f"{what}{item!r} is not an integer (in {text!r})") from None
         if value < minimum:
             raise argparse.ArgumentTypeError(f"{what}{value} must be >= {minimum} (in {text!r})")
+        if value > top:
+            raise argparse.ArgumentTypeError(f"{what}{value} is above the limit {top:,} (in {text!r})")
         out.append(value)
     return out
 
@@ -46,11 +60,7 @@ def int_list(text: str) -> list[int]:
 
 def seed_list(text: str) -> list[int]:
     """``"0,1,2"`` -> [0, 1, 2]: the ``--seeds`` of every verb (a count is ``--n-seeds``)."""
-    seeds = _ints(text, 0, "seed ")
-    for s in seeds:
-        if s > MAX_SEED:
-            raise argparse.ArgumentTypeError(f"seed {s} is above the limit {MAX_SEED:,} (in {text!r})")
-    return seeds
+    return _ints(text, 0, "seed ", MAX_SEED)
 
 
 def float_list(text: str, *, high: float = float("inf"), what: str = "value") -> list[float]:
@@ -62,11 +72,19 @@ def float_list(text: str, *, high: float = float("inf"), what: str = "value") ->
             value = float(item)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{item!r} is not a number (in {text!r})") from None
-        if not (0 < value <= high and value != float("inf")):
-            bound = "positive and finite" if high == float("inf") else f"in (0, {high:g}]"
+        if not (0 < value <= min(high, MAX_FLOAT)):
+            bound = f"positive, at most {MAX_FLOAT:g}" if high == float("inf") else f"in (0, {high:g}]"
             raise argparse.ArgumentTypeError(f"{what} {item!r} must be {bound} (in {text!r})")
         out.append(value)
     return out
+
+
+#: The largest value a number flag takes: past it (``--tol 1e300``, ``--timeout 1e300``,
+#: ``--tokens 1e300``) no setting means anything, and arithmetic on it overflows.
+MAX_FLOAT = 1e30
+#: The largest count a flag takes (steps, seeds, sizes): 2^31 - 1, far above any real run;
+#: ``--n-seeds 1e23`` overflowed numpy and ``--steps 1e23`` never ended.
+MAX_COUNT = (1 << 31) - 1
 
 
 def positive_float(text: str) -> float:
@@ -76,16 +94,42 @@ def positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"{text!r} must be a positive finite number")
+    if value > MAX_FLOAT:
+        raise argparse.ArgumentTypeError(f"{text!r} is above the limit {MAX_FLOAT:g}")
     return value
 
 
-def _int_at_least(text: str, minimum: int) -> int:
+def number_in(low: float, high: float, *, open_low: bool = False, open_high: bool = False,
+              only: tuple[float, ...] = ()) -> Callable[[str], float]:
+    """An argparse type: a finite number in [low, high] (an end open when asked), or one of
+    ``only`` when given; outside -> one line naming the range (argparse names the flag)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if only and value not in only:
+            raise argparse.ArgumentTypeError(f"{text!r} must be one of {', '.join(f'{v:g}' for v in only)}")
+        below = value <= low if open_low else value < low
+        above = value >= high if open_high else value > high
+        if not math.isfinite(value) or below or above:
+            lo, hi = "(" if open_low else "[", ")" if open_high else "]"
+            raise argparse.ArgumentTypeError(f"{text!r} must be a finite number in {lo}{low:g}, {high:g}{hi}")
+        return value
+
+    parse.__name__ = f"number_in({low:g}, {high:g})"
+    return parse
+
+
+def _int_at_least(text: str, minimum: int, maximum: int = MAX_COUNT) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
     if value < minimum:
         raise argparse.ArgumentTypeError(f"{text!r} must be >= {minimum}")
+    if value > maximum:
+        raise argparse.ArgumentTypeError(f"{text!r} is above the limit {maximum:,}")
     return value
 
 
@@ -109,7 +153,7 @@ MAX_SEED = (1 << 32) - 1
 def bounded_int(low: int, high: int, what: str = "value") -> Callable[[str], int]:
     """An argparse type: an integer in [low, high]; outside -> one line naming the limit."""
     def parse(text: str) -> int:
-        value = _int_at_least(text, low)
+        value = _int_at_least(text, low, max(high, MAX_COUNT))
         if value > high:
             raise argparse.ArgumentTypeError(f"{what} {text!r} is above the limit {high:,}")
         return value
@@ -146,6 +190,17 @@ def add_track_flag(p: argparse.ArgumentParser) -> None:
                         "Needs pip install 'mutransfer[track]'")
 
 
+def _check_makeable(folder: str, what: str) -> None:
+    """``folder`` exists as a directory or could be made: its first existing ancestor is a
+    directory (a file on the way is a ValueError naming ``what``). Nothing is made."""
+    path = Path(folder).resolve()
+    for parent in (path, *path.parents):
+        if parent.exists():
+            if not parent.is_dir():
+                raise ValueError(f"{what}: cannot make the folder {str(path)!r}: {str(parent)!r} is a file")
+            return
+
+
 @contextlib.contextmanager
 def tracking(text: str | None, out: str | os.PathLike[str] | None) -> Iterator[Any]:
     """Parse ``--track`` (bad text or a missing package: ValueError, one line) and set
@@ -159,6 +214,8 @@ def tracking(text: str | None, out: str | os.PathLike[str] | None) -> Iterator[A
         yield None
         return
     spec = parse_track(text, out)
+    if spec.kind == "tensorboard":  # else every run fails in turn, each at its tracker's start
+        _check_makeable(spec.target, f"--track {text!r}")
     old = os.environ.get(TRACK_ENV)
     os.environ[TRACK_ENV] = spec.to_env()
     try:

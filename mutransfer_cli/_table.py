@@ -79,7 +79,26 @@ def read_table(args: argparse.Namespace, value_cols: Sequence[str], group_cols: 
     df, counts = load_table(args.results, value_cols, group_cols, where=args.where,
                             diverged=column_flag(args.diverged), state=column_flag(args.state),
                             dropna=args.dropna, inf_ok=inf_ok, keep_diverged=keep_diverged)
+    check_named_columns(args, df.columns)
     return df, {**counts, "proxy": proxy_record(df)}
+
+
+#: Column flags whose column is read only when the table has it: dest -> (flag, default).
+OPTIONAL_COLUMNS = {"diverged": ("--diverged", "diverged"), "state": ("--state", "state"),
+                    "seed_col": ("--seed-col", "seed"), "weight_decay": ("--weight-decay", "weight_decay"),
+                    "seq_len": ("--seq-len", "seq_len")}
+
+
+def check_named_columns(args: argparse.Namespace, columns: Sequence[str]) -> None:
+    """A column the user named (not the default, not ``none``) must be in the table: a
+    misspelt ``--diverged`` would otherwise fit diverged runs, silently."""
+    for dest, (flag, default) in OPTIONAL_COLUMNS.items():
+        value = getattr(args, dest, None)
+        if value is None or value == default or column_flag(value) is None:
+            continue
+        if value not in columns:
+            raise ValueError(f"{flag} {value!r} is not a column of the results table (it has "
+                             f"{', '.join(map(str, list(columns)[:20]))}); 'none' to ignore it")
 
 
 def check_level(level: float, flag: str = "--level (--ci)") -> None:

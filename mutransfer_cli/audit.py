@@ -7,7 +7,15 @@ from typing import Any
 
 from mutransfer.contain import run_child
 from mutransfer.entry import load_entry
-from mutransfer_cli._common import int_list, positive_float, positive_int, print_json, progress, seed_list
+from mutransfer_cli._common import (
+    int_list,
+    number_in,
+    positive_float,
+    positive_int,
+    print_json,
+    progress,
+    seed_list,
+)
 
 HELP = "audit a muP implementation: per-parameter width exponents vs the rule table, verdict"
 
@@ -31,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--depths", type=int_list, default=None,
                    help="comma-separated depths: also audit depth transfer (CompleteP); the entry "
                         "is then function(width, depth)")
-    p.add_argument("--depth-alpha", type=float, default=None,
+    p.add_argument("--depth-alpha", type=number_in(0.5, 1.0, only=(0.5, 1.0)), default=None,
                    help="the CompleteP alpha you use, 0.5 or 1 (default: measured)")
     p.add_argument("--no-coord-check", action="store_true", help="skip the coordinate check")
     p.add_argument("--steps", type=positive_int, default=3, help="coordinate-check steps (default 3)")

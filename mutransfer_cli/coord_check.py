@@ -19,6 +19,7 @@ from mutransfer.training.model_section import ModelSection
 from mutransfer_cli._common import (
     add_output_flags,
     int_list,
+    number_in,
     positive_float,
     positive_int,
     print_json,
@@ -42,7 +43,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--depths", type=int_list, default=None,
                    help="comma-separated depths: also check depth transfer (for completep)")
     p.add_argument("--base-width", type=positive_int, default=None, help="default: smallest width")
-    p.add_argument("--depth-alpha", type=float, default=1.0, help="CompleteP alpha, 0.5 or 1")
+    p.add_argument("--depth-alpha", type=number_in(0.5, 1.0, only=(0.5, 1.0)), default=1.0,
+                   help="CompleteP alpha, 0.5 or 1")
     p.add_argument("--readout-init", choices=("fan_in", "constant", "zero"), default="fan_in",
                    help="μP readout init: fan_in (default: SP's effective law), constant (mup's) or zero")
     p.add_argument("--steps", type=positive_int, default=5, help="training steps (default 5)")
@@ -119,6 +121,9 @@ def _check(args: argparse.Namespace, seeds: list[int], rules: list[Any], optimiz
                 return GPT(base.replace(width=width))
         loss_fn = None
     else:
+        if args.data != "stdlib":  # the MLP reads random features: a --data would be ignored
+            raise ValueError(f"--data {args.data!r} is read by token models only; {name} takes random "
+                             "features")
         base_m = get_preset(source.ref)
         g = torch.Generator().manual_seed(0)
         x = torch.randn(args.batch_size * 8, base_m.in_features, generator=g)

@@ -33,7 +33,7 @@ from analysis.optimum import OptimumFit
 from analysis.powerlaw import PowerLawFit
 from analysis.table import dumps, group_dict, groups, in_group, num, pair
 from mutransfer._io import atomic_write_text, check_output
-from mutransfer_cli._common import bounded_int, positive_float, print_json
+from mutransfer_cli._common import bounded_int, number_in, positive_float, print_json
 from mutransfer_cli._table import (
     add_scaling_columns,
     add_table_flags,
@@ -70,7 +70,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     o.add_argument("--group", type=columns, default=None, metavar="COLS",
                    help="comma-separated group columns, e.g. width or parametrization,width")
     o.add_argument("--seed-col", default="seed", help="seed column (default seed)")
-    o.add_argument("--band", type=float, default=0.0025,
+    o.add_argument("--band", type=number_in(0.0, 1.0), default=0.0025,
                    help="near-optimal band, fraction of the minimum (default 0.0025)")
     _output_flags(o)
 
@@ -127,7 +127,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "budgets and 3 batch sizes; B and D in tokens.")
     add_table_flags(sc)
     add_scaling_columns(sc)
-    sc.add_argument("--band", type=float, default=0.0025,
+    sc.add_argument("--band", type=number_in(0.0, 1.0), default=0.0025,
                     help="near-optimal band, fraction of the minimum (default 0.0025)")
     sc.set_defaults(level=0.9)  # the scaling laws' bootstrap intervals
     sc.add_argument("--method", choices=("optima", "band"), default="optima",

@@ -7,6 +7,7 @@ import json
 
 from mutransfer._io import atomic_write_text, check_output
 from mutransfer.training.memory import GB, GIB, OPTIMIZERS, PRECISIONS, MemoryEstimate, training_memory
+from mutransfer_cli._common import MAX_WIDTH, bounded_int, number_in
 
 HELP = "bytes per parameter and total model-state memory of training, per optimizer"
 
@@ -36,7 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--width",
-        type=int,
+        type=bounded_int(0, MAX_WIDTH, "--width"),
         default=None,
         help="model width; sizes Adafactor's factored second moment as 8/width "
         "bytes/param (default: taken as 0)",
@@ -48,7 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--adamw-fraction",
-        type=float,
+        type=number_in(0.0, 1.0),
         default=0.0,
         metavar="F",
         help="Muon only: share of parameters (embeddings, readout, vectors) kept "

@@ -31,7 +31,7 @@ from analysis.results import read_results
 from analysis.scaling_plots import plot_scaling
 from analysis.table import group_dict, num, pair
 from mutransfer._io import check_output, plain
-from mutransfer_cli._common import bounded_int, float_list, positive_float, print_json
+from mutransfer_cli._common import bounded_int, float_list, number_in, positive_float, print_json
 from mutransfer_cli._table import (
     add_scaling_columns,
     add_table_flags,
@@ -118,7 +118,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "per-cell optima with intervals) and the optimal batch against tokens.")
     add_table_flags(sc, n_boot=200)
     add_scaling_columns(sc)
-    sc.add_argument("--band", type=float, default=0.0025, help="near-optimal band (default 0.0025)")
+    sc.add_argument("--band", type=number_in(0.0, 1.0), default=0.0025,
+                    help="near-optimal band (default 0.0025)")
     sc.set_defaults(level=0.9)  # the bands' level
     sc.add_argument("--method", choices=("optima", "band"), default="optima",
                     help="how the near-optimal runs are picked (default optima)")

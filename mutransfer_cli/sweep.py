@@ -18,6 +18,7 @@ The study opens in the dashboard: ``optuna-dashboard d/optuna.journal`` (or the 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
@@ -33,6 +34,7 @@ from mutransfer_cli._common import (
     add_track_flag,
     bounded_int,
     key_value,
+    number_in,
     print_json,
     seed_list,
     tracking,
@@ -78,11 +80,30 @@ def _list(conv: Any, what: str) -> Any:
     return parse
 
 
-def _int(text: str) -> int:
+#: The largest whole number a sweep flag takes: 2^53, where floats stop holding every
+#: integer (a width or budget of 1e300, or inf, is refused here, not deep in a trial).
+MAX_EXACT = 1 << 53
+
+
+def _int(text: str, low: int = 1) -> int:
     v = float(text)  # accepts 1e6 for token budgets
-    if v != int(v):
+    if not (math.isfinite(v) and v == int(v) and low <= v <= MAX_EXACT):
         raise ValueError(text)
     return int(v)
+
+
+def _int0(text: str) -> int:
+    return _int(text, 0)
+
+
+def _ranged(low: float, high: float, *, open_low: bool) -> Any:
+    """A list item: a finite number in (low, high] (``open_low``) or [low, high]."""
+    def conv(text: str) -> float:
+        v = float(text)
+        if not (math.isfinite(v) and (v > low if open_low else v >= low) and v <= high):
+            raise ValueError(text)
+        return v
+    return conv
 
 
 def _octave(text: str) -> float:
@@ -152,11 +173,12 @@ def _add_run_flags(p: argparse.ArgumentParser, kind: str) -> None:
     p.add_argument("--head-rule", choices=("keep_head_dim", "keep_heads"), default=None,
                    help="hf: models: heads scale with width (keep_head_dim, default) or head_dim does")
     if kind in ("lr", "batch"):
-        p.add_argument("--widths", type=_list(_int, "an integer"), default=None,
+        p.add_argument("--widths", type=_list(_int, "a positive integer"), default=None,
                        help="comma-separated widths")
     if kind in ("lr", "batch", "scaling"):
         p.add_argument("--seeds", type=seed_list, default=None, help="comma-separated seeds, e.g. 0,1")
-        p.add_argument("--lrs", type=_list(float, "a number"), default=None,
+        p.add_argument("--lrs", type=_list(_ranged(0.0, 1e4, open_low=True),
+                                                     "a learning rate in (0, 1e4]"), default=None,
                        help="comma-separated learning rates (default the log2 grid)")
         p.add_argument("--log2-lr", type=_log2_range, default=None, metavar="MIN:MAX[:STEP]",
                        help="log2 LR grid or search range, e.g. --log2-lr=-14:-3:1 (the default)")
@@ -173,15 +195,15 @@ def _add_run_flags(p: argparse.ArgumentParser, kind: str) -> None:
                        help="extended batch sizes (sequences) stay within LO..HI (default: 1 and up, "
                             "as the budgets allow)")
     if kind == "lr":
-        p.add_argument("--depths", type=_list(_int, "an integer"), default=None,
+        p.add_argument("--depths", type=_list(_int, "a positive integer"), default=None,
                        help="comma-separated depths")
         p.add_argument("--parametrization", "-p", type=_list(str, "a name"), default=None,
                        help="comma-separated: sp,mup,completep,muon (default sp,mup)")
     if kind in ("batch", "scaling"):
-        p.add_argument("--batch-sizes", type=_list(_int, "an integer"), default=None,
+        p.add_argument("--batch-sizes", type=_list(_int, "a positive integer"), default=None,
                        help="comma-separated batch sizes in sequences (default 8,16,32,64; "
                             "scaling: 4,8,16,32)")
-        p.add_argument("--tokens", type=_list(_int, "an integer"), default=None,
+        p.add_argument("--tokens", type=_list(_int, "a positive integer"), default=None,
                        help="comma-separated token budgets (steps = tokens / batch tokens; scaling: "
                             "the largest is trained, the others are WSD branches of it)")
         p.add_argument("--parametrization", "-p", default=None, help="one parametrization (default mup)")
@@ -191,21 +213,23 @@ def _add_run_flags(p: argparse.ArgumentParser, kind: str) -> None:
         p.add_argument("--parametrization", "-p", default=None, help="mup (default), completep or muon")
     if kind == "scaling":
         p.add_argument("--check-width", type=_int, default=None, help="one wider width to check at")
-        p.add_argument("--check-batch-sizes", type=_list(_int, "an integer"), default=None,
+        p.add_argument("--check-batch-sizes", type=_list(_int, "a positive integer"), default=None,
                        help="batch sizes of the wider check (default: the middle batch)")
-        p.add_argument("--lr-center", type=float, default=None,
+        p.add_argument("--lr-center", type=number_in(0.0, 1e4, open_low=True), default=None,
                        help="centre a per-batch LR grid here (the LR at --lr-center-batch)")
         p.add_argument("--lr-center-batch", type=_int, default=None,
                        help="batch (sequences) of --lr-center (default: the smallest batch)")
-        p.add_argument("--lr-batch-exponent", type=float, default=None,
+        p.add_argument("--lr-batch-exponent", type=number_in(-64.0, 64.0), default=None,
                        help="the centre moves as batch^exponent (default 0.5)")
         p.add_argument("--log2-lr-offsets", type=_list(_octave, "a number in [-64, 64]"), default=None,
                        help="octaves around the centre (default -1.5,-1,...,1.5)")
-        p.add_argument("--warmup-tokens", type=_int, default=None,
+        p.add_argument("--warmup-tokens", type=_int0, default=None,
                        help="warmup in tokens at every batch (default 10%% of the smallest budget)")
         p.add_argument("--eval-sequences", type=_int, default=None,
                        help="held-out sequences per evaluation at every batch (default 256)")
-        p.add_argument("--weight-decays", type=_list(float, "a number"), default=None, metavar="L1,L2,...",
+        p.add_argument("--weight-decays",
+                       type=_list(_ranged(0.0, 100.0, open_low=False), "a weight decay in [0, 100]"),
+                       default=None, metavar="L1,L2,...",
                        help="weight decays run at --tau-batch-size besides the base one (>= 3 in all): "
                             "fit scaling then measures tau* = B/(eta·lambda·D) at its optimum")
         p.add_argument("--tau-batch-size", type=_int, default=None,
@@ -219,7 +243,8 @@ def _add_run_flags(p: argparse.ArgumentParser, kind: str) -> None:
                             f"(paired; the gap's standard error needs 2; default {FRESH_SEEDS})")
     p.add_argument("--steps", type=bounded_int(1, 10**9, "--steps"), default=None,
                    help="training steps per trial")
-    p.add_argument("--batch-size", type=int, default=None, help="sequences per batch (lr/run sweeps)")
+    p.add_argument("--batch-size", type=bounded_int(1, 1 << 24, "--batch-size"), default=None,
+                   help="sequences per batch (lr/run sweeps)")
     p.add_argument("--set", dest="settings", type=key_value, action="append", default=[], metavar="KEY=VALUE",
                    help="any TrainConfig field shared by all trials (repeatable)")
     p.add_argument("--out", default=None, help="output directory (journal, spec, worker logs)")

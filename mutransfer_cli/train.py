@@ -79,7 +79,14 @@ def build_config(args: argparse.Namespace) -> Any:
         overrides["out_dir"] = args.out
     if args.resume is not None:
         overrides["resume"] = args.resume
-    return TrainConfig.from_overrides(cfg, overrides)
+    cfg = TrainConfig.from_overrides(cfg, overrides)
+    if cfg.optim.lr > MAX_LR:  # the config takes any positive LR; a run at 1e300 only diverges
+        raise ValueError(f"lr must be at most {MAX_LR:g} (what a card may hold), got {cfg.optim.lr!r}")
+    return cfg
+
+
+#: The largest base LR trained: the card's own bound (``CARD_RANGES["lr"]``).
+MAX_LR = 1e4
 
 
 #: what a finished run leaves in --out (a resume continues it; anything else needs --overwrite)

@@ -28,11 +28,14 @@ if TYPE_CHECKING:
 #: Seconds between two progress lines when stderr is not a terminal (a positive number).
 PROGRESS_INTERVAL_ENV = "MUTRANSFER_PROGRESS_INTERVAL"
 DEFAULT_INTERVAL_S = 20.0
+#: The shortest interval taken: below it the progress thread would print without pause.
+MIN_INTERVAL_S = 0.1
 
 
 def progress_interval() -> float:
-    """Seconds between piped progress lines: ``$MUTRANSFER_PROGRESS_INTERVAL`` (a positive
-    number; anything else is an error naming it), else :data:`DEFAULT_INTERVAL_S`."""
+    """Seconds between piped progress lines: ``$MUTRANSFER_PROGRESS_INTERVAL`` (a number
+    of seconds in [:data:`MIN_INTERVAL_S`, 86400]; anything else is an error naming it), else
+    :data:`DEFAULT_INTERVAL_S`."""
     text = os.environ.get(PROGRESS_INTERVAL_ENV, "").strip()
     if not text:
         return DEFAULT_INTERVAL_S
@@ -40,9 +43,10 @@ def progress_interval() -> float:
         value = float(text)
     except ValueError:
         value = float("nan")
-    if not (math.isfinite(value) and 0 < value <= 86400):  # a thread's wait takes no 1e300 s
+    # a thread's wait takes no 1e300 s, and 1e-300 s between lines is a hot loop printing
+    if not (math.isfinite(value) and MIN_INTERVAL_S <= value <= 86400):
         raise ValueError(f"${PROGRESS_INTERVAL_ENV}={text!r} must be a positive number of seconds, "
-                         "at most 86400 (a day)")
+                         f"at least {MIN_INTERVAL_S:g} and at most 86400 (a day)")
     return value
 
 

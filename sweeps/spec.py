@@ -119,5 +119,9 @@ def _number(value: Any, tp: type, where: str) -> Any:
 
 def load_spec(path: str | Path, kind: str | None = None) -> SweepSpec:
     """Load a spec from YAML (``yaml.safe_load``; JSON is YAML too)."""
-    return spec_from_dict(read_yaml_mapping(path, "spec file"), kind)
+    doc = read_yaml_mapping(path, "spec file")
+    if not doc:  # an empty file reads as an empty mapping: say which file, not "empty grid"
+        raise ValueError(f"spec file {str(path)!r} is empty: a spec holds at least its grid (e.g. kind: run, "
+                         "grid: {lr: [0.001, 0.003]})")
+    return spec_from_dict(doc, kind)
 

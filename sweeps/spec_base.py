@@ -158,6 +158,9 @@ class SweepSpec:
             return
         widths = {p["width"] for p in self.points() if "width" in p}
         if not widths:
+            width = self.base.get("width") or preset_attr(self.preset, "width", None)
+            if self.model is not None and width is not None:  # one width (scaling, multipliers): probe it
+                self._probe_builder([int(width)])
             return
         if self.model is not None:  # the config checks an hf: model at each width
             from mutransfer.training.model_section import ModelSection  # lazy: torch; sweeps.spec loads none

@@ -379,7 +379,13 @@ def _rdb_lock(storage: Storage, name: str, timeout: float) -> Iterator[None]:
     text = sqlalchemy.text
     pg = storage.kind == "postgresql"
     mysql_name = f"mutransfer.sweep:{name}"[:64]
-    engine = sqlalchemy.create_engine(_pick_pg_driver(storage.url), poolclass=sqlalchemy.pool.NullPool)
+    try:
+        engine = sqlalchemy.create_engine(_pick_pg_driver(storage.url),
+                                          poolclass=sqlalchemy.pool.NullPool)
+    except ImportError as exc:  # the database's driver (MySQLdb, psycopg) is not installed
+        raise ValueError(f"cannot open storage {storage.masked!r}: missing driver ({exc.name or exc}); "
+                         "install the database's Python driver (pip install 'psycopg[binary]' for "
+                         "PostgreSQL)") from None
     try:
         try:
             conn = engine.connect()

@@ -203,6 +203,7 @@ CARD_LIMITS: dict[str, int] = {
 
 
 def _check_target(t: Mapping[str, Any]) -> None:
+    _unknown("target", t, SECTION_FIELDS["target"])
     for key in ("width", "depth", "n_params", "seq_len", "dp_size"):
         _C.integer(f"target.{key}", t.get(key), none=True, high=CARD_LIMITS.get(key))
     _C.integer("target.n_params_nonembed", t.get("n_params_nonembed"), low=0, none=True)
@@ -213,6 +214,7 @@ def _check_target(t: Mapping[str, Any]) -> None:
         model = _C.mapping("target.model", t["model"])
         _C.choice("target.model.kind", model.get("kind"), ("gpt", "mlp", "hf"), none=True)
         if model.get("kind") == "hf":
+            _unknown("target.model", model, SECTION_FIELDS["target.model (hf)"])
             _C.string("target.model.source", model.get("source"))
             _C.mapping("target.model.config", model.get("config"))
         _C.string("target.model.preset", model.get("preset"), none=True)
@@ -237,6 +239,29 @@ OPTIMIZER_FIELDS = ("name", "lr", "betas", "eps", "weight_decay", "wd_mode", "ta
 MULTIPLIER_FIELDS = ("input", "output", "attention", "residual")
 #: The fields of a forward hook.
 HOOK_FIELDS = ("module", "kind", "scale")
+#: The fields of every other section whose keys are known (what :mod:`mutransfer.card.build`
+#: and :mod:`mutransfer.card.trust` write, and a v1 card held): any other key is refused, as a
+#: misspelt field would be ignored. ``source`` and ``projected`` are records of the proxy and
+#: the projection, free in form, and are not listed.
+SECTION_FIELDS: dict[str, tuple[str, ...]] = {
+    "target": ("model", "width", "depth", "n_params", "n_params_nonembed", "tokens", "tokens_per_param",
+               "seq_len", "seq_len_from", "dp_size", "dtype", "precision", "vocab_change", "arch_change",
+               "tokenizer"),
+    "target.model (hf)": ("kind", "source", "model_id", "head_rule", "model_type", "config", "redacted",
+                          "preset"),
+    "parametrization": ("kind", "rules", "width", "base_width", "depth", "base_depth", "depth_alpha",
+                        "readout_init", "init", "multipliers", "lr_mults"),
+    "schedule": ("kind", "warmup_steps", "warmup_tokens", "decay_fraction", "decay_shape", "total_steps",
+                 "lr_floor"),
+    "batch": ("sequences", "tokens", "seq_len", "dp_size", "micro_batch", "grad_accum", "rounding"),
+    "param_groups": ("name", "shape", "role", "optimizer", "lr", "lr_mult", "init", "init_std",
+                     "weight_decay", "eps"),
+    "forward_multipliers": ("hooks", "attention"),
+    "audit": ("holdout", "passed"),
+    "trust": ("level", "intervals", "options", "narrows_most", "warnings", "summary"),
+    "trust.intervals": ("value", "lo", "hi", "factor", "how"),
+    "provenance": ("package", "version", "git_revision", "date", "study", "storage"),
+}
 
 
 def _unknown(path: str, section: Mapping[str, Any], known: tuple[str, ...]) -> None:
@@ -254,6 +279,7 @@ def _ranged(path: str, v: Any, what: str, *, zero: bool = False) -> None:
 
 
 def _check_parametrization(p: Mapping[str, Any]) -> None:
+    _unknown("parametrization", p, SECTION_FIELDS["parametrization"])
     _C.choice("parametrization.kind", p.get("kind"), KINDS)
     _C.integer("parametrization.width", p.get("width"), high=CARD_LIMITS["width"])
     _C.integer("parametrization.base_width", p.get("base_width"), high=CARD_LIMITS["width"])
@@ -291,6 +317,7 @@ def _check_optimizer(o: Mapping[str, Any]) -> None:
 
 
 def _check_schedule(s: Mapping[str, Any], v2: bool) -> None:
+    _unknown("schedule", s, SECTION_FIELDS["schedule"])
     _C.choice("schedule.kind", s.get("kind"), SCHEDULE_KINDS)
     _C.integer("schedule.warmup_steps", s["warmup_steps"], low=0, high=CARD_LIMITS["steps"])
     decays = s["kind"] not in ("constant", "inverse_sqrt")
@@ -309,6 +336,7 @@ def _check_schedule(s: Mapping[str, Any], v2: bool) -> None:
 
 
 def _check_batch(b: Mapping[str, Any]) -> None:
+    _unknown("batch", b, SECTION_FIELDS["batch"])
     _C.integer("batch.sequences", b.get("sequences"), high=CARD_LIMITS["sequences"])
     for key in ("tokens", "seq_len", "dp_size", "micro_batch", "grad_accum"):
         high = {"tokens": CARD_LIMITS["sequences"] * CARD_LIMITS["seq_len"]}.get(key, CARD_LIMITS.get(
@@ -340,6 +368,7 @@ def _check_param_groups(groups: Any) -> None:
         name = g.get("name")
         _C.string(f"param_groups[{i}].name", name)
         where = f"param_groups[{i}] ({name})"
+        _unknown(f"param_groups[{i}]", g, SECTION_FIELDS["param_groups"])
         if name in seen:
             _C.fail(f"{where}.name", "appears twice", name)
         seen.add(name)
@@ -360,6 +389,7 @@ def _check_param_groups(groups: Any) -> None:
 
 
 def _check_forward(fm: Mapping[str, Any]) -> None:
+    _unknown("forward_multipliers", fm, SECTION_FIELDS["forward_multipliers"])
     hooks = fm.get("hooks")
     if not isinstance(hooks, list):
         _C.fail("forward_multipliers.hooks", "must be a list", hooks)
@@ -393,6 +423,7 @@ def _check_readout_hooks(card: Mapping[str, Any]) -> None:
 
 
 def _check_audit(a: Mapping[str, Any]) -> None:
+    _unknown("audit", a, SECTION_FIELDS["audit"])
     rows = a.get("holdout", [])
     if not isinstance(rows, list) or not all(isinstance(r, Mapping) for r in rows):
         _C.fail("audit.holdout", "must be a list of mappings", rows)
@@ -404,10 +435,12 @@ def _check_trust(t: Any) -> None:
     """The ``trust`` block (:func:`mutransfer.card.trust.trust_block`): a level in (0, 1), each
     interval's value and factor (hi / lo >= 1, or null when open), summary lines."""
     t = _C.mapping("trust", t)
+    _unknown("trust", t, SECTION_FIELDS["trust"])
     _C.number("trust.level", t.get("level"), low=0.0, high=1.0, open_low=True)
     ivs = _C.mapping("trust.intervals", t.get("intervals"))
     for k, iv in ivs.items():
         iv = _C.mapping(f"trust.intervals.{k}", iv)
+        _unknown(f"trust.intervals.{k}", iv, SECTION_FIELDS["trust.intervals"])
         _C.number(f"trust.intervals.{k}.value", iv.get("value"), low=0.0)
         for side in ("lo", "hi"):
             _C.number(f"trust.intervals.{k}.{side}", iv.get(side), low=0.0, none=True)
@@ -438,6 +471,7 @@ def _check_lr_sensitivity(projected: Mapping[str, Any]) -> None:
 
 
 def _check_provenance(p: Mapping[str, Any]) -> None:
+    _unknown("provenance", p, SECTION_FIELDS["provenance"])
     for key in ("package", "version", "date"):
         _C.string(f"provenance.{key}", p.get(key), none=True)
     for key in ("git_revision", "study", "storage"):

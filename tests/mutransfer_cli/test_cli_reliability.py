@@ -273,6 +273,7 @@ def test_transfer_scaling_fit_with_a_huge_exponent(tmp_path, capsys) -> None:
     ("seed=-5", "seed must be a non-negative integer"),
     ("seed=5000000000", "seed must be at most 4,294,967,295"),
     ("width=100000000", "width must be at most 1,048,576"),
+    ("lr=1e300", "lr must be at most 10000 (what a card may hold), got 1e+300"),
 ])
 def test_train_config_values_a_real_run_cannot_have(setting, needle, capsys) -> None:
     rc, err = run(["train", "--set", setting], capsys)
@@ -332,7 +333,8 @@ def test_a_bad_sweep_spec_field_is_named_even_when_unused(spec, needle, tmp_path
 
 @pytest.mark.parametrize(("argv", "needle"), [
     (["--log2-lr-offsets=2000"], "--log2-lr-offsets"),
-    (["--lr-center", "1e300", "--lr-batch-exponent", "1e5"], "the LR grid at batch 16 leaves the floats"),
+    (["--lr-center", "1e300", "--lr-batch-exponent", "1e5"], "argument --lr-center: '1e300' must be"),
+    (["--lr-center", "1e-3", "--lr-batch-exponent", "1e5"], "argument --lr-batch-exponent: '1e5' must be"),
 ])
 def test_lr_grids_beyond_floats_exit_2_not_overflow(argv, needle, tmp_path, capsys) -> None:
     base = [a for a in SCALING if a not in ("--lr-center", "0.0072")]
@@ -456,3 +458,42 @@ def test_export_hf_config_hub_id_exits_2_before_any_request(tmp_path, monkeypatc
                    "--out", str(tmp_path / "h.json")], capsys)
     assert rc == 2 and "--hf-config 'org/model' is not a local file or folder" in err and one_line(err)
     assert not (tmp_path / "h.json").exists()
+
+
+@pytest.mark.parametrize(("var", "value"), [("MUTRANSFER_PROGRESS_INTERVAL", "1e300"),
+                                            ("MUTRANSFER_PROGRESS_INTERVAL", "abc"),
+                                            ("MUTRANSFER_BUILD_TIMEOUT", "0")])
+def test_a_bad_setting_is_refused_before_a_sweep_writes_anything(var, value, tmp_path, monkeypatch,
+                                                                 capsys) -> None:
+    monkeypatch.setenv(var, value)
+    out = tmp_path / "o"
+    rc, err = run([*LR_SWEEP[:-1], "--workers", "1", "--out", str(out)], capsys)
+    assert rc == 2 and one_line(err) and f"${var}={value!r}" in err, err
+    assert not out.exists()  # no optuna.journal, no sweep.yaml: nothing to clean up or resume
+
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["fit", "optimum", "{r}", "--json", "--diverged", "divergd"], "--diverged 'divergd' is not a column of"),
+    (["fit", "optimum", "{r}", "--json", "--state", ""], "--state '' is not a column of the results table"),
+    (["fit", "optimum", "{r}", "--json", "--seed-col", "sede"], "--seed-col 'sede' is not a column"),
+    (["fit", "optimum", "{r}", "--band", "1e300"], "argument --band: '1e300' must be a finite number in"),
+    (["plot", "loss-law", "{r}", "--compute", "1e300", "--out", "{o}/p.png"], "argument --compute:"),
+    (["memory", "--params", "7B", "--width", "99999999999999999999999"], "argument --width:"),
+    (["coord-check", "--model", "mlp", "--data", "{o}/tokens.bin", "--out", "{o}/cc", "--widths", "16,32",
+      "--steps", "1", "--n-seeds", "1", "--no-plot", "--quiet"], "--data '"),
+    (["coord-check", "--depth-alpha", "nan", "--out", "{o}/cc"], "argument --depth-alpha: 'nan' must be"),
+])
+def test_a_flag_that_was_taken_silently_is_named(argv, needle, results, tmp_path, capsys) -> None:
+    argv = [a.replace("{r}", str(results)).replace("{o}", str(tmp_path)) for a in argv]
+    rc, err = run(argv, capsys)
+    message = [ln for ln in err.splitlines() if not ln.startswith(("usage:", " "))]  # argparse's usage aside
+    assert rc == 2 and len(message) == 1 and needle in message[0], err
+    assert not (tmp_path / "p.png").exists() and not (tmp_path / "cc").exists()
+
+
+def test_a_tensorboard_folder_that_cannot_be_made_is_named_before_any_run(tmp_path, capsys) -> None:
+    (tmp_path / "file.txt").write_text("")
+    out = tmp_path / "o"
+    rc, err = run([*LR_SWEEP, "--out", str(out), "--track", f"tensorboard:{tmp_path}/file.txt/tb"], capsys)
+    assert rc == 2 and one_line(err) and f"'{tmp_path}/file.txt' is a file" in err, err
+    assert not out.exists()  # not a study whose every trial fails at its tracker's start

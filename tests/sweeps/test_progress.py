@@ -96,7 +96,7 @@ def test_demo_stage_without_counts_says_it_is_still_running(monkeypatch, capsys)
     assert capsys.readouterr().err == ""
 
 
-@pytest.mark.parametrize("text", ["1e300", "86401", "inf", "nan", "-1", "abc"])
+@pytest.mark.parametrize("text", ["1e300", "86401", "inf", "nan", "-1", "abc", "1e-300", "0.01"])
 def test_an_unbounded_progress_interval_is_refused_naming_the_variable(text, monkeypatch) -> None:
     monkeypatch.setenv(PROGRESS_INTERVAL_ENV, text)
     with pytest.raises(ValueError, match=rf"\${PROGRESS_INTERVAL_ENV}=.*at most 86400"):

@@ -125,7 +125,7 @@ def test_workers_get_the_url_off_argv_and_die_with_their_parent(tmp_path) -> Non
 
 @pytest.mark.parametrize(("argv", "needle"), [
     (["lr", "--widths", "32", "--steps", "0"], "steps"),
-    (["lr", "--widths", "32", "--batch-size", "0"], "batch_size"),
+    (["lr", "--widths", "32", "--batch-size", "0"], "--batch-size"),
     (["lr", "--widths", "32", "--seeds", "-1"], "seed"),
     (["lr", "--widths", "32", "--depths", "0"], "depth"),
     (["lr", "--widths", "32", "--set", "width=0"], "width"),
@@ -324,3 +324,32 @@ def test_postgres_prepare_only_and_worker_never_show_the_password(capsys, monkey
             optuna.delete_study(study_name=name, storage=PG_URL)
         except Exception:
             pass
+
+
+@pytest.mark.parametrize("kind", ["scaling", "multipliers"])
+def test_a_builder_of_a_one_width_sweep_is_probed_before_the_study_exists(kind, tmp_path, capsys) -> None:
+    out = tmp_path / "o"
+    assert sweep(kind, "--model", "json:dumps", "--out", str(out), "--prepare-only", "--quiet") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "model builder 'json:dumps' raised TypeError at width=" in err[0], err
+    assert not out.exists()
+
+
+def test_a_database_without_its_driver_is_one_line(tmp_path, capsys) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("MySQLdb") is not None:
+        pytest.skip("the MySQL driver is installed here")
+    url = "mysql://u:s3cretpw@127.0.0.1:1/db"
+    assert sweep("lr", "--widths", "32", "--lrs", "0.01", "--storage", url, "--prepare-only", "--quiet") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "missing driver (MySQLdb)" in err[0] and "s3cretpw" not in err[0], err
+
+
+def test_an_empty_spec_file_is_named(tmp_path, capsys) -> None:
+    path = tmp_path / "spec.yaml"
+    path.write_text("")
+    assert sweep("run", str(path), "--out", str(tmp_path / "o"), "--prepare-only") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"spec file '{path}' is empty" in err[0], err
+    assert not (tmp_path / "o").exists()

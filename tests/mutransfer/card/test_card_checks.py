@@ -413,6 +413,27 @@ def test_a_hand_edited_transfer_card_is_refused_naming_the_field(edit, needle, t
     assert needle in str(e.value) and len(str(e.value).splitlines()) == 1, str(e.value)
 
 
+@pytest.mark.parametrize("path", ["target", "parametrization", "schedule", "batch", "param_groups.0",
+                                  "forward_multipliers", "audit", "trust", "trust.intervals.lr", "provenance",
+                                  "optimizer", "parametrization.multipliers", "forward_multipliers.hooks.0"])
+def test_an_unknown_key_is_refused_in_every_section_whose_keys_are_known(path, transfer_card_text,
+                                                                          tmp_path) -> None:
+    import yaml
+
+    card = yaml.safe_load(transfer_card_text)
+    node = card
+    for key in path.split("."):
+        node = node[int(key)] if isinstance(node, list) else node[key]
+    node["misspelt_fieldx"] = 1  # a misspelt name would otherwise be ignored
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(card, sort_keys=False))
+    shown = path.replace(".0", "[0]")
+    with pytest.raises(ValueError) as e:
+        load_card(bad)
+    assert f"card field {shown}.misspelt_fieldx: is not a field of {shown}" in str(e.value), str(e.value)
+    assert len(str(e.value).splitlines()) == 1
+
+
 def load_card_ok(text: str, tmp_path: Path) -> bool:
     (tmp_path / "ok.yaml").write_text(text)
     return isinstance(load_card(tmp_path / "ok.yaml"), dict)
