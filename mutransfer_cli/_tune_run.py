@@ -122,7 +122,11 @@ def _plan(args: argparse.Namespace, out: Path, device: str, workers: int, quiet:
     extra = parse_overrides(args.overrides)
     if args.model:  # every proxy run (probe, ladder, scaling, audit) narrows heads by the same rule
         extra["head_rule"] = args.head_rule
-    seq_len = int(extra.pop("seq_len", 64))
+    seq_len = extra.pop("seq_len", 64)
+    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
+        raise ValueError(f"--set seq_len={seq_len!r} must be a whole number of tokens >= 1")
+    # every --set field checked (name and type) before the probe trains anything
+    TrainConfig.from_flat(_flat(model, base, depth, extra, seq_len=seq_len))
     inputs = {"model": model, "base_width": base, "depth": depth, "extra": extra, "seq_len": seq_len,
               "budget_s": args.budget, "workers": workers, "device": device, "target_tokens": args.tokens}
     arms, floors = (2 if getattr(args, "compare_sp", False) else 1), getattr(args, "plan_floors", None)

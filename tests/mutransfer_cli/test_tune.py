@@ -148,3 +148,13 @@ def test_the_probe_reads_the_fastest_repeat_so_one_slow_run_does_not_move_the_pl
         one = cost_from_times({k: v[-1:] for k, v in noisy.items()}, width0=32, width1=64, batch=batch,
                               seq_len=seq)
         assert max(abs(getattr(one, f) / getattr(truth, f) - 1) for f in fields) > 0.5, slow
+
+
+@pytest.mark.parametrize("item, says", [("seq_len=abc", "--set seq_len='abc'"), ("seq_len=0", "--set seq_len=0"),
+                                        ("nosuchfield=3", "'nosuchfield'"), ("lr=abc", "'lr' expects float")])
+def test_a_bad_set_is_named_before_the_probe_trains(tmp_path: Path, capsys: pytest.CaptureFixture[str], item: str,
+                                                    says: str) -> None:
+    assert main([*ARGS, "--budget", "60m", "--set", item, "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert says in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "o" / "plan.json").exists()
