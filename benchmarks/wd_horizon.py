@@ -164,8 +164,8 @@ def run(out: str | Path | None = None, write: bool = True) -> dict[str, Any]:
     # 1. LR at the reference lambda
     lr_scans = bracket_scans(lambda h, t: [loss(h, 2.0**t, REF_WD, s) for s in SEEDS],  # type: ignore[arg-type]
                              {h: [c - 1, c - 0.5, c, c + 0.5, c + 1] for h, c in LR_START.items()},
-                             lo={h: c - 4 for h, c in LR_START.items()}, hi={h: c + 4 for h, c in LR_START.items()},
-                             step=0.5)
+                             lo={h: c - 4 for h, c in LR_START.items()},
+                             hi={h: c + 4 for h, c in LR_START.items()}, step=0.5)
     lr_best = {h: min(sc, key=sc.__getitem__) for h, sc in lr_scans.items()}  # log2 LR
     log(f"[wd_horizon] best grid LR: {({h: 2.0**t for h, t in lr_best.items()})}")
 
@@ -179,8 +179,8 @@ def run(out: str | Path | None = None, write: bool = True) -> dict[str, Any]:
         for k in (kb - 0.5, kb + 0.5):
             sc[k] = mean(h, 2.0 ** lr_best[h], 2.0**k)
         sc[-math.inf] = mean(h, 2.0 ** lr_best[h], 0.0)  # lambda = 0, for scale
-    rows = [{"horizon": h, "lr": _r(2.0 ** lr_best[h]), "wd": 0.0 if k == -math.inf else _r(2.0**k), "seed": s,
-             "loss": loss(h, 2.0 ** lr_best[h], 0.0 if k == -math.inf else 2.0**k, s)}
+    rows = [{"horizon": h, "lr": _r(2.0 ** lr_best[h]), "wd": 0.0 if k == -math.inf else _r(2.0**k),
+             "seed": s, "loss": loss(h, 2.0 ** lr_best[h], 0.0 if k == -math.inf else 2.0**k, s)}
             for h, sc in wd_scans.items() for k in sc for s in SEEDS]
     wd_fit = OptimumFit(x="wd", y="loss", group_by=("horizon",), n_boot=1000, level=0.9).fit(
         pd.DataFrame([r for r in rows if r["wd"] > 0]))
@@ -216,7 +216,8 @@ def run(out: str | Path | None = None, write: bool = True) -> dict[str, Any]:
         per_h[h] = {"tokens": HORIZONS[h], "steps": HORIZONS[h] // (BATCH * SEQ),
                     "lr_scan": {f"{2.0**t:.6g}": v for t, v in sorted(lr_scans[h].items())},
                     "lr": 2.0 ** lr_best[h],
-                    "wd_scan": {("0" if k == -math.inf else f"{2.0**k:.6g}"): v for k, v in sorted(wd_scans[h].items())},
+                    "wd_scan": {("0" if k == -math.inf else f"{2.0**k:.6g}"): v
+                                for k, v in sorted(wd_scans[h].items())},
                     "wd_opt": o.x_opt, "wd_ci": list(o.ci), "at_edge": o.at_edge,
                     "eta_lambda_opt": 2.0 ** lr_best[h] * o.x_opt,
                     "tau_fraction_opt": (BATCH * SEQ) / (2.0 ** lr_best[h] * o.x_opt * HORIZONS[h]),
@@ -225,7 +226,8 @@ def run(out: str | Path | None = None, write: bool = True) -> dict[str, Any]:
         **record_header("wd_horizon"),
         "setup": {"model": MODEL, "batch_sequences": BATCH, "horizons_tokens": HORIZONS, "seeds": list(SEEDS),
                   "reference_weight_decay": REF_WD, "rules_predicted_ratio": RULES,
-                  "recipe": "wsd decay 0.2, warmup 1%, coupled AdamW decay, 256 held-out sequences, 1 thread"},
+                  "recipe": "wsd decay 0.2, warmup 1%, coupled AdamW decay, 256 held-out sequences, "
+                            "1 thread"},
         "per_horizon": per_h, "ratio_long_over_short": ratio, "lr_check": lr_check, "regret_long": regret,
         "verdict": verdict,
         "figures": {"ratio_eta_lambda_long_over_short": ratio["ratio"],

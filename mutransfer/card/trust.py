@@ -72,7 +72,8 @@ def horizon(target_steps: float, proxy_steps: float | None = None,
         raise ValueError(f"the target's steps must be a positive number, got {target_steps!r}")
     m = float(measured["steps"])
     p = float(proxy_steps) if _num(proxy_steps) else None
-    return {"target_steps": int(round(target_steps)), "proxy_steps": None if p is None else max(1, int(round(p))),
+    return {"target_steps": int(round(target_steps)),
+            "proxy_steps": None if p is None else max(1, int(round(p))),
             "past_proxy": None if p is None else target_steps / p, "measured_steps": int(m),
             "past_measured": target_steps / m, "beyond": bool(target_steps > m),
             "measured_drift_octaves": float(measured["drift_octaves"]), "source": str(measured["source"])}
@@ -96,9 +97,9 @@ def _horizon_warning(h: Mapping[str, Any] | None) -> list[str]:
     lo, hi = m["drift_ci"]
     proxy = (f"; the proxy ran {h['proxy_steps']:,} steps ({h['past_proxy']:.3g}x shorter)"
              if h["proxy_steps"] else "")
-    return [f"the target runs {h['target_steps']:,} steps, {h['past_measured']:.3g}x past the longest horizon "
-            f"at which width transfer was measured ({m['steps']:,} steps: drift {m['drift_octaves']:.2g} "
-            f"octave [{lo:g}, {hi:g}], {m['source']}){proxy}: whether the LR optimum stays put that long "
+    return [f"the target runs {h['target_steps']:,} steps, {h['past_measured']:.3g}x past the longest "
+            f"horizon at which width transfer was measured ({m['steps']:,} steps: drift "
+            f"{m['drift_octaves']:.2g} octave [{lo:g}, {hi:g}], {m['source']}){proxy}: whether the LR optimum stays put that long "
             "is not measured"]
 
 
@@ -438,7 +439,8 @@ def trust_block(
         summary.append(f"{name} {iv['value']:.4g}: {span}")
         if key == "lr":
             summary += _prior_line(projected.get("lr") or {})
-    d_p, b_p = (projected.get("proxy") or {}).get("tokens"), (projected.get("proxy") or {}).get("batch_tokens")
+    px = projected.get("proxy") or {}
+    d_p, b_p = px.get("tokens"), px.get("batch_tokens")
     hz = horizon(steps, d_p / b_p if _num(d_p) and _num(b_p) else None)
     if hz["beyond"]:
         summary.append(f"horizon: {hz['target_steps']:,} steps, {hz['past_measured']:.3g}x past the longest "

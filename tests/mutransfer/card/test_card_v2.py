@@ -256,8 +256,8 @@ def test_depth_change_uses_completep_and_warns_for_a_mup_proxy(tmp_path: Path, c
     # A completep proxy moved in depth: no warning (at 977 steps, inside the longest horizon
     # measured; past it the card warns of that, trust.MEASURED_HORIZON).
     code, err = transfer([*PROXY, "-p", "completep", "--base-width", "32", "--set", "depth=8",
-                          "--tokens", "1e6", "--batch-size", "16", "--weight-decay", "0.1", "--out", str(out)],
-                         capsys)
+                          "--tokens", "1e6", "--batch-size", "16", "--weight-decay", "0.1",
+                          "--out", str(out)], capsys)
     assert code == 0 and "warning" not in err
 
 
