@@ -9,7 +9,7 @@
     python -m benchmarks umup_fidelity   # u-μP as a peer (needs the optional unit_scaling)
     python -m benchmarks card_regret     # the card at an 8x wider, 4x deeper target (3-4 CPU-hours)
     python -m benchmarks beta2_halflife  # beta2 by token half-life against 0.95 (~15 CPU minutes)
-    python -m benchmarks wd_horizon      # weight decay per step or per run, at 2 horizons (~25 CPU minutes)
+    python -m benchmarks wd_horizon      # weight decay per step or per run, at 2 horizons (~12 CPU minutes)
 
 Each benchmark module exposes ``run() -> dict`` and writes ``results/NAME.json``
 (machine, date, versions, figures; ratios named ``speedup_*`` or ``ratio_*``). This

@@ -36,8 +36,8 @@ other's does not; otherwise inconclusive.
 
     python -m benchmarks.wd_horizon [--out runs/wd_horizon]
 
-Writes ``results/wd_horizon.json`` (about 25 CPU-minutes, one thread); finished runs are kept
-in ``OUT/trials.jsonl``, so a re-run resumes.
+Writes ``results/wd_horizon.json`` (730 CPU-s, 33 min wall on the loaded 2-core machine, one
+thread); finished runs are kept in ``OUT/trials.jsonl``, so a re-run resumes.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ MODEL = {"preset": "llama-small", "width": 32, "depth": 2, "head_dim": 16, "seq_
 
 
 def unavailable() -> str | None:
-    """Nothing is missing on any machine (about 25 CPU-minutes)."""
+    """Nothing is missing on any machine (about 12 CPU-minutes)."""
     return None
 
 
@@ -162,7 +162,7 @@ def run(out: str | Path | None = None, write: bool = True) -> dict[str, Any]:
         return sum(loss(h, lr, wd, s) for s in SEEDS) / len(SEEDS)
 
     # 1. LR at the reference lambda
-    lr_scans = bracket_scans(lambda h, t: [loss(h, 2.0**t, REF_WD, s) for s in SEEDS],  # type: ignore[arg-type]
+    lr_scans = bracket_scans(lambda h, t: [loss(h, 2.0**t, REF_WD, s) for s in SEEDS],  # type: ignore
                              {h: [c - 1, c - 0.5, c, c + 0.5, c + 1] for h, c in LR_START.items()},
                              lo={h: c - 4 for h, c in LR_START.items()},
                              hi={h: c + 4 for h, c in LR_START.items()}, step=0.5)
@@ -171,7 +171,8 @@ def run(out: str | Path | None = None, write: bool = True) -> dict[str, Any]:
 
     # 2. lambda in octaves at each horizon's LR, then half octaves beside the best
     l0 = math.log2(REF_WD)
-    wd_scans = bracket_scans(lambda h, k: [loss(h, 2.0 ** lr_best[h], 2.0**k, s) for s in SEEDS],  # type: ignore
+    wd_scans = bracket_scans(lambda h, k: [loss(h, 2.0 ** lr_best[h], 2.0**k, s)  # type: ignore
+                                           for s in SEEDS],
                              {h: [l0 + k for k in range(-3, 5)] for h in HORIZONS},
                              lo={h: l0 - 10 for h in HORIZONS}, hi={h: l0 + 10 for h in HORIZONS}, step=1.0)
     for h, sc in wd_scans.items():
