@@ -50,6 +50,11 @@ and 256, seeds 0, 1: ``--widths 32,256 --seeds 0,1 --step 0.5 --arms sp,mup_fan_
 at widths 32 and 128 (the same trial log): ``--widths 32,128 --seeds 0,1,2 --step 0.5 --arms
 sp,mup_constant --equal-seeds --steps 1000 --name readout_ladder_1000_steps_constant --out
 runs/readout_ladder_1000_steps``.
+``results/readout_ladder_2000_steps.json`` is the same proxy at 2,000 steps, widths 32 (seeds
+0, 1) and 256 (seed 0; cut for time), SP and ``fan_in``, each scan started at the 1,000-step
+optimum: ``--widths 32,256 --seeds 0,1 --widest-seeds 0 --step 0.5 --arms sp,mup_fan_in
+--equal-seeds --steps 2000 --jobs 2 --centre-from results/readout_ladder_1000_steps.json
+--name readout_ladder_2000_steps``.
 ``results/readout_ladder_demo_equal_seeds.json`` is the demo's earlier horizon (125 steps of
 16×64) over widths 32–256 with SP and the fan-in readout on seeds 0, 1 and a half-octave
 grid: ``--widths 32,64,128,256 --seeds 0,1 --step 0.5 --arms sp,mup_fan_in --equal-seeds
