@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["PUBLISHED_ETA_LAMBDA", "PUBLISHED_ETA_LAMBDA_SOURCE", "tau_from", "weight_decay_for"]
+__all__ = ["PUBLISHED_ETA_LAMBDA", "PUBLISHED_ETA_LAMBDA_SOURCE", "TAU_RULE", "tau_from", "weight_decay_for"]
 
 #: Per-step decay eta·lambda of published 1B-7B pre-training recipes (peak LR × AdamW
 #: weight decay): OLMo-1B 4e-4 × 0.1 (Groeneveld et al. 2024), TinyLlama 4e-4 × 0.1
@@ -19,6 +19,17 @@ __all__ = ["PUBLISHED_ETA_LAMBDA", "PUBLISHED_ETA_LAMBDA_SOURCE", "tau_from", "w
 PUBLISHED_ETA_LAMBDA = 4e-5
 PUBLISHED_ETA_LAMBDA_SOURCE = ("published per-step eta·lambda 4e-5 (OLMo-1B 4e-4 × 0.1, TinyLlama 4e-4 × 0.1, "
                                "DeepSeek LLM 7B 4.2e-4 × 0.1)")
+
+#: The rule that carries a weight decay to a run of another length, and its evidence:
+#: ``benchmarks/wd_horizon.py`` (``results/wd_horizon.json``) scanned lambda on the card
+#: benchmark's proxy at 2^15 and 2^17 tokens (256 and 1,024 steps, batch 8 x 16, 4 seeds,
+#: each horizon at its own best LR): the best per-step eta·lambda fell 0.097x [0.030, 0.475]
+#: (90%, paired seed bootstrap) at the 4x longer run, which holds tau's 0.25x and excludes
+#: eta·lambda per step's 1x; at the long run tau's prediction cost 0.9998x the best loss and
+#: eta·lambda per step's 1.0091x.
+TAU_RULE = ("tau held as a fraction of the run (Wang & Aitchison 2024): on a 4x longer run the best per-step "
+            "eta·lambda fell 0.097x [0.030, 0.475], holding tau's 0.25x, not eta·lambda per step's 1x "
+            "(benchmarks/results/wd_horizon.json)")
 
 
 def _arr(v: Any, name: str, *, zero_ok: bool = False) -> np.ndarray:

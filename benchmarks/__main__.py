@@ -10,6 +10,7 @@
     python -m benchmarks card_regret     # the card at an 8x wider, 4x deeper target (3-4 CPU-hours)
     python -m benchmarks beta2_halflife  # beta2 by token half-life against 0.95 (~15 CPU minutes)
     python -m benchmarks cli_audit       # every flag of every verb fed bad input: pass/vague/fail counts
+    python -m benchmarks wd_horizon      # weight decay per step or per run, at 2 horizons (~12 CPU minutes)
 
 Each benchmark module exposes ``run() -> dict`` and writes ``results/NAME.json``
 (machine, date, versions, figures; ratios named ``speedup_*`` or ``ratio_*``). This
@@ -35,7 +36,7 @@ BENCHMARKS = ["fit_speed", "interval_coverage", "step_counts", "trainer_throughp
               "sweep_overhead", "fused_sweep",
               "hf_architectures", "hf_vanishing", "transfer_fidelity", "depth_fidelity", "horizon_shift",
               "tuned_multipliers", "mup_vs_sp", "readout_ladder",
-              "width_depth", "cli_audit", "beta2_halflife"]
+              "width_depth", "cli_audit", "beta2_halflife", "wd_horizon"]
 # Run only when named: they need hardware or an optional package this machine may lack (each
 # says why in unavailable()). umup_fidelity needs Graphcore's unit_scaling (a peer, not a dependency);
 # card_regret needs nothing but time (3-4 CPU-hours, resumable; --workers trains in parallel).

@@ -94,20 +94,22 @@ class MissingTrial(LookupError):
 
 def _scan_arm(arm: str, over: dict[str, Any], width: int, seeds: tuple[int, ...], out: str,
               demo: dict[str, Any], step: float, same_as: dict[str, Any] | None = None,
-              train_missing: bool = True) -> list[dict[str, Any]]:
+              train_missing: bool = True, centre: float | None = None) -> list[dict[str, Any]]:
     """LR scan of one arm at one width (one process; trials appended to out/trials.jsonl);
     returns the trial rows it visited.
     ``same_as``: other overrides that train the identical run at this width (the same
     per-parameter LRs to the last bit); a finished trial under them is reused.
     ``train_missing=False`` replays the scan from the log, writing nothing, and raises
-    :class:`MissingTrial` where it would train."""
+    :class:`MissingTrial` where it would train. ``centre``: the scan's starting log2 LR (an
+    optimum measured before, e.g. at a shorter horizon) instead of :func:`_guess`'s."""
     from benchmarks._proxy import TrialLog, bracket_scan, log
     from mutransfer.training.config import TrainConfig
     from mutransfer.training.train import train
 
     trials = TrialLog(Path(out) / "trials.jsonl")
     m = width / demo["base_width"]
-    c = round(_guess(arm, m) / step) * step  # the guess on the scan's grid (step 1: the integer)
+    guess = _guess(arm, m) if centre is None else centre
+    c = round(guess / step) * step  # the guess on the scan's grid (step 1: the integer)
 
     visited: list[dict[str, Any]] = []
 
@@ -146,12 +148,14 @@ Work = tuple[str, dict[str, Any], int, tuple[int, ...], "dict[str, Any] | None"]
 
 
 def scan(work: list[Work], out: Path, jobs: int = 1, step: float = 1.0,
-         demo: dict[str, Any] | None = None, train_missing: bool = True) -> Any:
+         demo: dict[str, Any] | None = None, train_missing: bool = True,
+         centres: dict[tuple[str, int], float] | None = None) -> Any:
     """Run every LR scan in ``work``; return the trials table (pandas) of exactly the points
     the scans visited (so every arm's optimum is fitted on its own scan's grid, whatever
     else the trial log holds). ``train_missing=False`` only replays the scans from the
     log: a scan that would need training is left out, and its first missing trial is
-    listed in ``table.attrs["incomplete"]``."""
+    listed in ``table.attrs["incomplete"]``. ``centres``: (arm, width) -> the starting log2
+    LR of that scan (absent: :func:`_guess`'s)."""
     import pandas as pd
 
     from benchmarks.tuned_multipliers import DEMO
@@ -161,14 +165,15 @@ def scan(work: list[Work], out: Path, jobs: int = 1, step: float = 1.0,
     incomplete: list[str] = []
     if jobs > 1 and train_missing:
         with ProcessPoolExecutor(jobs) as pool:
-            futs = [pool.submit(_scan_arm, a, o, w, sd, str(out), demo, step, same, train_missing)
-                    for a, o, w, sd, same in work]
+            futs = [pool.submit(_scan_arm, a, o, w, sd, str(out), demo, step, same, train_missing,
+                                (centres or {}).get((a, w))) for a, o, w, sd, same in work]
             done = [f.result() for f in futs]
     else:
         done = []
         for a, o, w, sd, same in work:
             try:
-                done.append(_scan_arm(a, o, w, sd, str(out), demo, step, same, train_missing))
+                done.append(_scan_arm(a, o, w, sd, str(out), demo, step, same, train_missing,
+                                      (centres or {}).get((a, w))))
             except MissingTrial as exc:
                 incomplete.append(str(exc))
     table = pd.DataFrame([r for rows in done for r in rows])

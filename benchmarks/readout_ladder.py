@@ -50,6 +50,11 @@ and 256, seeds 0, 1: ``--widths 32,256 --seeds 0,1 --step 0.5 --arms sp,mup_fan_
 at widths 32 and 128 (the same trial log): ``--widths 32,128 --seeds 0,1,2 --step 0.5 --arms
 sp,mup_constant --equal-seeds --steps 1000 --name readout_ladder_1000_steps_constant --out
 runs/readout_ladder_1000_steps``.
+``results/readout_ladder_2000_steps.json`` is the same proxy at 2,000 steps, widths 32 (seeds
+0, 1) and 256 (seed 0; cut for time), SP and ``fan_in``, each scan started at the 1,000-step
+optimum: ``--widths 32,256 --seeds 0,1 --widest-seeds 0 --step 0.5 --arms sp,mup_fan_in
+--equal-seeds --steps 2000 --jobs 2 --centre-from results/readout_ladder_1000_steps.json
+--name readout_ladder_2000_steps``.
 ``results/readout_ladder_demo_equal_seeds.json`` is the demo's earlier horizon (125 steps of
 16×64) over widths 32–256 with SP and the fan-in readout on seeds 0, 1 and a half-octave
 grid: ``--widths 32,64,128,256 --seeds 0,1 --step 0.5 --arms sp,mup_fan_in --equal-seeds
@@ -263,7 +268,8 @@ def run(widths: tuple[int, ...] = (32, 64, 128, 256, 512), seeds: tuple[int, ...
         train_missing: bool = True, one_seed_widest: tuple[str, ...] = (),
         arms: tuple[str, ...] = tuple(ARMS), equal_seeds: bool = False,
         name: str = "readout_ladder", setup: dict[str, Any] | None = None, jobs: int = 1,
-        widest_seeds: tuple[int, ...] | None = None) -> dict[str, Any]:
+        widest_seeds: tuple[int, ...] | None = None, centre_from: str | os.PathLike[str] | None = None
+        ) -> dict[str, Any]:
     """Scan every (arm, width) (resuming ``out``), then write ``results/NAME.json``
     and ``.png``; returns the record. ``train_missing=False`` reports what the trial log
     holds: a scan it cannot finish is left out and listed under ``setup.incomplete``.
@@ -272,7 +278,9 @@ def run(widths: tuple[int, ...] = (32, 64, 128, 256, 512), seeds: tuple[int, ...
     at the widest width (:func:`work_list`). ``arms``: the arms to scan (SP is
     always among them: every ratio is to it); ``equal_seeds``: no seed cuts at all.
     ``name``: the record's file name (another ladder is another record, so a figure of
-    one name never holds two ladders' values)."""
+    one name never holds two ladders' values). ``centre_from``: a ladder record whose
+    optima (per arm and width) start the scans, e.g. a shorter horizon's, so a longer
+    horizon's grid starts where its optimum is likely to be (:func:`scan_centres`)."""
     from benchmarks._proxy import log, record_header
     from benchmarks.mup_vs_sp import _n_imported, import_results, scan
     from mutransfer._io import atomic_write_text
@@ -290,8 +298,9 @@ def run(widths: tuple[int, ...] = (32, 64, 128, 256, 512), seeds: tuple[int, ...
         raise ValueError(f"unknown arm(s) {bad}; choose from {', '.join(ARMS)}")
     if widest_seeds is not None and not (widest_seeds and set(widest_seeds) <= set(seeds)):
         raise ValueError(f"widest seeds {list(widest_seeds)} must be some of the seeds {list(seeds)}")
+    centres = scan_centres(centre_from) if centre_from else None
     table = scan(work_list(widths, seeds, one_seed_widest, arms, equal_seeds, widest_seeds), out, jobs, step,
-                 demo, train_missing)
+                 demo, train_missing, centres)
     s = summarize(table, widths)
     wide = str(max(widths))
     figures: dict[str, Any] = {}
@@ -321,6 +330,7 @@ def run(widths: tuple[int, ...] = (32, 64, 128, 256, 512), seeds: tuple[int, ...
                         "equal_seeds": equal_seeds,
                         "arms": {a: ARMS[a](2.0) for a in arms}, "lr_grid_step_octaves": step,
                         "lr_grid": "3 points around a guess, widened until the minimum is interior",
+                        "lr_grid_centred_on": str(centre_from) if centre_from else None,
                         "n_trials": len(table), "n_diverged": int(table["diverged"].sum()),
                         "n_reused": int(table["same_as"].notna().sum()) if "same_as" in table else 0,
                         "n_imported": _n_imported(table), "incomplete": table.attrs["incomplete"]},
@@ -329,6 +339,19 @@ def run(widths: tuple[int, ...] = (32, 64, 128, 256, 512), seeds: tuple[int, ...
               "passed": bool(s["eligible"])}
     atomic_write_text(results / f"{name}.json", json.dumps(record, indent=2) + "\n")
     return record
+
+
+def scan_centres(path: str | os.PathLike[str]) -> dict[tuple[str, int], float]:
+    """(arm, width) -> the fitted optimal log2 LR of a ladder record (``figures.arms``), the
+    starting points of another ladder's scans."""
+    from mutransfer._io import read_json
+
+    doc = read_json(path, "ladder record")
+    arms = (doc.get("figures") or {}).get("arms") if isinstance(doc, dict) else None
+    if not isinstance(arms, dict) or not arms:
+        raise ValueError(f"{path} is not a readout-ladder record (no figures.arms)")
+    return {(a, int(w)): float(v["log2_lr_opt"]) for a, arm in arms.items()
+            for w, v in (arm.get("per_width") or {}).items()}
 
 
 def _ints(s: str) -> tuple[int, ...]:
@@ -357,6 +380,8 @@ if __name__ == "__main__":
     parser.add_argument("--steps", type=int, default=None, help="steps per run (default the demo's)")
     parser.add_argument("--batch-size", type=int, default=None, help="sequences per step (default the demo's)")
     parser.add_argument("--jobs", type=int, default=1, help="scans trained in parallel processes (default 1)")
+    parser.add_argument("--centre-from", default=None, help="a ladder record (results/NAME.json) whose "
+                        "optima start the scans (default: the demo's guesses)")
     parser.add_argument("--report-only", action="store_true", help="train nothing: report the scans "
                         "the trial log already finishes (another run may still be adding to it)")
     a = parser.parse_args()
@@ -366,5 +391,6 @@ if __name__ == "__main__":
         parser.error(f"unknown arm(s) {unknown}; choose from {', '.join(ARMS)}")
     rec = run(a.widths, a.seeds, a.out, a.step, a.import_csv, train_missing=not a.report_only,
               one_seed_widest=one, arms=chosen, equal_seeds=a.equal_seeds, name=a.name,
-              setup=demo_setup(a.steps, a.batch_size), jobs=a.jobs, widest_seeds=a.widest_seeds or None)
+              setup=demo_setup(a.steps, a.batch_size), jobs=a.jobs, widest_seeds=a.widest_seeds or None,
+              centre_from=a.centre_from)
     print(json.dumps({k: v for k, v in rec["figures"].items() if k != "arms"}, indent=2))

@@ -27,7 +27,7 @@ from analysis.baselines import scaling_baselines
 from analysis.prior import log_sd, published_lr_prior, weigh
 from analysis.scaling_fit import ScalingLawFit
 from analysis.scaling_projection import extrapolation_factor
-from analysis.tau import PUBLISHED_ETA_LAMBDA, PUBLISHED_ETA_LAMBDA_SOURCE, weight_decay_for
+from analysis.tau import PUBLISHED_ETA_LAMBDA, PUBLISHED_ETA_LAMBDA_SOURCE, TAU_RULE, weight_decay_for
 from mutransfer._io import read_json
 from mutransfer.card._estimate import _Bounds, _estimate
 from mutransfer.card.batch_plan import (
@@ -252,7 +252,11 @@ def _plan_weight_decay(laws: ScalingLawFit | None, *, weight_decay: float | None
     unknown, and a warning in ``warnings``; with none of these the same published rule,
     warned about (never a silent 0), unless the tuned proxy's own weight decay
     (``proxy_weight_decay``) was 0: its LR was tuned without decay, so the target keeps 0.
-    A given 0 stays 0, its source ``given``."""
+    A given 0 stays 0, its source ``given``.
+
+    Across run lengths the card holds tau as a fraction of the run (:data:`analysis.tau.TAU_RULE`,
+    measured by ``benchmarks/wd_horizon.py``): at the same batch and LR a target trained on 4x
+    the proxy's tokens gets a quarter of its lambda, not the same per-step eta·lambda."""
     warnings = [] if warnings is None else warnings
     eta = 1.0 if wd_mode == "independent" else lr
     formula = f"lambda = B / ({'' if wd_mode == 'independent' else 'eta · '}tau · D)"
@@ -275,7 +279,8 @@ def _plan_weight_decay(laws: ScalingLawFit | None, *, weight_decay: float | None
         hi = lam_from_tau(t_lo) * (eta / e_lo if e_lo else math.nan)
         wd_est = _estimate(lam_from_tau(tau), lo if math.isfinite(lo) else None,
                            hi if math.isfinite(hi) else None, level,
-                           f"{formula}, tau {tau:.4g} (interval: tau's and the LR's)", max(ext.values()))
+                           f"{formula}, tau {tau:.4g} (interval: tau's and the LR's); {TAU_RULE}",
+                           max(ext.values()))
         what = ("tau* measured at its optimum over the weight decays" if laws.tau_source == "measured"
                 else "AdamW timescale of the fit (its source not recorded)")
         return lam_from_tau(tau), tau, wd_est, _estimate(tau, t_lo, t_hi, level, f"{what} ({laws.source})")
@@ -285,7 +290,7 @@ def _plan_weight_decay(laws: ScalingLawFit | None, *, weight_decay: float | None
                              f"got {proxy_tau!r}")
         wd = lam_from_tau(proxy_tau)
         return wd, proxy_tau, _estimate(wd, None, None, level, f"{formula}, tau {proxy_tau:.4g} of the tuned "
-                                        "proxy"), _estimate(proxy_tau, None, None, level,
+                                        f"proxy; {TAU_RULE}"), _estimate(proxy_tau, None, None, level,
                                                             "the tuned proxy's weight decay (--proxy-config)")
     if proxy_weight_decay == 0:  # tuned (or trained) without decay: no timescale to keep
         warnings.append("weight decay 0: the proxy's runs had none (its LR was tuned without decay), so the "
@@ -309,7 +314,8 @@ def _plan_weight_decay(laws: ScalingLawFit | None, *, weight_decay: float | None
                     f"so lambda {wd:.3g} at LR {lr:.3g}; measure tau with `sweep scaling --weight-decays` or "
                     "give --weight-decay")
     return wd, tau, _estimate(wd, None, None, level, f"{PUBLISHED_ETA_LAMBDA_SOURCE} / eta: not measured "
-                              "here, interval unknown"), _estimate(
+                              "here, interval unknown; per step as those runs used it, not moved with the "
+                              "target's length (their step counts are not recorded here)"), _estimate(
         tau, None, None, level, f"from the {PUBLISHED_ETA_LAMBDA_SOURCE}: not measured here")
 
 

@@ -449,6 +449,15 @@ def _check_trust(t: Any) -> None:
     if not isinstance(summary, list) or not all(isinstance(x, str) for x in summary):
         _C.fail("trust.summary", "must be a list of strings", summary)
     _C.integer("trust.warnings", t.get("warnings"), low=0)
+    if t.get("horizon") is not None:  # absent from cards written before it
+        h = _C.mapping("trust.horizon", t["horizon"])
+        for k in ("target_steps", "measured_steps"):
+            _C.integer(f"trust.horizon.{k}", h.get(k), low=1)
+        _C.integer("trust.horizon.proxy_steps", h.get("proxy_steps"), low=1, none=True)
+        for k in ("past_measured", "past_proxy"):
+            _C.number(f"trust.horizon.{k}", h.get(k), low=0.0, open_low=True, none=k == "past_proxy")
+        if not isinstance(h.get("beyond"), bool):
+            _C.fail("trust.horizon.beyond", "must be true or false", h.get("beyond"))
 
 
 def _check_lr_sensitivity(projected: Mapping[str, Any]) -> None:

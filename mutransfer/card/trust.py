@@ -4,6 +4,8 @@
   intervals say: a failed held-out audit, a target wider than the widest measured proxy,
   a depth change larger than any measured, a change of context, vocabulary or tokenizer
   from proxy to target, a batch its schedule cannot split across the data-parallel ranks.
+- :func:`horizon` says how far the target's steps reach past the proxy's own runs and past
+  the longest horizon at which the repository measured width transfer.
 - :func:`trust_block` gives the interval of each projected value (LR, batch, steps, tokens,
   weight decay) as a factor hi/lo, and which one extra measurement narrows the LR interval
   most, from the scaling fit's own covariance (or its exponent intervals).
@@ -21,9 +23,11 @@ from mutransfer.card.batch_plan import whole_sequences
 __all__ = [
     "EXTRA_FACTOR",
     "MEASURED_DEPTH_MOVE",
+    "MEASURED_HORIZON",
     "STAND_BEHIND_LR_FACTOR",
     "card_warnings",
     "data_demand",
+    "horizon",
     "objections",
     "published_lr_gap",
     "trust_block",
@@ -44,6 +48,62 @@ MEASURED_DEPTH_MOVE: dict[str, Any] = {
     "shift_octaves": 0.11, "shift_ci": (-1.35, 0.97),
     "source": "benchmarks/width_depth.py"}
 
+#: The longest horizon at which width transfer was measured: the horizon ladder
+#: (``benchmarks/readout_ladder.py --steps 2000``, record
+#: ``benchmarks/results/readout_ladder_2000_steps.json``): the demo's proxy (llama-small,
+#: 2,000 steps of 8×64 bytes, cosine), the default ``fan_in`` readout, at widths 32 (seeds
+#: 0, 1) and 256 (seed 0 only: the shared CPU's budget): the optimal log2 LR drifted 0.10
+#: octave [0, 1.0] (max − min, 95% bootstrap; one seed at 256 leaves it wide) and μP's best
+#: loss was 0.9938× SP's at 256. At 1,000 steps (3 seeds, widths 32-256,
+#: ``readout_ladder_1000_steps.json``) the drift was 0.07 [0, 0.5]. Past 2,000 steps nothing
+#: measured whether the optimum stays put.
+MEASURED_HORIZON: dict[str, Any] = {
+    "steps": 2000, "widths": (32, 256), "seeds": "0, 1 at 32; 0 at 256", "drift_octaves": 0.10,
+    "drift_ci": (0.0, 1.0), "source": "benchmarks/results/readout_ladder_2000_steps.json"}
+
+
+def horizon(target_steps: float, proxy_steps: float | None = None,
+            measured: Mapping[str, Any] = MEASURED_HORIZON) -> dict[str, Any]:
+    """How far the target's run reaches past the horizons at which transfer was measured:
+    ``{target_steps, proxy_steps, past_proxy, measured_steps, past_measured, beyond,
+    measured_drift_octaves, source}``. ``past_*`` = the target's steps ÷ that horizon's
+    (None when unknown); ``beyond``: the target runs longer than :data:`MEASURED_HORIZON`'s
+    steps, the longest measured. ``proxy_steps``: the proxy's own run (its budget ÷ its
+    batch), which tuned the LR the card moves."""
+    if not (_num(target_steps)):
+        raise ValueError(f"the target's steps must be a positive number, got {target_steps!r}")
+    m = float(measured["steps"])
+    p = float(proxy_steps) if _num(proxy_steps) else None
+    return {"target_steps": int(round(target_steps)),
+            "proxy_steps": None if p is None else max(1, int(round(p))),
+            "past_proxy": None if p is None else target_steps / p, "measured_steps": int(m),
+            "past_measured": target_steps / m, "beyond": bool(target_steps > m),
+            "measured_drift_octaves": float(measured["drift_octaves"]), "source": str(measured["source"])}
+
+
+def _card_horizon(card: Mapping[str, Any]) -> dict[str, Any] | None:
+    """:func:`horizon` of a card: ``schedule.total_steps`` against the proxy's run
+    (``projected.proxy``: its tokens ÷ its batch tokens); None without the target's steps."""
+    steps = (card.get("schedule") or {}).get("total_steps")
+    if not _num(steps):
+        return None
+    px = (card.get("projected") or {}).get("proxy") or {}
+    d, b = px.get("tokens"), px.get("batch_tokens")
+    return horizon(steps, d / b if _num(d) and _num(b) else None)
+
+
+def _horizon_warning(h: Mapping[str, Any] | None) -> list[str]:
+    if not h or not h["beyond"]:
+        return []
+    m = MEASURED_HORIZON
+    lo, hi = m["drift_ci"]
+    proxy = (f"; the proxy ran {h['proxy_steps']:,} steps ({h['past_proxy']:.3g}x shorter)"
+             if h["proxy_steps"] else "")
+    return [f"the target runs {h['target_steps']:,} steps, {h['past_measured']:.3g}x past the longest "
+            f"horizon at which width transfer was measured ({m['steps']:,} steps: drift "
+            f"{m['drift_octaves']:.2g} octave [{lo:g}, {hi:g}], {m['source']}){proxy}: whether the LR optimum stays put that long "
+            "is not measured"]
+
 
 def card_warnings(card: Mapping[str, Any]) -> list[str]:
     """What the card's own fields say against trusting it (empty for a clean card).
@@ -62,6 +122,9 @@ def card_warnings(card: Mapping[str, Any]) -> list[str]:
     - ``batch.sequences`` not a multiple of ``dp_size × micro_batch``: the schedule's step
       cannot be split evenly over the ranks (the validator refuses such a card, and
       ``transfer`` rounds the batch, so this fires only on a card built by hand);
+    - ``schedule.total_steps`` past the longest horizon at which width transfer was
+      measured (:data:`MEASURED_HORIZON`), by how far, and how far past the proxy's own run
+      (:func:`horizon`);
     - the hidden matrices' Adam LR (``param_groups`` of role ``hidden``) more than
       :data:`PUBLISHED_LR_SLACK`× outside the published absolute LRs at the target's size
       (``projected.baselines``: DeepSeek LLM's eta(C) and Step Law's eta(N, D), both fitted
@@ -99,6 +162,7 @@ def card_warnings(card: Mapping[str, Any]) -> list[str]:
         out.append(f"the tokenizer changes from the proxy's {src['tokenizer']!r} to the target's "
                    f"{tgt['tokenizer']!r}: the token statistics the LR was tuned on differ")
     out += _published_lr_warning(card)
+    out += _horizon_warning(_card_horizon(card))
     seqs, dp, micro = batch.get("sequences"), batch.get("dp_size") or 1, batch.get("micro_batch") or 1
     if _num(seqs) and _num(dp) and _num(micro) and seqs % (dp * micro):
         out.append(f"the batch of {seqs} sequences does not split across dp_size {dp} × micro_batch "
@@ -285,6 +349,10 @@ def trust_block(
     (:func:`~mutransfer.card.batch_plan.whole_sequences`), as the planner rounds the batch
     inside it: a batch inside it has its steps inside theirs.
 
+    ``horizon`` (:func:`horizon`): the target's steps against the proxy's run (``projected.proxy``)
+    and the longest horizon at which width transfer was measured (:data:`MEASURED_HORIZON`);
+    ``beyond`` true adds a summary line (the warning is :func:`card_warnings`').
+
     Extra measurements (with a :class:`analysis.scaling_fit.ScalingLawFit`, ``extra`` = 4),
     each with a ``kind`` (``budget``, ``batch``, ``seed``) that ``mutransfer tune``'s second
     pass reads (the same computation chooses its runs):
@@ -373,6 +441,12 @@ def trust_block(
         summary.append(f"{name} {iv['value']:.4g}: {span}")
         if key == "lr":
             summary += _prior_line(projected.get("lr") or {})
+    px = projected.get("proxy") or {}
+    d_p, b_p = px.get("tokens"), px.get("batch_tokens")
+    hz = horizon(steps, d_p / b_p if _num(d_p) and _num(b_p) else None)
+    if hz["beyond"]:
+        summary.append(f"horizon: {hz['target_steps']:,} steps, {hz['past_measured']:.3g}x past the longest "
+                       f"at which width transfer was measured ({hz['measured_steps']:,})")
     if best is not None and lr_iv["factor"] is not None:
         summary.append(f"narrows most: {best['measurement']} narrows the LR interval from "
                        f"{lr_iv['factor']:.3g}× to about {best['lr_factor']:.3g}×")
@@ -386,5 +460,5 @@ def trust_block(
     else:
         summary.append("narrows most: the LR interval is open or the target lies inside the measured "
                        "range; more seeds at the proxy narrow it")
-    return {"level": level, "intervals": intervals, "options": options,
+    return {"level": level, "intervals": intervals, "options": options, "horizon": hz,
             "narrows_most": best, "warnings": int(n_warnings), "summary": summary}

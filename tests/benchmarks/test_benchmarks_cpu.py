@@ -323,6 +323,28 @@ def test_readout_ladder_widest_seeds_cut_only_the_widest_width() -> None:
         run((32, 256), (0, 1, 2), widest_seeds=(3,), train_missing=False)
 
 
+def test_readout_ladder_scans_start_at_a_shorter_horizons_optima(tmp_path: Path) -> None:
+    """--centre-from: each (arm, width) scan starts at the optimum a ladder record holds
+    (the committed 1,000-step record's, known values), on the scan's grid; replayed from an
+    empty log, the first LR a scan would train is one grid step below that centre."""
+    from benchmarks.mup_vs_sp import MissingTrial, _scan_arm
+    from benchmarks.readout_ladder import ARMS, DEMO, HERE, scan_centres
+
+    c = scan_centres(HERE / "results" / "readout_ladder_1000_steps.json")
+    assert set(c) == {(a, w) for a in ("sp", "mup_fan_in") for w in (32, 128, 256)}
+    assert c[("sp", 256)] == pytest.approx(-9.4314, abs=1e-4) and c[("mup_fan_in", 256)] == pytest.approx(
+        -6.1879, abs=1e-4)
+    with pytest.raises(MissingTrial, match=r"^sp w256 lr 2\^-10 seed 0$"):  # centre -9.43 -> -9.5 on the grid
+        _scan_arm("sp", ARMS["sp"](8.0), 256, (0,), str(tmp_path), DEMO, 0.5, train_missing=False,
+                  centre=c[("sp", 256)])
+    with pytest.raises(MissingTrial, match=r"^sp w256 lr 2\^-9 seed 0$"):  # the demo's guess: -8.5
+        _scan_arm("sp", ARMS["sp"](8.0), 256, (0,), str(tmp_path), DEMO, 0.5, train_missing=False)
+    bad = tmp_path / "other.json"
+    bad.write_text('{"figures": {}}')
+    with pytest.raises(ValueError, match="is not a readout-ladder record"):
+        scan_centres(bad)
+
+
 def test_readout_ladder_files_demo_rows_under_named_readouts(tmp_path: Path) -> None:
     """The demo's μP rows are imported as the constant readout only when their
     readout_init column says so, and SP rows as SP, under the ladder's own proxy."""

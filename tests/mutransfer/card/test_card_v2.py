@@ -253,10 +253,11 @@ def test_depth_change_uses_completep_and_warns_for_a_mup_proxy(tmp_path: Path, c
     assert groups["blocks.0.attn.c_q.weight"]["eps"] == pytest.approx(1e-8 / 8 / 4)
     scales = {h["module"]: h["scale"] for h in card["forward_multipliers"]["hooks"]}
     assert scales["blocks.7.mlp"] == pytest.approx(0.25)
-    # A completep proxy moved in depth: no warning.
+    # A completep proxy moved in depth: no warning (at 977 steps, inside the longest horizon
+    # measured, 2,000 steps; past it the card warns of that, trust.MEASURED_HORIZON).
     code, err = transfer([*PROXY, "-p", "completep", "--base-width", "32", "--set", "depth=8",
-                          "--tokens", "1e7", "--batch-size", "16", "--weight-decay", "0.1", "--out", str(out)],
-                         capsys)
+                          "--tokens", "1e6", "--batch-size", "16", "--weight-decay", "0.1",
+                          "--out", str(out)], capsys)
     assert code == 0 and "warning" not in err
 
 

@@ -218,3 +218,26 @@ def test_a_table_that_mixes_proxy_settings_exits_2_naming_the_column(tmp_path: P
                  "--target-width", "256", "--tokens", "1e6", "--batch-size", "32", "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert "output_mult" in err and "1.0, 2.0" in err and not out.exists()
+
+
+def test_a_target_trained_4x_longer_gets_a_quarter_of_the_proxys_weight_decay(tmp_path: Path) -> None:
+    """Known answer of the card's rule across run lengths (tau a fraction of the run,
+    analysis.tau.TAU_RULE, which benchmarks/wd_horizon.py chose over eta·lambda per step):
+    coupled decay, the proxy's batch and LR, 4x its tokens -> lambda / 4 (per step it would
+    stay 0.01); its own tokens -> lambda unchanged. The source names the rule."""
+    from analysis.tau import TAU_RULE
+
+    path = tmp_path / "best.yaml"
+    path.write_text(yaml.safe_dump({**TUNED, "wd_mode": "coupled"}))
+    proxy_tokens = TUNED["steps"] * TUNED["batch_size"] * TUNED["seq_len"]
+    got = {}
+    for times in (1, 4):
+        out = tmp_path / f"card_{times}.yaml"
+        assert main(["transfer", "--proxy-config", str(path), "--tokens", str(times * proxy_tokens),
+                     "--set", "width=128", "--batch-size", str(TUNED["batch_size"]), "--out", str(out)]) == 0
+        card = load_card(out)
+        assert card["optimizer"]["lr"] == pytest.approx(TUNED["lr"], rel=1e-12)  # no laws: the LR stays
+        assert card["schedule"]["total_steps"] == times * TUNED["steps"]
+        assert TAU_RULE in card["projected"]["weight_decay"]["source"]
+        got[times] = card["optimizer"]["weight_decay"]
+    assert got[1] == pytest.approx(0.01, rel=1e-9) and got[4] == pytest.approx(0.01 / 4, rel=1e-9)
