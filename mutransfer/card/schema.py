@@ -258,7 +258,7 @@ SECTION_FIELDS: dict[str, tuple[str, ...]] = {
                      "weight_decay", "eps"),
     "forward_multipliers": ("hooks", "attention"),
     "audit": ("holdout", "passed"),
-    "trust": ("level", "intervals", "options", "narrows_most", "warnings", "summary"),
+    "trust": ("level", "intervals", "options", "narrows_most", "warnings", "summary", "horizon"),
     "trust.intervals": ("value", "lo", "hi", "factor", "how"),
     "provenance": ("package", "version", "git_revision", "date", "study", "storage"),
 }

@@ -270,7 +270,7 @@ def test_strict_writes_no_card_it_does_not_stand_behind(tmp_path: Path, capsys) 
     out = tmp_path / "card.yaml"
     # an LR whose hidden matrices land within 2x of the published LRs: no warning at 4e6 tokens;
     # a batch of 4,096 tokens keeps the run (977 steps) inside the longest horizon measured
-    # (MEASURED_HORIZON, 2,000 steps), past which the card warns
+    # (MEASURED_HORIZON, 1,000 steps), past which the card warns
     base = ["transfer", *PROXY[:3], "0.025", *PROXY[4:], "--set", "width=256", "--scaling-fit", str(fit),
             "--audit", str(_audit(tmp_path)), "--out", str(out)]
     assert main([*base, "--tokens", "4e6", "--batch-tokens", "4096", "--strict"]) == 0  # stood behind
@@ -339,7 +339,7 @@ def test_the_card_shows_data_prior_and_result_and_the_prior_can_be_left_out(tmp_
 
 def test_card_warns_past_the_longest_measured_horizon(tmp_path: Path) -> None:
     """Known answer: the proxy ran 2e6 / 1024 = 1,953 steps; a target of 4e7 tokens at 4,096
-    per step runs 9,766 steps, 4.88x past the 2,000 steps at which width transfer was
+    per step runs 9,766 steps, 9.77x past the 1,000 steps at which width transfer was
     measured (MEASURED_HORIZON): warned, with both numbers, and flagged in trust.horizon.
     The same target on 4e6 tokens (977 steps) is within it: no warning, beyond false."""
     from mutransfer.card.trust import MEASURED_HORIZON, horizon
@@ -352,24 +352,24 @@ def test_card_warns_past_the_longest_measured_horizon(tmp_path: Path) -> None:
         assert main(["transfer", *PROXY[:3], "0.025", *PROXY[4:], "--set", "width=256", "--scaling-fit",
                      str(fit), "--batch-tokens", "4096", "--tokens", tokens, "--out", str(out)]) == 0
         cards[tokens] = load_card(out)
-    assert MEASURED_HORIZON["steps"] == 2000
+    assert MEASURED_HORIZON["steps"] == 1000
     within, past = cards["4e6"], cards["4e7"]
     h = past["trust"]["horizon"]
-    assert (h["target_steps"], h["proxy_steps"], h["measured_steps"], h["beyond"]) == (9766, 1953, 2000, True)
-    assert h["past_measured"] == pytest.approx(4.883) and h["past_proxy"] == pytest.approx(9766 / 1953.125)
+    assert (h["target_steps"], h["proxy_steps"], h["measured_steps"], h["beyond"]) == (9766, 1953, 1000, True)
+    assert h["past_measured"] == pytest.approx(9.766) and h["past_proxy"] == pytest.approx(9766 / 1953.125)
     said = [w for w in past["projected"]["warnings"] if w.startswith("the target runs")]
     assert said == [w for w in card_warnings(past) if w.startswith("the target runs")]
     (w,) = said
-    assert w.startswith("the target runs 9,766 steps, 4.88x past the longest horizon at which width transfer "
-                        "was measured (2,000 steps: drift 0.1 octave [0, 1], "
-                        "benchmarks/results/readout_ladder_2000_steps.json); the proxy ran 1,953 steps "
+    assert w.startswith("the target runs 9,766 steps, 9.77x past the longest horizon at which width transfer "
+                        "was measured (1,000 steps: drift 0.07 octave [0, 0.5], "
+                        "benchmarks/results/readout_ladder_1000_steps.json); the proxy ran 1,953 steps "
                         "(5x shorter)"), w
-    assert any(ln.startswith("horizon: 9,766 steps, 4.88x past") for ln in past["trust"]["summary"])
+    assert any(ln.startswith("horizon: 9,766 steps, 9.77x past") for ln in past["trust"]["summary"])
     h = within["trust"]["horizon"]
-    assert (h["target_steps"], h["beyond"]) == (977, False) and h["past_measured"] == pytest.approx(0.4885)
+    assert (h["target_steps"], h["beyond"]) == (977, False) and h["past_measured"] == pytest.approx(0.977)
     assert not any("the target runs" in w for w in within["projected"]["warnings"] + card_warnings(within))
     assert not any(ln.startswith("horizon:") for ln in within["trust"]["summary"])
     # the boundary: a run of exactly the measured horizon is within it, one step more is past
-    assert not horizon(2000)["beyond"] and horizon(2001)["beyond"] and horizon(2001)["proxy_steps"] is None
+    assert not horizon(1000)["beyond"] and horizon(1001)["beyond"] and horizon(1001)["proxy_steps"] is None
     with pytest.raises(ValueError, match="the target's steps must be a positive number, got 0"):
         horizon(0)
