@@ -1,8 +1,10 @@
 """Readout ladder: which μP readout init transfers over 16× width and matches SP's loss?
 
-The demo's CPU proxy (``mutransfer demo --size small``: llama-small, base width 32, 250
-steps of 8×64 bytes, cosine with 10% warmup and floor 0.1, no weight decay; :data:`DEMO`,
-the demo's own size; ``--steps``/``--batch-size`` measure another horizon) over
+The demo's CPU proxy (llama-small, base width 32, batches of 8×64 bytes, cosine with 10%
+warmup and floor 0.1, no weight decay: :data:`DEMO`, the demo size's ladder fields) at 250
+steps, the horizon the demo ran before it became ``tune`` (tune now plans the demo's steps
+from its budget and the machine: 102 on 2 idle cores); ``--steps``/``--batch-size`` measure
+another horizon) over
 widths 32–512 (16×), four arms, each an LR scan bracketing its optimum at every width:
 
 - ``sp``: standard parametrization;
@@ -82,9 +84,9 @@ from benchmarks.mup_vs_sp import Overrides, Work
 HERE = Path(__file__).parent
 
 
-#: The demo's small size (``mutransfer demo``: ``SIZES["small"]``, the LR sweep's base config)
-#: as TrainConfig fields; a test holds the two equal (the benchmarks layer does not import
-#: the CLI's).
+#: The demo's small size's ladder fields (``SIZES["small"]``: the fixed ladder the demo ran
+#: before ``tune`` planned it) as TrainConfig fields; a test holds the two equal (the
+#: benchmarks layer does not import the CLI's).
 _DEMO_SMALL: dict[str, Any] = {
     "preset": "llama-small", "base_width": 32, "steps": 250, "batch_size": 8, "seq_len": 64,
     "eval_sequences": 128}
