@@ -130,12 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"mutransfer {args.verb}: error: {exc}", file=sys.stderr)
         return 2
-    timeout_env = _common.BUILD_TIMEOUT_ENV
-    set_timeout = timeout_env not in os.environ
-    if set_timeout:
-        os.environ[timeout_env] = f"{_common.DEFAULT_BUILD_TIMEOUT:g}"
     try:
-        return int(module.run(args) or 0)
+        with _common.default_build_timeout():
+            return int(module.run(args) or 0)
     except SystemExit as exc:  # user code (a builder's forward, an entry) called sys.exit mid-run
         print(f"mutransfer {args.verb}: error: user code called sys.exit({exc.code!r}) during the run",
               file=sys.stderr)
@@ -153,6 +150,3 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"mutransfer {args.verb}: interrupted", file=sys.stderr)
         return 130
-    finally:
-        if set_timeout:
-            os.environ.pop(timeout_env, None)

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from mutransfer.contain import BUILD_TIMEOUT_ENV, DEFAULT_BUILD_TIMEOUT, build_timeout  # noqa: F401 - for main
+from mutransfer.contain import BUILD_TIMEOUT_ENV, DEFAULT_BUILD_TIMEOUT, build_timeout
 from mutransfer.training.tracking import TRACK_ENV, check_installed, env_spec, parse_track
 from sweeps.progress import Progress, progress_interval
 
@@ -23,6 +23,21 @@ def check_settings() -> None:
     progress line, after a sweep has written its storage) and ``$MUTRANSFER_BUILD_TIMEOUT``."""
     progress_interval()
     build_timeout()
+
+
+@contextlib.contextmanager
+def default_build_timeout() -> Iterator[None]:
+    """``$MUTRANSFER_BUILD_TIMEOUT`` at its default for the verb when the user set none (a
+    ``module:function`` builder is first built in a contained child, :mod:`mutransfer.contain`:
+    one that exits or hangs is an error line, not the verb's end); the user's value is kept."""
+    set_here = BUILD_TIMEOUT_ENV not in os.environ
+    if set_here:
+        os.environ[BUILD_TIMEOUT_ENV] = f"{DEFAULT_BUILD_TIMEOUT:g}"
+    try:
+        yield
+    finally:
+        if set_here:
+            os.environ.pop(BUILD_TIMEOUT_ENV, None)
 
 
 def key_value(text: str) -> tuple[str, str]:

@@ -33,9 +33,10 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS = ("analysis", "mutransfer", "sweeps", "mutransfer_cli")
 #: Users of the library's public API, beside the CLI: everything below it, not the CLI.
 CLIENTS = ("benchmarks",)
-#: Modules allowed to import upward: none (``python -m mutransfer_cli`` runs the CLI; the
-#: library has no entry shim into it).
-EXEMPT: set[tuple[str, str]] = set()
+#: Modules allowed to import upward, each with its reason (``python -m mutransfer_cli`` runs
+#: the CLI; the library has no entry shim into it). The CLI audit's subject is the CLI: it
+#: builds its cases from the verbs' own parsers and runs ``main`` in forked children.
+EXEMPT: set[tuple[str, str]] = {("benchmarks.cli_audit", "mutransfer_cli")}
 #: Third-party packages a layer must never import (analysis is usable without torch).
 FORBIDDEN_THIRD_PARTY = {"analysis": ("torch",)}
 OURS = (*LAYERS, *CLIENTS)

@@ -32,13 +32,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from mutransfer.models.gpt_layers import (  # noqa: F401 - member_scale: imported from here too
-    CausalSelfAttention,
-    Embedding,
-    Linear,
-    RMSNorm,
-    member_scale,
-)
+from mutransfer.models.gpt_layers import CausalSelfAttention, Embedding, Linear, RMSNorm
 from mutransfer.models.rope import rope_cache, rope_tables
 
 

@@ -5,7 +5,7 @@ with the SDPA call it makes (:func:`gqa_mode`). Shapes as in :mod:`mutransfer.mo
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, Protocol
 
 import torch
 import torch.nn as nn
@@ -13,8 +13,27 @@ import torch.nn.functional as F
 
 from mutransfer.models.rope import rope_rotate
 
-if TYPE_CHECKING:
-    from mutransfer.models.gpt import GPTConfig
+
+class AttentionConfig(Protocol):
+    """The fields of a model config that attention reads (:class:`~mutransfer.models.gpt.GPTConfig`
+    has them); a protocol, so this module never imports the model that imports it."""
+
+    @property
+    def heads(self) -> int: ...
+    @property
+    def kv_heads(self) -> int: ...
+    @property
+    def d_head(self) -> int: ...
+    @property
+    def width(self) -> int: ...
+    @property
+    def bias(self) -> bool: ...
+    @property
+    def norm_eps(self) -> float: ...
+    @property
+    def qk_norm(self) -> bool: ...
+    @property
+    def pos_emb(self) -> str: ...
 
 
 GQAMode = Literal["mha", "gqa", "expand"]
@@ -103,7 +122,7 @@ class RMSNorm(nn.Module):
 
 
 class CausalSelfAttention(nn.Module):
-    def __init__(self, cfg: GPTConfig) -> None:
+    def __init__(self, cfg: AttentionConfig) -> None:
         super().__init__()
         self.n_head, self.n_kv_head, self.head_dim = cfg.heads, cfg.kv_heads, cfg.d_head
         self.c_q = Linear(cfg.width, cfg.width, bias=cfg.bias)

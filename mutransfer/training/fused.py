@@ -79,7 +79,8 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from mutransfer.models.gpt import GPT, member_scale
+from mutransfer.models.gpt import GPT
+from mutransfer.models.gpt_layers import member_scale
 from mutransfer.training.compile_watch import CompileWatch, compile_model
 from mutransfer.training.config import TrainConfig
 from mutransfer.training.data import DataConfig, TokenDataset, load_dataset

@@ -169,7 +169,7 @@ def test_lr_sweep_extends_each_group_within_max_extend(sweep, tmp_path) -> None:
 
 
 @pytest.mark.parametrize(("argv", "needle"), [
-    (["--batch-range", "0,4"], "batch range 0,4"),
+    (["--batch-range", "0,4"], "--batch-range '0,4'"),
     (["--batch-range", "4"], "--batch-range '4'"),
     (["--max-extend", "-1"], "argument --max-extend: '-1' must be >= 0"),
     (["--log2-lr-range=-3:-9"], "log2 LR range -3.0:-9.0"),

@@ -41,7 +41,7 @@ def old_attention_forward(self, x_KBTC, rope):
     """The attention forward as it was (three projections, fp32 RoPE, q times the scale)."""
     import torch.nn.functional as F
 
-    from mutransfer.models.gpt import member_scale
+    from mutransfer.models.gpt_layers import member_scale
 
     K, B, T, C = x_KBTC.shape
     H, G, D = self.n_head, self.n_kv_head, self.head_dim
