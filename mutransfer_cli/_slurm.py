@@ -20,9 +20,12 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from mutransfer._io import atomic_write_text
 
 if TYPE_CHECKING:
     from sweeps.storage import Storage
@@ -270,6 +273,23 @@ def sbatch_path() -> str:
         raise ValueError("sbatch is not on PATH: run this on a SLURM login node, or pass --dry-run "
                          "to print the job script")
     return sbatch
+
+
+def submit_once(script: str, path: Path, *, log_dir: str, resubmit: bool, already: str, what: str) -> str:
+    """Write ``script`` to ``path`` and submit it; ``path.submitted`` records the job (id,
+    ``what``, time). A second submission from the same place is refused in one line (it
+    would double the jobs and the bill, or race two drivers on one folder) unless
+    ``resubmit``. ``already`` opens the refusal (what was submitted already)."""
+    sbatch_path()  # before anything is written
+    record = path.with_suffix(".submitted")
+    if record.is_file() and not resubmit:
+        raise ValueError(f"{already} ({record.read_text().strip()}; {record}); check it with squeue, or pass "
+                         "--resubmit to submit again")
+    Path(log_dir).mkdir(parents=True, exist_ok=True)  # SLURM opens the log before the job runs
+    atomic_write_text(path, script)
+    job_id = submit(path)
+    atomic_write_text(record, f"job {job_id}, {what}, {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+    return job_id
 
 
 def submit(script: Path) -> str:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +38,7 @@ from mutransfer_cli._common import (
     seed_list,
     tracking,
 )
-from mutransfer_cli._slurm import SlurmJob, job_script, sbatch_path, slug, storage_args, submit
+from mutransfer_cli._slurm import SlurmJob, job_script, slug, storage_args, submit_once
 from sweeps.extend import DEFAULT_MAX_EXTEND, Bounds, run_bracketed
 from sweeps.fusion import check_fuse
 from sweeps.holdout import FRESH_SEEDS, check_holdout, holdout_summary, run_holdout
@@ -592,18 +591,11 @@ def _launch(args: argparse.Namespace, storage: Any) -> int:
         Path(job.log_dir).mkdir(parents=True, exist_ok=True)
         print(script, end="")
         return 0
-    sbatch_path()  # before anything is written
     path = out / "slurm" / f"{slug(job.study)}.sbatch"  # a study name is no path
-    record = path.with_suffix(".submitted")
-    if record.is_file() and not args.resubmit:
-        # a second array of the same study doubles the workers and the cluster bill
-        raise ValueError(f"study {job.study!r} was submitted from here already "
-                         f"({record.read_text().strip()}; {record}); check it with squeue, or pass "
-                         "--resubmit to submit another array")
-    Path(job.log_dir).mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, script)
-    job_id = submit(path)
-    atomic_write_text(record, f"job {job_id}, {job.workers} workers, {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+    # a second array of the same study doubles the workers and the cluster bill
+    job_id = submit_once(script, path, log_dir=job.log_dir, resubmit=args.resubmit,
+                         already=f"study {job.study!r} was submitted from here already",
+                         what=f"{job.workers} workers")
     print(f"submitted job {job_id}: {job.workers} workers of study {job.study} ({path}); logs in "
           f"{job.log_dir}; follow with `mutransfer sweep status` on the same storage", file=sys.stderr)
     return 0

@@ -27,14 +27,12 @@ from __future__ import annotations
 import argparse
 import math
 import re
-
 import sys
-import time
 from pathlib import Path
 
-from mutransfer._io import atomic_write_text, check_output
+from mutransfer._io import check_output
 from mutransfer_cli._common import add_track_flag, key_value, positive_float, positive_int, tracking
-from mutransfer_cli._slurm import SlurmTune, budget_time, sbatch_path, submit, tune_script
+from mutransfer_cli._slurm import SlurmTune, budget_time, submit_once, tune_script
 from mutransfer_cli._tune_run import run_tune
 
 HELP = "tune a proxy within a compute budget and write the card for the target (or say why not)"
@@ -96,14 +94,14 @@ def add_slurm_arguments(p: argparse.ArgumentParser) -> None:
     they are taken out of the argv the job runs (:func:`tune_argv`)."""
     s = p.add_argument_group("on SLURM (the whole tune as one requeueable job on one node)")
     s.add_argument("--slurm", action="store_true",
-                   help="submit this tune as a SLURM job (OUT/slurm/tune.sbatch) instead of running it here")
-    s.add_argument("--dry-run", action="store_true", help="with --slurm: print the job script, submit nothing")
+                   help="submit this tune as a SLURM job (OUT/slurm/tune.sbatch) instead of running it")
+    s.add_argument("--dry-run", action="store_true", help="with --slurm: print the script, submit nothing")
     s.add_argument("--gpus", type=positive_int_or_zero, default=None,
-                   help="with --slurm: GPUs of the job, one sweep worker each (default: --workers, else 1; "
-                   "0 with --device cpu)")
-    s.add_argument("--cpus", type=positive_int, default=8, help="with --slurm: CPU cores of the job (default 8)")
+                   help="with --slurm: GPUs of the job, one sweep worker each (default: --workers, "
+                   "else 1; 0 with --device cpu)")
+    s.add_argument("--cpus", type=positive_int, default=8, help="with --slurm: CPU cores (default 8)")
     s.add_argument("--time", default=None,
-                   help="with --slurm: the job's wall-clock limit (default: --budget x 1.25 + 15 min)")
+                   help="with --slurm: the job's wall-clock limit (default: --budget x 1.25 + 15m)")
     s.add_argument("--partition", default=None, help="with --slurm: the partition")
     s.add_argument("--account", default=None, help="with --slurm: the account")
     s.add_argument("--sbatch-arg", action="append", default=[], metavar="--OPT=VALUE",
@@ -181,16 +179,10 @@ def _submit(args: argparse.Namespace) -> int:
         Path(job.log_dir).mkdir(parents=True, exist_ok=True)  # SLURM opens the log before the job runs
         print(script, end="")
         return 0
-    sbatch_path()  # before anything is written
-    path, record = out / "slurm" / "tune.sbatch", out / "slurm" / "tune.submitted"
-    if record.is_file() and not args.resubmit:
-        # two drivers on one --out would race on its plan and studies
-        raise ValueError(f"this --out was submitted already ({record.read_text().strip()}; {record}); "
-                         "check it with squeue, or pass --resubmit")
-    Path(job.log_dir).mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, script)
-    job_id = submit(path)
-    atomic_write_text(record, f"job {job_id}, {gpus} GPUs, {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+    path = out / "slurm" / "tune.sbatch"
+    # two drivers on one --out would race on its plan and studies
+    job_id = submit_once(script, path, log_dir=job.log_dir, resubmit=args.resubmit,
+                         already="this --out was submitted already", what=f"{gpus} GPUs")
     print(f"submitted job {job_id}: mutransfer tune on {gpus} GPU(s) ({path}); log in {job.log_dir}; "
           f"re-submitting resumes (--resubmit)", file=sys.stderr)
     return 0
