@@ -36,8 +36,10 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["FORMS", "choose_form", "fit_surge", "peak_shown", "surge_boot", "surge_grad", "surge_log_lr",
-           "surge_misfit"]
+from ._stats import percentile_interval
+
+__all__ = ["FORMS", "choose_form", "fit_lr_form", "fit_surge", "peak_shown", "power_choice", "surge_boot",
+           "surge_grad", "surge_log_lr", "surge_misfit"]
 
 FORMS = ("power", "surge")
 #: how far (natural log) the peak may be placed outside the measured batches in the search:
@@ -183,3 +185,39 @@ def choose_form(log_b: np.ndarray, log_d: np.ndarray, y: np.ndarray,
         scores["surge"] < scores["power"]
     return {"form": "surge" if surge else "power", "scores": scores, "peak_shown": shown,
             "n_held_out": int(y.size), "criterion": "leave-one-batch-out RMS error of log2 eta* (octaves)"}
+
+
+def power_choice(criterion: str) -> dict[str, Any]:
+    """The choice record of a fit that keeps the power law without scoring the forms."""
+    return {"form": "power", "scores": {f: None for f in FORMS}, "peak_shown": None, "criterion": criterion}
+
+
+def fit_lr_form(log_b: np.ndarray, log_d: np.ndarray, y: np.ndarray, Y: np.ndarray, *, form: str,
+                level: float) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """The surge form on the same cell optima as the power law, and the choice between them:
+    ``(surge, choice)``. ``surge``: ``coef_log``, ``boot`` (one draw per row of ``Y``, the
+    optima's bootstrap draws), ``cov_log``, ``misfit`` and ``ci`` at ``level``; None when
+    not fitted. ``choice``: :func:`choose_form`'s record when ``form`` is "auto"; a given
+    form is recorded as given (``"surge"`` with too few optima: ValueError)."""
+    if form == "power":  # given (a leave-one-seed-out refit of a power-law fit): no second form
+        return None, power_choice("given (form='power')")
+    surge = None
+    if y.size > 4 and np.unique(log_b).size >= 3:
+        theta = fit_surge(log_b, log_d, y)
+        boot = surge_boot(log_b, log_d, y, theta, Y)
+        surge = {"coef_log": theta, "boot": boot,
+                 "cov_log": np.cov(boot, rowvar=False) if boot.shape[0] > 2 else np.zeros((4, 4)),
+                 "misfit": surge_misfit(log_b, log_d, y, theta)}
+        if boot.shape[0] > 2:
+            lo, hi = percentile_interval(boot, level)
+            surge["ci"] = [[float(a), float(b)] for a, b in zip(lo, hi, strict=True)]
+        choice = choose_form(log_b, log_d, y, theta) if form == "auto" else {
+            "form": "surge", "scores": {f: None for f in FORMS}, "peak_shown": None}
+    else:
+        choice = power_choice("too few optima for the surge form (needs 5 over 3 batches)")
+    if form != "auto":
+        if form == "surge" and surge is None:
+            raise ValueError("form='surge' needs at least 5 LR optima over 3 batches; "
+                             f"the fit has {y.size} over {np.unique(log_b).size}.")
+        choice = {**choice, "form": form, "criterion": f"given (form={form!r})"}
+    return surge, choice

@@ -20,7 +20,7 @@ from ._fitted import check_is_fitted
 from ._io import finite_positive, require_columns, usable_rows
 from ._stats import SeedSpread, check_level, check_n_boot, make_rng, percentile_interval, seed_spread
 from .critical_batch import noise_scale_law
-from .lr_surge import FORMS, choose_form, fit_surge, surge_boot, surge_misfit
+from .lr_surge import FORMS, fit_lr_form, power_choice
 from .optimum import OptimumFit, _boot_locate_min, _locate, _resampled_means
 from .scaling_doc import ScalingDocument
 from .scaling_projection import ScalingPredictions
@@ -369,8 +369,10 @@ class ScalingLawFit(TauMeasurement, ScalingPredictions, ScalingDocument):
             self.lr_coef_log_ = _ols(Xc[use], t_lr[use] * _LN2)
             self.boot_lr_ = _ols_many(Xc[use], T[:, use] * _LN2) if nb_ else np.empty((0, 3))
             self.lr_misfit_ = lr_misfit(Xc[use], t_lr[use] * _LN2, self.lr_coef_log_)
-            self._fit_lr_form(np.log(B[use]), np.log(D[use]), t_lr[use] * _LN2,
-                              T[:, use] * _LN2 if nb_ else np.empty((0, int(use.sum()))))
+            self.lr_surge_, self.lr_form_choice_ = fit_lr_form(
+                np.log(B[use]), np.log(D[use]), t_lr[use] * _LN2,
+                T[:, use] * _LN2 if nb_ else np.empty((0, int(use.sum()))), form=self.form, level=self.level)
+            self.lr_form_ = self.lr_form_choice_["form"]
             Xd = np.column_stack([np.ones(Ds.size), np.log(Ds)])
             t_b = np.array([math.log2(b["batch_opt"]) for b in budgets])
             self.batch_coef_log_ = _ols(Xd, t_b * _LN2)
@@ -378,10 +380,8 @@ class ScalingLawFit(TauMeasurement, ScalingPredictions, ScalingDocument):
             self.n_lr_points_, self.n_batch_points_ = int(use.sum()), int(Ds.size)
         else:
             self._fit_band(cells, B, D, rng)
-            self.lr_surge_ = None
-            self.lr_form_ = "power"
-            self.lr_form_choice_ = {"form": "power", "scores": {f: None for f in FORMS}, "peak_shown": None,
-                                    "criterion": "the band method fits the power law only"}
+            self.lr_surge_, self.lr_form_ = None, "power"
+            self.lr_form_choice_ = power_choice("the band method fits the power law only")
 
         self.cells_ = pd.DataFrame({
             "batch_tokens": B, "tokens": D, "lr_opt": 2.0**t_lr, "loss_opt": l_opt,
@@ -404,36 +404,6 @@ class ScalingLawFit(TauMeasurement, ScalingPredictions, ScalingDocument):
         self.reference_ = {"lr": float(2.0 ** t_lr[j]), "batch_tokens": float(B[j]),
                            "tokens": float(D[j]), "loss": float(l_opt[j])}
         self._set_params()
-
-    def _fit_lr_form(self, log_b: np.ndarray, log_d: np.ndarray, y: np.ndarray, Y: np.ndarray) -> None:
-        """The surge form on the same optima as the power law (:mod:`analysis.lr_surge`) and
-        the choice between them (``form`` "auto": leave-one-batch-out; else as given)."""
-        self.lr_surge_ = None
-        if self.form == "power":  # given (a leave-one-seed-out refit of a power-law fit): no second form
-            self.lr_form_, self.lr_form_choice_ = "power", {
-                "form": "power", "scores": {f: None for f in FORMS}, "peak_shown": None,
-                "criterion": "given (form='power')"}
-            return
-        if y.size > 4 and np.unique(log_b).size >= 3:
-            theta = fit_surge(log_b, log_d, y)
-            boot = surge_boot(log_b, log_d, y, theta, Y)
-            self.lr_surge_ = {"coef_log": theta, "boot": boot,
-                              "cov_log": np.cov(boot, rowvar=False) if boot.shape[0] > 2 else np.zeros((4, 4)),
-                              "misfit": surge_misfit(log_b, log_d, y, theta)}
-            if boot.shape[0] > 2:
-                lo, hi = percentile_interval(boot, self.level)
-                self.lr_surge_["ci"] = [[float(a), float(b)] for a, b in zip(lo, hi, strict=True)]
-            choice = choose_form(log_b, log_d, y, theta) if self.form == "auto" else {
-                "form": "surge", "scores": {f: None for f in FORMS}, "peak_shown": None}
-        else:
-            choice = {"form": "power", "scores": {f: None for f in FORMS}, "peak_shown": None,
-                      "criterion": "too few optima for the surge form (needs 5 over 3 batches)"}
-        if self.form != "auto":
-            if self.form == "surge" and self.lr_surge_ is None:
-                raise ValueError("form='surge' needs at least 5 LR optima over 3 batches; "
-                                 f"the fit has {y.size} over {np.unique(log_b).size}.")
-            choice = {**choice, "form": self.form, "criterion": f"given (form={self.form!r})"}
-        self.lr_form_, self.lr_form_choice_ = choice["form"], choice
 
     def _single_seed_boot(self, t: np.ndarray, per_x: list[np.ndarray],
                           rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
